@@ -1,0 +1,3 @@
+from vigor_cli.cli import main
+
+main()

@@ -1,0 +1,358 @@
+"""Typed run configuration: the one place where defaults live.
+
+Every key carries its documentation in ``Field(description=...)``; YAML files
+under ``configs/`` and CLI flags only override keys. Unknown keys and wrong
+types raise :class:`ConfigError` with a one-line message naming the key.
+
+Override syntax on the command line: ``--set section.key=value`` (value parsed
+as YAML, so ``--set allocation.alpha=0.25`` gives a float and
+``--set model.lora.target_modules=[q_proj,v_proj]`` a list).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message names the key or file and what to change."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- model
+class LoraConfig(_Section):
+    enabled: bool = Field(
+        True,
+        description="Train a LoRA adapter (peft) instead of all weights. The bundled tiny "
+        "model's config turns this off and trains every weight.",
+    )
+    r: int = Field(16, ge=1, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, description="LoRA alpha; the update is scaled by alpha/r.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="Modules that get adapters: 'all-linear' (peft's shorthand, every linear "
+        "layer but the output head) or a list of module names.",
+    )
+
+
+class ModelConfig(_Section):
+    name_or_path: str = Field(
+        "tiny",
+        description="Hub id (e.g. Qwen/Qwen2.5-1.5B) or local directory in Hugging Face format. "
+        "'tiny' is the bundled tiny Qwen2 model in vigor_cli/assets/tiny.",
+    )
+    revision: Optional[str] = Field(None, description="Hub revision (branch, tag or commit).")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Policy dtype. 'auto': bfloat16 on CUDA, float32 on CPU."
+    )
+    load_in_4bit: bool = Field(
+        False,
+        description="Load the frozen base in 4-bit NF4 with bitsandbytes (QLoRA). CUDA only; "
+        "needs lora.enabled.",
+    )
+    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+
+
+# --------------------------------------------------------------------------- task
+class TaskConfig(_Section):
+    name: str = Field(
+        "tiny-math",
+        description="Task from the registry: tiny-math, tiny-code, math, code.",
+    )
+    train_path: Optional[str] = Field(
+        None,
+        description="Local JSONL/Parquet file of training records; overrides the hub dataset.",
+    )
+    data_dir: Optional[str] = Field(
+        None,
+        description="Directory with evaluation files (layout of shared/data/math-eval); "
+        "overrides the hub for evaluation sets.",
+    )
+    eval_sets: list[str] = Field(
+        default_factory=list,
+        description="Evaluation sets for periodic evaluation; empty means the task's default "
+        "held-out set.",
+    )
+    max_prompt_tokens: int = Field(
+        1024, ge=8, description="Prompts longer than this (in tokens) are dropped with a warning."
+    )
+    contest_date_start: Optional[str] = Field(
+        None, description="Code task: keep problems with contest_date >= this ISO date."
+    )
+    contest_date_end: Optional[str] = Field(
+        None, description="Code task: keep problems with contest_date <= this ISO date."
+    )
+    code_reward: Literal["full", "fraction"] = Field(
+        "full",
+        description="Code task reward: 'full' = 1 if every test passes (the paper's full pass "
+        "rate), 'fraction' = share of tests passed.",
+    )
+
+
+# --------------------------------------------------------------------------- allocation
+class AllocationConfig(_Section):
+    strategy: Literal["vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty"] = Field(
+        "vigor",
+        description="Rollout allocation strategy (shared/notes/algorithms.md). 'random' and "
+        "'difficulty' are VIGOR's ablations.",
+    )
+    # VIGOR (and its ablations)
+    rounds: int = Field(4, ge=1, description="VIGOR: number of allocation rounds T.")
+    m0: int = Field(2, ge=1, description="VIGOR: new rollouts per prompt in round 1.")
+    gamma: float = Field(
+        2.0, gt=0, description="VIGOR: growth of new rollouts per kept prompt per round."
+    )
+    alpha: float = Field(
+        0.5, gt=0, le=1, description="VIGOR: fraction of active prompts kept each round (ceil)."
+    )
+    budget: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Total rollouts per step, enforced exactly (the last round is cut). "
+        "Default: group_size x prompts per step, the budget of GRPO with group_size.",
+    )
+    # GRPO / DAPO / GRESO
+    group_size: int = Field(
+        8, ge=1, description="Rollouts per prompt for grpo, dapo and greso (G)."
+    )
+    # DAPO and GRESO's filling
+    gen_batch_multiplier: float = Field(
+        3.0, ge=1, description="DAPO: generation batch = this x prompts per step."
+    )
+    max_gen_batches: int = Field(
+        10, ge=1, description="DAPO/GRESO: give up (clear error) after this many generation batches."
+    )
+    # GRESO
+    greso_p_init: float = Field(0.5, gt=0, lt=1, description="GRESO: initial p_easy and p_hard.")
+    greso_p_step: float = Field(0.01, gt=0, description="GRESO: change of p per step.")
+    greso_target_zero_var: float = Field(
+        0.25, ge=0, le=1, description="GRESO: target fraction of zero-variance groups."
+    )
+    greso_easy_share: float = Field(
+        1 / 3, ge=0, le=1, description="GRESO: share of the target that is all-correct groups."
+    )
+    # PODS
+    pods_n: int = Field(16, ge=2, description="PODS: rollouts generated per prompt.")
+    pods_m: int = Field(8, ge=1, description="PODS: rollouts per prompt kept for the update.")
+
+
+# --------------------------------------------------------------------------- sampling
+class SamplingConfig(_Section):
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature for rollouts.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
+    max_new_tokens: int = Field(
+        1024, ge=1, description="Longest completion; longer ones are cut and flagged truncated."
+    )
+
+
+# --------------------------------------------------------------------------- engine
+class EngineConfig(_Section):
+    kind: Literal["auto", "hf", "vllm"] = Field(
+        "auto",
+        description="Rollout engine. 'auto': vLLM when CUDA and vllm are present, else "
+        "transformers ('hf').",
+    )
+    gen_batch_tokens: int = Field(
+        16384,
+        ge=64,
+        description="hf engine: rows per generate call are bounded so that rows x "
+        "(prompt + max_new_tokens) stays under this.",
+    )
+    gpu_memory_utilization: float = Field(
+        0.35, gt=0, lt=1, description="vllm: share of GPU memory the engine may take."
+    )
+    max_model_len: Optional[int] = Field(
+        None, description="vllm: context length; default prompt limit + max_new_tokens."
+    )
+    logprob_check_threshold: float = Field(
+        0.05,
+        ge=0,
+        description="Warn when the mean |engine log-prob - policy log-prob| on sampled tokens "
+        "exceeds this (catches weight-sync bugs).",
+    )
+
+
+# --------------------------------------------------------------------------- GRPO
+class GRPOConfig(_Section):
+    loss_agg: Literal["dapo", "grpo", "dr_grpo"] = Field(
+        "dapo",
+        description="Loss aggregation: 'dapo' token sum / tokens in step; 'grpo' mean of "
+        "per-sequence token means; 'dr_grpo' sum / (sequences x max_new_tokens).",
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group",
+        description="Advantage scale: group std (GRPO), batch std, or none (Dr. GRPO).",
+    )
+    epsilon: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon.")
+    epsilon_high: float = Field(0.28, ge=0, description="PPO clip: upper bound 1 + epsilon_high (DAPO).")
+    beta: float = Field(0.0, ge=0, description="KL coefficient to the reference (k3 estimator).")
+    mu: int = Field(1, ge=1, description="Optimisation passes over each step's rollouts.")
+    mask_truncated: bool = Field(
+        False, description="Exclude truncated completions from the loss (DAPO overlong filtering)."
+    )
+    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    micro_batch_tokens: int = Field(
+        8192,
+        ge=16,
+        description="Token budget of one forward/backward micro-batch; gradients accumulate "
+        "so the loss is the same as one big batch.",
+    )
+
+
+# --------------------------------------------------------------------------- loop
+class TrainConfig(_Section):
+    steps: int = Field(100, ge=1, description="Optimizer steps (each one allocation + update).")
+    prompts_per_step: int = Field(
+        64, ge=1, description="Prompts per step (the batch P that allocation starts from)."
+    )
+    seed: int = Field(0, description="Seeds data order, sampling, allocation and init.")
+    eval_every: int = Field(
+        10, ge=0, description="Held-out evaluation every N steps (0: only at start and end)."
+    )
+    eval_samples: int = Field(1, ge=1, description="Samples per held-out problem (avg@n).")
+    eval_limit: Optional[int] = Field(
+        None, ge=1, description="Evaluate on at most this many held-out problems."
+    )
+    eval_temperature: float = Field(0.0, ge=0, description="Evaluation temperature (0 = greedy).")
+    save_every: int = Field(
+        25, ge=0, description="Checkpoint every N steps (0: only at the end)."
+    )
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest removed).")
+    log_completions_every: int = Field(
+        10, ge=0, description="Print a table of a few completions every N steps (0: never)."
+    )
+    output_dir: str = Field("runs", description="Parent directory of run directories.")
+    run_name: Optional[str] = Field(
+        None, description="Run directory name; default <date>-<task>-<strategy>-s<seed>."
+    )
+    reward_workers: int = Field(
+        0, ge=0, description="Processes that compute rewards; 0 = number of CPU cores."
+    )
+
+
+class RunConfig(_Section):
+    """Everything one `vigor train` run needs; saved resolved as config.yaml in the run dir."""
+
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    allocation: AllocationConfig = Field(default_factory=AllocationConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RunConfig":
+        a = self.allocation
+        if a.strategy == "pods" and a.pods_m > a.pods_n:
+            raise ValueError(
+                f"allocation.pods_m ({a.pods_m}) must be <= allocation.pods_n ({a.pods_n})"
+            )
+        if self.model.load_in_4bit and not self.model.lora.enabled:
+            raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")
+        return self
+
+
+# --------------------------------------------------------------------------- loading
+def _format_validation_error(err: ValidationError, source: str) -> str:
+    first = err.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "<root>"
+    kind = first["type"]
+    if kind == "extra_forbidden":
+        return f"{source}: unknown config key '{key}'"
+    msg = first["msg"]
+    got = first.get("input")
+    if kind == "value_error":
+        return f"{source}: {msg.removeprefix('Value error, ')}"
+    shown = repr(got) if not isinstance(got, dict) else "a mapping"
+    return f"{source}: bad value for '{key}': {msg} (got {shown})"
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for p in parts[:-1]:
+        child = node.setdefault(p, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {dotted}: '{p}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one ``key.path=value`` override; the value is read as YAML."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected key=value, e.g. allocation.alpha=0.25")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from None
+    return key, value
+
+
+def load_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: top level must be a mapping of sections")
+    return data
+
+
+def build_config(
+    path: str | Path | None = None,
+    overrides: dict[str, Any] | None = None,
+    sets: list[str] | None = None,
+) -> RunConfig:
+    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``."""
+    tree: dict = load_yaml(path) if path else {}
+    for k, v in (overrides or {}).items():
+        if v is not None:
+            _set_dotted(tree, k, v)
+    for s in sets or []:
+        k, v = parse_override(s)
+        _set_dotted(tree, k, v)
+    source = str(path) if path else "config"
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_format_validation_error(e, source)) from None
+
+
+def dump_config(cfg: BaseModel) -> str:
+    """The resolved config as YAML (what a run directory stores)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, Any, str]]:
+    """(dotted key, default, description) for every key: used by `vigor config` docs/README."""
+    rows: list[tuple[str, Any, str]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        key = f"{prefix}{name}"
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            rows.extend(describe(ann, key + "."))
+        else:
+            default = field.get_default(call_default_factory=True)
+            rows.append((key, default, field.description or ""))
+    return rows

@@ -1,0 +1,54 @@
+"""The task interface: data, prompt template and reward, under one name.
+
+A task turns records into :class:`Example` s, renders an example as the
+prompt text the model sees, and scores completions with a verifier. The
+registry in ``vigor_cli/tasks/__init__.py`` maps ``--task`` names to tasks.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+@dataclass
+class Example:
+    uid: str
+    """Stable id, unique within the task (e.g. 'tiny-math/train/17', 'math500/42')."""
+    question: str
+    """The problem statement shown to the model (before the template)."""
+    answer: Any
+    """Gold: an answer string for math; a LiveCodeBench record (dict) for code."""
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Score:
+    reward: float
+    """In [0, 1]."""
+    reason: str = ""
+    """Why (e.g. 'correct', 'wrong answer', 'no boxed answer', 'timeout', test verdicts)."""
+    details: dict = field(default_factory=dict)
+
+
+class Task(ABC):
+    name: str = "base"
+
+    @abstractmethod
+    def train_examples(self) -> list[Example]: ...
+
+    @abstractmethod
+    def eval_examples(self, name: str | None = None) -> list[Example]:
+        """Held-out examples of evaluation set ``name`` (None: the task's default)."""
+
+    @abstractmethod
+    def render_prompt(self, example: Example, tokenizer: Any) -> str:
+        """The text the model continues (chat template when the tokenizer has one)."""
+
+    @abstractmethod
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
+
+    def close(self) -> None:
+        """Release worker pools."""
