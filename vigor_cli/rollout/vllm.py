@@ -53,6 +53,11 @@ def vllm_unavailable_reason() -> str | None:
         missing.append("vllm is not installed (pip install 'vigor[gpu]')")
     if missing:
         return "the vLLM engine needs CUDA + vllm: " + "; ".join(missing)
+    try:
+        import vllm  # noqa: F401  (a CUDA/torch mismatch shows up here, not mid-run)
+    except Exception as e:  # any import failure means the engine cannot run here
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"vllm is installed but does not import ({first})"
     return None
 
 
@@ -79,6 +84,7 @@ def _dense(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().float()
 
 
+@torch.no_grad()
 def _merged_lora_weight(module: Any, path: str) -> torch.Tensor:
     """``base + sum over active adapters of scaling·B·A`` for one peft LoRA layer, in float32.
 
@@ -114,6 +120,7 @@ def _merged_lora_weight(module: Any, path: str) -> torch.Tensor:
     return weight
 
 
+@torch.no_grad()
 def policy_weights(model: Any, dtype: torch.dtype = ENGINE_DTYPE) -> Iterator[tuple[str, torch.Tensor]]:
     """Every weight of the policy as (Hugging Face name, tensor), LoRA merged, in ``dtype``.
 
@@ -335,7 +342,7 @@ class VLLMEngine(RolloutEngine):
     def _sampling_params(self, sampling: SamplingParams, index: int, n: int) -> Any:
         seed = None
         if sampling.seed is not None:
-            seed = int(np.random.SeedSequence([int(sampling.seed), index]).generate_state(1)[0] >> 1)
+            seed = int(np.random.SeedSequence([int(sampling.seed) % 2**32, index]).generate_state(1)[0] >> 1)
         return self._vllm.SamplingParams(
             n=n,
             temperature=sampling.temperature,
