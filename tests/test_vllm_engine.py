@@ -295,6 +295,7 @@ def test_step_call_order_and_no_reload_after_push(checkpoint):
     assert llm.init_kwargs["logprobs_mode"] == "processed_logprobs"
     assert llm.init_kwargs["dtype"] == "bfloat16"
     assert llm.init_kwargs["model"] == str(checkpoint)
+    assert llm.init_kwargs["max_model_len"] == 128  # 1024 + 6 capped at max_position_embeddings
     assert llm.calls == [("sleep", 2)]  # the checkpoint's weights are dropped at once
 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=1)

@@ -171,7 +171,8 @@ class EngineConfig(_Section):
         0.35, gt=0, lt=1, description="vllm: share of GPU memory the engine may take."
     )
     max_model_len: Optional[int] = Field(
-        None, description="vllm: context length; default prompt limit + max_new_tokens."
+        None, description="vllm: context length; default task.max_prompt_tokens + "
+        "sampling.max_new_tokens, capped at the model's max_position_embeddings."
     )
     sleep_level: Literal[1, 2] = Field(
         2,

@@ -188,6 +188,14 @@ def _checkpoint_of(model: Any) -> str:
     return str(path)
 
 
+def _context_length(cfg: Any, model: Any) -> int:
+    """Default ``max_model_len``: prompt limit + max_new_tokens, capped by the model's positions."""
+    wanted = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    limit = getattr(base.config, "max_position_embeddings", None)
+    return min(wanted, limit) if limit else wanted
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
     ids: set[int] = set()
@@ -233,7 +241,7 @@ class VLLMEngine(RolloutEngine):
                 "the truncated distribution it samples from; the policy's recomputed ones are "
                 "not truncated, and engine/logprob_diff includes that gap[/yellow]"
             )
-        max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+        max_len = cfg.engine.max_model_len or _context_length(cfg, model)
         _external_launcher_env()
         trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
         free_before = _cuda_free_bytes()
