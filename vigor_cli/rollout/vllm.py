@@ -226,7 +226,6 @@ class VLLMEngine(RolloutEngine):
                 raise UserError(f"engine.kind=vllm: {reason}; use --engine hf")
             import vllm as vllm_api
         self._vllm = vllm_api
-        self.cfg = cfg
         self.tokenizer = tokenizer
         self._policy = model
         self._eos_ids = _eos_ids(model, tokenizer)
