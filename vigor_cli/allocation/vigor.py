@@ -30,7 +30,7 @@ import math
 from typing import Any, Literal
 
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction, population_variance
+from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction
 from vigor_cli.errors import UserError
 
 KeepBy = Literal["variance", "random", "difficulty"]
@@ -97,11 +97,10 @@ class VigorAllocator(RoundAllocator):
     def _ranking_key(self, uid: str) -> tuple[float, float]:
         """Sort key, smallest first = kept first; the seeded random second part breaks ties."""
         tie = self.rng.random()
-        pool = self._rewards[uid]
         if self.keep_by == "variance":
-            return (-population_variance(pool), tie)
+            return (-self._variance(uid), tie)
         if self.keep_by == "difficulty":
-            return (sum(pool) / len(pool), tie)
+            return (self._stats[uid][0] / len(self._rewards[uid]), tie)
         return (0.0, tie)
 
     def _after_round(self, uids: list[str]) -> None:
