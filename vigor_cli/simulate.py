@@ -37,6 +37,8 @@ from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
 
 DEFAULT_LAW = "mix:0.3,0.2,1,1"
+POOL_PER_PROMPT = 16  # default pool size = this x prompts per step
+TARGET_GAIN = 0.1  # learning mode's default target = initial mean pass rate + this (<= 0.95)
 
 
 # --------------------------------------------------------------------------- laws
@@ -162,7 +164,7 @@ class SimSettings:
     prompts: int = 64
     """Prompts per step (the batch the allocator starts from)."""
     pool: int | None = None
-    """Prompts in the pool; default 16 x prompts (a file law: the file's rates)."""
+    """Prompts in the pool; default POOL_PER_PROMPT x prompts (a file law: the file's rates)."""
     tests: int = 1
     """Reward = passed / tests with tests ~ Binomial(tests, p); 1 = binary rewards."""
     seed: int = 0
@@ -174,7 +176,7 @@ class SimSettings:
     transfer: float = 0.0
     """Learning mode: weight of the step's total signal spread over the whole pool."""
     target: float | None = None
-    """Learning mode: target mean pass rate; default initial mean + 0.1 (at most 0.95)."""
+    """Learning mode: target mean pass rate; default initial mean + TARGET_GAIN (at most 0.95)."""
 
 
 @dataclass
@@ -236,7 +238,7 @@ def initial_pool(settings: SimSettings) -> np.ndarray:
     law = parse_law(settings.law)
     if law.fixed is not None and settings.pool is None:
         return law.fixed.astype(float).copy()
-    size = settings.pool if settings.pool is not None else 16 * settings.prompts
+    size = settings.pool if settings.pool is not None else POOL_PER_PROMPT * settings.prompts
     return law.sample(np.random.default_rng(settings.seed), size).astype(float)
 
 
@@ -270,8 +272,9 @@ def run_strategy(
                     told[r.uid] = got.tolist()
                     rewards.setdefault(r.uid, []).extend(told[r.uid])
                 alloc.tell(told)
-        except UserError as e:
+        except UserError as e:  # DAPO/GRESO gave up: the step's rollouts were still spent
             out.error = str(e)
+            out.rollouts += sum(len(v) for v in rewards.values())
             break
         result = alloc.finish()
         rec = result.record
@@ -348,7 +351,7 @@ def simulate(settings: SimSettings, cfg: AllocationConfig) -> dict[str, Any]:
         )
     target = None
     if settings.learn:
-        target = settings.target if settings.target is not None else min(0.95, pass_rates.mean() + 0.1)
+        target = settings.target if settings.target is not None else min(0.95, pass_rates.mean() + TARGET_GAIN)
     summary: dict[str, Any] = {
         "mode": "learning model (toy pass-rate dynamics, not a trained policy)"
         if settings.learn
