@@ -1,6 +1,7 @@
 """Benchmark: the allocator's own time per step, and the simulator's strategy comparison.
 
-Part 1 times only the allocator's calls (start_step, ask, tell, finish) with rewards
+Part 1 times (process CPU time, so other processes on a shared machine do not inflate
+it) only the allocator's calls (start_step, ask, tell, finish) with rewards
 precomputed outside the timed region, at B = 64, 512 and 4096 prompts per step, and
 reports milliseconds per step and per 512 prompt-rounds (a prompt handled in one round:
 B x 1 for grpo, B + B/2 + B/4 + B/8 for VIGOR, every drawn prompt for DAPO/GRESO; the
@@ -55,27 +56,27 @@ def time_step(strategy: str, prompts: int, step: int, alloc, rates: dict, rng: r
         return ready[position - n : position]
 
     spent = 0.0
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     alloc.start_step(step, draw)
-    spent += time.perf_counter() - t0
+    spent += time.process_time() - t0
     rounds = 0
     while True:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         requests = alloc.ask()
-        spent += time.perf_counter() - t0
+        spent += time.process_time() - t0
         if not requests:
             break
         rounds += len(requests)
         told = {r.uid: [float(rng.random() < rates[r.uid]) for _ in range(r.n)] for r in requests}
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         alloc.tell(told)
-        spent += time.perf_counter() - t0
-    t0 = time.perf_counter()
+        spent += time.process_time() - t0
+    t0 = time.process_time()
     result = alloc.finish()
-    spent += time.perf_counter() - t0
-    t0 = time.perf_counter()
+    spent += time.process_time() - t0
+    t0 = time.process_time()
     json.dumps(result.record)
-    return spent, rounds, time.perf_counter() - t0
+    return spent, rounds, time.process_time() - t0
 
 
 def timing(repeats: int) -> list[dict]:
@@ -126,7 +127,7 @@ def main() -> None:
 
     load_at_start = os.getloadavg()[0]
     rows = timing(args.repeats)
-    table = Table(title="Allocator time per step (sampler and rewards outside the clock; best of the timed steps)", title_justify="left")
+    table = Table(title="Allocator CPU time per step (sampler and rewards outside the clock; best of the timed steps)", title_justify="left")
     for h in ("strategy", "B", "ms/step", "median", "prompt-rounds", "ms per 512 prompt-rounds", "record json ms"):
         table.add_column(h, justify="left" if h == "strategy" else "right")
     for r in rows:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from operator import mul
 from typing import Any, Mapping, Sequence
 
 from vigor_cli.allocation.base import Allocator, DrawFn, Request, StepResult
@@ -124,28 +125,41 @@ class RoundAllocator(Allocator):
         added = 0
         pools, all_stats, logs = self._rewards, self._stats, self._rounds
         for uid, n in pending.items():
-            values = [float(v) for v in rewards[uid]]
+            values = list(map(float, rewards[uid]))
             if len(values) != n:
                 raise AllocationError(f"tell(): prompt {uid!r} asked for {n} rewards, got {len(values)}")
             lo, hi, total = min(values), max(values), sum(values)
             if not (lo >= 0.0 and hi <= 1.0 and total == total):  # total == total rejects NaN
                 bad = next(v for v in values if not 0.0 <= v <= 1.0)
                 raise AllocationError(f"tell(): prompt {uid!r} reward {bad!r} is not in [0, 1]")
+            if values.count(0.0) + values.count(1.0) == n:  # binary: the common case, fast path
+                shown = list(map(int, values))
+                total_sq = total
+            else:
+                shown = [round(v, 6) if 0.0 < v < 1.0 else int(v) for v in values]
+                total_sq = sum(map(mul, values, values))
             pool = pools[uid]
             pool.extend(values)
             stats = all_stats[uid]
             stats[0] += total
-            stats[1] += sum([v * v for v in values])
+            stats[1] += total_sq
             if lo < stats[2]:
                 stats[2] = lo
             if hi > stats[3]:
                 stats[3] = hi
+            size = len(pool)
+            if size < 2 or stats[2] == stats[3]:
+                var = 0
+            else:
+                mean = stats[0] / size
+                var = max(0.0, stats[1] / size - mean * mean)
+                var = int(var) if var.is_integer() else round(var, 6)
             logs[uid].append(
                 {
                     "round": round_no,
                     "added": n,
-                    "rewards": [int(v) if v.is_integer() else round(v, 6) for v in values],
-                    "var": compact(self._variance(uid)),
+                    "rewards": shown,
+                    "var": var,
                     "kept": None,
                 }
             )
