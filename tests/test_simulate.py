@@ -139,10 +139,13 @@ def test_cli_json_and_parameters():
         (("--pass-rates", "beta:0.3"), "beta:A,B"),
         (("--alpha", "2"), "allocation.alpha"),
         (("--strategy", "best"), "unknown strategy 'best'"),
+        (("--pass-rates", "mix:0.7,0.5"), "P0 + P1 <= 1"),
+        (("--pass-rates", "file:/nonexistent/pass-rates.txt"), "file not found"),
     ],
 )
 def test_cli_bad_input_exits_2(args, needle):
     out = run_cli(*args)
     assert out.returncode == 2
-    assert needle in " ".join(out.stderr.split())
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("error:")  # one line
+    assert needle in out.stderr
     assert out.stdout == ""
