@@ -117,8 +117,9 @@ class AllocationConfig(_Section):
     budget: Optional[int] = Field(
         None,
         ge=1,
-        description="Total rollouts per step, enforced exactly (the last round is cut). "
-        "Default: group_size x prompts per step, the budget of GRPO with group_size.",
+        description="VIGOR/random/difficulty: cap on rollouts per step, never exceeded (the "
+        "round that would overspend is cut; see allocation/README.md). Default: group_size x "
+        "prompts per step, the budget of GRPO with group_size.",
     )
     # GRPO / DAPO / GRESO
     group_size: int = Field(

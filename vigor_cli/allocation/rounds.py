@@ -138,8 +138,7 @@ class RoundAllocator(Allocator):
             else:
                 shown = [round(v, 6) if 0.0 < v < 1.0 else int(v) for v in values]
                 total_sq = sum(map(mul, values, values))
-            pool = pools[uid]
-            pool.extend(values)
+            pools[uid].extend(values)
             stats = all_stats[uid]
             stats[0] += total
             stats[1] += total_sq
@@ -147,19 +146,12 @@ class RoundAllocator(Allocator):
                 stats[2] = lo
             if hi > stats[3]:
                 stats[3] = hi
-            size = len(pool)
-            if size < 2 or stats[2] == stats[3]:
-                var = 0
-            else:
-                mean = stats[0] / size
-                var = max(0.0, stats[1] / size - mean * mean)
-                var = int(var) if var.is_integer() else round(var, 6)
             logs[uid].append(
                 {
                     "round": round_no,
                     "added": n,
                     "rewards": shown,
-                    "var": var,
+                    "var": compact(self._variance(uid)),
                     "kept": None,
                 }
             )

@@ -176,6 +176,15 @@ def _print_table(summary: dict[str, Any]) -> None:
         "for dapo/greso = per generation batch.",
         style="dim",
     )
+    base = summary["strategies"].get("grpo", {}).get("signal_per_rollout")
+    if base:
+        ratios = ", ".join(
+            f"{name} {r['signal_per_rollout'] / base:.2f}x"
+            for name, r in summary["strategies"].items()
+            if name != "grpo" and r.get("signal_per_rollout") is not None
+        )
+        if ratios:
+            console.print(f"Signal per rollout relative to grpo: {ratios}.")
     pareto_rows = {n: r["pareto"] for n, r in summary["strategies"].items() if "pareto" in r}
     if pareto_rows:
         pt = Table(title="Gain under the Pareto law (variance-weighted rollouts / uniform spread)",
