@@ -72,11 +72,9 @@ class VigorAllocator(RoundAllocator):
         self._cut: dict[str, int] | None = None
 
     def _next_round(self) -> list[Request]:
-        if self._last or self._t >= self.rounds:
+        if self._last:
             return []
         remaining = self.budget - self._spent
-        if remaining <= 0:
-            return []
         self._t += 1
         m = rollouts_in_round(self.m0, self.gamma, self._t)
         active = self._active
@@ -90,8 +88,8 @@ class VigorAllocator(RoundAllocator):
             self._last = True
             self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
         self._spent += sum(counts.values())
-        if self._t == self.rounds:
-            self._last = True
+        if self._t == self.rounds or self._spent >= self.budget:
+            self._last = True  # no selection after this round: nobody would get more rollouts
         return [Request(uid, n) for uid, n in counts.items() if n > 0]
 
     def _after_round(self, uids: list[str]) -> None:
