@@ -87,9 +87,9 @@ def split_top_level(text: str, seps: tuple[str, ...] = (",", ";")) -> list[str]:
     i = 0
     while i < len(text):
         c = text[i]
-        if c in "([{" and text[i - 1 : i] != "\\":
+        if c in "([{":  # \\{ \\} (set braces) nest too
             depth += 1
-        elif c in ")]}" and text[i - 1 : i] != "\\":
+        elif c in ")]}":
             depth = max(depth - 1, 0)
         elif depth == 0 and c in seps:
             pieces.append(text[start:i])
@@ -171,7 +171,7 @@ def _record(name: str, i: int, row: dict) -> MathRecord:
         box = last_boxed(row["solution"])
         if box is None:
             raise ValueError("no \\boxed{} in solution")
-        golds = [box]
+        golds = [re.sub(r"(?<!\\)\$", "", box).strip()]  # one box spans "...+$ $..."
         meta = {"type": row.get("type")}
     elif name == "gsm8k":
         golds = [gsm8k_answer(row["answer"])]
