@@ -122,7 +122,7 @@ def _parse_boxed(answer: str) -> list:
     """Math-Verify parse of one answer's LaTeX (as ``\\boxed{answer}``), guarded against
     dropped ``\\mathrm{e}`` and against extraction stopping inside ``\\mathrm{...}``."""
     mv = _math_verify()
-    text = _ROMAN_CONSTANT.sub(r" \1 ", answer)
+    text = _ROMAN_CONSTANT.sub(r"\1", answer)
     latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0)]
     parsed = mv.parse("\\boxed{" + text + "}", extraction_config=latex_only, parsing_timeout=None)
     if any(isinstance(p, str) and not _balanced(p) for p in parsed) or (not parsed and "\\" in text):
