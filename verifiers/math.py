@@ -53,7 +53,10 @@ from verifiers.math_answers import all_boxed, last_boxed, split_top_level
 Gold = Union[str, Sequence[str]]
 """One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
 
-WORKER_EXTRA_MEMORY = 2 << 30
+DEFAULT_MAX_WORKERS = 16
+"""``workers=0`` means one worker per core, at most this many."""
+
+WORKER_EXTRA_MEMORY = 1 << 30
 """Address space a worker may grow by past its size at start (bytes): MemoryError, not swap."""
 
 GOLD_CACHE_SIZE = 8192
@@ -380,7 +383,7 @@ def _context():
 class MathVerifier:
     """Time-bounded math rewards over a pool of worker processes kept alive across calls.
 
-    ``timeout_s`` bounds each item; ``workers=0`` means one per CPU core. Use as a
+    ``timeout_s`` bounds each item; ``workers=0`` means one per CPU core (at most 16). Use as a
     context manager or call :meth:`close`. Safe to call from any thread (calls are
     serialised).
     """
@@ -389,10 +392,11 @@ class MathVerifier:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.timeout_s = float(timeout_s)
-        self.workers = workers if workers > 0 else (os.cpu_count() or 1)
+        self.workers = workers if workers > 0 else min(os.cpu_count() or 1, DEFAULT_MAX_WORKERS)
         self._extra_memory = extra_memory
         self._ctx = None
         self._pool: list[_Worker] = []
+        self._dying: list = []  # killed worker processes not yet seen to exit
         self._lock = threading.Lock()
         self.restarts = 0
         """Workers killed and replaced so far (timeouts and crashes)."""
@@ -423,7 +427,9 @@ class MathVerifier:
             for w in self._pool:
                 w.proc.join(timeout=1)
                 w.kill()
-            self._pool = []
+            for proc in self._dying:
+                proc.join(timeout=5)
+            self._pool, self._dying = [], []
 
     def __enter__(self) -> "MathVerifier":
         return self
@@ -451,23 +457,26 @@ class MathVerifier:
         n_workers = min(self.workers, len(items))
         size = max(1, min(64, -(-len(items) // (n_workers * 4))))
         pending = deque(items[k : k + size] for k in range(0, len(items), size))
-        while len(self._pool) < n_workers:
-            self._pool.append(self._spawn())
         left = len(items)
         while left:
+            self._reap()
+            while len(self._pool) < n_workers:
+                self._pool.append(self._spawn())
             now = time.monotonic()
-            for w in self._pool:
+            for w in list(self._pool):
                 if not w.items and pending:
                     chunk = pending.popleft()
                     try:
                         w.conn.send(chunk)
                     except (BrokenPipeError, OSError):
                         pending.appendleft(chunk)
-                        self._replace(w)
+                        self._retire(w)
                         continue
                     w.items.extend(chunk)
                     w.item_started = now
             busy = [w for w in self._pool if w.items]
+            if not busy:
+                continue  # a send failed: start a replacement and try again
             deadline = min(w.item_started for w in busy) + self.timeout_s
             ready = wait([w.conn for w in busy], timeout=max(0.0, deadline - time.monotonic()))
             for w in busy:
@@ -487,16 +496,26 @@ class MathVerifier:
         return results  # type: ignore[return-value]
 
     def _fail(self, w: _Worker, results: list, pending: deque, reason: str) -> int:
-        """Score the worker's current item 0 with ``reason``, hand its other items back, replace it."""
+        """Score the worker's current item 0 with ``reason``, hand its other items back, retire it."""
         index = w.items.popleft()[0]
         results[index] = MathVerdict(0.0, reason)
         if w.items:
             pending.appendleft(list(w.items))
             w.items.clear()
-        self._replace(w)
+        self._retire(w)
         return 1
 
-    def _replace(self, w: _Worker) -> None:
-        w.kill()
+    def _retire(self, w: _Worker) -> None:
+        """SIGKILL a worker and drop it from the pool without waiting for it to exit (a worker
+        that holds gigabytes can take a second to die); _reap and close collect it."""
+        try:
+            w.proc.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        w.conn.close()
+        self._pool.remove(w)
+        self._dying.append(w.proc)
         self.restarts += 1
-        self._pool[self._pool.index(w)] = self._spawn()
+
+    def _reap(self) -> None:
+        self._dying = [p for p in self._dying if p.is_alive()]

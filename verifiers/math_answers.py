@@ -100,7 +100,9 @@ def split_top_level(text: str, seps: tuple[str, ...] = (",", ";")) -> list[str]:
 
 
 def _strip_dollars(text: str) -> str:
-    return text.replace("$", "").strip()
+    """Drop math-mode dollars (not ``\\$``) and a sentence's closing period ("... \\cup\\{1\\}.")."""
+    text = re.sub(r"(?<!\\)\$", "", text).strip()
+    return re.sub(r"(?<=[^\d\s])\.$", "", text).strip()
 
 
 def _number_text(value) -> str:
