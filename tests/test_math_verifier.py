@@ -112,8 +112,12 @@ def test_guards_keep_right_answers(gold, pred):
     assert v.reward == 1.0, v
 
 
-def test_base_digits_invalid_in_base_never_match():
-    assert grade("1012_2", r"\boxed{1012_2}").reward == 0.0
+def test_base_guard_only_reads_numbers_with_a_base():
+    assert grade("1012_2", r"\boxed{1012_2}").reward == 0.0  # 2 is not a base-2 digit
+    assert grade("1A_{11}", r"\boxed{21_{10}}").reward == 1.0
+    assert grade("a_{10}", r"\boxed{a_{10}}").reward == 1.0  # a subscripted variable, not a base
+    assert grade("F_{12}", r"\boxed{F_{12}}").reward == 1.0
+    assert grade("a_{10}", r"\boxed{b_{10}}").reward == 0.0
 
 
 # ---------------------------------------------------------------- several answers (OlympiadBench)

@@ -30,8 +30,8 @@ Time: Math-Verify's own timeouts use SIGALRM (main thread only, and they cancel 
 outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None``).
 :class:`MathVerifier` runs the grading in worker processes forked from a forkserver that
 has already imported sympy and Math-Verify; a worker that passes the limit on one item is
-killed and replaced, that item scores 0 with reason ``timeout``, and its unfinished items
-go to other workers. Exceptions (also MemoryError under the workers' address-space
+killed at once (a replacement starts when there is more work), that item scores 0 with
+reason ``timeout``, and its unfinished items go to other workers. Exceptions (also MemoryError under the workers' address-space
 limit) score 0 with reason ``error: ...``. Nothing raises or hangs.
 """
 
@@ -106,7 +106,8 @@ def _math_verify():
 _ROMAN_CONSTANT = re.compile(r"\\(?:mathrm|text|textrm|rm)\s*\{\s*([ei])\s*\}")
 _ROMAN_WRAPPER = re.compile(r"\\(?:mathrm|text|textrm|textit|mathit|operatorname)\s*\{([^{}]*)\}")
 _PERCENT = re.compile(r"\\?%")
-_BASE_NUMBER = re.compile(r"(?<![\w\\.])([0-9A-Za-z]+)_\{?(\d{1,2})\}?(?![\w{])")
+_BASE_NUMBER = re.compile(r"([0-9A-Z]*[0-9][0-9A-Z]*)_\{?(\d{1,2})\}?")
+"""``1011_2``, ``4210_{5}``, ``1A_{11}``: digits (at least one 0-9, letters upper case) and a base."""
 
 
 def _balanced(text: str) -> bool:
@@ -336,7 +337,11 @@ def _worker_main(conn, extra_memory: int) -> None:
                 v = grade_any(gold, completion)
                 reply = (index, v.reward, v.reason, v.gold_parsed, v.pred_parsed)
             except BaseException as e:  # noqa: BLE001 - RecursionError, MemoryError, sympy bugs
-                reply = (index, 0.0, f"error: {type(e).__name__}: {str(e)[:120]}", "", "")
+                try:
+                    detail = str(e)[:120]
+                except Exception:  # noqa: BLE001 - str() of a sympy object can fail too
+                    detail = ""
+                reply = (index, 0.0, f"error: {type(e).__name__}: {detail}", "", "")
             try:
                 conn.send(reply)
             except (BrokenPipeError, OSError):
@@ -410,7 +415,10 @@ class MathVerifier:
         """Verdicts for (gold, completion) pairs, in order, graded in parallel."""
         items = []
         for i, (gold, completion) in enumerate(pairs):
-            gold = gold if isinstance(gold, str) else tuple(str(g) for g in gold)
+            if isinstance(gold, (list, tuple)):
+                gold = tuple(str(g) for g in gold)
+            else:
+                gold = str(gold)
             items.append((i, gold, str(completion)))
         if not items:
             return []
