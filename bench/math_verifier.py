@@ -117,7 +117,8 @@ def main() -> None:
     from rich.table import Table
 
     console = Console()
-    table = Table(title=f"math verifier throughput: MATH-500 golds x 4 predictions ({os.cpu_count()} cores)")
+    load = os.getloadavg()[0]
+    table = Table(title=f"math verifier throughput: MATH-500 golds x 4 predictions ({os.cpu_count()} cores, load {load:.1f})")
     for col in ("run", "items", "seconds", "verifications/s"):
         table.add_column(col, justify="right" if col != "run" else "left")
     for name, n, t in rows:
@@ -138,7 +139,8 @@ def main() -> None:
     console.print(f"worst latency {worst:.2f} s: {'within' if worst < args.timeout + 0.5 else 'OVER'} limit + 0.5 s")
 
     out = {
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cores": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
+                    "python": platform.python_version(), "platform": platform.platform()},
         "timeout_s": args.timeout,
         "workers": workers,
         "problems": len(golds),

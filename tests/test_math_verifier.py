@@ -112,6 +112,22 @@ def test_guards_keep_right_answers(gold, pred):
     assert v.reward == 1.0, v
 
 
+def test_percent_guard_cost_is_known():
+    """The price of the percent guard: a bare gold for "by what percent...?" rejects "10\\%"."""
+    assert grade("10", r"\boxed{10\%}").reason == "wrong answer (percent guard)"
+    assert grade("10", r"\boxed{10}").reward == 1.0
+
+
+def test_gold_parsed_once_per_process():
+    from verifiers import math as vmath
+
+    vmath._gold_cache.clear()
+    grade(r"\frac{7}{9}", r"\boxed{7/9}")
+    first = vmath._gold_cache[r"\frac{7}{9}"]
+    grade(r"\frac{7}{9}", r"\boxed{0.777778}")
+    assert vmath._gold_cache[r"\frac{7}{9}"] is first and len(vmath._gold_cache) == 1
+
+
 def test_base_guard_only_reads_numbers_with_a_base():
     assert grade("1012_2", r"\boxed{1012_2}").reward == 0.0  # 2 is not a base-2 digit
     assert grade("1A_{11}", r"\boxed{21_{10}}").reward == 1.0
