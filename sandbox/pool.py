@@ -114,12 +114,14 @@ def _classify(reply: dict, limits: Limits) -> RunResult:
         result.outcome, result.detail = "sandbox_error", "the child could not confine itself"
     elif status.get("compile_error"):
         result.outcome, result.detail = "compile_error", tail[0]
+    elif result.exit_code == 0:
+        pass
     elif "MemoryError" in tail[0] or "Cannot allocate memory" in tail[0]:
         result.outcome, result.detail = "memory", f"memory limit {limits.memory_mb} MiB"
     elif result.signal is not None:
         name = signal.Signals(result.signal).name if result.signal in signal.valid_signals() else ""
         result.outcome, result.detail = "signal", f"killed by signal {result.signal} {name}".strip()
-    elif result.exit_code != 0:
+    else:
         result.outcome, result.detail = "exit", f"exit code {result.exit_code}: {tail[0]}"
     return result
 

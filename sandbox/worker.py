@@ -298,7 +298,7 @@ def main() -> None:
     os.dup2(null, 1)
     gc.freeze()  # the imported harness stays shared copy-on-write with every child
     try:
-        protocol.send(replies, {"hello": server.capabilities})
+        protocol.send(replies, {"hello": {**server.capabilities, "base_dir": server.base_dir}})
         while True:
             job = protocol.receive(requests)
             if job is None:
