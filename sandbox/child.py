@@ -60,14 +60,20 @@ PRELUDE_MODULES = (
 _PR_SET_DUMPABLE = 4
 
 
+_SYS_STREAM_NAMES = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__", "argv")
+_prelude_template: dict | None = None
+
+
 def import_prelude_modules() -> None:
-    """Import the prelude's modules (in the fork server, so children start with them)."""
+    """Import the prelude's modules and build its namespace once (in the fork server, so
+    children start with both)."""
+    global _prelude_template
     for name in PRELUDE_STAR_IMPORTS:
         importlib.import_module(name)
+    _prelude_template = _build_prelude()
 
 
-def prelude_namespace() -> dict:
-    """The globals a program starts with, built in the child so ``stdin`` etc. are fresh."""
+def _build_prelude() -> dict:
     namespace: dict = {}
     for name in PRELUDE_STAR_IMPORTS:
         module = sys.modules[name]
@@ -79,6 +85,16 @@ def prelude_namespace() -> dict:
                 namespace[attr] = getattr(module, attr)
     for name in PRELUDE_MODULES:
         namespace[name] = sys.modules[name]
+    return namespace
+
+
+def prelude_namespace(old_sys_values: dict) -> dict:
+    """The globals a program starts with. ``from sys import *`` bound the fork server's
+    streams and argv; those entries are swapped for the child's fresh ones."""
+    namespace = dict(_prelude_template if _prelude_template is not None else _build_prelude())
+    for name, old in old_sys_values.items():
+        if namespace.get(name) is old:
+            namespace[name] = getattr(sys, name)
     return namespace
 
 
@@ -201,6 +217,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
         os._exit(125)  # the sandbox could not be set up: never run the program unconfined
 
     # A fresh interpreter's view of the world.
+    old_sys_values = {name: getattr(sys, name) for name in _SYS_STREAM_NAMES}
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
                                  encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
@@ -219,7 +236,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     sys.setrecursionlimit(RECURSION_LIMIT)
 
     main = types.ModuleType("__main__")
-    main.__dict__.update(prelude_namespace())
+    main.__dict__.update(prelude_namespace(old_sys_values))
     main.__dict__.update({"__name__": "__main__", "__file__": script, "__builtins__": builtins,
                           "__spec__": None, "__loader__": None, "__package__": None})
     sys.modules["__main__"] = main

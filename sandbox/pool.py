@@ -215,7 +215,12 @@ class SandboxPool:
                         results[index] = RunResult("skipped")
                         continue
                     worker = idle.pop()
-                    protocol.send(worker.requests, _job_message(jobs[index]))
+                    message = _job_message(jobs[index])
+                    try:
+                        protocol.send(worker.requests, message)
+                    except OSError:  # the worker died while idle: replace it and resend
+                        worker = self._replace(worker)
+                        protocol.send(worker.requests, message)
                     busy[worker.replies] = (worker, index)
                 if not busy:
                     continue

@@ -123,7 +123,11 @@ class ForkServer:
             "drop_uid": self.capabilities["uid_switch"],
             "seccomp": self.capabilities["seccomp"],
         }
-        self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-")
+        # tmpfs when there is one: a run's mkdir/write/rmtree costs ~0.1 ms there against
+        # ~3 ms on disk, and a program can already write to /dev/shm anyway.
+        shm = "/dev/shm"
+        parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+        self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
         self.runs = 0
 

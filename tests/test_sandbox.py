@@ -311,3 +311,23 @@ def test_cpu_limit_applies_without_wall_clock():
         run = pool.run_one(Job("while True: pass", b"", Limits(timeout_s=30, cpu_s=1)))
     assert run.outcome == "timeout" and "CPU" in run.detail
     assert run.wall_s < 4
+
+
+def test_pool_replaces_a_dead_worker():
+    with SandboxPool(workers=1) as pool:
+        os.kill(pool._workers[0].process.pid, 9)
+        pool._workers[0].process.wait()
+        run = pool.run_one(Job("print(5)", b"", LIMITS))
+        assert run.outcome == "ok" and run.stdout == b"5\n"
+
+
+def test_missing_isolation_is_reported_loudly_once(capsys):
+    from sandbox import pool as pool_module
+
+    caps = {"seccomp": False, "uid_switch": False, "root": True, "uid": 65534,
+            "detail": ["seccomp unavailable: OSError: test"]}
+    pool_module._warn_once_if_degraded(caps)
+    pool_module._warn_once_if_degraded(caps)
+    err = capsys.readouterr().err
+    assert err.count("vigor sandbox WARNING") == 1
+    assert "seccomp filter NOT active" in err and "could NOT drop root" in err
