@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -241,6 +242,9 @@ class SandboxPool:
 
     def _replace(self, dead: _Worker) -> _Worker:
         dead.close()
+        base_dir = dead.capabilities.get("base_dir")
+        if base_dir:  # a killed worker could not remove its own run directories
+            shutil.rmtree(base_dir, ignore_errors=True)
         fresh = _Worker(self.uid)
         self._workers[self._workers.index(dead)] = fresh
         return fresh

@@ -293,7 +293,18 @@ def main() -> None:
 
     import sandbox.seccomp_filter  # noqa: F401
 
+    exposed, expose_error = [], None
+    if os.geteuid() == 0:
+        from sandbox.namespace import expose_python_in_own_namespace
+
+        try:
+            exposed = expose_python_in_own_namespace(uid)
+        except OSError as exc:
+            expose_error = str(exc)
     server = ForkServer(uid)
+    server.capabilities["exposed_import_dirs"] = exposed
+    if expose_error:
+        server.capabilities["detail"].append(f"could not expose the Python installation: {expose_error}")
     requests, replies = sys.stdin.fileno(), sys.stdout.fileno()
     # Keep the protocol pipes away from fds 0/1 so nothing else writes into them.
     requests, replies = os.dup(requests), os.dup(replies)

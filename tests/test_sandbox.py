@@ -230,6 +230,22 @@ def test_isolation_is_active():
         if caps["root"]:
             assert caps["uid_switch"], f"cannot drop root: {caps['detail']}"
         assert pool.isolated
+        assert caps["stdlib_readable"], caps["detail"]
+
+
+def test_any_installed_module_imports_and_roots_home_is_hidden():
+    """Modules the fork server did not preload still import (the installation is exposed
+    to the sandbox uid), and nothing else of a 0700 home directory is visible."""
+    program = "import zoneinfo, sqlite3, email.mime.text, numpy.linalg\nprint('imported')"
+    with SandboxPool(workers=1) as pool:
+        run = pool.run_one(Job(program, b"", LIMITS))
+        assert run.outcome == "ok", run.stderr_head
+        for exposed in pool.capabilities.get("exposed_import_dirs", []):
+            top = "/" + exposed.strip("/").split("/")[0]
+            listing = pool.run_one(Job(f"import os; print(os.listdir({top!r}))", b"", LIMITS))
+            assert listing.outcome == "ok"
+            visible = eval(listing.stdout)  # a list of names printed by our own program
+            assert set(visible) <= {exposed[len(top) + 1:].split("/")[0]}
 
 
 def test_suite_is_large_enough():
@@ -315,10 +331,13 @@ def test_cpu_limit_applies_without_wall_clock():
 
 def test_pool_replaces_a_dead_worker():
     with SandboxPool(workers=1) as pool:
-        os.kill(pool._workers[0].process.pid, 9)
-        pool._workers[0].process.wait()
+        dead = pool._workers[0]
+        os.kill(dead.process.pid, 9)
+        dead.process.wait()
         run = pool.run_one(Job("print(5)", b"", LIMITS))
         assert run.outcome == "ok" and run.stdout == b"5\n"
+        assert pool._workers[0] is not dead
+        assert not os.path.exists(dead.capabilities["base_dir"])
 
 
 def test_missing_isolation_is_reported_loudly_once(capsys):
