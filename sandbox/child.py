@@ -15,7 +15,8 @@ Before user code the child:
   3. enters the fresh temp dir, scrubs the environment;
   4. sets rlimits: CPU, address space (own size + headroom), stack, file size,
      open files, no core dumps;
-  5. drops to the unprivileged uid/gid (when root) and becomes non-dumpable;
+  5. drops to the unprivileged uid/gid (when root), becomes non-dumpable, and
+     asks to be killed if the fork server dies;
   6. loads the seccomp filter.
 
 Status channel: fd 3 carries one JSON line from the harness (never from the
@@ -57,6 +58,7 @@ PRELUDE_MODULES = (
     "statistics", "itertools", "functools", "operator", "io", "sys", "json",
 )
 
+_PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
 
@@ -208,7 +210,12 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
         _set_limits(job["limits"])
         if settings["drop_uid"]:
             _drop_privileges(settings["uid"])
-        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc = ctypes.CDLL(None)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        # Die with the fork server (set after the uid change, which clears it).
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != settings["server_pid"]:
+            os._exit(125)
         if settings["seccomp"]:
             from sandbox.seccomp_filter import load_filter
 

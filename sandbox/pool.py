@@ -30,6 +30,14 @@ _WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); import sandbox.work
 _warned: set[str] = set()
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), the default pool size."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 class SandboxError(RuntimeError):
     """The sandbox itself failed (a worker could not start); never a verdict on a program."""
 
@@ -166,7 +174,7 @@ class SandboxPool:
     """
 
     def __init__(self, workers: int = 0, uid: int = NOBODY_UID):
-        self.size = workers if workers > 0 else (os.cpu_count() or 1)
+        self.size = workers if workers > 0 else usable_cpus()
         self.uid = uid
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
@@ -209,36 +217,48 @@ class SandboxPool:
             pending = deque(range(len(jobs)))
             idle = list(self._workers)
             busy: dict[int, tuple[_Worker, int]] = {}
-            while pending or busy:
-                while pending and idle:
-                    index = pending.popleft()
-                    if skip is not None and skip(index):
-                        results[index] = RunResult("skipped")
-                        continue
-                    worker = idle.pop()
-                    message = _job_message(jobs[index])
-                    try:
-                        protocol.send(worker.requests, message)
-                    except OSError:  # the worker died while idle: replace it and resend
-                        worker = self._replace(worker)
-                        protocol.send(worker.requests, message)
-                    busy[worker.replies] = (worker, index)
-                if not busy:
-                    continue
-                ready, _, _ = select.select(list(busy), [], [])
-                for fd in ready:
-                    worker, index = busy.pop(fd)
-                    reply = protocol.receive(fd)
-                    if reply is None:  # the worker died: replace it, report the job
-                        result = RunResult("sandbox_error", detail="sandbox worker died")
-                        worker = self._replace(worker)
-                    else:
-                        result = _classify(reply, jobs[index].limits)
-                    results[index] = result
-                    idle.append(worker)
-                    if on_result is not None:
-                        on_result(index, result)
+            try:
+                self._dispatch(jobs, results, pending, idle, busy, skip, on_result)
+            except BaseException:
+                # Interrupted (Ctrl-C, a callback raised): a busy worker would later answer a
+                # job nobody waits for, so replace it; its child dies with it (PDEATHSIG).
+                for worker, _ in list(busy.values()):
+                    worker.process.kill()
+                    self._replace(worker)
+                raise
             return results  # type: ignore[return-value]
+
+    def _dispatch(self, jobs, results, pending, idle, busy, skip, on_result) -> None:
+        """The scheduling loop of :meth:`run`: keep every worker busy until all jobs are done."""
+        while pending or busy:
+            while pending and idle:
+                index = pending.popleft()
+                if skip is not None and skip(index):
+                    results[index] = RunResult("skipped")
+                    continue
+                worker = idle.pop()
+                message = _job_message(jobs[index])
+                try:
+                    protocol.send(worker.requests, message)
+                except OSError:  # the worker died while idle: replace it and resend
+                    worker = self._replace(worker)
+                    protocol.send(worker.requests, message)
+                busy[worker.replies] = (worker, index)
+            if not busy:
+                continue
+            ready, _, _ = select.select(list(busy), [], [])
+            for fd in ready:
+                worker, index = busy.pop(fd)
+                reply = protocol.receive(fd)
+                if reply is None:  # the worker died: replace it, report the job
+                    result = RunResult("sandbox_error", detail="sandbox worker died")
+                    worker = self._replace(worker)
+                else:
+                    result = _classify(reply, jobs[index].limits)
+                results[index] = result
+                idle.append(worker)
+                if on_result is not None:
+                    on_result(index, result)
 
     def _replace(self, dead: _Worker) -> _Worker:
         dead.close()

@@ -122,6 +122,7 @@ class ForkServer:
             "uid": uid,
             "drop_uid": self.capabilities["uid_switch"],
             "seccomp": self.capabilities["seccomp"],
+            "server_pid": os.getpid(),
         }
         # tmpfs when there is one: a run's mkdir/write/rmtree costs ~0.1 ms there against
         # ~3 ms on disk, and a program can already write to /dev/shm anyway.

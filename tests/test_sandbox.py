@@ -350,3 +350,36 @@ def test_missing_isolation_is_reported_loudly_once(capsys):
     err = capsys.readouterr().err
     assert err.count("vigor sandbox WARNING") == 1
     assert "seccomp filter NOT active" in err and "could NOT drop root" in err
+
+
+def test_child_dies_with_its_fork_server():
+    """A worker killed mid-run takes its sandboxed child with it (no orphan keeps sleeping)."""
+    import threading
+
+    with SandboxPool(workers=1) as pool:
+        worker = pool._workers[0]
+        results = []
+        runner = threading.Thread(target=lambda: results.append(pool.run_one(
+            Job("import time; time.sleep(1000)", b"", Limits(timeout_s=60)))))
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not _children_of([worker.process.pid]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        children = _children_of([worker.process.pid])
+        assert children, "the sandboxed child never started"
+        os.kill(worker.process.pid, 9)
+        runner.join(timeout=10)
+        assert results and results[0].outcome == "sandbox_error"
+        deadline = time.monotonic() + 2
+        while any(_running(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [pid for pid in children if _running(pid)] == []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -100,8 +100,10 @@ def verify_code(
         return
     from rich.table import Table
 
-    table = Table(title=f"{parsed.question_id} {parsed.title} ({parsed.platform}, "
-                  f"{parsed.difficulty}) - {tests} tests")
+    about = ", ".join(x for x in (parsed.platform, parsed.difficulty) if x)
+    table = Table(title=" ".join(x for x in (parsed.question_id, parsed.title,
+                                             f"({about})" if about else "") if x)
+                  + f" - {tests} tests")
     for column in ("#", "type", "verdict", "wall s", "cpu s", "detail / stderr"):
         table.add_column(column, overflow="fold")
     for number, test in enumerate(verdict.tests, start=1):
