@@ -39,7 +39,6 @@ import resource
 import signal
 import sys
 import threading
-import traceback
 import types
 
 STATUS_FD = 3
@@ -147,13 +146,14 @@ def _exit_code(exc: SystemExit) -> int:
 
 
 def _print_user_traceback(exc: BaseException) -> None:
-    """The traceback CPython would print, minus this harness's own frames."""
+    """The traceback CPython would print (through ``sys.excepthook``, whose C printer keeps
+    the last 1000 frames of a deep recursion fast), minus this harness's own frames."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
     try:
-        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
-    except Exception:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException:
         pass
 
 
