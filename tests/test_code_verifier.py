@@ -329,3 +329,15 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, problem_text, message):
     assert message in " ".join(shown.stderr.split())  # rich wraps long lines at the terminal width
     assert shown.stderr.count("error:") == 1
     assert "Traceback" not in shown.stderr
+
+
+def test_errata_problems_are_flagged(verifier):
+    record = _load("stdin_problem.json")
+    record["question_id"] = "abc337_e"
+    problem = load_problem(record)
+    assert problem.errata and "interactive" in problem.errata
+    verdict = verifier.grade(problem, SUM_PROGRAM)
+    assert verdict.flag == problem.errata
+    leetcode = load_problem({**_load("functional_problem.json"), "question_title": "find-the-peaks"})
+    assert "multiple answers" in leetcode.errata
+    assert load_problem(_load("stdin_problem.json")).errata is None

@@ -115,6 +115,9 @@ class CodeVerdict:
     tests: list[TestVerdict] = field(default_factory=list)
     reason: str = ""
     """'passed N/N', or the first failing test's status and detail, or why nothing ran."""
+    flag: str | None = None
+    """Set for problems in LiveCodeBench's ERRATA (several answers accepted, interactive,
+    broken tests): the score is unreliable and evaluation should report or drop it."""
 
     @property
     def passed(self) -> int:
@@ -122,7 +125,7 @@ class CodeVerdict:
 
     def to_dict(self) -> dict:
         return {"full": self.full, "fraction": self.fraction, "reason": self.reason,
-                "tests": [t.to_dict() for t in self.tests]}
+                "flag": self.flag, "tests": [t.to_dict() for t in self.tests]}
 
 
 _OUTCOME_STATUS = {
@@ -249,6 +252,8 @@ class CodeVerifier:
             per_item.setdefault(item_index, []).append(verdict)
         for item_index, tests in per_item.items():
             verdicts[item_index] = _summarise(tests)
+        for item_index, (problem, _, _) in enumerate(items):
+            verdicts[item_index].flag = problem.errata
         return verdicts  # type: ignore[return-value]
 
     def _job(self, problem: Problem, code: str, case: TestCase) -> Job:

@@ -19,6 +19,20 @@ from dataclasses import dataclass, field
 
 TEST_TYPES = ("stdin", "functional")
 
+ERRATA = {
+    **dict.fromkeys(
+        ("abc311_c", "abc326_d", "abc327_b", "abc333_e", "abc343_e", "abc362_c",
+         "find-words-containing-character", "find-the-peaks",
+         "generate-binary-strings-without-adjacent-zeros"),
+        "multiple answers accepted; graded against one",
+    ),
+    "abc337_e": "interactive; cannot be graded",
+    "abc355_e": "interactive; cannot be graded",
+    "abc350_c": "erroneous test cases",
+}
+"""Problems LiveCodeBench's ERRATA lists, keyed by question_id (AtCoder) or title slug
+(LeetCode). They are flagged, not silently scored: callers may exclude them."""
+
 
 class ProblemError(ValueError):
     """A record that cannot be graded; the message names the question_id and the field."""
@@ -57,6 +71,11 @@ class Problem:
     private_tests: list[TestCase]
     content: str = ""
     metadata: dict = field(default_factory=dict)
+
+    @property
+    def errata(self) -> str | None:
+        """Why upstream's ERRATA says this problem cannot be graded fairly, or None."""
+        return ERRATA.get(self.question_id) or ERRATA.get(self.title)
 
     def tests(self, which: str = "public") -> list[TestCase]:
         """'public' (training default) or 'all' (public then private; evaluation)."""

@@ -114,5 +114,7 @@ def verify_code(
         table.add_row(str(number), test.testtype, f"[{style}]{test.status}[/]",
                       f"{test.wall_s:.3f}", f"{test.cpu_s:.3f}", note)
     console.print(table)
+    if verdict.flag:
+        console.print(f"[yellow]flagged by LiveCodeBench's ERRATA: {verdict.flag}[/]")
     console.print(f"reward: full = [bold]{verdict.full:g}[/], fraction = [bold]"
                   f"{verdict.fraction:.3f}[/] ({verdict.reason})", highlight=False)
