@@ -304,6 +304,10 @@ def _warn_once_if_degraded(caps: dict) -> None:
         problems.append("seccomp filter NOT active: network, fork and kill are not blocked")
     if caps.get("root") and not caps.get("uid_switch"):
         problems.append(f"could NOT drop root to uid {caps.get('uid')}: programs run as root")
+    if caps.get("root") is False:
+        problems.append("not started as root, so programs keep this user's rights: they can "
+                        "read and write this user's files (run as root or in a container to "
+                        "drop to an unprivileged uid)")
     if caps.get("stdlib_readable") is False:
         problems.append(
             f"uid {caps.get('uid')} cannot read the Python installation, so programs can import "

@@ -350,6 +350,8 @@ def test_missing_isolation_is_reported_loudly_once(capsys):
     err = capsys.readouterr().err
     assert err.count("vigor sandbox WARNING") == 1
     assert "seccomp filter NOT active" in err and "could NOT drop root" in err
+    pool_module._warn_once_if_degraded({"seccomp": True, "root": False, "detail": []})
+    assert "keep this user's rights" in capsys.readouterr().err
 
 
 def test_child_dies_with_its_fork_server():
