@@ -177,12 +177,16 @@ def _finish(code: int) -> None:
 
 
 def _call_solution(namespace: dict, func_name: str, args_text: str) -> None:
-    """LeetCode style: ``Solution().<func_name>(*args)``, one JSON argument per line."""
+    """LeetCode style: ``Solution().<func_name>(*args)``, one JSON argument per line (or a
+    top-level ``<func_name>`` when there is no ``Solution`` class)."""
     args = [json.loads(line) for line in args_text.split("\n")]
     solution_class = namespace.get("Solution")
-    if solution_class is None:
-        raise NameError("the program defines no class Solution")
-    method = getattr(solution_class(), func_name)
+    if solution_class is not None:
+        method = getattr(solution_class(), func_name)
+    elif callable(namespace.get(func_name)):  # a bare function, which upstream accepts too
+        method = namespace[func_name]
+    else:
+        raise NameError(f"the program defines neither class Solution nor {func_name}()")
     value = method(*args)
     if isinstance(value, tuple):
         value = list(value)

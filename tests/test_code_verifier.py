@@ -194,15 +194,27 @@ def test_functional_failures(verifier, functional_problem):
     wrong = "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 0]\n"
     crash = "class Solution:\n    def twoSum(self, nums, target):\n        return 1 // 0\n"
     as_set = "class Solution:\n    def twoSum(self, nums, target):\n        return {0, 1}\n"
-    no_class = "def twoSum(nums, target):\n    return [0, 1]\n"
+    no_method = "class Solution:\n    def other(self, nums, target):\n        return [0, 1]\n"
     results = verifier.grade_many([(functional_problem, c, "public")
-                                   for c in (wrong, crash, as_set, no_class)])
+                                   for c in (wrong, crash, as_set, no_method)])
     assert results[0].tests[0].status == "wrong_answer"
     assert results[1].tests[0].status == "runtime_error"
     assert "ZeroDivisionError" in results[1].tests[0].stderr_head
     assert results[2].tests[0].status == "wrong_answer" and "set" in results[2].tests[0].detail
     assert results[3].tests[0].status == "runtime_error"
+    assert "twoSum" in results[3].tests[0].stderr_head
     assert all(r.full == 0.0 for r in results)
+
+
+def test_functional_bare_function_is_called_like_upstream(verifier, functional_problem):
+    code = """
+def twoSum(nums, target):
+    for i in range(len(nums)):
+        for j in range(i + 1, len(nums)):
+            if nums[i] + nums[j] == target:
+                return [i, j]
+"""
+    assert verifier.grade(functional_problem, code, "all").full == 1.0
 
 
 def test_compile_error_marks_every_test(verifier, stdin_problem):
@@ -317,7 +329,7 @@ def test_cli_jsonl_with_question_id_and_completion_file(tmp_path):
     (None, "cannot read problem file"),
     ("{not json", "not valid JSON"),
     (json.dumps(make_fixtures.malicious_record()), "evil_1"),
-])
+], ids=["missing", "bad-json", "malicious-pickle"])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, problem_text, message):
     problem = tmp_path / "p.json"
     if problem_text is not None:
