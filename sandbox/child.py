@@ -57,6 +57,7 @@ PRELUDE_MODULES = (
     "statistics", "itertools", "functools", "operator", "io", "sys", "json",
 )
 
+_NPROC_LIMIT = 1024
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -112,6 +113,9 @@ def _set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
+    # Processes + threads of the sandbox uid, machine-wide: a backstop against fork bombs
+    # should seccomp be missing (root ignores it, so it only bites after the uid drop).
+    resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC_LIMIT, _NPROC_LIMIT))
     stack = limits["stack_mb"] * mb
     resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
     address_space = _own_address_space_bytes() + limits["memory_mb"] * mb

@@ -187,22 +187,24 @@ class ForkServer:
         deadline = start + limits["timeout_s"]
         exited = timed_out = output_limited = False
 
-        def read_some(fd: int) -> None:
+        def read_some(fd: int) -> bool:
+            """Read what is there; False when nothing was (end of file or would block)."""
             nonlocal output_limited
             try:
                 chunk = os.read(fd, _READ_CHUNK)
             except BlockingIOError:
-                return
+                return False
             if not chunk:
                 poller.unregister(fd)
                 open_fds.discard(fd)
-                return
+                return False
             room = caps[fd] - len(kept[fd])
             kept[fd] += chunk[:max(room, 0)]
             if len(chunk) > room:
                 over[fd] = True
                 if fd != err_r:
                     output_limited = True
+            return True
 
         while not exited and not output_limited:
             remaining = deadline - time.monotonic()
@@ -222,10 +224,11 @@ class ForkServer:
             except (ProcessLookupError, PermissionError):
                 pass
         _, status, usage = os.wait4(pid, 0)
-        # The child is gone, so every write end is closed: drain what it wrote last.
-        while open_fds and not output_limited:
-            for fd in list(open_fds):
-                read_some(fd)
+        # The child is gone: drain what it wrote last (stopping at end of file, or when a
+        # pipe would block because something outside the group still holds its write end).
+        for fd in list(open_fds):
+            while not output_limited and read_some(fd):
+                pass
         for fd in (out_r, err_r, status_r, pidfd):
             os.close(fd)
         return {

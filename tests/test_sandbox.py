@@ -70,6 +70,11 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
         if libc.syscall(56, 17, 0, 0, 0, 0) == -1:  # clone(SIGCHLD): a new process
             raise OSError(ctypes.get_errno(), "clone refused")
         """, {"exit"}, None),
+    "raw_clone3_gets_enosys": ("""
+        import ctypes, errno
+        libc = ctypes.CDLL(None, use_errno=True)
+        print(libc.syscall(435, 0, 0), ctypes.get_errno() == errno.ENOSYS)  # clone3
+        """, {"ok"}, "-1 True\n"),
     "subprocess": ("import subprocess; subprocess.run(['sh', '-c', 'touch " + MARKER + "-sp'])",
                    {"exit"}, None),
     "exec_shell": ("import os; os.execv('/bin/sh', ['sh', '-c', 'touch " + MARKER + "-ex'])",
