@@ -1,19 +1,25 @@
-"""Make the Python installation visible to the sandbox uid without changing the host.
+"""Namespaces for a fork server, set up once at its start and inherited by every child.
 
-When the interpreter lives below a directory the unprivileged uid cannot
-enter (a pyenv or venv under ``/root``, mode 0700), a dropped child can import
-nothing that the fork server has not already imported. If the fork server runs
-as root and may create a mount namespace, it fixes that for itself and every
-child it forks, once, at start:
+When the fork server runs as root and the kernel lets it create namespaces
+(``CAP_SYS_ADMIN``, as in most containers run as root), it moves itself into:
 
-  1. ``unshare(CLONE_NEWNS)`` and mark every mount private (nothing propagates
-     back to the host);
-  2. bind each needed ``sys.path`` directory to a staging point;
-  3. mount a small empty tmpfs over the blocking ancestor (e.g. ``/root``), which
-     also hides everything else in it from the children;
-  4. move the staged binds back to their original paths inside that tmpfs.
+* a new **network namespace**: no interface but a loopback that is down, so a
+  program reaches no network even if seccomp were missing, and abstract Unix
+  sockets of the host are out of reach;
+* a new **mount namespace**, with every mount made private first (nothing
+  propagates back to the host), in which:
 
-Paths stay the same, so already-imported modules and tracebacks are unchanged.
+  - ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh size-capped tmpfs mounts,
+    so files a program drops there never reach the host and vanish with the
+    fork server;
+  - the Python installation is made readable to the sandbox uid when it lives
+    below a directory that uid cannot enter (a pyenv or venv under a 0700
+    ``/root``): each import directory is bind-mounted aside, an empty tmpfs
+    covers the blocking ancestor (hiding the rest of it), and the binds are
+    moved back to their original paths. Paths do not change, so imports and
+    tracebacks look as usual.
+
+Without the privilege, nothing changes and the pool reports what is missing.
 """
 
 from __future__ import annotations
@@ -23,11 +29,32 @@ import os
 import sys
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+
+PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+PRIVATE_TMP_SIZE = "512m"
+"""Cap of each private tmpfs: what all of one worker's programs may leave in it at once."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 def _enterable_by(path: str, uid: int) -> bool:
-    """Whether ``uid`` (not root, no shared groups) may search every directory down to ``path``."""
+    """Whether ``uid`` (no shared groups) may search every directory down to ``path``."""
     parts = os.path.abspath(path).split(os.sep)
     for depth in range(1, len(parts) + 1):
         directory = os.sep.join(parts[:depth]) or os.sep
@@ -60,59 +87,67 @@ def import_dirs() -> list[str]:
     return kept
 
 
-def expose_python_to(uid: int, staging_root: str) -> list[str]:
-    """Remount so that ``uid`` can read the import directories; returns what was exposed.
-
-    Does nothing (returns []) when every import directory is already reachable.
-    Raises ``OSError`` when a mount step fails (no CAP_SYS_ADMIN, no namespaces).
-    """
+def _expose_import_dirs(uid: int, staging_root: str) -> list[str]:
     blocked = [d for d in import_dirs() if not _enterable_by(d, uid)]
-    if not blocked:
-        return []
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def check(result: int, what: str) -> None:
-        if result != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"{what}: {os.strerror(err)}")
-
-    def mount(source: str | None, target: str, fstype: str | None, flags: int,
-              data: str | None = None) -> None:
-        enc = (lambda s: None if s is None else s.encode())
-        check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)),
-              f"mount {target}")
-
-    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
-    mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-    ancestors: dict[str, list[str]] = {}
+    by_ancestor: dict[str, list[str]] = {}
     for d in blocked:
         ancestor = _blocking_ancestor(d, uid)
         if ancestor is not None:
-            ancestors.setdefault(ancestor, []).append(d)
+            by_ancestor.setdefault(ancestor, []).append(d)
     exposed = []
-    for index, (ancestor, dirs) in enumerate(sorted(ancestors.items())):
+    for index, (ancestor, dirs) in enumerate(sorted(by_ancestor.items())):
         staged = []
         for j, d in enumerate(dirs):
             stage = os.path.join(staging_root, f"stage-{index}-{j}")
             os.mkdir(stage, 0o700)
-            mount(d, stage, None, _MS_BIND | _MS_REC)
+            _mount(d, stage, None, _MS_BIND | _MS_REC)
             staged.append((stage, d))
-        mount("tmpfs", ancestor, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        _mount("tmpfs", ancestor, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
         for stage, d in staged:
             os.makedirs(d, mode=0o755, exist_ok=True)
-            mount(stage, d, None, _MS_MOVE)
+            _mount(stage, d, None, _MS_MOVE)
             os.rmdir(stage)
             exposed.append(d)
     return exposed
 
 
-def expose_python_in_own_namespace(uid: int) -> list[str]:
-    """:func:`expose_python_to` with a staging dir that is removed afterwards."""
-    import tempfile
-
-    staging = tempfile.mkdtemp(prefix="vigor-stage-",
-                               dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+def isolate_fork_server(uid: int) -> dict:
+    """Enter new network and mount namespaces (see the module doc). Never raises: the
+    returned report says what worked, with the reasons for what did not."""
+    report: dict = {"network_namespace": False, "mount_namespace": False, "private_tmp": [],
+                    "exposed_import_dirs": [], "namespace_detail": []}
     try:
-        return expose_python_to(uid, staging)
+        _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        report["network_namespace"] = True
+    except OSError as exc:
+        report["namespace_detail"].append(str(exc))
+    try:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        report["mount_namespace"] = True
+    except OSError as exc:
+        report["namespace_detail"].append(str(exc))
+        return report
+    for path in PRIVATE_TMP_DIRS:
+        if os.path.isdir(path):
+            try:
+                _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                       f"mode=1777,size={PRIVATE_TMP_SIZE}")
+                report["private_tmp"].append(path)
+            except OSError as exc:
+                report["namespace_detail"].append(str(exc))
+    staging = None
+    try:
+        import tempfile
+
+        staging = tempfile.mkdtemp(prefix="vigor-stage-")
+        report["exposed_import_dirs"] = _expose_import_dirs(uid, staging)
+    except OSError as exc:
+        report["namespace_detail"].append(f"could not expose the Python installation: {exc}")
     finally:
-        os.rmdir(staging)
+        if staging is not None:
+            try:
+                os.rmdir(staging)
+            except OSError:
+                pass
+    return report

@@ -263,7 +263,9 @@ class SandboxPool:
     def _replace(self, dead: _Worker) -> _Worker:
         dead.close()
         base_dir = dead.capabilities.get("base_dir")
-        if base_dir:  # a killed worker could not remove its own run directories
+        if base_dir and not dead.capabilities.get("mount_namespace"):
+            # A killed worker could not remove its run directories (in its own mount
+            # namespace they vanished with it).
             shutil.rmtree(base_dir, ignore_errors=True)
         fresh = _Worker(self.uid)
         self._workers[self._workers.index(dead)] = fresh

@@ -11,7 +11,6 @@ with plain data. Start-up cost is paid once per worker, not per test.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import gc
 import importlib
@@ -38,7 +37,6 @@ Python installation (e.g. a pyenv under /root, mode 0700)."""
 WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
 """Where an unprivileged child can still create files; swept for its leftovers."""
 
-_PR_SET_PDEATHSIG = 1
 _READ_CHUNK = 1 << 16
 
 
@@ -282,10 +280,8 @@ class ForkServer:
 
 def main() -> None:
     """Serve jobs from stdin until it closes (the pool closed or died)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() == 1:
-        return
+    # No PDEATHSIG here: it fires when the *thread* that started the worker ends. A dead
+    # pool closes the request pipe instead, and the loop below ends at end of file.
     uid = int(sys.argv[2]) if len(sys.argv) > 2 else 65534
     import_prelude_modules()
     for name in PRELOADED_MODULES:
@@ -297,18 +293,14 @@ def main() -> None:
 
     import sandbox.seccomp_filter  # noqa: F401
 
-    exposed, expose_error = [], None
+    isolation = {}
     if os.geteuid() == 0:
-        from sandbox.namespace import expose_python_in_own_namespace
+        from sandbox.namespace import isolate_fork_server
 
-        try:
-            exposed = expose_python_in_own_namespace(uid)
-        except OSError as exc:
-            expose_error = str(exc)
+        isolation = isolate_fork_server(uid)  # before the server makes its dirs in /dev/shm
     server = ForkServer(uid)
-    server.capabilities["exposed_import_dirs"] = exposed
-    if expose_error:
-        server.capabilities["detail"].append(f"could not expose the Python installation: {expose_error}")
+    server.capabilities["detail"].extend(isolation.pop("namespace_detail", []))
+    server.capabilities.update(isolation)
     requests, replies = sys.stdin.fileno(), sys.stdout.fileno()
     # Keep the protocol pipes away from fds 0/1 so nothing else writes into them.
     requests, replies = os.dup(requests), os.dup(replies)

@@ -201,10 +201,17 @@ def hostile_runs():
             runs = pool.run(jobs)
             elapsed = time.monotonic() - started
             after = pool.run_one(Job("print('still alive')", b"", LIMITS))
-            base_dirs = [w.capabilities["base_dir"] for w in pool._workers]
+            # Each worker's view of the file system (its own mount namespace, if any).
+            views = [(f"/proc/{w.process.pid}/root", w.capabilities["base_dir"])
+                     for w in pool._workers]
             worker_pids = [w.process.pid for w in pool._workers]
             leftovers = {
-                "run_dirs": [p for d in base_dirs for p in os.listdir(d)],
+                "run_dirs": [p for root, d in views for p in os.listdir(root + d)],
+                "tmp_files": [f"{root}{tmp}/{p.name}" for root, _ in views
+                              for tmp in ("/tmp", "/var/tmp", "/dev/shm")
+                              if os.path.isdir(root + tmp)
+                              for p in Path(root + tmp).iterdir()
+                              if p.lstat().st_uid == SANDBOX_UID],
                 "children": [pid for pid in _sandbox_processes()],
                 "zombies": _children_of(worker_pids),
             }
@@ -236,6 +243,21 @@ def test_isolation_is_active():
             assert caps["uid_switch"], f"cannot drop root: {caps['detail']}"
         assert pool.isolated
         assert caps["stdlib_readable"], caps["detail"]
+
+
+def test_fork_server_namespaces():
+    """Where the kernel allows it (root with CAP_SYS_ADMIN, as here), programs see no network
+    interface but loopback and a private /tmp; elsewhere the pool reports why not."""
+    program = "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))"
+    with SandboxPool(workers=1) as pool:
+        caps = pool.capabilities
+        assert caps["network_namespace"] and caps["mount_namespace"], caps["detail"]
+        assert set(caps["private_tmp"]) >= {"/tmp", "/dev/shm"}
+        run = pool.run_one(Job(program, b"", LIMITS))
+        assert run.outcome == "ok" and run.stdout == b"['lo']\n", run.stderr_head
+        made = pool.run_one(Job(f"open('/tmp/{Path(MARKER).name}-ns', 'w').write('x')", b"", LIMITS))
+        assert made.outcome == "ok"
+        assert not os.path.exists(f"{MARKER}-ns")
 
 
 def test_any_installed_module_imports_and_roots_home_is_hidden():
@@ -272,6 +294,7 @@ def test_hostile_program(hostile_runs, name):
 def test_nothing_left_behind(hostile_runs):
     leftovers = hostile_runs["leftovers"]
     assert leftovers["run_dirs"] == []
+    assert leftovers["tmp_files"] == [], "files written by programs were not swept"
     assert leftovers["children"] == [], "sandboxed processes still running"
     assert leftovers["zombies"] == [], "unreaped children of the fork servers"
     for suffix in ("", "-sp", "-ex"):
