@@ -204,7 +204,6 @@ def _call_solution(namespace: dict, func_name: str, args_text: str) -> None:
 
 def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     """Confine this (forked) process and run ``job``'s program. Never returns."""
-    code = 1
     try:
         os.setsid()
         for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
