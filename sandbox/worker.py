@@ -47,7 +47,7 @@ def _compile_filter() -> tuple[object | None, str]:
 
         return CompiledFilter(), ""
     except Exception as exc:  # ImportError (no pyseccomp/libseccomp), OSError
-        return None, f"seccomp unavailable: {type(exc).__name__}: {exc}"
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 def _probe(uid: int, seccomp_filter, filter_error: str) -> dict:
