@@ -117,8 +117,9 @@ class AllocationConfig(_Section):
     budget: Optional[int] = Field(
         None,
         ge=1,
-        description="Total rollouts per step, enforced exactly (the last round is cut). "
-        "Default: group_size x prompts per step, the budget of GRPO with group_size.",
+        description="VIGOR/random/difficulty: cap on rollouts per step, never exceeded (the "
+        "round that would overspend is cut; see allocation/README.md). Default: group_size x "
+        "prompts per step, the budget of GRPO with group_size.",
     )
     # GRPO / DAPO / GRESO
     group_size: int = Field(
@@ -139,6 +140,21 @@ class AllocationConfig(_Section):
     )
     greso_easy_share: float = Field(
         1 / 3, ge=0, le=1, description="GRESO: share of the target that is all-correct groups."
+    )
+    greso_easy_mean: float = Field(
+        0.98, ge=0, le=1, description="GRESO: a group with mean reward >= this was 'easy'."
+    )
+    greso_hard_mean: float = Field(
+        0.11, ge=0, le=1, description="GRESO: a group with mean reward <= this was 'hard'."
+    )
+    greso_p_min: float = Field(0.05, gt=0, lt=1, description="GRESO: lower clip of p_easy/p_hard.")
+    greso_p_max: float = Field(0.95, gt=0, lt=1, description="GRESO: upper clip of p_easy/p_hard.")
+    greso_min_keep: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="GRESO: a prompt is rolled out with probability at least this "
+        "(skip probability 1 - max(p^z, this)), so skipped prompts are re-explored.",
     )
     # PODS
     pods_n: int = Field(16, ge=2, description="PODS: rollouts generated per prompt.")
