@@ -77,7 +77,7 @@ def test_held_out_accuracy_in_band_with_spread(tiny):
         task.close()
     accuracy = sum(rates) / len(rates)
     assert 0.20 <= accuracy <= 0.60, accuracy
-    assert sum(r == 0 for r in rates) >= 4 and sum(r == 1 for r in rates) >= 4
+    assert sum(r == 0 for r in rates) >= 4 and sum(r >= 0.75 for r in rates) >= 4
     assert sum(0 < r < 1 for r in rates) >= 16
 
 
