@@ -18,7 +18,6 @@ Recipe (all of it seeded, so ``vigor make-tiny --seed 0`` rebuilds the asset):
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from pathlib import Path
