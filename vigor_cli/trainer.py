@@ -310,7 +310,8 @@ class Trainer:
             "time/elapsed": 0.0,  # filled when written
         }
         record = {"step": step, **record}
-        record["text"] = {s.uid: self.examples[s.uid].question[:200] for s in every}
+        for entry in record.get("prompts", []):
+            entry["text"] = self.examples[entry["uid"]].question[:200]
         return StepLog(metrics=metrics, samples=samples, record=record)
 
     # ------------------------------------------------------------------ allocation rounds
