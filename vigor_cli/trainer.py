@@ -619,14 +619,15 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
         cfg = build_config(run.path / "config.yaml")
         if steps is not None:
             cfg.train.steps = steps
-            run.write_config(cfg)
         checkpoint = run.latest_checkpoint()
-        run.cut_logs_after(int(checkpoint.name.split("-")[1]) if checkpoint else -1)
+        trainer = Trainer(cfg, run, checkpoint, out)
+        run.write_config(cfg)
+        run.cut_logs_after(trainer.step if checkpoint else -1)
         out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
     else:
         assert cfg is not None
-        run = RunDir.create(cfg)
-        checkpoint = None
+        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
+        trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
+        run.make(cfg)
     out.print(f"run directory: {run.path}")
-    trainer = Trainer(cfg, run, checkpoint, out)
     return trainer.run()
