@@ -168,7 +168,7 @@ class Trainer:
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
         # ---- task and data
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task, workers=t.reward_workers)
         train_examples = self.task.train_examples()
         validate_config(cfg, len(train_examples))
 
@@ -344,6 +344,7 @@ class Trainer:
                 told[uid].append(float(sc.reward))
             self.allocator.tell({r.uid: told[r.uid] for r in requests})
             round_index += 1
+        self.engine.end_generation()  # vLLM frees the GPU for the update
         result = self.allocator.finish()
         samples = [pool[uid][i] for uid, indices in result.groups.items() for i in indices]
         advantages = grpo.compute_advantages([s.reward for s in samples], [s.uid for s in samples], cfg.grpo.scale_rewards)
@@ -468,6 +469,7 @@ class Trainer:
             name: evaluate_examples(self.engine, self.task, self.tokenizer, exs, t.eval_samples, params, name)
             for name, exs in self.eval_sets.items()
         }
+        self.engine.end_generation()
         accuracy = sum(r.accuracy for r in results.values()) / len(results)
         self.rundir.write_eval(step, {"step": step, "accuracy": accuracy, "sets": {n: r.to_json() for n, r in results.items()}})
         line = {
