@@ -110,7 +110,7 @@ def test_micro_batches_leave_the_update_unchanged(tmp_path):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_resume_matches_uninterrupted_run(tmp_path, monkeypatch, lora):
     sets = tiny_sets(tmp_path, "x", "train.steps=4", "train.save_every=2", "train.eval_every=2",
                      f"model.lora.enabled={str(lora).lower()}", "grpo.mu=2", "grpo.beta=0.01")
