@@ -187,3 +187,15 @@ def test_sigkill_then_resume(tmp_path):
     whole = strip_times(RunDir(tmp_path / "whole").metrics())
     resumed = strip_times(RunDir(tmp_path / "killed").metrics())
     assert resumed == whole
+
+
+@pytest.mark.slow
+def test_tiny_code_end_to_end_through_the_sandbox(tmp_path):
+    sets = [s for s in tiny_sets(tmp_path, "code") if not s.startswith(("task.name", "sampling.max_new_tokens", "task.max_prompt_tokens"))]
+    cfg = build_config(sets=sets + ["task.name=tiny-code", "sampling.max_new_tokens=48", "task.max_prompt_tokens=128"])
+    train(cfg, out=quiet())
+    rows = [r for r in RunDir(tmp_path / "code").metrics() if "reward/mean" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    comps = [json.loads(x) for x in (tmp_path / "code" / "completions.jsonl").read_text().splitlines()]
+    # the sandboxed verifier's verdicts come back as reasons
+    assert comps and all(c["reason"] for c in comps)
