@@ -140,6 +140,21 @@ class AllocationConfig(_Section):
     greso_easy_share: float = Field(
         1 / 3, ge=0, le=1, description="GRESO: share of the target that is all-correct groups."
     )
+    greso_easy_mean: float = Field(
+        0.98, ge=0, le=1, description="GRESO: a group with mean reward >= this was 'easy'."
+    )
+    greso_hard_mean: float = Field(
+        0.11, ge=0, le=1, description="GRESO: a group with mean reward <= this was 'hard'."
+    )
+    greso_p_min: float = Field(0.05, gt=0, lt=1, description="GRESO: lower clip of p_easy/p_hard.")
+    greso_p_max: float = Field(0.95, gt=0, lt=1, description="GRESO: upper clip of p_easy/p_hard.")
+    greso_min_keep: float = Field(
+        0.01,
+        ge=0,
+        le=1,
+        description="GRESO: a prompt is rolled out with probability at least this "
+        "(skip probability 1 - max(p^z, this)), so skipped prompts are re-explored.",
+    )
     # PODS
     pods_n: int = Field(16, ge=2, description="PODS: rollouts generated per prompt.")
     pods_m: int = Field(8, ge=1, description="PODS: rollouts per prompt kept for the update.")

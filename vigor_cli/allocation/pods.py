@@ -1,0 +1,75 @@
+"""PODS (policy optimisation with down-sampling): generate n, train on the max-variance m.
+
+The subset search (shared/notes/algorithms.md): sort the n rewards; for i = 0..m try
+the i largest plus the (m - i) smallest and keep the subset with the largest
+population variance. Equal rewards are ordered by a seeded random key, and ties
+between values of i are broken by a seeded random choice, so which rollouts are
+kept never depends on their position in the batch.
+"""
+
+from __future__ import annotations
+
+import random
+
+from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.rounds import RoundAllocator
+from vigor_cli.errors import UserError
+
+
+def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> list[int]:
+    """Indices (ascending) of the best top-i/bottom-(m-i) subset of size m.
+
+    Equal rewards are ordered by a seeded random key; several best i are chosen among
+    at random (seeded).
+    """
+    n = len(rewards)
+    keys = [rng.random() for _ in range(n)]
+    order = sorted(range(n), key=lambda j: (rewards[j], keys[j]))
+    prefix, prefix_sq = [0.0], [0.0]
+    for j in order:
+        prefix.append(prefix[-1] + rewards[j])
+        prefix_sq.append(prefix_sq[-1] + rewards[j] ** 2)
+    variances = []
+    for i in range(m + 1):  # the i largest plus the (m - i) smallest
+        low = m - i
+        total = prefix[low] + prefix[n] - prefix[n - i]
+        total_sq = prefix_sq[low] + prefix_sq[n] - prefix_sq[n - i]
+        mean = total / m
+        variances.append(max(0.0, total_sq / m - mean * mean))
+    best = max(variances)
+    ties = [i for i, v in enumerate(variances) if v >= best - 1e-12]
+    i = ties[0] if len(ties) == 1 else rng.choice(ties)
+    return sorted(order[: m - i] + order[n - i :])
+
+
+class PodsAllocator(RoundAllocator):
+    """``pods``: pods_n rollouts per prompt, the update uses the max-variance pods_m of them."""
+
+    name = "pods"
+
+    def __init__(self, prompts_per_step: int, seed: int, *, n: int, m: int) -> None:
+        super().__init__(prompts_per_step, seed)
+        if m > n:
+            raise UserError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
+        self.n, self.m = n, m
+
+    def _begin(self) -> None:
+        self._uids = self._draw(self.prompts_per_step)
+        self._asked = False
+        self._chosen: dict[str, list[int]] = {}
+
+    def _next_round(self) -> list[Request]:
+        if self._asked:
+            return []
+        self._asked = True
+        return [Request(uid, self.n) for uid in self._uids]
+
+    def _after_round(self, uids: list[str]) -> None:
+        for uid in uids:
+            self._chosen[uid] = max_variance_subset(self._rewards[uid], self.m, self.rng)
+
+    def _groups(self) -> dict[str, list[int]]:
+        return self._chosen
+
+    def _budget(self) -> int:
+        return self.n * self.prompts_per_step

@@ -1,0 +1,263 @@
+"""Shared bookkeeping for every strategy: rounds, reward pools, checks, the record.
+
+A strategy subclasses :class:`RoundAllocator` and writes three hooks:
+
+- ``_begin()``: draw the step's first prompts;
+- ``_next_round()``: the requests of the next round (``[]`` when the step is done);
+- ``_after_round(uids)``: look at the new rewards and decide who is kept.
+
+Everything else (validating ``tell``, keeping each prompt's rewards in
+generation order, the allocation record, the RNG and its checkpointed state)
+lives here, so that all strategies count and record rollouts the same way.
+The record format is documented in ``vigor_cli/allocation/README.md``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Mapping, Sequence
+
+from vigor_cli.allocation.base import Allocator, DrawFn, Request, StepResult
+from vigor_cli.errors import UserError
+
+
+class AllocationError(ValueError):
+    """The trainer broke the ask/tell protocol (wrong uids, counts or reward values)."""
+
+
+def population_variance(values: Sequence[float]) -> float:
+    """Population variance (divide by n): what VIGOR ranks on; 0.0 for fewer than 2 values."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return sum((v - mean) ** 2 for v in values) / n
+
+
+def is_zero_variance(values: Sequence[float]) -> bool:
+    """True when every reward is equal (exact test; float round-off cannot fake variance)."""
+    return len(values) < 2 or min(values) == max(values)
+
+
+def compact(value: float) -> float | int:
+    """A reward or statistic for the JSON record: integral values as ints, others to 6 places."""
+    if value == int(value):
+        return int(value)
+    return round(value, 6)
+
+
+def ceil_fraction(alpha: float, n: int) -> int:
+    """ceil(alpha * n), robust to float noise (0.1 * 30 must give 3, not 4), at least 1."""
+    return max(1, math.ceil(alpha * n - 1e-9))
+
+
+def rng_state_to_json(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def rng_state_from_json(state: list) -> tuple:
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)
+
+
+class RoundAllocator(Allocator):
+    """Base of every strategy: the ask/tell protocol and the per-step record."""
+
+    name = "base"
+
+    def __init__(self, prompts_per_step: int, seed: int) -> None:
+        if prompts_per_step < 1:
+            raise UserError(f"prompts per step must be >= 1 (got {prompts_per_step})")
+        self.prompts_per_step = prompts_per_step
+        self.rng = random.Random(seed)
+        self._in_step = False
+
+    # ------------------------------------------------------------------ protocol
+    def start_step(self, step: int, draw: DrawFn) -> None:
+        if self._in_step:
+            raise AllocationError("start_step() called before finish() of the previous step")
+        self._in_step = True
+        self._step = step
+        self._draw_fn = draw
+        self._order: list[str] = []  # uids in the order they were drawn
+        self._rewards: dict[str, list[float]] = {}
+        self._rounds: dict[str, list[dict[str, Any]]] = {}
+        self._notes: dict[str, dict[str, Any]] = {}  # extra per-prompt record fields
+        self._round_totals: list[dict[str, Any]] = []
+        self._pending: dict[str, int] | None = None
+        self._done = False
+        self._begin()
+
+    def ask(self) -> list[Request]:
+        self._require_step("ask")
+        if self._pending is not None:
+            raise AllocationError("ask() called twice without tell() in between")
+        if self._done:
+            return []
+        requests = self._next_round()
+        if not requests:
+            self._done = True
+            return []
+        self._pending = {}
+        for r in requests:
+            if r.n < 1 or r.uid in self._pending:
+                raise AssertionError(f"{self.name}: bad request {r}")
+            self._pending[r.uid] = r.n
+        return requests
+
+    def tell(self, rewards: Mapping[str, Sequence[float]]) -> None:
+        self._require_step("tell")
+        if self._pending is None:
+            raise AllocationError("tell() called without a pending ask()")
+        pending = self._pending
+        if len(rewards) != len(pending) or any(uid not in rewards for uid in pending):
+            missing = [u for u in pending if u not in rewards][:3]
+            extra = [u for u in rewards if u not in pending][:3]
+            raise AllocationError(
+                f"tell() must answer exactly the asked uids (missing {missing}, unexpected {extra})"
+            )
+        round_no = len(self._round_totals) + 1
+        told: list[str] = []
+        added = 0
+        for uid, n in pending.items():
+            got = rewards[uid]
+            if len(got) != n:
+                raise AllocationError(f"tell(): prompt {uid!r} asked for {n} rewards, got {len(got)}")
+            values = []
+            for v in got:
+                f = float(v)
+                if not 0.0 <= f <= 1.0:  # also rejects NaN
+                    raise AllocationError(f"tell(): prompt {uid!r} reward {v!r} is not in [0, 1]")
+                values.append(f)
+            pool = self._rewards[uid]
+            pool.extend(values)
+            self._rounds[uid].append(
+                {
+                    "round": round_no,
+                    "added": n,
+                    "rewards": [compact(v) for v in values],
+                    "var": compact(population_variance(pool)),
+                    "kept": None,
+                }
+            )
+            told.append(uid)
+            added += n
+        self._pending = None
+        self._round_totals.append({"round": round_no, "prompts": len(told), "rollouts": added})
+        self._after_round(told)
+        self._round_totals[-1]["kept"] = sum(1 for u in told if self._rounds[u][-1]["kept"])
+
+    def finish(self) -> StepResult:
+        self._require_step("finish")
+        if self._pending is not None or not self._done:
+            raise AllocationError("finish() called before ask() returned [] (the step is not done)")
+        groups = self._groups()
+        self._end_step(groups)
+        record = self._record(groups)
+        self._in_step = False
+        return StepResult(groups=groups, record=record)
+
+    # ------------------------------------------------------------------ helpers
+    def _require_step(self, what: str) -> None:
+        if not self._in_step:
+            raise AllocationError(f"{what}() called outside a step (call start_step first)")
+
+    def _draw(self, n: int) -> list[str]:
+        """Draw n fresh prompts from the trainer's sampler and open their pools."""
+        uids = list(self._draw_fn(n))
+        if len(uids) != n:
+            raise AllocationError(f"draw({n}) returned {len(uids)} prompts")
+        for uid in uids:
+            if uid in self._rewards:
+                raise AllocationError(f"draw() returned prompt {uid!r} twice in one step")
+            self._order.append(uid)
+            self._rewards[uid] = []
+            self._rounds[uid] = []
+        return uids
+
+    def _mark(self, uid: str, kept: bool | None, reason: str | None = None) -> None:
+        """Set kept/dropped on the prompt's latest round entry (and why, when dropped)."""
+        entry = self._rounds[uid][-1]
+        entry["kept"] = kept
+        if reason is not None:
+            entry["reason"] = reason
+
+    def _groups(self) -> dict[str, list[int]]:
+        """Default: every generated rollout of every prompt that got any is used."""
+        return {uid: list(range(len(r))) for uid, r in self._rewards.items() if r}
+
+    def _end_step(self, groups: dict[str, list[int]]) -> None:
+        """Hook for cross-step updates (GRESO's p_easy/p_hard)."""
+
+    def _budget(self) -> int | None:
+        return None
+
+    def _extra_totals(self) -> dict[str, Any]:
+        return {}
+
+    def _record(self, groups: dict[str, list[int]]) -> dict[str, Any]:
+        prompts = []
+        zero_var_update = zero_var_generated = used_total = generated = 0
+        for uid in self._order:
+            pool = self._rewards[uid]
+            used = groups.get(uid, [])
+            entry: dict[str, Any] = {
+                "uid": uid,
+                "rounds": self._rounds[uid],
+                "rollouts": len(pool),
+                "used": len(used),
+                "in_update": bool(used),
+            }
+            if used and len(used) != len(pool):
+                entry["used_idx"] = used
+            entry.update(self._notes.get(uid, {}))
+            prompts.append(entry)
+            generated += len(pool)
+            used_total += len(used)
+            if pool and is_zero_variance(pool):
+                zero_var_generated += 1
+            if used and is_zero_variance([pool[i] for i in used]):
+                zero_var_update += 1
+        totals = {
+            "rollouts": generated,
+            "used": used_total,
+            "rounds": len(self._round_totals),
+            "prompts": len(self._order),
+            "in_update": sum(1 for u in self._order if groups.get(u)),
+            "zero_var_groups": zero_var_update,
+            "zero_var_generated": zero_var_generated,
+            "budget": self._budget(),
+        }
+        totals.update(self._extra_totals())
+        return {
+            "strategy": self.name,
+            "rounds": self._round_totals,
+            "prompts": prompts,
+            "totals": totals,
+        }
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        if self._in_step:
+            raise AllocationError("state_dict() is taken between steps, not inside one")
+        return {"strategy": self.name, "rng": rng_state_to_json(self.rng)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("strategy") != self.name:
+            raise UserError(
+                f"allocator state is for strategy {state.get('strategy')!r}, "
+                f"but this run uses {self.name!r}"
+            )
+        self.rng.setstate(rng_state_from_json(state["rng"]))
+
+    # ------------------------------------------------------------------ hooks
+    def _begin(self) -> None:
+        raise NotImplementedError
+
+    def _next_round(self) -> list[Request]:
+        raise NotImplementedError
+
+    def _after_round(self, uids: list[str]) -> None:
+        raise NotImplementedError

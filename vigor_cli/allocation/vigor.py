@@ -1,0 +1,124 @@
+"""VIGOR (variance-guided online rollout allocation) and its two ablations.
+
+Per step (shared/notes/algorithms.md)::
+
+    every prompt starts active with m = m0 new rollouts
+    for t in 1..T:
+        every active prompt gets m_t new rollouts; u = population variance of its whole pool
+        if t < T: keep the ceil(alpha * |active|) active prompts with the largest u; m grows by gamma
+    the update uses every rollout of every prompt, dropped ones included
+
+Choices of ours where the paper is silent (all stated in the allocation README):
+
+- ``m_t = round(m0 * gamma**(t-1))`` (half up, at least 1), so a non-integer gamma
+  still gives whole rollouts; with gamma = 2 this is exactly 2, 4, 8, 16.
+- Ties in the ranking key are broken by a seeded random number per prompt, never by
+  position in the batch.
+- Budget cap: a round that would overspend the remaining budget is cut to it. The
+  remaining rollouts are split evenly over the active prompts; the remainder goes to
+  a seeded random choice of them (one extra each). That round is the last one.
+- Under-spending (alpha * gamma < 1, or T rounds that end before the budget) is not
+  topped up: the step simply uses fewer rollouts, and the record says how many.
+
+``keep_by`` selects the ranking: ``variance`` (VIGOR), ``random`` (keep a random
+alpha-fraction) or ``difficulty`` (keep the alpha-fraction with the lowest mean reward).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction, population_variance
+from vigor_cli.errors import UserError
+
+KeepBy = Literal["variance", "random", "difficulty"]
+
+
+def rollouts_in_round(m0: int, gamma: float, t: int) -> int:
+    """New rollouts per active prompt in round t (1-based): round-half-up of m0 * gamma^(t-1)."""
+    return max(1, math.floor(m0 * gamma ** (t - 1) + 0.5))
+
+
+class VigorAllocator(RoundAllocator):
+    """Rounds of growing size on a shrinking set of high-variance prompts, under a hard cap."""
+
+    def __init__(
+        self,
+        prompts_per_step: int,
+        seed: int,
+        *,
+        rounds: int,
+        m0: int,
+        gamma: float,
+        alpha: float,
+        budget: int,
+        keep_by: KeepBy = "variance",
+    ) -> None:
+        super().__init__(prompts_per_step, seed)
+        if budget < 1:
+            raise UserError(f"allocation.budget must be >= 1 (got {budget})")
+        self.rounds, self.m0, self.gamma, self.alpha = rounds, m0, gamma, alpha
+        self.budget = budget
+        self.keep_by = keep_by
+        self.name = {"variance": "vigor", "random": "random", "difficulty": "difficulty"}[keep_by]
+
+    def _begin(self) -> None:
+        self._active = self._draw(self.prompts_per_step)
+        self._t = 0
+        self._spent = 0
+        self._last = False
+        self._cut: dict[str, int] | None = None
+
+    def _next_round(self) -> list[Request]:
+        if self._last or self._t >= self.rounds:
+            return []
+        remaining = self.budget - self._spent
+        if remaining <= 0:
+            return []
+        self._t += 1
+        m = rollouts_in_round(self.m0, self.gamma, self._t)
+        active = self._active
+        if len(active) * m <= remaining:
+            counts = {uid: m for uid in active}
+        else:
+            # Cut round: spend exactly what is left, evenly, extras to a seeded random few.
+            base, extra = divmod(remaining, len(active))
+            lucky = set(self.rng.sample(active, extra))
+            counts = {uid: base + (uid in lucky) for uid in active}
+            self._last = True
+            self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
+        self._spent += sum(counts.values())
+        if self._t == self.rounds:
+            self._last = True
+        return [Request(uid, n) for uid, n in counts.items() if n > 0]
+
+    def _ranking_key(self, uid: str) -> tuple[float, float]:
+        """Sort key, smallest first = kept first; the seeded random second part breaks ties."""
+        tie = self.rng.random()
+        pool = self._rewards[uid]
+        if self.keep_by == "variance":
+            return (-population_variance(pool), tie)
+        if self.keep_by == "difficulty":
+            return (sum(pool) / len(pool), tie)
+        return (0.0, tie)
+
+    def _after_round(self, uids: list[str]) -> None:
+        if self._last:
+            return  # no selection after the final round; "kept" stays null
+        # Only prompts that received rollouts can be in uids; in a non-cut round that is all
+        # of the active set.
+        keyed = sorted(self._active, key=self._ranking_key)
+        n_keep = ceil_fraction(self.alpha, len(keyed))
+        self._active = keyed[:n_keep]
+        for uid in keyed[:n_keep]:
+            self._mark(uid, True)
+        for uid in keyed[n_keep:]:
+            self._mark(uid, False)
+
+    def _budget(self) -> int:
+        return self.budget
+
+    def _extra_totals(self) -> dict[str, Any]:
+        return {"cut": self._cut}
