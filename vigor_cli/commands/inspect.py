@@ -18,10 +18,12 @@ from vigor_cli.errors import UserError
 
 
 def _rewards_text(rewards: list[float]) -> str:
-    """Binary rewards as a string of 0/1 digits, others as two-decimal numbers."""
+    """Up to 8 binary rewards as 0/1 digits; more as 'correct/n'; others by their mean."""
     if all(r in (0.0, 1.0) for r in rewards):
-        return "".join("1" if r else "0" for r in rewards)
-    return ",".join(f"{r:.2f}" for r in rewards)
+        if len(rewards) <= 8:
+            return "".join("1" if r else "0" for r in rewards)
+        return f"{int(sum(rewards))}/{len(rewards)}"
+    return f"mean {sum(rewards) / len(rewards):.2f}"
 
 
 def _pct(x: float | None) -> str:
@@ -103,37 +105,49 @@ def inspect_allocation(
     for s in chosen:
         summary = summarize_step(s)
         rounds = summary["rounds"]
+        rows = []
+        for p in sorted(s.prompts, key=lambda p: -p.total):
+            by_round = {r.round: r for r in p.rounds}
+            cells = []
+            for i in range(1, rounds + 1):
+                r = by_round.get(i)
+                if r is None or r.added == 0:
+                    cells.append(("", ""))
+                    continue
+                cell = f"+{r.added} {_rewards_text(r.rewards)} {_num(r.pool_variance, 2)}"
+                cells.append((cell, {True: "green", False: "dim red", None: ""}[r.kept]))
+            status_style = "green" if p.status == "kept" else "dim"
+            rows.append([(p.uid, ""), *cells, (str(p.total), ""), (p.status, status_style)])
+        headers = ["prompt", *(f"round {i}" for i in range(1, rounds + 1)), "total", "status"]
         t = Table(
             title=f"step {s.step} ({s.strategy}): {summary['prompts']} prompts, "
             f"{summary['rollouts']} rollouts",
             title_justify="left",
         )
-        t.add_column("prompt")
-        for i in range(rounds):
-            t.add_column(f"round {i + 1}\n+n rewards var")
-        t.add_column("total", justify="right")
-        t.add_column("status")
-        t.add_column("text", overflow="ellipsis", no_wrap=True)
-        for p in sorted(s.prompts, key=lambda p: -p.total):
-            cells = []
-            for i in range(rounds):
-                if i >= len(p.rounds) or p.rounds[i].added == 0:
-                    cells.append("")
-                    continue
-                r = p.rounds[i]
-                cell = f"+{r.added} {_rewards_text(r.rewards)} {_num(r.pool_variance, 2)}"
-                style = {True: "green", False: "dim red", None: ""}[r.kept]
-                cells.append(f"[{style}]{cell}[/]" if style else cell)
-            status_style = "green" if p.status == "kept" else "dim"
+        # every column but the prompt text keeps its full width; the text takes what is left
+        widths = [max([len(h)] + [len(row[j][0]) for row in rows]) for j, h in enumerate(headers)]
+        for header, width in zip(headers, widths):
+            t.add_column(header, no_wrap=True, min_width=width,
+                         justify="right" if header == "total" else "left")
+        room = console.width - sum(widths) - 3 * len(widths) - 4
+        t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(8, room))
+        for row, p in zip(rows, sorted(s.prompts, key=lambda p: -p.total)):
             t.add_row(
-                p.uid, *cells, str(p.total), f"[{status_style}]{p.status}[/]",
+                *(f"[{style}]{text}[/]" if style and text else text for text, style in row),
                 _truncate(p.text, text_width),
             )
         console.print(t)
+        console.print(
+            "[dim]round cells: +new rollouts, their rewards (1 = correct), variance of the pool so "
+            "far; green = kept for the next round, red = dropped[/]"
+        )
         grpo = summary["grpo_per_prompt"]
         console.print(
             f"budget used {summary['rollouts']} of {summary['budget']} "
-            f"(GRPO at this budget: {_num(grpo, 1)} per prompt; here "
+            f"({summary['used']} in the update"
+            + (f", {summary['skipped']} prompts skipped before rollout" if summary["skipped"] else "")
+            + "; "
+            f"GRPO with these rollouts: {_num(grpo, 1)} per prompt; here "
             f"{summary['min_per_prompt']}..{summary['max_per_prompt']}), "
             f"zero-variance prompts {_pct(summary['zero_var_frac'])}, "
             f"mean pool variance kept {_num(summary['mean_var_kept'])} vs dropped "
@@ -143,12 +157,12 @@ def inspect_allocation(
         )
 
     o = Table(title=f"overview: {len(summaries)} steps", title_justify="left")
-    for col in ("step", "prompts", "rollouts", "top-10% share", "zero-var", "var kept",
+    for col in ("step", "prompts", "rollouts", "used", "top-10% share", "zero-var", "var kept",
                 "var dropped", "max/prompt"):
         o.add_column(col, justify="right")
     for row in overview:
         o.add_row(
-            str(row["step"]), str(row["prompts"]), str(row["rollouts"]),
+            str(row["step"]), str(row["prompts"]), str(row["rollouts"]), str(row["used"]),
             _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
             _num(row["mean_var_kept"]), _num(row["mean_var_dropped"]), str(row["max_per_prompt"]),
         )

@@ -196,12 +196,14 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
 
 def config_budget(config: dict, prompts: int) -> int | None:
     """The step budget the run was configured with: allocation.budget, else group_size x
-    prompts (the budget of GRPO with group_size; see config.AllocationConfig.budget)."""
+    train.prompts_per_step (GRPO's spend; see config.AllocationConfig.budget). ``prompts``
+    stands in for prompts_per_step when the config lacks it."""
     alloc = config.get("allocation") or {}
     if alloc.get("budget") is not None:
         return int(alloc["budget"])
+    per_step = (config.get("train") or {}).get("prompts_per_step") or prompts
     if alloc.get("group_size") is not None:
-        return int(alloc["group_size"]) * prompts
+        return int(alloc["group_size"]) * int(per_step)
     return None
 
 
