@@ -1,10 +1,100 @@
-"""`vigor verify math`: not built yet (issue 3)."""
+"""`vigor verify math`: grade answers with the math reward verifier and show how it read them."""
 
 from __future__ import annotations
 
-from vigor_cli.errors import NotBuiltError
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from vigor_cli.errors import UserError
 
 
-def verify_math() -> None:
-    """Not built yet."""
-    raise NotBuiltError("this command is not built yet (issue 3)")
+def _read_cases(path: Path) -> list[tuple[object, str]]:
+    """(gold, pred) pairs from a JSONL file; gold may be a string, a number or a list of strings."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    cases = []
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{i}: expected a JSON object with fields gold and pred")
+            for key in ("gold", "pred"):
+                if key not in row:
+                    raise UserError(f"{path}:{i}: missing field {key!r}")
+            gold, pred = row["gold"], row["pred"]
+            if isinstance(gold, list):
+                if not gold or not all(isinstance(g, (str, int, float)) for g in gold):
+                    raise UserError(f"{path}:{i}: field 'gold' must be a string or a non-empty list of strings")
+                gold = [str(g) for g in gold]
+            elif isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
+                gold = str(gold)
+            else:
+                raise UserError(f"{path}:{i}: field 'gold' must be a string or a list of strings")
+            if not isinstance(pred, (str, int, float)) or isinstance(pred, bool):
+                raise UserError(f"{path}:{i}: field 'pred' must be a string")
+            cases.append((gold, str(pred)))
+    if not cases:
+        raise UserError(f"{path}: no cases")
+    return cases
+
+
+def verify_math(
+    gold: Optional[str] = typer.Option(None, "--gold", help="Gold answer (LaTeX, e.g. '\\frac12')."),
+    pred: Optional[str] = typer.Option(None, "--pred", help="Prediction: an answer or a whole completion."),
+    input: Optional[Path] = typer.Option(None, "--input", help="JSONL file of cases with fields gold and pred."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per case instead of a table."),
+    timeout: float = typer.Option(5.0, "--timeout", help="Seconds allowed per case."),
+) -> None:
+    """Grade answers with the math reward verifier (Math-Verify plus guards).
+
+    The prediction's answer is its last \\boxed{} (else Math-Verify's extraction). Prints
+    the verdict, the reason and both parsed forms.
+    """
+    if input is not None and (gold is not None or pred is not None):
+        raise UserError("give either --input or --gold with --pred, not both")
+    if input is None:
+        if gold is None or pred is None:
+            raise UserError("give --gold and --pred (or --input cases.jsonl)")
+        cases: list[tuple[object, str]] = [(gold, pred)]
+    else:
+        cases = _read_cases(input)
+    if timeout <= 0:
+        raise UserError("--timeout must be positive")
+
+    from verifiers.math import MathVerifier
+
+    with MathVerifier(timeout_s=timeout) as verifier:
+        verdicts = verifier.score_many(cases)  # type: ignore[arg-type]
+
+    if as_json:
+        for (g, p), v in zip(cases, verdicts):
+            print(json.dumps({"gold": g, "pred": p, "reward": v.reward, "reason": v.reason,
+                              "gold_parsed": v.gold_parsed, "pred_parsed": v.pred_parsed}, ensure_ascii=False))
+        return
+
+    from rich.table import Table
+    from rich.text import Text
+
+    from vigor_cli.console import console
+
+    table = Table(title="vigor verify math")
+    table.add_column("#", justify="right")
+    table.add_column("verdict")
+    table.add_column("reason")
+    table.add_column("gold parsed", overflow="fold")
+    table.add_column("pred parsed", overflow="fold")
+    for i, v in enumerate(verdicts, start=1):
+        mark = "[green]correct[/]" if v.correct else "[red]wrong[/]"
+        table.add_row(str(i), mark, Text(v.reason), Text(v.gold_parsed), Text(v.pred_parsed))
+    console.print(table)
+    if len(verdicts) > 1:
+        right = sum(v.correct for v in verdicts)
+        console.print(f"{right}/{len(verdicts)} correct")

@@ -1,0 +1,502 @@
+"""Math answer rewards: Math-Verify equivalence, guarded, time-bounded in worker processes.
+
+How one completion is graded (:func:`grade`):
+
+1. The answer is the content of the last ``\\boxed{}`` of the completion; when there is
+   none (or it does not parse) Math-Verify's own extraction over the whole completion
+   (LaTeX, then plain expressions) is used.
+2. Gold and answer are parsed by Math-Verify as ``\\boxed{...}`` and compared with
+   ``verify(gold, answer)`` (gold first: the relation is not symmetric). Golds are
+   parsed once per worker process and cached.
+3. Guards veto the known wrong accepts of Math-Verify 0.9 where a cheap check exists:
+
+   - ``\\mathrm{e}`` / ``\\mathrm{i}`` are dropped as units ("2\\mathrm{e}" parses as 2):
+     they are rewritten to ``e`` / ``i`` before parsing.
+   - extraction that stops early inside ``\\mathrm{...}`` / ``\\text{...}``
+     ("\\frac{3}{\\mathrm{x}}" is read as the string "\\frac{3}{"; two such truncated
+     strings compare equal): a parse whose matched text has unbalanced braces is redone
+     with the ``\\mathrm``/``\\text`` wrappers removed.
+   - numbers compared as floats (``1/2004!`` equals ``1/2006!`` to 15 digits): when both
+     sides are exact rationals (integers, fractions, factorials, integer powers; no
+     decimal point) they must be exactly equal.
+   - a percent sign dropped (``5\\%`` accepted for gold ``5``): an answer with a percent
+     sign against a gold without one is read as x/100. The cost: "by what percent ...?"
+     with a bare gold "10" rejects "10\\%" (one MATH-500 problem).
+   - a number-base subscript dropped (``1011_3`` accepted for gold ``1011_2``): when both
+     carry a base, the values in those bases decide (so ``11_{10}`` matches ``1011_2``).
+     A bare answer ("1011") against a gold with a base keeps Math-Verify's digit match.
+
+Time: Math-Verify's own timeouts use SIGALRM (main thread only, and they cancel any
+outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None``).
+:class:`MathVerifier` runs the grading in worker processes forked from a forkserver that
+has already imported sympy and Math-Verify; a worker that passes the limit on one item is
+killed and replaced, that item scores 0 with reason ``timeout``, and its unfinished items
+go to other workers. Exceptions (also MemoryError under the workers' address-space
+limit) score 0 with reason ``error: ...``. Nothing raises or hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import re
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Sequence, Union
+
+from verifiers.math_answers import all_boxed, last_boxed, split_top_level
+
+Gold = Union[str, Sequence[str]]
+"""One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
+
+WORKER_EXTRA_MEMORY = 2 << 30
+"""Address space a worker may grow by past its size at start (bytes): MemoryError, not swap."""
+
+GOLD_CACHE_SIZE = 8192
+"""Parsed gold answers kept per worker process."""
+
+STARTUP_TIMEOUT_S = 120.0
+"""How long a new worker may take to import Math-Verify and report ready."""
+
+SHOW_CHARS = 200
+"""Parsed forms in verdicts are cut to this many characters."""
+
+
+@dataclass
+class MathVerdict:
+    reward: float
+    """1.0 when the answer is equivalent to the gold, else 0.0."""
+    reason: str
+    """'correct', 'wrong answer' (with the guard that vetoed, if one did), 'no answer found',
+    'timeout', or 'error: <exception>'."""
+    gold_parsed: str = ""
+    pred_parsed: str = ""
+
+    @property
+    def correct(self) -> bool:
+        return self.reward == 1.0
+
+
+# --------------------------------------------------------------------------------------
+# Grading in this process (no time limit: workers call these; tests call them directly)
+# --------------------------------------------------------------------------------------
+
+_MV = None
+
+
+def _math_verify():
+    """Math-Verify, imported on first use (it pulls in sympy: about a second) and quietened."""
+    global _MV
+    if _MV is None:
+        import math_verify
+
+        for name in ("math_verify", "latex2sympy2_extended"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        _MV = math_verify
+    return _MV
+
+
+_ROMAN_CONSTANT = re.compile(r"\\(?:mathrm|text|textrm|rm)\s*\{\s*([ei])\s*\}")
+_ROMAN_WRAPPER = re.compile(r"\\(?:mathrm|text|textrm|textit|mathit|operatorname)\s*\{([^{}]*)\}")
+_PERCENT = re.compile(r"\\?%")
+_BASE_NUMBER = re.compile(r"(?<![\w\\.])([0-9A-Za-z]+)_\{?(\d{1,2})\}?(?![\w{])")
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for i, c in enumerate(text):
+        if c == "{" and text[i - 1 : i] != "\\":
+            depth += 1
+        elif c == "}" and text[i - 1 : i] != "\\":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+def _parse_boxed(answer: str) -> list:
+    """Math-Verify parse of one answer's LaTeX (as ``\\boxed{answer}``), guarded against
+    dropped ``\\mathrm{e}`` and against extraction stopping inside ``\\mathrm{...}``."""
+    mv = _math_verify()
+    text = _ROMAN_CONSTANT.sub(r" \1 ", answer)
+    latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0)]
+    parsed = mv.parse("\\boxed{" + text + "}", extraction_config=latex_only, parsing_timeout=None)
+    if any(isinstance(p, str) and not _balanced(p) for p in parsed) or (not parsed and "\\" in text):
+        unwrapped = _ROMAN_WRAPPER.sub(r"{\1}", text)
+        if unwrapped != text:
+            parsed = mv.parse("\\boxed{" + unwrapped + "}", extraction_config=latex_only, parsing_timeout=None)
+    if not parsed:  # plain text such as "x**2 + 1"
+        parsed = mv.parse(answer, parsing_timeout=None)
+    if any(isinstance(p, str) and not _balanced(p) for p in parsed):
+        return []  # a truncated parse would compare equal to any other truncated parse
+    return parsed
+
+
+_gold_cache: OrderedDict[str, list] = OrderedDict()
+
+
+def _parse_gold(gold: str) -> list:
+    """Parsed gold, from the per-process cache when seen before."""
+    hit = _gold_cache.get(gold)
+    if hit is not None:
+        _gold_cache.move_to_end(gold)
+        return hit
+    parsed = _parse_boxed(gold)
+    _gold_cache[gold] = parsed
+    if len(_gold_cache) > GOLD_CACHE_SIZE:
+        _gold_cache.popitem(last=False)
+    return parsed
+
+
+def _extract_answer(completion: str) -> tuple[list, str]:
+    """(parsed answer, its source text): the last boxed answer first, else Math-Verify's extraction."""
+    box = last_boxed(completion)
+    if box:
+        parsed = _parse_boxed(box)
+        if parsed:
+            return parsed, box
+    parsed = _math_verify().parse(completion, parsing_timeout=None)
+    source = parsed[-1] if parsed and isinstance(parsed[-1], str) else completion
+    return parsed, source
+
+
+def _show(parsed: list) -> str:
+    if not parsed:
+        return ""
+    return str(parsed[0])[:SHOW_CHARS]
+
+
+def _exact_rational(parsed: list):
+    """The exact sympy Rational a parse stands for, or None (symbols, floats, sets, ...)."""
+    import sympy
+
+    expr = parsed[0] if parsed else None
+    if not isinstance(expr, sympy.Basic) or expr.free_symbols or expr.atoms(sympy.Float):
+        return None
+    try:
+        value = expr.doit()
+    except Exception:
+        return None
+    return value if isinstance(value, sympy.Rational) else None
+
+
+def _base_value(text: str) -> int | None:
+    """Decimal value of ``digits_{base}`` when text is one such number; None otherwise."""
+    m = _BASE_NUMBER.fullmatch(text.strip().strip("$").strip())
+    if not m:
+        return None
+    digits, base = m.group(1), int(m.group(2))
+    if not 2 <= base <= 36:
+        return None
+    try:
+        return int(digits, base)
+    except ValueError:
+        return -1  # digits not valid in that base: matches nothing
+
+
+def _guard(gold: str, gold_parsed: list, answer: str, pred_parsed: list) -> str | None:
+    """Name of the guard that rejects an answer Math-Verify accepted, or None."""
+    mv = _math_verify()
+    if _PERCENT.search(answer) and not _PERCENT.search(gold):
+        as_fraction = _PERCENT.sub(r"\\cdot\\frac{1}{100}", answer)
+        fraction_parsed = _parse_boxed(as_fraction)
+        if not fraction_parsed or not mv.verify(gold_parsed, fraction_parsed, timeout_seconds=None):
+            return "percent"
+    if _PERCENT.search(gold):
+        return None  # "50\\%" is both 50 and 1/2: Math-Verify's percent rule decides
+    g_exact, p_exact = _exact_rational(gold_parsed), _exact_rational(pred_parsed)
+    if g_exact is not None and p_exact is not None and g_exact != p_exact:
+        return "exact value"
+    return None
+
+
+def _compare(gold: str, gold_parsed: list, answer: str, pred_parsed: list) -> tuple[bool, str]:
+    g_base, p_base = _base_value(gold), _base_value(answer)
+    if g_base is not None and p_base is not None:  # 1011_2 vs 11_{10}: compare the values
+        return (True, "correct") if g_base == p_base and g_base >= 0 else (False, "wrong answer (number base)")
+    if not _math_verify().verify(gold_parsed, pred_parsed, timeout_seconds=None):
+        return False, "wrong answer"
+    vetoed = _guard(gold, gold_parsed, answer, pred_parsed)
+    if vetoed:
+        return False, f"wrong answer ({vetoed} guard)"
+    return True, "correct"
+
+
+def grade(gold: str, completion: str) -> MathVerdict:
+    """Grade one completion against one gold answer in this process (no time limit)."""
+    gold_parsed = _parse_gold(gold)
+    if not gold_parsed:
+        return MathVerdict(0.0, "error: gold answer does not parse", "", "")
+    pred_parsed, answer = _extract_answer(completion)
+    if not pred_parsed:
+        return MathVerdict(0.0, "no answer found", _show(gold_parsed), "")
+    ok, reason = _compare(gold, gold_parsed, answer, pred_parsed)
+    return MathVerdict(1.0 if ok else 0.0, reason, _show(gold_parsed), _show(pred_parsed))
+
+
+_ANSWER_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:and|or)\s*\}|\\(?:quad|qquad)|\band\b|\bor\b")
+
+
+def _answer_items(completion: str, count: int) -> list[str] | None:
+    """The completion's answers for a problem with ``count`` answers (see grade_multi)."""
+    boxes = all_boxed(completion)
+    if not boxes:
+        return None
+    items = split_top_level(_ANSWER_SEPARATORS.sub(",", boxes[-1]), (",", ";"))
+    if len(items) != count and len(boxes) >= count:
+        items = boxes[-count:]
+    return items
+
+
+def grade_multi(golds: Sequence[str], completion: str) -> MathVerdict:
+    """Grade a problem with several answers (OlympiadBench ``is_multiple_answer``).
+
+    Rule: the answers are the last ``\\boxed{}`` split at top-level commas (also ';',
+    'and', 'or'); if that does not give as many answers as there are golds but the
+    completion has at least that many boxes, the last ``len(golds)`` boxes are the
+    answers. Correct when the answers match the golds one to one, in any order (each gold
+    matched by a different answer, no answer left over; repeated golds need repeated
+    answers). Without any box, the golds joined by commas are graded as one answer.
+    """
+    golds = list(golds)
+    if len(golds) == 1:
+        return grade(golds[0], completion)
+    joined = ", ".join(golds)
+    items = _answer_items(completion, len(golds))
+    if items is None:
+        verdict = grade(joined, completion)
+        verdict.gold_parsed = joined[:SHOW_CHARS]
+        return verdict
+    parsed_items = [(item, _parse_boxed(item)) for item in items]
+    shown = ", ".join(_show(p) or item for item, p in parsed_items)[:SHOW_CHARS]
+    if len(items) != len(golds):
+        return MathVerdict(0.0, f"wrong answer ({len(items)} answers, expected {len(golds)})", joined[:SHOW_CHARS], shown)
+    unused = list(range(len(items)))
+    for gold in golds:
+        gold_parsed = _parse_gold(gold)
+        if not gold_parsed:
+            return MathVerdict(0.0, f"error: gold answer {gold!r} does not parse", joined[:SHOW_CHARS], shown)
+        match = next((i for i in unused if parsed_items[i][1] and _compare(gold, gold_parsed, *parsed_items[i])[0]), None)
+        if match is None:
+            return MathVerdict(0.0, f"wrong answer (no answer matches {gold!r})"[:SHOW_CHARS], joined[:SHOW_CHARS], shown)
+        unused.remove(match)
+    return MathVerdict(1.0, "correct", joined[:SHOW_CHARS], shown)
+
+
+def grade_any(gold: Gold, completion: str) -> MathVerdict:
+    """grade() for one gold string, grade_multi() for a list of golds."""
+    if isinstance(gold, str):
+        return grade(gold, completion)
+    return grade_multi(list(gold), completion)
+
+
+# --------------------------------------------------------------------------------------
+# Worker processes
+# --------------------------------------------------------------------------------------
+
+
+def _limit_memory(extra: int) -> None:
+    import resource
+
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra, size + extra))
+
+
+def _worker_main(conn, extra_memory: int) -> None:
+    """Grade chunks of (index, gold, completion) sent on ``conn``; one reply per item, in order.
+
+    One reply per item (not per chunk) lets the parent time each item separately.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    try:
+        _limit_memory(extra_memory)
+    except (OSError, ValueError):
+        pass  # no /proc or no rlimits: the time limit still holds
+    _math_verify()
+    conn.send("ready")
+    while True:
+        try:
+            chunk = conn.recv()
+        except (EOFError, OSError):
+            return
+        if chunk is None:
+            return
+        for index, gold, completion in chunk:
+            try:
+                v = grade_any(gold, completion)
+                reply = (index, v.reward, v.reason, v.gold_parsed, v.pred_parsed)
+            except BaseException as e:  # noqa: BLE001 - RecursionError, MemoryError, sympy bugs
+                reply = (index, 0.0, f"error: {type(e).__name__}: {str(e)[:120]}", "", "")
+            try:
+                conn.send(reply)
+            except (BrokenPipeError, OSError):
+                return
+
+
+class _Worker:
+    def __init__(self, ctx, extra_memory: int):
+        self.conn, child = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, extra_memory), daemon=True)
+        self.proc.start()
+        child.close()
+        ready = self.conn.poll(STARTUP_TIMEOUT_S)
+        try:
+            ok = ready and self.conn.recv() == "ready"
+        except (EOFError, OSError):
+            ok = False
+        if not ok:
+            self.kill()
+            raise RuntimeError(
+                "a math verifier worker did not start (is the main module guarded by "
+                "`if __name__ == '__main__':`?)"
+            )
+        self.items: deque = deque()  # (index, gold, completion) sent and not yet answered
+        self.item_started = 0.0
+
+    def kill(self) -> None:
+        try:
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self.conn.close()
+
+
+def _context():
+    """A forkserver that has imported Math-Verify: new workers start in milliseconds and
+    never inherit the parent's threads or CUDA state."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["verifiers.math", "math_verify", "sympy"])
+    return ctx
+
+
+class MathVerifier:
+    """Time-bounded math rewards over a pool of worker processes kept alive across calls.
+
+    ``timeout_s`` bounds each item; ``workers=0`` means one per CPU core. Use as a
+    context manager or call :meth:`close`. Safe to call from any thread (calls are
+    serialised).
+    """
+
+    def __init__(self, timeout_s: float = 5.0, workers: int = 0, extra_memory: int = WORKER_EXTRA_MEMORY):
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.timeout_s = float(timeout_s)
+        self.workers = workers if workers > 0 else (os.cpu_count() or 1)
+        self._extra_memory = extra_memory
+        self._ctx = None
+        self._pool: list[_Worker] = []
+        self._lock = threading.Lock()
+        self.restarts = 0
+        """Workers killed and replaced so far (timeouts and crashes)."""
+
+    # -- public API ---------------------------------------------------------------------
+
+    def score(self, gold: Gold, completion: str) -> MathVerdict:
+        return self.score_many([(gold, completion)])[0]
+
+    def score_many(self, pairs: Sequence[tuple[Gold, str]]) -> list[MathVerdict]:
+        """Verdicts for (gold, completion) pairs, in order, graded in parallel."""
+        items = []
+        for i, (gold, completion) in enumerate(pairs):
+            gold = gold if isinstance(gold, str) else tuple(str(g) for g in gold)
+            items.append((i, gold, str(completion)))
+        if not items:
+            return []
+        with self._lock:
+            return self._run(items)
+
+    def close(self) -> None:
+        with self._lock:
+            for w in self._pool:
+                try:
+                    w.conn.send(None)
+                except (BrokenPipeError, OSError):
+                    pass
+            for w in self._pool:
+                w.proc.join(timeout=1)
+                w.kill()
+            self._pool = []
+
+    def __enter__(self) -> "MathVerifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    # -- scheduling ---------------------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        if self._ctx is None:
+            self._ctx = _context()
+        return _Worker(self._ctx, self._extra_memory)
+
+    def _run(self, items: list) -> list[MathVerdict]:
+        results: list[MathVerdict | None] = [None] * len(items)
+        # Same gold next to each other: one worker parses it once and reuses it.
+        items.sort(key=lambda it: (str(it[1]), it[0]))
+        n_workers = min(self.workers, len(items))
+        size = max(1, min(64, -(-len(items) // (n_workers * 4))))
+        pending = deque(items[k : k + size] for k in range(0, len(items), size))
+        while len(self._pool) < n_workers:
+            self._pool.append(self._spawn())
+        left = len(items)
+        while left:
+            now = time.monotonic()
+            for w in self._pool:
+                if not w.items and pending:
+                    chunk = pending.popleft()
+                    try:
+                        w.conn.send(chunk)
+                    except (BrokenPipeError, OSError):
+                        pending.appendleft(chunk)
+                        self._replace(w)
+                        continue
+                    w.items.extend(chunk)
+                    w.item_started = now
+            busy = [w for w in self._pool if w.items]
+            deadline = min(w.item_started for w in busy) + self.timeout_s
+            ready = wait([w.conn for w in busy], timeout=max(0.0, deadline - time.monotonic()))
+            for w in busy:
+                if w.conn in ready:
+                    while w.items and w.conn.poll():
+                        try:
+                            index, reward, reason, gp, pp = w.conn.recv()
+                        except (EOFError, OSError):
+                            left -= self._fail(w, results, pending, "error: worker process died")
+                            break
+                        results[index] = MathVerdict(reward, reason, gp, pp)
+                        w.items.popleft()
+                        w.item_started = time.monotonic()
+                        left -= 1
+                elif time.monotonic() - w.item_started >= self.timeout_s:
+                    left -= self._fail(w, results, pending, "timeout")
+        return results  # type: ignore[return-value]
+
+    def _fail(self, w: _Worker, results: list, pending: deque, reason: str) -> int:
+        """Score the worker's current item 0 with ``reason``, hand its other items back, replace it."""
+        index = w.items.popleft()[0]
+        results[index] = MathVerdict(0.0, reason)
+        if w.items:
+            pending.appendleft(list(w.items))
+            w.items.clear()
+        self._replace(w)
+        return 1
+
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
+        self.restarts += 1
+        self._pool[self._pool.index(w)] = self._spawn()
