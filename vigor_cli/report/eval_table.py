@@ -11,7 +11,7 @@ def _pct(x: float | None) -> str:
 
 def results_table(results: dict, title: str) -> Table:
     """avg@n, pass@k for every k reported, and the code test pass rate, in percent."""
-    benches = results["benchmarks"]
+    benches = results["sets"]
     ks: list[str] = []
     for b in benches.values():
         for k in b["metrics"].get("pass@k", {}):
