@@ -20,8 +20,9 @@ speed-ups: baseline's rollouts to target / this run's, so 2.0 means half the
 rollouts. The default target is the lowest final accuracy among the runs, so
 every run reaches it by its last evaluation.
 
-Seeds. Runs whose config.yaml agree on every key but ``train.seed``,
-``train.run_name`` and ``train.output_dir`` form a group. A group's curve is
+Seeds. Runs whose config.yaml agree on every key but the seed and
+bookkeeping (:data:`SEED_KEYS`: names, number of steps, how often to
+evaluate, save or log) form a group. A group's curve is
 the mean of its runs' accuracies, each run linearly interpolated onto the
 union of their x values within the range every run covers; the band is the
 min-max across seeds. A group's rollouts to target is the crossing of that
@@ -40,8 +41,13 @@ import numpy as np
 from vigor_cli.errors import UserError
 from vigor_cli.report.rundir import RunDir
 
-SEED_KEYS = (("train", "seed"), ("train", "run_name"), ("train", "output_dir"))
-"""Config keys that do not make two runs different configurations."""
+SEED_KEYS = tuple(
+    ("train", key)
+    for key in ("seed", "run_name", "output_dir", "steps", "eval_every", "save_every",
+                "keep_checkpoints", "log_completions_every", "reward_workers")
+)
+"""Config keys that do not make two runs different configurations: the seed, names, and
+bookkeeping (a run extended with more steps, or evaluated more often, is the same recipe)."""
 
 
 @dataclass
