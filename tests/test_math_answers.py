@@ -59,6 +59,8 @@ def test_minerva_gold_is_last_boxed_of_solution():
     records = load_benchmark("minerva_math", DATA)
     assert records[0].golds == ["1.6"]  # "...=\boxed{1.6} \mathrm{~cm}"
     assert records[1].golds == ["4.5e33"]
+    golds = {g for r in records for g in r.golds}
+    assert {"-1/3", "-3/2", r"\arcsin(10/13)"} <= golds  # written "-1./3", "np.arcsin(10/13)"
 
 
 def test_olympiadbench_multiple_answers_and_units():

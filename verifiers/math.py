@@ -30,8 +30,8 @@ Time: Math-Verify's own timeouts use SIGALRM (main thread only, and they cancel 
 outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None``).
 :class:`MathVerifier` runs the grading in worker processes forked from a forkserver that
 has already imported sympy and Math-Verify; a worker that passes the limit on one item is
-killed and replaced, that item scores 0 with reason ``timeout``, and its unfinished items
-go to other workers. Exceptions (also MemoryError under the workers' address-space
+killed at once (a replacement starts when there is more work), that item scores 0 with
+reason ``timeout``, and its unfinished items go to other workers. Exceptions (also MemoryError under the workers' address-space
 limit) score 0 with reason ``error: ...``. Nothing raises or hangs.
 """
 
@@ -53,7 +53,10 @@ from verifiers.math_answers import all_boxed, last_boxed, split_top_level
 Gold = Union[str, Sequence[str]]
 """One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
 
-WORKER_EXTRA_MEMORY = 2 << 30
+DEFAULT_MAX_WORKERS = 16
+"""``workers=0`` means one worker per core, at most this many."""
+
+WORKER_EXTRA_MEMORY = 1 << 30
 """Address space a worker may grow by past its size at start (bytes): MemoryError, not swap."""
 
 GOLD_CACHE_SIZE = 8192
@@ -103,7 +106,8 @@ def _math_verify():
 _ROMAN_CONSTANT = re.compile(r"\\(?:mathrm|text|textrm|rm)\s*\{\s*([ei])\s*\}")
 _ROMAN_WRAPPER = re.compile(r"\\(?:mathrm|text|textrm|textit|mathit|operatorname)\s*\{([^{}]*)\}")
 _PERCENT = re.compile(r"\\?%")
-_BASE_NUMBER = re.compile(r"(?<![\w\\.])([0-9A-Za-z]+)_\{?(\d{1,2})\}?(?![\w{])")
+_BASE_NUMBER = re.compile(r"([0-9A-Z]*[0-9][0-9A-Z]*)_\{?(\d{1,2})\}?")
+"""``1011_2``, ``4210_{5}``, ``1A_{11}``: digits (at least one 0-9, letters upper case) and a base."""
 
 
 def _balanced(text: str) -> bool:
@@ -122,7 +126,7 @@ def _parse_boxed(answer: str) -> list:
     """Math-Verify parse of one answer's LaTeX (as ``\\boxed{answer}``), guarded against
     dropped ``\\mathrm{e}`` and against extraction stopping inside ``\\mathrm{...}``."""
     mv = _math_verify()
-    text = _ROMAN_CONSTANT.sub(r" \1 ", answer)
+    text = _ROMAN_CONSTANT.sub(r"\1", answer)
     latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0)]
     parsed = mv.parse("\\boxed{" + text + "}", extraction_config=latex_only, parsing_timeout=None)
     if any(isinstance(p, str) and not _balanced(p) for p in parsed) or (not parsed and "\\" in text):
@@ -333,7 +337,11 @@ def _worker_main(conn, extra_memory: int) -> None:
                 v = grade_any(gold, completion)
                 reply = (index, v.reward, v.reason, v.gold_parsed, v.pred_parsed)
             except BaseException as e:  # noqa: BLE001 - RecursionError, MemoryError, sympy bugs
-                reply = (index, 0.0, f"error: {type(e).__name__}: {str(e)[:120]}", "", "")
+                try:
+                    detail = str(e)[:120]
+                except Exception:  # noqa: BLE001 - str() of a sympy object can fail too
+                    detail = ""
+                reply = (index, 0.0, f"error: {type(e).__name__}: {detail}", "", "")
             try:
                 conn.send(reply)
             except (BrokenPipeError, OSError):
@@ -380,7 +388,7 @@ def _context():
 class MathVerifier:
     """Time-bounded math rewards over a pool of worker processes kept alive across calls.
 
-    ``timeout_s`` bounds each item; ``workers=0`` means one per CPU core. Use as a
+    ``timeout_s`` bounds each item; ``workers=0`` means one per CPU core (at most 16). Use as a
     context manager or call :meth:`close`. Safe to call from any thread (calls are
     serialised).
     """
@@ -389,10 +397,11 @@ class MathVerifier:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.timeout_s = float(timeout_s)
-        self.workers = workers if workers > 0 else (os.cpu_count() or 1)
+        self.workers = workers if workers > 0 else min(os.cpu_count() or 1, DEFAULT_MAX_WORKERS)
         self._extra_memory = extra_memory
         self._ctx = None
         self._pool: list[_Worker] = []
+        self._dying: list = []  # killed worker processes not yet seen to exit
         self._lock = threading.Lock()
         self.restarts = 0
         """Workers killed and replaced so far (timeouts and crashes)."""
@@ -406,7 +415,10 @@ class MathVerifier:
         """Verdicts for (gold, completion) pairs, in order, graded in parallel."""
         items = []
         for i, (gold, completion) in enumerate(pairs):
-            gold = gold if isinstance(gold, str) else tuple(str(g) for g in gold)
+            if isinstance(gold, (list, tuple)):
+                gold = tuple(str(g) for g in gold)
+            else:
+                gold = str(gold)
             items.append((i, gold, str(completion)))
         if not items:
             return []
@@ -423,7 +435,9 @@ class MathVerifier:
             for w in self._pool:
                 w.proc.join(timeout=1)
                 w.kill()
-            self._pool = []
+            for proc in self._dying:
+                proc.join(timeout=5)
+            self._pool, self._dying = [], []
 
     def __enter__(self) -> "MathVerifier":
         return self
@@ -451,23 +465,26 @@ class MathVerifier:
         n_workers = min(self.workers, len(items))
         size = max(1, min(64, -(-len(items) // (n_workers * 4))))
         pending = deque(items[k : k + size] for k in range(0, len(items), size))
-        while len(self._pool) < n_workers:
-            self._pool.append(self._spawn())
         left = len(items)
         while left:
+            self._reap()
+            while len(self._pool) < n_workers:
+                self._pool.append(self._spawn())
             now = time.monotonic()
-            for w in self._pool:
+            for w in list(self._pool):
                 if not w.items and pending:
                     chunk = pending.popleft()
                     try:
                         w.conn.send(chunk)
                     except (BrokenPipeError, OSError):
                         pending.appendleft(chunk)
-                        self._replace(w)
+                        self._retire(w)
                         continue
                     w.items.extend(chunk)
                     w.item_started = now
             busy = [w for w in self._pool if w.items]
+            if not busy:
+                continue  # a send failed: start a replacement and try again
             deadline = min(w.item_started for w in busy) + self.timeout_s
             ready = wait([w.conn for w in busy], timeout=max(0.0, deadline - time.monotonic()))
             for w in busy:
@@ -487,16 +504,26 @@ class MathVerifier:
         return results  # type: ignore[return-value]
 
     def _fail(self, w: _Worker, results: list, pending: deque, reason: str) -> int:
-        """Score the worker's current item 0 with ``reason``, hand its other items back, replace it."""
+        """Score the worker's current item 0 with ``reason``, hand its other items back, retire it."""
         index = w.items.popleft()[0]
         results[index] = MathVerdict(0.0, reason)
         if w.items:
             pending.appendleft(list(w.items))
             w.items.clear()
-        self._replace(w)
+        self._retire(w)
         return 1
 
-    def _replace(self, w: _Worker) -> None:
-        w.kill()
+    def _retire(self, w: _Worker) -> None:
+        """SIGKILL a worker and drop it from the pool without waiting for it to exit (a worker
+        that holds gigabytes can take a second to die); _reap and close collect it."""
+        try:
+            w.proc.kill()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        w.conn.close()
+        self._pool.remove(w)
+        self._dying.append(w.proc)
         self.restarts += 1
-        self._pool[self._pool.index(w)] = self._spawn()
+
+    def _reap(self) -> None:
+        self._dying = [p for p in self._dying if p.is_alive()]

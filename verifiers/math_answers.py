@@ -11,7 +11,8 @@ OlympiadBench problems with several answers):
 - ``gaokao2023en``: ``answer`` in ``$...$``, sometimes several ``$...$`` pieces joined
   by "," / "or" / "and" (joined into one comma list), once a trailing unit or junk;
   two rows have an empty ``answer`` and the answer at the end of the question.
-- ``minerva_math``: no answer field; the gold is the last ``\\boxed{}`` of ``solution``.
+- ``minerva_math``: no answer field; the gold is the last ``\\boxed{}`` of ``solution``
+  (two written as Python, "-1./3" and "np.arcsin(10/13)", are rewritten as LaTeX).
 - ``olympiadbench``: ``final_answer`` is a list of ``$...$`` strings; when
   ``is_multiple_answer`` is true the answers are split at top-level commas into
   several golds (graded with :func:`verifiers.math.grade_multi`); ``unit`` kept in meta.
@@ -100,7 +101,9 @@ def split_top_level(text: str, seps: tuple[str, ...] = (",", ";")) -> list[str]:
 
 
 def _strip_dollars(text: str) -> str:
-    return text.replace("$", "").strip()
+    """Drop math-mode dollars (not ``\\$``) and a sentence's closing period ("... \\cup\\{1\\}.")."""
+    text = re.sub(r"(?<!\\)\$", "", text).strip()
+    return re.sub(r"(?<=[^\d\s])\.$", "", text).strip()
 
 
 def _number_text(value) -> str:
@@ -171,7 +174,10 @@ def _record(name: str, i: int, row: dict) -> MathRecord:
         box = last_boxed(row["solution"])
         if box is None:
             raise ValueError("no \\boxed{} in solution")
-        golds = [re.sub(r"(?<!\\)\$", "", box).strip()]  # one box spans "...+$ $..."
+        gold = re.sub(r"(?<!\\)\$", "", box).strip()  # one box spans "...+$ $..."
+        # Two golds are written as Python: "-1./3" and "np.arcsin(10/13)".
+        gold = re.sub(r"(\d)\./", r"\1/", gold).replace("np.arcsin", "\\arcsin")
+        golds = [gold]
         meta = {"type": row.get("type")}
     elif name == "gsm8k":
         golds = [gsm8k_answer(row["answer"])]

@@ -55,8 +55,7 @@ def verify_math(
 ) -> None:
     """Grade answers with the math reward verifier (Math-Verify plus guards).
 
-    The prediction's answer is its last \\boxed{} (else Math-Verify's extraction). Prints
-    the verdict, the reason and both parsed forms.
+    The answer is the prediction's last \\boxed{} (else Math-Verify's extraction). Prints the verdict, the reason and both parsed forms. In --input files, a list of golds is a problem with several answers.
     """
     if input is not None and (gold is not None or pred is not None):
         raise UserError("give either --input or --gold with --pred, not both")

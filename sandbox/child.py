@@ -1,0 +1,279 @@
+"""What runs inside a freshly forked child: confine the process, then run the program.
+
+The fork server (``sandbox.worker``) forks, and the child calls
+:func:`run_child`, which never returns. The program runs as a real
+``__main__`` script: its own module in ``sys.modules['__main__']``, the real
+file descriptors 0/1/2, a normal exit (``sys.exit``, ``quit()``, threads joined,
+``atexit`` run, buffers flushed). That is why programs that the upstream
+in-process harness grades wrong (``global`` in helpers, ``quit()``,
+``os.write(1, ...)``, ``open(0).read()``, a ``__main__`` block that is not
+last) behave here exactly as under ``python3 solution.py``.
+
+Before user code the child:
+  1. starts a new session (its own process group, killed whole at the end);
+  2. moves its pipes onto fds 0-3 and closes every other descriptor;
+  3. enters the fresh temp dir, scrubs the environment;
+  4. sets rlimits: CPU, address space (own size + headroom), stack, file size,
+     open files, no core dumps;
+  5. drops to the unprivileged uid/gid (when root), becomes non-dumpable, and
+     asks to be killed if the fork server dies;
+  6. loads the seccomp filter.
+
+Status channel: fd 3 carries one JSON line from the harness (never from the
+verifier's expected answers, which the child never sees): ``{"compile_error":
+true}`` or, for a functional test, ``{"value": ...}`` /
+``{"unserialisable": "<type>"}``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import ctypes
+import importlib
+import io
+import json
+import os
+import random
+import resource
+import signal
+import sys
+import threading
+import types
+
+STATUS_FD = 3
+RECURSION_LIMIT = 50_000
+"""LiveCodeBench's harness sets this; recursive reference solutions rely on it."""
+
+PRELUDE_STAR_IMPORTS = (
+    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
+    "statistics", "itertools", "functools", "operator", "io", "sys", "json", "builtins", "typing",
+)
+"""Names LiveCodeBench makes visible to every program (LeetCode solutions use ``List``
+without importing it). Star-imported in this order, then the modules themselves bound."""
+
+PRELUDE_MODULES = (
+    "string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math", "random",
+    "statistics", "itertools", "functools", "operator", "io", "sys", "json",
+)
+
+_NPROC_LIMIT = 1024
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+
+
+_SYS_STREAM_NAMES = ("stdin", "stdout", "stderr", "__stdin__", "__stdout__", "__stderr__", "argv")
+_prelude_template: dict | None = None
+
+
+def import_prelude_modules() -> None:
+    """Import the prelude's modules and build its namespace once (in the fork server, so
+    children start with both)."""
+    global _prelude_template
+    for name in PRELUDE_STAR_IMPORTS:
+        importlib.import_module(name)
+    _prelude_template = _build_prelude()
+
+
+def _build_prelude() -> dict:
+    namespace: dict = {}
+    for name in PRELUDE_STAR_IMPORTS:
+        module = sys.modules[name]
+        public = getattr(module, "__all__", None)
+        if public is None:
+            public = [n for n in dir(module) if not n.startswith("_")]
+        for attr in public:
+            if hasattr(module, attr):
+                namespace[attr] = getattr(module, attr)
+    for name in PRELUDE_MODULES:
+        namespace[name] = sys.modules[name]
+    return namespace
+
+
+def prelude_namespace(old_sys_values: dict) -> dict:
+    """The globals a program starts with. ``from sys import *`` bound the fork server's
+    streams and argv; those entries are swapped for the child's fresh ones."""
+    namespace = dict(_prelude_template if _prelude_template is not None else _build_prelude())
+    for name, old in old_sys_values.items():
+        if namespace.get(name) is old:
+            namespace[name] = getattr(sys, name)
+    return namespace
+
+
+def _own_address_space_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        pages = int(f.read().split()[0])
+    return pages * resource.getpagesize()
+
+
+def _set_limits(limits: dict) -> None:
+    mb = 1024 * 1024
+    cpu = int(limits["cpu_limit_s"])
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * mb,) * 2)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
+    # Processes + threads of the sandbox uid, machine-wide: a backstop against fork bombs
+    # should seccomp be missing (root ignores it, so it only bites after the uid drop).
+    resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC_LIMIT, _NPROC_LIMIT))
+    stack = limits["stack_mb"] * mb
+    resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
+    address_space = _own_address_space_bytes() + limits["memory_mb"] * mb
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+
+def _drop_privileges(uid: int) -> None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+
+
+def _write_status(message: dict) -> None:
+    data = (json.dumps(message) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(STATUS_FD, view):]
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """CPython's rule for ``sys.exit(arg)``: None -> 0, int -> itself, else print it, 1."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except Exception:
+        pass
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback CPython would print (through ``sys.excepthook``, whose C printer keeps
+    the last 1000 frames of a deep recursion fast), minus this harness's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException:
+        pass
+
+
+def _finish(code: int) -> None:
+    """A normal interpreter exit: join threads, run atexit, flush, then leave at once."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first
+    except BaseException:
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            if code == 0 and stream is sys.stdout:
+                code = 120  # CPython's exit code when flushing stdout fails at exit
+    os._exit(code)
+
+
+def _call_solution(namespace: dict, func_name: str, args_text: str) -> None:
+    """LeetCode style: ``Solution().<func_name>(*args)``, one JSON argument per line (or a
+    top-level ``<func_name>`` when there is no ``Solution`` class)."""
+    args = [json.loads(line) for line in args_text.split("\n")]
+    solution_class = namespace.get("Solution")
+    if solution_class is not None:
+        method = getattr(solution_class(), func_name)
+    elif callable(namespace.get(func_name)):  # a bare function, which upstream accepts too
+        method = namespace[func_name]
+    else:
+        raise NameError(f"the program defines neither class Solution nor {func_name}()")
+    value = method(*args)
+    if isinstance(value, tuple):
+        value = list(value)
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        _write_status({"unserialisable": type(value).__name__})
+        return
+    _write_status({"value": json.loads(text)})
+
+
+def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
+    """Confine this (forked) process and run ``job``'s program. Never returns."""
+    code = 1
+    try:
+        os.setsid()
+        for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
+                           (STATUS_FD, fds["status"])):
+            os.dup2(fd, target)
+        os.closerange(STATUS_FD + 1, 1 << 20)
+        os.chdir(workdir)
+        os.environ.clear()
+        os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
+                           "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+        _set_limits(job["limits"])
+        if settings["drop_uid"]:
+            _drop_privileges(settings["uid"])
+        libc = ctypes.CDLL(None)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        # Die with the fork server (set after the uid change, which clears it).
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != settings["server_pid"]:
+            os._exit(125)
+        if settings["seccomp"]:
+            from sandbox.seccomp_filter import load_filter
+
+            load_filter(os.getpid())
+    except BaseException:
+        os._exit(125)  # the sandbox could not be set up: never run the program unconfined
+
+    # A fresh interpreter's view of the world.
+    old_sys_values = {name: getattr(sys, name) for name in _SYS_STREAM_NAMES}
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+                                  encoding="utf-8")
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+                                  encoding="utf-8", errors="backslashreplace", line_buffering=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    script = os.path.join(workdir, "solution.py")
+    sys.argv = [script]
+    sys.path[0] = workdir
+    atexit._clear()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    random.seed()
+    sys.setrecursionlimit(RECURSION_LIMIT)
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(prelude_namespace(old_sys_values))
+    main.__dict__.update({"__name__": "__main__", "__file__": script, "__builtins__": builtins,
+                          "__spec__": None, "__loader__": None, "__package__": None})
+    sys.modules["__main__"] = main
+
+    try:
+        compiled = compile(job["source"], script, "exec", dont_inherit=True)
+    except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), MemoryError, ...
+        _print_user_traceback(exc)
+        try:
+            _write_status({"compile_error": True})
+        except OSError:
+            pass
+        _finish(1)
+
+    try:
+        exec(compiled, main.__dict__)
+        if job.get("call") is not None:
+            _call_solution(main.__dict__, job["call"]["func_name"], job["call"]["args"])
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc)
+    except BaseException as exc:
+        _print_user_traceback(exc)
+        code = 1
+    _finish(code)

@@ -1,0 +1,153 @@
+"""Namespaces for a fork server, set up once at its start and inherited by every child.
+
+When the fork server runs as root and the kernel lets it create namespaces
+(``CAP_SYS_ADMIN``, as in most containers run as root), it moves itself into:
+
+* a new **network namespace**: no interface but a loopback that is down, so a
+  program reaches no network even if seccomp were missing, and abstract Unix
+  sockets of the host are out of reach;
+* a new **mount namespace**, with every mount made private first (nothing
+  propagates back to the host), in which:
+
+  - ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh size-capped tmpfs mounts,
+    so files a program drops there never reach the host and vanish with the
+    fork server;
+  - the Python installation is made readable to the sandbox uid when it lives
+    below a directory that uid cannot enter (a pyenv or venv under a 0700
+    ``/root``): each import directory is bind-mounted aside, an empty tmpfs
+    covers the blocking ancestor (hiding the rest of it), and the binds are
+    moved back to their original paths. Paths do not change, so imports and
+    tracebacks look as usual.
+
+Without the privilege, nothing changes and the pool reports what is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+
+PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+PRIVATE_TMP_SIZE = "512m"
+"""Cap of each private tmpfs: what all of one worker's programs may leave in it at once."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _enterable_by(path: str, uid: int) -> bool:
+    """Whether ``uid`` (no shared groups) may search every directory down to ``path``."""
+    parts = os.path.abspath(path).split(os.sep)
+    for depth in range(1, len(parts) + 1):
+        directory = os.sep.join(parts[:depth]) or os.sep
+        try:
+            info = os.stat(directory)
+        except OSError:
+            return False
+        bit = 0o100 if info.st_uid == uid else 0o001
+        if not info.st_mode & bit:
+            return False
+    return True
+
+
+def _blocking_ancestor(path: str, uid: int) -> str | None:
+    parts = os.path.abspath(path).split(os.sep)
+    for depth in range(2, len(parts) + 1):
+        directory = os.sep.join(parts[:depth])
+        if not _enterable_by(directory, uid):
+            return directory
+    return None
+
+
+def import_dirs() -> list[str]:
+    """The directories imports read from (``sys.path``), outermost only."""
+    dirs = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)})
+    kept: list[str] = []
+    for d in dirs:
+        if not any(d.startswith(k + os.sep) for k in kept):
+            kept.append(d)
+    return kept
+
+
+def _expose_import_dirs(uid: int, staging_root: str) -> list[str]:
+    blocked = [d for d in import_dirs() if not _enterable_by(d, uid)]
+    by_ancestor: dict[str, list[str]] = {}
+    for d in blocked:
+        ancestor = _blocking_ancestor(d, uid)
+        if ancestor is not None:
+            by_ancestor.setdefault(ancestor, []).append(d)
+    exposed = []
+    for index, (ancestor, dirs) in enumerate(sorted(by_ancestor.items())):
+        staged = []
+        for j, d in enumerate(dirs):
+            stage = os.path.join(staging_root, f"stage-{index}-{j}")
+            os.mkdir(stage, 0o700)
+            _mount(d, stage, None, _MS_BIND | _MS_REC)
+            staged.append((stage, d))
+        _mount("tmpfs", ancestor, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        for stage, d in staged:
+            os.makedirs(d, mode=0o755, exist_ok=True)
+            _mount(stage, d, None, _MS_MOVE)
+            os.rmdir(stage)
+            exposed.append(d)
+    return exposed
+
+
+def isolate_fork_server(uid: int) -> dict:
+    """Enter new network and mount namespaces (see the module doc). Never raises: the
+    returned report says what worked, with the reasons for what did not."""
+    report: dict = {"network_namespace": False, "mount_namespace": False, "private_tmp": [],
+                    "exposed_import_dirs": [], "namespace_detail": []}
+    try:
+        _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+        report["network_namespace"] = True
+    except OSError as exc:
+        report["namespace_detail"].append(str(exc))
+    try:
+        _check(_libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        report["mount_namespace"] = True
+    except OSError as exc:
+        report["namespace_detail"].append(str(exc))
+        return report
+    for path in PRIVATE_TMP_DIRS:
+        if os.path.isdir(path):
+            try:
+                _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV,
+                       f"mode=1777,size={PRIVATE_TMP_SIZE}")
+                report["private_tmp"].append(path)
+            except OSError as exc:
+                report["namespace_detail"].append(str(exc))
+    staging = None
+    try:
+        import tempfile
+
+        staging = tempfile.mkdtemp(prefix="vigor-stage-")
+        report["exposed_import_dirs"] = _expose_import_dirs(uid, staging)
+    except OSError as exc:
+        report["namespace_detail"].append(f"could not expose the Python installation: {exc}")
+    finally:
+        if staging is not None:
+            try:
+                os.rmdir(staging)
+            except OSError:
+                pass
+    return report

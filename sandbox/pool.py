@@ -1,0 +1,324 @@
+"""A pool of fork servers that runs untrusted programs in parallel.
+
+``SandboxPool(workers)`` starts ``workers`` fresh interpreters running
+:mod:`sandbox.worker` (never forks the caller: the trainer may hold GPUs,
+threads and gigabytes). Each worker forks one confined child per job, so
+interpreter start-up stays off the per-test path. The pool lives until
+``close()``; use one for thousands of runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from sandbox import protocol
+from sandbox.limits import NOBODY_UID, Limits
+
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
+_WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); import sandbox.worker as w; w.main()"
+_warned: set[str] = set()
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), the default pool size."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (a worker could not start); never a verdict on a program."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a Python program, its standard input and, for functional tests, a call."""
+
+    source: str
+    stdin: bytes = b""
+    limits: Limits = field(default_factory=Limits)
+    func_name: str | None = None
+    """Call ``Solution().<func_name>(*args)`` after the program ran (LeetCode style)."""
+    args_json: str = ""
+    """The call's arguments: one JSON value per line."""
+
+
+@dataclass
+class RunResult:
+    """What a run did. ``outcome`` is the one-word summary the verifiers map to verdicts."""
+
+    outcome: str
+    """ok | exit (non-zero code) | signal | timeout | memory | output_limit | compile_error |
+    skipped | sandbox_error"""
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    value: object = None
+    """Functional runs: the returned value (JSON round-tripped), if any."""
+    has_value: bool = False
+    unserialisable: str | None = None
+    """Functional runs: the type name of a return value JSON cannot hold."""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    max_rss_kb: int = 0
+    detail: str = ""
+
+    @property
+    def stderr_head(self) -> str:
+        """The first lines of standard error (at most 20 lines / 2000 characters)."""
+        text = self.stderr.decode("utf-8", "replace")
+        return "\n".join(text.splitlines()[:20])[:2000]
+
+
+def _classify(reply: dict, limits: Limits) -> RunResult:
+    """Turn a worker's raw reply into a :class:`RunResult`."""
+    if "internal_error" in reply:
+        return RunResult("sandbox_error", detail=reply["internal_error"])
+    status_lines = reply["status"].decode("utf-8", "replace").splitlines()
+    status: dict = {}
+    for line in status_lines[:1]:
+        try:
+            parsed = json.loads(line)
+            status = parsed if isinstance(parsed, dict) else {}
+        except ValueError:
+            status = {}
+    result = RunResult(
+        outcome="ok",
+        exit_code=reply["exit_code"],
+        signal=reply["signal"],
+        stdout=reply["stdout"],
+        stderr=reply["stderr"],
+        wall_s=reply["wall_s"],
+        cpu_s=reply["cpu_s"],
+        max_rss_kb=reply["max_rss_kb"],
+    )
+    if "value" in status:
+        result.value, result.has_value = status["value"], True
+    if "unserialisable" in status:
+        result.unserialisable = str(status["unserialisable"])
+    tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    cpu_limit = limits.cpu_limit_s()
+    if reply["timed_out"]:
+        result.outcome, result.detail = "timeout", f"wall-clock limit {limits.timeout_s:g} s"
+    elif reply["output_limited"]:
+        result.outcome, result.detail = "output_limit", f"output over {limits.stdout_cap} bytes"
+    elif result.signal == signal.SIGXCPU or (
+        result.signal == signal.SIGKILL and result.cpu_s >= cpu_limit
+    ):
+        result.outcome, result.detail = "timeout", f"CPU limit {cpu_limit} s"
+    elif result.exit_code == 125:
+        result.outcome, result.detail = "sandbox_error", "the child could not confine itself"
+    elif status.get("compile_error"):
+        result.outcome, result.detail = "compile_error", tail[0]
+    elif result.exit_code == 0:
+        pass
+    elif "MemoryError" in tail[0] or "Cannot allocate memory" in tail[0]:
+        result.outcome, result.detail = "memory", f"memory limit {limits.memory_mb} MiB"
+    elif result.signal is not None:
+        name = signal.Signals(result.signal).name if result.signal in signal.valid_signals() else ""
+        result.outcome, result.detail = "signal", f"killed by signal {result.signal} {name}".strip()
+    else:
+        result.outcome, result.detail = "exit", f"exit code {result.exit_code}: {tail[0]}"
+    return result
+
+
+class _Worker:
+    def __init__(self, uid: int):
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-s", "-E", "-c", _WORKER_BOOT, _PACKAGE_PARENT, str(uid)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
+            start_new_session=True,
+        )
+        self.requests = self.process.stdin.fileno()
+        self.replies = self.process.stdout.fileno()
+        hello = protocol.receive(self.replies)
+        if not isinstance(hello, dict) or "hello" not in hello:
+            self.close()
+            raise SandboxError("a sandbox worker failed to start (see its stderr above)")
+        self.capabilities: dict = hello["hello"]
+
+    def close(self) -> None:
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+class SandboxPool:
+    """Runs :class:`Job` s on ``workers`` fork servers (0: one per CPU core).
+
+    ``uid`` is the unprivileged user programs run as when the pool runs as root.
+    Not thread-safe by design beyond a lock: calls from several threads run one
+    after another.
+    """
+
+    def __init__(self, workers: int = 0, uid: int = NOBODY_UID):
+        self.size = workers if workers > 0 else usable_cpus()
+        self.uid = uid
+        self._lock = threading.Lock()
+        self._workers: list[_Worker] = []
+        try:
+            for _ in range(self.size):
+                self._workers.append(_Worker(uid))
+        except BaseException:
+            self.close()
+            raise
+        self.capabilities = dict(self._workers[0].capabilities)
+        _warn_once_if_degraded(self.capabilities)
+
+    @property
+    def isolated(self) -> bool:
+        """True when programs run under seccomp and (as root) an unprivileged uid."""
+        caps = self.capabilities
+        return bool(caps.get("seccomp") and (caps.get("uid_switch") or not caps.get("root")))
+
+    # ------------------------------------------------------------------ running
+    def run_one(self, job: Job) -> RunResult:
+        return self.run([job])[0]
+
+    def run(
+        self,
+        jobs: Sequence[Job],
+        skip: Callable[[int], bool] | None = None,
+        on_result: Callable[[int, RunResult], None] | None = None,
+    ) -> list[RunResult]:
+        """Run every job, in parallel, and return results in job order.
+
+        ``skip(i)`` is asked just before job ``i`` is dispatched; True leaves it
+        unrun (outcome ``skipped``). ``on_result(i, result)`` is called as each
+        result arrives (it may change what ``skip`` answers, e.g. stop a
+        submission's remaining tests after a failure).
+        """
+        with self._lock:
+            if not self._workers:
+                raise SandboxError("the sandbox pool is closed")
+            results: list[RunResult | None] = [None] * len(jobs)
+            pending = deque(range(len(jobs)))
+            idle = list(self._workers)
+            busy: dict[int, tuple[_Worker, int]] = {}
+            try:
+                self._dispatch(jobs, results, pending, idle, busy, skip, on_result)
+            except BaseException:
+                # Interrupted (Ctrl-C, a callback raised): a busy worker would later answer a
+                # job nobody waits for, so replace it; its child dies with it (PDEATHSIG).
+                for worker, _ in list(busy.values()):
+                    worker.process.kill()
+                    self._replace(worker)
+                raise
+            return results  # type: ignore[return-value]
+
+    def _dispatch(self, jobs, results, pending, idle, busy, skip, on_result) -> None:
+        """The scheduling loop of :meth:`run`: keep every worker busy until all jobs are done."""
+        while pending or busy:
+            while pending and idle:
+                index = pending.popleft()
+                if skip is not None and skip(index):
+                    results[index] = RunResult("skipped")
+                    continue
+                worker = idle.pop()
+                message = _job_message(jobs[index])
+                try:
+                    protocol.send(worker.requests, message)
+                except OSError:  # the worker died while idle: replace it and resend
+                    worker = self._replace(worker)
+                    protocol.send(worker.requests, message)
+                busy[worker.replies] = (worker, index)
+            if not busy:
+                continue
+            ready, _, _ = select.select(list(busy), [], [])
+            for fd in ready:
+                worker, index = busy.pop(fd)
+                reply = protocol.receive(fd)
+                if reply is None:  # the worker died: replace it, report the job
+                    result = RunResult("sandbox_error", detail="sandbox worker died")
+                    worker = self._replace(worker)
+                else:
+                    result = _classify(reply, jobs[index].limits)
+                results[index] = result
+                idle.append(worker)
+                if on_result is not None:
+                    on_result(index, result)
+
+    def _replace(self, dead: _Worker) -> _Worker:
+        dead.close()
+        base_dir = dead.capabilities.get("base_dir")
+        if base_dir and not dead.capabilities.get("mount_namespace"):
+            # A killed worker could not remove its run directories (in its own mount
+            # namespace they vanished with it).
+            shutil.rmtree(base_dir, ignore_errors=True)
+        fresh = _Worker(self.uid)
+        self._workers[self._workers.index(dead)] = fresh
+        return fresh
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.close()
+
+    def __enter__(self) -> "SandboxPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _job_message(job: Job) -> dict:
+    limits = job.limits.to_dict()
+    limits["cpu_limit_s"] = job.limits.cpu_limit_s()
+    call = None
+    if job.func_name is not None:
+        call = {"func_name": job.func_name, "args": job.args_json}
+    return {"source": job.source, "stdin": job.stdin, "limits": limits, "call": call}
+
+
+def _warn_once_if_degraded(caps: dict) -> None:
+    """Say loudly, once per process, which protection (or capability) is missing."""
+    problems = []
+    if not caps.get("seccomp"):
+        problems.append("seccomp filter NOT active: network, fork and kill are not blocked")
+    if caps.get("root") and not caps.get("uid_switch"):
+        problems.append(f"could NOT drop root to uid {caps.get('uid')}: programs run as root")
+    if caps.get("root") is False:
+        problems.append("not started as root, so programs keep this user's rights: they can "
+                        "read and write this user's files (run as root or in a container to "
+                        "drop to an unprivileged uid)")
+    if caps.get("stdlib_readable") is False:
+        problems.append(
+            f"uid {caps.get('uid')} cannot read the Python installation, so programs can import "
+            "only the modules the fork server preloads"
+        )
+    message = "; ".join(problems)
+    if not message or message in _warned:
+        return
+    _warned.add(message)
+    details = "; ".join(caps.get("detail", []))
+    sys.stderr.write(f"\n*** vigor sandbox WARNING: {message}" + (f" [{details}]" if details else "")
+                     + " ***\n\n")

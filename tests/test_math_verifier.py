@@ -1,0 +1,309 @@
+"""The math reward verifier: extraction, guards against Math-Verify's wrong accepts,
+multi-answer grading, the killable worker pool, gold self-verification and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from verifiers.math import MathVerifier, grade, grade_any, grade_multi
+from verifiers.math_answers import KNOWN, load_benchmark
+from vigor_cli.cli import main as cli_main
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math-eval"
+SLOW_PRED = r"\boxed{9^{9^{9^{9}}}}"  # sympy works on this for far longer than any limit
+
+
+def raw_math_verify(gold: str, pred: str) -> bool:
+    """Math-Verify 0.9 alone, as its docs use it (gold boxed, prediction parsed as given)."""
+    import math_verify as mv
+
+    return mv.verify(
+        mv.parse("\\boxed{" + gold + "}", parsing_timeout=None),
+        mv.parse(pred, parsing_timeout=None),
+        timeout_seconds=None,
+    )
+
+
+# ---------------------------------------------------------------- extraction and equivalence
+
+
+@pytest.mark.parametrize(
+    "gold, completion",
+    [
+        (r"\frac12", r"so the answer is \boxed{0.5}"),
+        (r"\left( 3, \frac{\pi}{2} \right)", r"\boxed{(3, \pi/2)}"),
+        (r"\frac{\sqrt{3}}{3}", r"\boxed{\frac{1}{\sqrt{3}}}"),
+        ("x^2+2x+1", r"\boxed{(x+1)^2}"),
+        ("9900", r"\boxed{\frac{100!}{98!}}"),
+        (r"\frac{1}{3}", r"\boxed{0.333333}"),
+        ("1.6", r"\boxed{1.6 \mathrm{~cm}}"),
+        ("5", "First I guess 4. The final answer is 5."),  # no box: Math-Verify's extraction
+        ("5", r"\boxed{4} was wrong; correcting: \boxed{5}"),  # the last box counts
+    ],
+)
+def test_correct_answers(gold, completion):
+    v = grade(gold, completion)
+    assert (v.reward, v.reason) == (1.0, "correct"), v
+    assert v.gold_parsed and v.pred_parsed
+
+
+def test_wrong_and_missing_answers():
+    assert grade("5", r"\boxed{5} no wait \boxed{6}").reason == "wrong answer"
+    v = grade("5", "I cannot solve this.")
+    assert (v.reward, v.reason, v.pred_parsed) == (0.0, "no answer found", "")
+
+
+# ---------------------------------------------------------------- guards: false accept first, then the guard
+
+FALSE_ACCEPTS = [
+    # (gold, wrong prediction, what goes wrong in Math-Verify)
+    (r"\frac{3}{\mathrm{x}}", r"\boxed{\frac{3}{\mathrm{y}}}", "extraction stops inside \\mathrm: both read as '\\frac{3}{'"),
+    (r"\frac{1}{\mathrm{ab}}", r"\boxed{\frac{1}{\text{cd}}}", "extraction stops inside \\mathrm / \\text"),
+    (r"\frac{1}{2}\mathrm{e}", r"\boxed{\frac{1}{2}}", "\\mathrm{e} dropped as a unit"),
+    ("2", r"\boxed{2\mathrm{e}}", "\\mathrm{e} dropped as a unit"),
+    (r"\frac{1}{2004!}", r"\boxed{\frac{1}{2006!}}", "factorials compared as floats"),
+    (r"\frac{100!}{99!}", r"\boxed{\frac{101!}{100!}}", "factorial ratios compared as floats: 100 = 101"),
+    (r"\frac{2023!}{2021!}", r"\boxed{\frac{2022!}{2020!}}", "factorial ratios compared as floats"),
+    (r"\frac{1}{100!}", r"\boxed{\frac{2}{100!}}", "factorial ratios compared as floats"),
+    (r"\frac{1}{2^{99}}", r"\boxed{\frac{1}{2^{98}}}", "tiny exact values compared as floats"),
+    ("5", r"\boxed{5\%}", "percent sign dropped"),
+    ("20", r"\boxed{20\%}", "percent sign dropped"),
+    ("1011_2", r"\boxed{1011_3}", "base subscript dropped"),
+    ("52_8", r"\boxed{52_{9}}", "base subscript dropped"),
+]
+
+
+@pytest.mark.parametrize("gold, pred, why", FALSE_ACCEPTS)
+def test_guard_rejects_what_math_verify_wrongly_accepts(gold, pred, why):
+    assert raw_math_verify(gold, pred), f"Math-Verify no longer accepts this ({why}): drop the case"
+    v = grade(gold, pred)
+    assert v.reward == 0.0 and v.reason.startswith("wrong answer"), (why, v)
+
+
+@pytest.mark.parametrize(
+    "gold, pred",
+    [
+        (r"\frac{3}{\mathrm{x}}", r"\boxed{\frac{3}{x}}"),
+        (r"\frac{3}{\mathrm{x}}", r"\boxed{\frac{3}{\mathrm{x}}}"),
+        (r"\frac{1}{2}e", r"\boxed{\frac{1}{2}\mathrm{e}}"),
+        (r"1 - \frac{1}{e}", r"\boxed{1 - \frac{1}{\mathrm{e}}}"),
+        (r"\frac{98!}{100!}", r"\boxed{\frac{1}{9900}}"),
+        ("4090506", r"\boxed{\frac{2023!}{2021!}}"),
+        (r"\frac{25!}{20!}", r"\boxed{6375600}"),
+        (r"\frac{1}{9900}", r"\boxed{0.00010101}"),  # decimals still compare by rounding
+        ("0.05", r"\boxed{5\%}"),
+        (r"50\%", r"\boxed{0.5}"),
+        (r"50\%", r"\boxed{50}"),
+        (r"50\%", r"\boxed{50\%}"),
+        ("1011_2", r"\boxed{1011_{2}}"),
+        ("1011_2", r"\boxed{11_{10}}"),  # same value, other base
+        ("1011_2", r"\boxed{1011}"),  # base left implicit
+        ("4210_{5}", r"\boxed{4210_5}"),
+    ],
+)
+def test_guards_keep_right_answers(gold, pred):
+    v = grade(gold, pred)
+    assert v.reward == 1.0, v
+
+
+def test_percent_guard_cost_is_known():
+    """The price of the percent guard: a bare gold for "by what percent...?" rejects "10\\%"."""
+    assert grade("10", r"\boxed{10\%}").reason == "wrong answer (percent guard)"
+    assert grade("10", r"\boxed{10}").reward == 1.0
+
+
+def test_gold_parsed_once_per_process():
+    from verifiers import math as vmath
+
+    vmath._gold_cache.clear()
+    grade(r"\frac{7}{9}", r"\boxed{7/9}")
+    first = vmath._gold_cache[r"\frac{7}{9}"]
+    grade(r"\frac{7}{9}", r"\boxed{0.777778}")
+    assert vmath._gold_cache[r"\frac{7}{9}"] is first and len(vmath._gold_cache) == 1
+
+
+def test_base_guard_only_reads_numbers_with_a_base():
+    assert grade("1012_2", r"\boxed{1012_2}").reward == 0.0  # 2 is not a base-2 digit
+    assert grade("1A_{11}", r"\boxed{21_{10}}").reward == 1.0
+    assert grade("a_{10}", r"\boxed{a_{10}}").reward == 1.0  # a subscripted variable, not a base
+    assert grade("F_{12}", r"\boxed{F_{12}}").reward == 1.0
+    assert grade("a_{10}", r"\boxed{b_{10}}").reward == 0.0
+
+
+# ---------------------------------------------------------------- several answers (OlympiadBench)
+
+
+def test_multi_answer_rule():
+    golds = ["69", "84"]
+    assert grade_multi(golds, r"\boxed{84, 69}").reward == 1.0  # any order
+    assert grade_multi(golds, r"\boxed{69} and \boxed{84}").reward == 1.0  # one box each
+    assert grade_multi(golds, r"\boxed{69 \text{ and } 84}").reward == 1.0
+    assert grade_multi(golds, r"\boxed{69}").reason == "wrong answer (1 answers, expected 2)"
+    assert grade_multi(golds, r"\boxed{69, 84, 1}").reward == 0.0  # extra answer
+    assert grade_multi(golds, r"\boxed{69, 85}").reward == 0.0
+    assert grade_multi(["-2", "-2"], r"\boxed{-2, 3}").reward == 0.0  # repeated golds need repeats
+    assert grade_multi(["-2", "-2"], r"\boxed{-2, -2}").reward == 1.0
+    tuples = ["(1,8,19)", "(2,7,13)", "(4,5,7)"]
+    assert grade_multi(tuples, r"\boxed{(4,5,7), (1,8,19), (2,7,13)}").reward == 1.0
+    assert grade_multi(tuples, r"\boxed{(4,5,7), (1,8,19), (2,13,7)}").reward == 0.0
+    assert grade_multi(golds, "The answers are $84, 69$.").reward == 1.0  # no box: one joined answer
+    assert grade_any(["7"], r"\boxed{7}").reward == 1.0
+
+
+# ---------------------------------------------------------------- the worker pool
+
+
+def test_pool_matches_in_process_grading_in_order():
+    cases = [(g, p) for g, p, _ in FALSE_ACCEPTS] + [("5", r"\boxed{5}"), (["69", "84"], r"\boxed{84,69}"), ("5", "none")]
+    with MathVerifier(timeout_s=20, workers=2) as verifier:
+        got = verifier.score_many(cases)
+        assert verifier.score_many([]) == []
+    assert got == [grade_any(g, p) for g, p in cases]
+
+
+def test_timeout_kills_worker_and_pool_carries_on():
+    with MathVerifier(timeout_s=1.0, workers=2) as verifier:
+        cases = [("5", r"\boxed{5}")] * 6 + [("5", SLOW_PRED)] + [("7", r"\boxed{7}")] * 6
+        start = time.monotonic()
+        verdicts = verifier.score_many(cases)
+        elapsed = time.monotonic() - start
+        assert verdicts[6].reason == "timeout" and verdicts[6].reward == 0.0
+        assert all(v.reward == 1.0 for i, v in enumerate(verdicts) if i != 6)
+        assert verifier.restarts == 1
+        assert elapsed < 20  # bounded (timing claims live in bench/math_verifier.py)
+        assert verifier.score("3", r"\boxed{3}").reward == 1.0  # the replacement works
+
+
+def test_score_from_a_thread_without_signals():
+    """Math-Verify's SIGALRM timeouts fail outside the main thread; ours do not use signals."""
+    out = {}
+    with MathVerifier(timeout_s=1.0, workers=1) as verifier:
+        thread = threading.Thread(target=lambda: out.update(a=verifier.score("2", r"\boxed{2}"), b=verifier.score("2", SLOW_PRED)))
+        thread.start()
+        thread.join(60)
+    assert out["a"].reward == 1.0 and out["b"].reason == "timeout"
+
+
+def test_dead_worker_is_an_error_verdict_not_a_crash():
+    with MathVerifier(timeout_s=30, workers=1) as verifier:
+        verifier.score("1", r"\boxed{1}")
+        pid = verifier._pool[0].proc.pid
+        threading.Timer(0.5, os.kill, (pid, 9)).start()
+        v = verifier.score("5", SLOW_PRED)
+        assert (v.reward, v.reason) == (0.0, "error: worker process died")
+        assert verifier.score("1", r"\boxed{1}").reward == 1.0
+
+
+def test_worker_turns_exceptions_into_error_verdicts():
+    from verifiers.math import _context, _worker_main
+
+    ctx = _context()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_worker_main, args=(child, 1 << 30), daemon=True)
+    proc.start()
+    try:
+        assert parent.poll(120) and parent.recv() == "ready"
+        parent.send([(0, None, "x"), (1, "2", r"\boxed{2}")])  # None is no gold: TypeError inside
+        first, second = parent.recv(), parent.recv()
+        assert first[0] == 0 and first[1] == 0.0 and first[2].startswith("error: TypeError")
+        assert second[:3] == (1, 1.0, "correct")
+        parent.send(None)
+        proc.join(10)
+        assert proc.exitcode == 0
+    finally:
+        proc.kill()
+
+
+def test_close_ends_every_worker():
+    verifier = MathVerifier(timeout_s=5, workers=2)
+    verifier.score_many([("1", r"\boxed{1}"), ("2", r"\boxed{2}")])
+    procs = [w.proc for w in verifier._pool]
+    assert len(procs) == 2 and all(p.is_alive() for p in procs)
+    verifier.close()
+    assert not any(p.is_alive() for p in procs)
+
+
+# ---------------------------------------------------------------- every gold verifies against itself
+
+
+def _self_check(records) -> list[tuple[str, str]]:
+    failures = []
+    for r in records:
+        gold = r.golds[0] if len(r.golds) == 1 else r.golds
+        v = grade_any(gold, "\\boxed{" + ", ".join(r.golds) + "}")
+        if v.reward != 1.0:
+            failures.append((r.uid, v.reason))
+    return failures
+
+
+def test_gold_answers_verify_against_themselves_sample():
+    sample = [r for name in KNOWN for r in load_benchmark(name, DATA)[::25]]
+    assert len(sample) > 120
+    assert _self_check(sample) == []
+
+
+@pytest.mark.slow
+def test_every_gold_answer_verifies_against_itself():
+    """The full sweep (3,221 records) through the worker pool, with the default limit."""
+    records = [r for name in KNOWN for r in load_benchmark(name, DATA)]
+    cases = [(r.golds[0] if len(r.golds) == 1 else r.golds, "\\boxed{" + ", ".join(r.golds) + "}") for r in records]
+    with MathVerifier() as verifier:
+        verdicts = verifier.score_many(cases)
+    failures = [(r.uid, r.golds, v.reason) for r, v in zip(records, verdicts) if v.reward != 1.0]
+    print(f"{len(records)} golds, {len(failures)} do not verify against themselves: {failures}")
+    assert failures == []
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _cli(args, capsys):
+    with pytest.raises(SystemExit) as done:
+        cli_main(args)
+        raise SystemExit(0)
+    out = capsys.readouterr()
+    return done.value.code, out.out, out.err
+
+
+def test_cli_single_case_table(capsys):
+    code, out, _ = _cli(["verify", "math", "--gold", r"\frac12", "--pred", "0.5"], capsys)
+    assert code == 0 and "correct" in out and "1/2" in out
+
+
+def test_cli_input_file_json(tmp_path, capsys):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(
+        json.dumps({"gold": "5", "pred": r"\boxed{5\%}"}) + "\n"
+        + json.dumps({"gold": ["69", "84"], "pred": r"\boxed{84, 69}"}) + "\n"
+    )
+    code, out, _ = _cli(["verify", "math", "--input", str(cases), "--json"], capsys)
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [r["reward"] for r in rows] == [0.0, 1.0]
+    assert rows[0]["reason"] == "wrong answer (percent guard)" and rows[0]["pred_parsed"]
+
+
+@pytest.mark.parametrize(
+    "args, content, message",
+    [
+        (["--gold", "1"], None, "give --gold and --pred"),
+        (["--gold", "1", "--pred", "1", "--input", "x.jsonl"], None, "not both"),
+        (["--input", "{path}"], '{"gold": "1"}\n', "cases.jsonl:1: missing field 'pred'"),
+        (["--input", "{path}"], '{"gold": "1", "pred": "1"}\n{oops\n', "cases.jsonl:2: not valid JSON"),
+        (["--input", "{path}"], '{"gold": {"a": 1}, "pred": "1"}\n', "cases.jsonl:1: field 'gold'"),
+        (["--input", "missing.jsonl"], None, "missing.jsonl: no such file"),
+    ],
+)
+def test_cli_bad_input_is_one_line_exit_2(tmp_path, capsys, args, content, message):
+    path = tmp_path / "cases.jsonl"
+    if content is not None:
+        path.write_text(content)
+    args = [a.replace("{path}", str(path)) for a in args]
+    code, _, err = _cli(["verify", "math", *args], capsys)
+    # The shared error console wraps at the terminal width (80 under pytest): unwrap first.
+    assert code == 2 and err.startswith("error:") and message in " ".join(err.split())

@@ -1,0 +1,279 @@
+"""LiveCodeBench code verifier: run a completion's program on a problem's tests.
+
+Rewards: ``full`` is 1.0 iff every selected test passes (the paper's full pass
+rate); ``fraction`` is the share of tests that pass (the average test pass
+rate). Training uses the public tests, evaluation all of them.
+
+Grading choice: every test is graded (not stopped at the first failure as the
+upstream harness does), because ``fraction`` needs them all; the tests run in
+parallel on the sandbox pool, and once one test of a submission shows a
+compile error the rest are marked so without running. Pass
+``stop_at_first_failure=True`` for upstream's behaviour (later tests are then
+``skipped`` and count as not passed) when only ``full`` matters.
+
+Comparison, as LiveCodeBench does it:
+  * stdin tests: strip the whole output and the expected output, split lines,
+    strip each line; the line counts must match; a line matches if it is equal
+    as text or if every whitespace-separated token is equal as a decimal
+    number (``1.50`` = ``1.5``);
+  * functional tests: ``Solution().<func_name>(*args)`` with one JSON argument
+    per input line; the return value (a tuple becomes a list) must ``==`` the
+    expected JSON value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Iterable
+
+from sandbox import Job, Limits, RunResult, SandboxPool
+from verifiers.lcb import Problem, ProblemError, TestCase, load_problem
+
+__all__ = [
+    "CodeVerdict", "CodeVerifier", "Problem", "ProblemError", "TestCase", "TestVerdict",
+    "extract_code", "load_problem", "outputs_match",
+]
+
+STATUSES = ("pass", "wrong_answer", "time_limit", "runtime_error", "memory_limit",
+            "compile_error", "skipped")
+
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
+
+
+def extract_code(completion: str) -> str | None:
+    """The program in a completion: the last ```python block, else the last plain ```
+    block, else None. Blocks tagged with another language (```text) are ignored."""
+    python_blocks, plain_blocks = [], []
+    for match in _FENCE.finditer(completion):
+        tag = match.group(1).strip().lower()
+        if tag in ("python", "python3", "py"):
+            python_blocks.append(match.group(2))
+        elif tag == "":
+            plain_blocks.append(match.group(2))
+    if python_blocks:
+        return python_blocks[-1]
+    if plain_blocks:
+        return plain_blocks[-1]
+    return None
+
+
+# --------------------------------------------------------------------------- comparison
+def _stripped_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.strip().split("\n")]
+
+
+def _decimals(line: str) -> list[Decimal] | None:
+    try:
+        return [Decimal(token) for token in line.split()]
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def outputs_match(actual: str, expected: str) -> tuple[bool, str]:
+    """LiveCodeBench's stdin comparison; returns (match, why not)."""
+    got, want = _stripped_lines(actual), _stripped_lines(expected)
+    if len(got) != len(want):
+        return False, f"{len(got)} output lines, expected {len(want)}"
+    for number, (a, b) in enumerate(zip(got, want), start=1):
+        if a == b:
+            continue
+        da, db = _decimals(a), _decimals(b)
+        if da is None or db is None or da != db:
+            return False, f"line {number}: {_short(a)!r} != expected {_short(b)!r}"
+    return True, ""
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit // 2] + "..." + text[-limit // 2:]
+
+
+# --------------------------------------------------------------------------- verdicts
+@dataclass
+class TestVerdict:
+    status: str
+    """pass | wrong_answer | time_limit | runtime_error | memory_limit | compile_error | skipped"""
+    stderr_head: str = ""
+    detail: str = ""
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    max_rss_kb: int = 0
+    testtype: str = "stdin"
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CodeVerdict:
+    full: float
+    """1.0 iff every test passed."""
+    fraction: float
+    """Share of tests passed."""
+    tests: list[TestVerdict] = field(default_factory=list)
+    reason: str = ""
+    """'passed N/N', or the first failing test's status and detail, or why nothing ran."""
+    flag: str | None = None
+    """Set for problems in LiveCodeBench's ERRATA (several answers accepted, interactive,
+    broken tests): the score is unreliable and evaluation should report or drop it."""
+
+    @property
+    def passed(self) -> int:
+        return sum(t.status == "pass" for t in self.tests)
+
+    def to_dict(self) -> dict:
+        return {"full": self.full, "fraction": self.fraction, "reason": self.reason,
+                "flag": self.flag, "tests": [t.to_dict() for t in self.tests]}
+
+
+_OUTCOME_STATUS = {
+    "timeout": "time_limit",
+    "memory": "memory_limit",
+    "compile_error": "compile_error",
+    "exit": "runtime_error",
+    "signal": "runtime_error",
+    "output_limit": "wrong_answer",
+    "sandbox_error": "runtime_error",
+    "skipped": "skipped",
+}
+
+
+def judge(test: TestCase, run: RunResult) -> TestVerdict:
+    """The verdict for one test from its run."""
+    verdict = TestVerdict(status="pass", stderr_head=run.stderr_head, wall_s=run.wall_s,
+                          cpu_s=run.cpu_s, max_rss_kb=run.max_rss_kb, testtype=test.testtype)
+    if run.outcome != "ok":
+        verdict.status = _OUTCOME_STATUS[run.outcome]
+        verdict.detail = run.detail
+        return verdict
+    if test.testtype == "functional":
+        if run.unserialisable:
+            verdict.status, verdict.detail = "wrong_answer", f"returned a {run.unserialisable}"
+        elif not run.has_value:
+            verdict.status, verdict.detail = "runtime_error", "the method returned nothing"
+        elif run.value != json.loads(test.output):
+            verdict.status = "wrong_answer"
+            verdict.detail = f"returned {_short(json.dumps(run.value))}, expected {_short(test.output)}"
+        return verdict
+    ok, why = outputs_match(run.stdout.decode("utf-8", "replace"), test.output)
+    if not ok:
+        verdict.status, verdict.detail = "wrong_answer", why
+    return verdict
+
+
+def _summarise(verdicts: list[TestVerdict]) -> CodeVerdict:
+    passed = sum(v.status == "pass" for v in verdicts)
+    total = len(verdicts)
+    first_failure = next((v for v in verdicts if v.status != "pass"), None)
+    if first_failure is None:
+        reason = f"passed {passed}/{total}"
+    else:
+        index = verdicts.index(first_failure) + 1
+        reason = f"passed {passed}/{total}; test {index}: {first_failure.status}"
+        if first_failure.detail:
+            reason += f" ({first_failure.detail})"
+    return CodeVerdict(full=float(passed == total), fraction=passed / total, tests=verdicts,
+                       reason=reason)
+
+
+# --------------------------------------------------------------------------- verifier
+class CodeVerifier:
+    """Grades programs against LiveCodeBench problems on a long-lived sandbox pool.
+
+    ``workers``: sandbox fork servers (0: one per core). ``timeout_s`` and
+    ``memory_mb``: per-test wall-clock limit and address-space headroom.
+    Call from one thread (the pool serialises concurrent calls).
+    """
+
+    def __init__(self, workers: int = 0, timeout_s: float = 6.0, memory_mb: int = 512,
+                 stop_at_first_failure: bool = False, pool: SandboxPool | None = None):
+        self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
+        self.stop_at_first_failure = stop_at_first_failure
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else SandboxPool(workers)
+
+    def grade(self, problem: Problem, solution_code: str | None, tests: str = "public") -> CodeVerdict:
+        """Run ``solution_code`` on the problem's ``tests`` ('public' or 'all')."""
+        return self.grade_many([(problem, solution_code, tests)])[0]
+
+    def grade_many(self, items: Iterable[tuple[Problem, str | None, str]]) -> list[CodeVerdict]:
+        """Grade many (problem, code, tests) triples in parallel on the pool, in order."""
+        items = list(items)
+        verdicts: list[CodeVerdict | None] = [None] * len(items)
+        jobs: list[Job] = []
+        owners: list[tuple[int, int]] = []  # job -> (item, test index)
+        selected: list[list[TestCase]] = []
+        for item_index, (problem, code, which) in enumerate(items):
+            cases = problem.tests(which)
+            selected.append(cases)
+            if not cases:
+                raise ProblemError(f"problem {problem.question_id}: no {which} tests to grade")
+            if code is None or not code.strip():
+                verdicts[item_index] = CodeVerdict(
+                    0.0, 0.0, [TestVerdict("compile_error", detail="no program", testtype=c.testtype)
+                               for c in cases], reason="no program found in the completion")
+                continue
+            for test_index, case in enumerate(cases):
+                owners.append((item_index, test_index))
+                jobs.append(self._job(problem, code, case))
+
+        failed_at: dict[int, int] = {}  # item -> lowest failing test index seen
+        compile_failed: set[int] = set()
+
+        def on_result(job_index: int, run: RunResult) -> None:
+            item_index, test_index = owners[job_index]
+            if run.outcome == "compile_error":
+                compile_failed.add(item_index)
+            if run.outcome != "ok" or self.stop_at_first_failure:
+                # A wrong answer is only known after judging; judge eagerly in stop mode.
+                status = judge(selected[item_index][test_index], run).status
+                if status != "pass":
+                    failed_at[item_index] = min(failed_at.get(item_index, test_index), test_index)
+
+        def skip(job_index: int) -> bool:
+            item_index, test_index = owners[job_index]
+            if item_index in compile_failed:
+                return True
+            return self.stop_at_first_failure and failed_at.get(item_index, test_index) < test_index
+
+        runs = self.pool.run(jobs, skip=skip, on_result=on_result) if jobs else []
+
+        per_item: dict[int, list[TestVerdict]] = {}
+        for job_index, run in enumerate(runs):
+            item_index, test_index = owners[job_index]
+            verdict = judge(selected[item_index][test_index], run)
+            if item_index in compile_failed and verdict.status == "skipped":
+                verdict.status, verdict.detail = "compile_error", "the program does not compile"
+            if self.stop_at_first_failure and failed_at.get(item_index, test_index) < test_index:
+                verdict = TestVerdict("skipped", detail="after the first failure",
+                                      testtype=verdict.testtype)
+            per_item.setdefault(item_index, []).append(verdict)
+        for item_index, tests in per_item.items():
+            verdicts[item_index] = _summarise(tests)
+        for item_index, (problem, _, _) in enumerate(items):
+            verdicts[item_index].flag = problem.errata
+        return verdicts  # type: ignore[return-value]
+
+    def _job(self, problem: Problem, code: str, case: TestCase) -> Job:
+        if case.testtype == "functional":
+            return Job(code, b"", self.limits, func_name=problem.func_name, args_json=case.input)
+        return Job(code, case.input.encode("utf-8"), self.limits)
+
+    def close(self) -> None:
+        if self._own_pool:
+            self.pool.close()
+
+    def __enter__(self) -> "CodeVerifier":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def score_record(verifier: CodeVerifier, record: dict, completion: str,
+                 tests: str = "public") -> CodeVerdict:
+    """Convenience: decode ``record``, extract the program from ``completion``, grade it."""
+    return verifier.grade(load_problem(record), extract_code(completion), tests)
+
