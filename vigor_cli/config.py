@@ -194,6 +194,17 @@ class EngineConfig(_Section):
     max_model_len: Optional[int] = Field(
         None, description="vllm: context length; default prompt limit + max_new_tokens."
     )
+    sleep_level: Literal[1, 2] = Field(
+        2,
+        description="vllm: sleep level between generation phases. 2 discards the engine's "
+        "weights and KV cache (least memory; every phase pushes the policy again); 1 keeps "
+        "the weights in CPU memory, so a phase whose policy did not change pushes nothing.",
+    )
+    enforce_eager: bool = Field(
+        False,
+        description="vllm: skip torch.compile and CUDA graph capture (faster start, slower "
+        "decoding).",
+    )
     logprob_check_threshold: float = Field(
         0.05,
         ge=0,

@@ -60,7 +60,8 @@ class RunDir:
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def create(cls, cfg: RunConfig) -> "RunDir":
+    def planned(cls, cfg: RunConfig) -> "RunDir":
+        """The directory a new run will use; refuses one that already holds files."""
         name = cfg.train.run_name or default_run_name(cfg)
         path = Path(cfg.train.output_dir) / name
         if path.exists() and any(path.iterdir()):
@@ -68,11 +69,18 @@ class RunDir:
                 f"train.run_name: run directory {path} already exists; pick another --run-name "
                 f"or continue it with --resume {path}"
             )
-        run = cls(path)
-        run.checkpoints.mkdir(parents=True, exist_ok=True)
-        run.eval_dir.mkdir(exist_ok=True)
-        run.write_config(cfg)
-        return run
+        return cls(path)
+
+    def make(self, cfg: RunConfig) -> "RunDir":
+        """Create the directory and write the resolved config."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        self.eval_dir.mkdir(exist_ok=True)
+        self.write_config(cfg)
+        return self
+
+    @classmethod
+    def create(cls, cfg: RunConfig) -> "RunDir":
+        return cls.planned(cfg).make(cfg)
 
     @classmethod
     def open_existing(cls, path: str | Path) -> "RunDir":

@@ -168,7 +168,7 @@ class Trainer:
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
         # ---- task and data
-        self.task = get_task(cfg.task)
+        self.task = get_task(cfg.task, workers=t.reward_workers)
         train_examples = self.task.train_examples()
         validate_config(cfg, len(train_examples))
 
@@ -344,6 +344,7 @@ class Trainer:
                 told[uid].append(float(sc.reward))
             self.allocator.tell({r.uid: told[r.uid] for r in requests})
             round_index += 1
+        self.engine.end_generation()  # vLLM frees the GPU for the update
         result = self.allocator.finish()
         samples = [pool[uid][i] for uid, indices in result.groups.items() for i in indices]
         advantages = grpo.compute_advantages([s.reward for s in samples], [s.uid for s in samples], cfg.grpo.scale_rewards)
@@ -468,6 +469,7 @@ class Trainer:
             name: evaluate_examples(self.engine, self.task, self.tokenizer, exs, t.eval_samples, params, name)
             for name, exs in self.eval_sets.items()
         }
+        self.engine.end_generation()
         accuracy = sum(r.accuracy for r in results.values()) / len(results)
         self.rundir.write_eval(step, {"step": step, "accuracy": accuracy, "sets": {n: r.to_json() for n, r in results.items()}})
         line = {
@@ -619,14 +621,15 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
         cfg = build_config(run.path / "config.yaml")
         if steps is not None:
             cfg.train.steps = steps
-            run.write_config(cfg)
         checkpoint = run.latest_checkpoint()
-        run.cut_logs_after(int(checkpoint.name.split("-")[1]) if checkpoint else -1)
+        trainer = Trainer(cfg, run, checkpoint, out)
+        run.write_config(cfg)
+        run.cut_logs_after(trainer.step if checkpoint else -1)
         out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
     else:
         assert cfg is not None
-        run = RunDir.create(cfg)
-        checkpoint = None
+        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
+        trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
+        run.make(cfg)
     out.print(f"run directory: {run.path}")
-    trainer = Trainer(cfg, run, checkpoint, out)
     return trainer.run()

@@ -9,13 +9,23 @@ import typer
 
 from vigor_cli.errors import UserError
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny-math.yaml"
-"""The bundled default's settings (tiny model, tiny-math, VIGOR). The config classes hold
-the same values, so a missing file (an installed wheel) gives the same run."""
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+DEFAULT_CONFIG = CONFIGS / "tiny-math.yaml"
+"""The bundled default (tiny model, tiny-math, VIGOR): what `vigor train` runs with no arguments."""
+
+
+def default_config_file(model: str | None, task: str | None) -> Path | None:
+    """Without --config, the tiny model gets its tuned settings, configs/<task>.yaml for the
+    tiny tasks (tiny-math.yaml otherwise); any other model starts from the config classes'
+    defaults (LoRA, GPU-sized batches)."""
+    if model not in (None, "tiny"):
+        return None
+    path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code") else DEFAULT_CONFIG
+    return path if path.is_file() else None
 
 
 def train(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
     model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
     task: Optional[str] = typer.Option(None, "--task", help="task.name: tiny-math, tiny-code, math, code."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="allocation.strategy: vigor, grpo, dapo, greso, pods, random, difficulty."),
@@ -58,7 +68,7 @@ def train(
             "train.output_dir": output_dir,
             "train.run_name": run_name,
         }
-        path = config if config is not None else (DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None)
+        path = config if config is not None else default_config_file(model, task)
         cfg = build_config(path, overrides=overrides, sets=set_)
         summary = run_training(cfg, out=console)
 

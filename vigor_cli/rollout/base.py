@@ -48,6 +48,13 @@ class RolloutEngine(ABC):
     def sync_weights(self, model: Any) -> None:
         """Make the engine sample from ``model``'s current weights (no-op when shared)."""
 
+    def end_generation(self) -> None:
+        """The trainer calls this after a step's (or an evaluation's) last ``generate``.
+
+        Engines that hold GPU memory apart from the policy (vLLM) release it
+        here, before the update; the default does nothing.
+        """
+
     def memory_report(self) -> dict[str, float]:
         """Bytes (or GiB) each side holds; engines that share the model return {}."""
         return {}

@@ -1,0 +1,368 @@
+"""The vLLM rollout engine, colocated with the trainer on one GPU in sleep mode.
+
+vLLM runs in this process (``distributed_executor_backend="external_launcher"``),
+so the policy's weights reach it as tensors through ``LLM.apply_model``, never
+through a checkpoint on disk. Between generation phases the engine sleeps at
+level 2 (weights and KV cache discarded), which leaves the GPU to the trainer.
+One generation phase, in order (``shared/notes/vllm-colocate.md``)::
+
+    wake_up(tags=["weights"])
+    push every weight            LoRA merged as base + (alpha/r)·B·A in bf16; for a
+                                 4-bit policy the dequantised base plus that delta
+    wake_up(tags=["kv_cache"]);  reset_prefix_cache()
+    generate                     one call per allocation round, SamplingParams(n=k) per prompt
+    sleep(level=2)               end_generation(), called by the trainer
+
+The engine never calls ``reload_weights`` or anything else that re-reads the
+checkpoint after a push: that is the popular recipe's bug (it then samples from
+the base model for the whole run). The trainer's ``engine/logprob_diff`` metric
+(engine vs. policy log-probs on the same tokens) catches any such bug at step 1.
+
+Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
+``tests/fixtures/vllm_signatures.json`` holds the signatures used here, and
+``scripts/extract_vllm_signatures.py`` regenerates it from a downloaded wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from dataclasses import replace
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from vigor_cli.console import console
+from vigor_cli.errors import UserError
+from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+
+ENGINE_DTYPE = torch.bfloat16
+"""The vLLM copy of the policy is always bf16, whatever the trainer holds (fp32, 4-bit)."""
+
+GIB = float(1 << 30)
+
+
+def vllm_unavailable_reason() -> str | None:
+    """Why the vLLM engine cannot run here, as one line; None when CUDA and vllm are present."""
+    missing = []
+    if not torch.cuda.is_available():
+        missing.append("no CUDA GPU is visible (torch.cuda.is_available() is False)")
+    if importlib.util.find_spec("vllm") is None:
+        missing.append("vllm is not installed (pip install 'vigor[gpu]')")
+    if missing:
+        return "the vLLM engine needs CUDA + vllm: " + "; ".join(missing)
+    return None
+
+
+# --------------------------------------------------------------------------- weights
+def policy_version(model: Any) -> tuple:
+    """A cheap fingerprint that changes whenever any policy parameter is modified in place.
+
+    Every in-place write to a tensor (optimizer steps, ``load_state_dict``,
+    ``copy_`` under ``no_grad``) bumps its autograd version counter, so the
+    tuple of (identity, version) pairs changes after each optimizer step
+    without reading any weight. Writes through ``param.data`` do not bump
+    the counter and go unseen.
+    """
+    return tuple((id(p), p._version) for p in model.parameters())
+
+
+def _dense(weight: torch.Tensor) -> torch.Tensor:
+    """The weight as a float32 dense matrix: bitsandbytes 4-bit weights are dequantised."""
+    quant_state = getattr(weight, "quant_state", None)
+    if quant_state is not None:
+        import bitsandbytes.functional as bnb_functional
+
+        return bnb_functional.dequantize_4bit(weight.data, quant_state).float()
+    return weight.detach().float()
+
+
+def _merged_lora_weight(module: Any, path: str) -> torch.Tensor:
+    """``base + sum over active adapters of scaling·B·A`` for one peft LoRA layer, in float32.
+
+    Computed from the layer's tensors without touching them (unlike peft's
+    ``merge_adapter``, which rewrites the base weight and drifts on 4-bit).
+    """
+    base = module.get_base_layer()
+    if not isinstance(base, torch.nn.Linear) and not getattr(module, "fan_in_fan_out", False):
+        raise UserError(
+            f"vllm engine: LoRA on {path} ({type(base).__name__}) cannot be merged; "
+            "target linear layers only (model.lora.target_modules)"
+        )
+    weight = _dense(base.weight)
+    if module.disable_adapters:
+        return weight
+    for adapter in module.active_adapters:
+        if adapter in module.merged_adapters:
+            continue  # already folded into the base weight by peft
+        if adapter in module.lora_embedding_A or module.lora_variant.get(adapter) is not None:
+            raise UserError(
+                f"vllm engine: adapter '{adapter}' on {path} is an embedding or DoRA-style "
+                "LoRA, which the engine cannot merge; use plain LoRA on linear layers"
+            )
+        if module.lora_bias.get(adapter):
+            raise UserError(f"vllm engine: adapter '{adapter}' on {path} trains a LoRA bias, "
+                            "which the engine cannot merge")
+        if adapter not in module.lora_A:
+            continue
+        a = module.lora_A[adapter].weight.float()
+        b = module.lora_B[adapter].weight.float()
+        delta = (b @ a) * module.scaling[adapter]
+        weight = weight + (delta.T if module.fan_in_fan_out else delta)
+    return weight
+
+
+def policy_weights(model: Any, dtype: torch.dtype = ENGINE_DTYPE) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every weight of the policy as (Hugging Face name, tensor), LoRA merged, in ``dtype``.
+
+    The names are the checkpoint names vLLM's ``load_weights`` maps onto its
+    own (fused) parameters: peft's ``base_model.model.`` prefix and
+    ``.base_layer`` infix are dropped, ``lora_*`` tensors are folded into
+    their base weight instead of being sent, and a ``modules_to_save`` copy
+    replaces the original module's weight. Tensors are produced one at a
+    time, so at most one merged matrix exists beside the policy.
+    """
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    is_peft = isinstance(model, PeftModel)
+    root = model.get_base_model() if is_peft else model
+    active = model.active_adapter if is_peft else None
+    lora_layers = {path: m for path, m in root.named_modules() if isinstance(m, LoraLayer)}
+    for name, param in root.named_parameters():
+        parts = name.split(".")
+        if any(p.startswith("lora_") for p in parts) or "original_module" in parts:
+            continue
+        if any(p.startswith("trainable_tokens_") for p in parts):
+            raise UserError(f"vllm engine: {name}: peft trainable tokens are not supported")
+        if "modules_to_save" in parts:
+            i = parts.index("modules_to_save")
+            if parts[i + 1] != active:
+                continue
+            parts = parts[:i] + parts[i + 2 :]
+        if "base_layer" in parts:
+            i = parts.index("base_layer")
+            owner = ".".join(parts[:i])
+            parts = parts[:i] + parts[i + 1 :]
+            if parts[-1] == "weight" and owner in lora_layers:
+                yield ".".join(parts), _merged_lora_weight(lora_layers[owner], owner).to(dtype)
+                continue
+        yield ".".join(parts), _dense(param).to(dtype)
+
+
+# --------------------------------------------------------------------------- engine
+def _external_launcher_env() -> None:
+    """The torchrun variables vLLM's external launcher reads, for a plain single process."""
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, value)
+
+
+def _cuda_free_bytes() -> int | None:
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.mem_get_info()[0]
+
+
+def _checkpoint_of(model: Any) -> str:
+    """Where the policy was loaded from (hub id or directory): vLLM reads config and tokenizer there."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    path = getattr(base.config, "_name_or_path", "") or getattr(base, "name_or_path", "")
+    if not path:
+        raise UserError("vllm engine: the policy does not say which checkpoint it came from "
+                        "(config._name_or_path is empty); load it with from_pretrained")
+    return str(path)
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(extra, int):
+        ids.add(extra)
+    elif extra:
+        ids.update(int(i) for i in extra)
+    return sorted(ids)
+
+
+class VLLMEngine(RolloutEngine):
+    """Colocated vLLM in sleep mode; pushes the policy's weights in memory before generating.
+
+    ``vllm_api`` is the ``vllm`` module by default; tests pass an object with
+    the same ``LLM`` and ``SamplingParams`` (a recording stand-in built from
+    the pinned release's signatures), since vLLM cannot run without a GPU.
+    """
+
+    name = "vllm"
+
+    def __init__(self, cfg: Any, model: Any, tokenizer: Any, vllm_api: Any = None):
+        if vllm_api is None:
+            reason = vllm_unavailable_reason()
+            if reason is not None:
+                raise UserError(f"engine.kind=vllm: {reason}; use --engine hf")
+            import vllm as vllm_api
+        self._vllm = vllm_api
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self._policy = model
+        self._eos_ids = _eos_ids(model, tokenizer)
+        self._sleep_level = cfg.engine.sleep_level
+        self._awake = False
+        self._engine_version: tuple | None = None  # policy version the engine's weights hold
+        self.pushes = 0  # weight pushes so far (each one sends every weight)
+
+        if cfg.sampling.top_p < 1.0:
+            console.print(
+                "[yellow]vllm engine: sampling.top_p < 1, so the engine's log-probs are those of "
+                "the truncated distribution it samples from; the policy's recomputed ones are "
+                "not truncated, and engine/logprob_diff includes that gap[/yellow]"
+            )
+        max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+        _external_launcher_env()
+        trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
+        free_before = _cuda_free_bytes()
+        self.llm = vllm_api.LLM(
+            model=_checkpoint_of(model),
+            tokenizer=getattr(tokenizer, "name_or_path", None) or None,
+            revision=cfg.model.revision,
+            dtype="bfloat16",
+            seed=cfg.train.seed,
+            gpu_memory_utilization=cfg.engine.gpu_memory_utilization,
+            max_model_len=max_len,
+            enable_sleep_mode=True,
+            enable_prefix_caching=True,
+            enforce_eager=cfg.engine.enforce_eager,
+            distributed_executor_backend="external_launcher",
+            logprobs_mode="processed_logprobs",
+        )
+        free_awake = _cuda_free_bytes()
+        # The checkpoint's weights are discarded here; every phase starts with a push.
+        self.llm.sleep(level=2)
+        free_asleep = _cuda_free_bytes()
+        self._memory: dict[str, float] = {"trainer_gib": trainer_bytes / GIB}
+        if free_before is not None:
+            self._memory["engine_awake_gib"] = (free_before - free_awake) / GIB
+            self._memory["engine_asleep_gib"] = max(0, free_before - free_asleep) / GIB
+            self._memory["gpu_total_gib"] = torch.cuda.mem_get_info()[1] / GIB
+        console.print("vllm engine memory: " + ", ".join(
+            f"{k.removesuffix('_gib')} {v:.2f} GiB" for k, v in self._memory.items()
+        ) + f" (engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization})")
+
+    # ------------------------------------------------------------------ weights
+    def sync_weights(self, model: Any) -> None:
+        """Sample from ``model`` from now on; pushes only if its weights changed since the last push.
+
+        While the engine sleeps the push waits for the next generation phase
+        (after a level-2 sleep the engine holds no weights, so that phase
+        always pushes); while it is awake a changed policy is pushed now.
+        """
+        self._policy = model
+        if self._awake and policy_version(model) != self._engine_version:
+            self._push()
+            self.llm.reset_prefix_cache()
+
+    def _push(self) -> None:
+        version = policy_version(self._policy)
+        weights = policy_weights(self._policy)
+        self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
+        self._engine_version = version
+        self.pushes += 1
+
+    # ------------------------------------------------------------------ phases
+    def _begin_generation(self) -> None:
+        if self._awake:
+            return
+        self.llm.wake_up(tags=["weights"])
+        if policy_version(self._policy) != self._engine_version:
+            self._push()
+        self.llm.wake_up(tags=["kv_cache"])
+        self.llm.reset_prefix_cache()
+        self._awake = True
+
+    def end_generation(self) -> None:
+        """Free the GPU for the update: sleep at ``engine.sleep_level`` (2 discards the weights)."""
+        if not self._awake:
+            return
+        self.llm.sleep(level=self._sleep_level)
+        self._awake = False
+        if self._sleep_level == 2:
+            self._engine_version = None
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        counts: Sequence[int],
+        sampling: SamplingParams,
+    ) -> list[list[Rollout]]:
+        """One ``LLM.generate`` call: prompt i gets ``SamplingParams(n=counts[i])``.
+
+        With ``sampling.seed`` set, prompt i's request seed is derived from
+        (seed, i), and vLLM gives its j-th sample seed + j; callers vary the
+        seed between rounds, as with the hf engine.
+        """
+        if len(prompts) != len(counts):
+            raise ValueError(f"{len(prompts)} prompts but {len(counts)} counts")
+        asked = [i for i, c in enumerate(counts) if c > 0]
+        results: list[list[Rollout]] = [[] for _ in prompts]
+        if not asked:
+            return results
+        # vLLM refuses n > 1 with greedy decoding; every greedy sample is the same, so ask once.
+        greedy = sampling.temperature == 0
+        self._begin_generation()
+        params = [self._sampling_params(sampling, i, 1 if greedy else counts[i]) for i in asked]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": [int(t) for t in prompts[i]]} for i in asked],
+            params,
+            use_tqdm=False,
+        )
+        for i, p, request in zip(asked, params, outputs, strict=True):
+            completions = sorted(request.outputs, key=lambda c: c.index)
+            if len(completions) != p.n:
+                raise RuntimeError(f"vLLM returned {len(completions)} completions, asked {p.n}")
+            rollouts = [self._rollout(c) for c in completions]
+            results[i] = [replace(r) for r in rollouts * counts[i]] if greedy else rollouts
+        return results
+
+    def _sampling_params(self, sampling: SamplingParams, index: int, n: int) -> Any:
+        seed = None
+        if sampling.seed is not None:
+            seed = int(np.random.SeedSequence([int(sampling.seed), index]).generate_state(1)[0] >> 1)
+        return self._vllm.SamplingParams(
+            n=n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=seed,
+            logprobs=0,  # the sampled token's log-prob only (processed: after temperature)
+            stop_token_ids=self._eos_ids,
+            detokenize=False,  # decoded below with the trainer's tokenizer, as the hf engine does
+        )
+
+    def _rollout(self, completion: Any) -> Rollout:
+        token_ids = [int(t) for t in completion.token_ids]
+        if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
+            raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
+        logprobs = [float(step[t].logprob) for t, step in zip(token_ids, completion.logprobs)]
+        return Rollout(
+            token_ids=token_ids,
+            logprobs=logprobs,
+            text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+            truncated=completion.finish_reason == "length",
+        )
+
+    # ------------------------------------------------------------------ misc
+    def memory_report(self) -> dict[str, float]:
+        """GiB measured at start: the trainer's CUDA memory, the engine's awake and asleep."""
+        return dict(self._memory)
+
+    def close(self) -> None:
+        self.end_generation()
