@@ -156,9 +156,13 @@ def inspect_allocation(
             highlight=False,
         )
 
-    o = Table(title=f"overview: {len(summaries)} steps", title_justify="left")
-    for col in ("step", "prompts", "rollouts", "used", "top-10% share", "zero-var", "var kept",
-                "var dropped", "max/prompt"):
+    o = Table(
+        title=f"overview: {len(summaries)} steps (top10% = share of rollouts on the 10 % of "
+        "prompts that got most; zero-var = share of prompts with all rewards equal)",
+        title_justify="left",
+    )
+    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var kept",
+                "var drop", "max"):
         o.add_column(col, justify="right")
     for row in overview:
         o.add_row(
