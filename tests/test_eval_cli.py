@@ -34,16 +34,19 @@ SAMPLING = ["--n", "3", "--temperature", "1.0", "--max-new-tokens", "12", "--see
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> Path:
-    """2 problems each of math500 and gsm8k from the shared files, 3 samples, seed 7."""
+    """2 problems each of math500 and gsm8k from the shared files and of tiny-code (real
+    sandbox), 3 samples, seed 7."""
     out = tmp_path_factory.mktemp("eval") / "results.json"
-    vigor("eval", "tiny", "--benchmarks", "math500,gsm8k", "--data-dir", str(SHARED),
+    vigor("eval", "tiny", "--benchmarks", "math500,gsm8k,tiny-code", "--data-dir", str(SHARED),
           "--limit", "2", *SAMPLING, "--output", str(out))
     return out
 
 
 def test_results_hold_every_sample(sampled):
     results = json.loads(sampled.read_text())
-    assert set(results["sets"]) == {"math500", "gsm8k"}
+    assert set(results["sets"]) == {"math500", "gsm8k", "tiny-code"}
+    assert results["sets"]["tiny-code"]["kind"] == "code"
+    assert "test_pass_rate" in results["sets"]["tiny-code"]["metrics"]
     for name, entry in results["sets"].items():
         assert len(entry["samples"]) == 2 * 3
         assert {s["sample"] for s in entry["samples"]} == {0, 1, 2}
@@ -70,12 +73,27 @@ def test_rescore_grades_stored_completions_again(sampled, tmp_path):
     # put a correct answer into one stored completion: only a real re-grade can notice
     first = results["sets"]["math500"]["samples"][0]
     first["completion"] = f"The answer is $\\boxed{{{gold}}}$."
+    # and the reference program into a tiny-code completion, a wrong one into another
+    from vigor_cli.config import TaskConfig
+    from vigor_cli.tasks import get_task
+
+    code = results["sets"]["tiny-code"]["samples"]
+    task = get_task(TaskConfig(name="tiny-code"))
+    solution = {ex.uid: ex.meta["solution"] for ex in task.eval_examples(None)}
+    task.close()
+    code[0]["completion"] = f"```python\n{solution[code[0]['uid']]}\n```"
+    code[1]["completion"] = "```python\nprint('no')\n```"
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(results))
     out = tmp_path / "rescored.json"
     vigor("eval", "--rescore", str(edited), "--output", str(out))
     rescored = json.loads(out.read_text())
     assert rescored["sets"]["math500"]["samples"][0]["reward"] == 1.0
+    code = rescored["sets"]["tiny-code"]["samples"]
+    assert (code[0]["reward"], code[0]["test_fraction"]) == (1.0, 1.0)
+    assert (code[1]["reward"], code[1]["test_fraction"]) == (0.0, 0.0)
+    assert rescored["sets"]["tiny-code"]["metrics"]["test_pass_rate"] == pytest.approx(
+        sum(s["test_fraction"] for s in code) / len(code))
     before = json.loads(sampled.read_text())["sets"]
     for name in ("math500", "gsm8k"):
         old = [s["reward"] for s in before[name]["samples"]]
