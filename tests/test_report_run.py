@@ -36,9 +36,10 @@ def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
 def runs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("runs")
     paths = {}
-    for strategy in ("vigor", "grpo"):
+    # the GRPO run trains a LoRA adapter, so `vigor eval --adapter` has one to load
+    for strategy, extra in (("vigor", []), ("grpo", ["--set", "model.lora.enabled=true"])):
         res = run_cli("train", "--strategy", strategy, "--output-dir", str(out),
-                      "--run-name", strategy, *TINY_RUN)
+                      "--run-name", strategy, *TINY_RUN, *extra)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
         paths[strategy] = out / strategy
     return paths
@@ -88,6 +89,21 @@ def test_report_on_real_runs(runs, tmp_path):
         assert data[:8] == PNG_MAGIC and len(data) > 10_000
 
 
+def final_eval_completions(run: Path) -> dict[str, str]:
+    final = json.loads((run / "eval" / "step-2.json").read_text())
+    return {s["uid"]: s["completion"] for st in final["sets"].values() for s in st["samples"]}
+
+
+def test_eval_an_adapter(runs, tmp_path):
+    out = tmp_path / "eval.json"
+    res = run_cli("eval", "tiny", "--adapter", str(runs["grpo"] / "checkpoints" / "step-2"),
+                  "--benchmarks", "tiny-math", "--limit", "6", "--max-new-tokens", "12",
+                  "--engine", "hf", "--output", str(out))
+    assert res.returncode == 0, res.stderr
+    samples = json.loads(out.read_text())["sets"]["tiny-math"]["samples"]
+    assert {s["uid"]: s["completion"] for s in samples} == final_eval_completions(runs["grpo"])
+
+
 def test_eval_a_run_checkpoint(runs, tmp_path):
     out = tmp_path / "eval.json"
     res = run_cli("eval", "--run", str(runs["vigor"]), "--benchmarks", "tiny-math",
@@ -97,7 +113,8 @@ def test_eval_a_run_checkpoint(runs, tmp_path):
     assert results["model"]["checkpoint"] == "step-2"
     assert results["sets"]["tiny-math"]["metrics"]["problems"] == 6
     # greedy, same checkpoint, same problems: the trainer's final evaluation saw the same
-    final = json.loads((runs["vigor"] / "eval" / "step-2.json").read_text())
     mine = {s["uid"]: s["completion"] for s in results["sets"]["tiny-math"]["samples"]}
-    theirs = {s["uid"]: s["completion"] for st in final["sets"].values() for s in st["samples"]}
-    assert mine == theirs
+    assert mine == final_eval_completions(runs["vigor"])
+    # a named checkpoint that does not exist is one clear line
+    res = run_cli("eval", "--run", str(runs["vigor"]), "--checkpoint", "step-9")
+    assert res.returncode == 2 and "have: step-2" in res.stderr
