@@ -17,7 +17,7 @@ Before user code the child:
      open files, no core dumps;
   5. drops to the unprivileged uid/gid (when root), becomes non-dumpable, and
      asks to be killed if the fork server dies;
-  6. loads the seccomp filter.
+  6. installs the seccomp filter (compiled once by the fork server, its own pid patched in).
 
 Status channel: fd 3 carries one JSON line from the harness (never from the
 verifier's expected answers, which the child never sees): ``{"compile_error":
@@ -204,7 +204,6 @@ def _call_solution(namespace: dict, func_name: str, args_text: str) -> None:
 
 def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     """Confine this (forked) process and run ``job``'s program. Never returns."""
-    code = 1
     try:
         os.setsid()
         for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
@@ -225,9 +224,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
         if os.getppid() != settings["server_pid"]:
             os._exit(125)
         if settings["seccomp"]:
-            from sandbox.seccomp_filter import load_filter
-
-            load_filter(os.getpid())
+            settings["seccomp_filter"].load(os.getpid())
     except BaseException:
         os._exit(125)  # the sandbox could not be set up: never run the program unconfined
 

@@ -137,10 +137,13 @@ def _classify(reply: dict, limits: Limits) -> RunResult:
 
 class _Worker:
     def __init__(self, uid: int):
+        # Nothing of the caller's environment (tokens, keys) reaches the worker, except its
+        # import path, so the worker finds the same packages (pyseccomp) as the caller.
+        import_path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+               "PYTHONPATH": import_path, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-s", "-E", "-c", _WORKER_BOOT, _PACKAGE_PARENT, str(uid)],
+            [sys.executable, "-s", "-c", _WORKER_BOOT, _PACKAGE_PARENT, str(uid)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
             start_new_session=True,
         )

@@ -23,8 +23,12 @@ libseccomp's default bad-architecture action.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import os
 import socket
+import struct
+import tempfile
 
 CLONE_THREAD = 0x00010000
 
@@ -65,13 +69,9 @@ _DENIED_OUTRIGHT = (
 )
 
 
-def load_filter(own_pid: int) -> None:
-    """Install the filter in the calling process (irreversible; inherited by threads).
-
-    ``own_pid`` is the process's pid: ``kill``/``tgkill`` stay allowed for it
-    alone, so a program can still signal itself. Raises ``OSError`` or
-    ``ImportError`` when seccomp is unavailable.
-    """
+def build_filter(own_pid: int):
+    """The filter as a ``pyseccomp.SyscallFilter`` (not loaded). ``own_pid``: the one pid
+    ``kill``/``tgkill`` may target, so a program can still signal itself."""
     import pyseccomp as sc
 
     deny = sc.ERRNO(errno.EPERM)
@@ -84,4 +84,56 @@ def load_filter(own_pid: int) -> None:
     filt.add_rule(deny, "tgkill", sc.Arg(0, sc.NE, own_pid))
     for name in _DENIED_OUTRIGHT:
         filt.add_rule(deny, name)
-    filt.load()
+    return filt
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+_PID_SENTINEL = 0x3ADC0FFE
+"""A pid no process has: compiled into the BPF, then replaced by the child's real pid."""
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+class CompiledFilter:
+    """The filter compiled to BPF once (in the fork server); each child patches in its pid
+    and installs it with one ``prctl``, about 1 ms cheaper than building it per child."""
+
+    def __init__(self) -> None:
+        with tempfile.TemporaryFile() as f:
+            build_filter(_PID_SENTINEL).export_bpf(f)
+            f.seek(0)
+            self.program = f.read()
+        size = ctypes.sizeof(_SockFilter)
+        self.pid_offsets = [
+            offset + 4 for offset in range(0, len(self.program), size)
+            if struct.unpack_from("=I", self.program, offset + 4)[0] == _PID_SENTINEL
+        ]
+        # kill and tgkill compare the pid (libseccomp may share one BPF block for both).
+        if not self.pid_offsets:
+            raise OSError("unexpected BPF layout: no pid comparison to patch")
+        self._libc = ctypes.CDLL(None, use_errno=True)
+
+    def load(self, own_pid: int) -> None:
+        """Install the filter for ``own_pid`` in the calling process."""
+        program = bytearray(self.program)
+        for offset in self.pid_offsets:
+            struct.pack_into("=I", program, offset, own_pid)
+        buffer = (ctypes.c_char * len(program)).from_buffer(program)
+        fprog = _SockFprog(len(program) // ctypes.sizeof(_SockFilter),
+                           ctypes.cast(buffer, ctypes.POINTER(_SockFilter)))
+        libc = self._libc
+        for args, what in (((_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS"),
+                           ((_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+                            "PR_SET_SECCOMP")):
+            if libc.prctl(*args) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"{what}: {os.strerror(err)}")

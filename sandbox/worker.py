@@ -40,7 +40,17 @@ WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue
 _READ_CHUNK = 1 << 16
 
 
-def _probe(uid: int) -> dict:
+def _compile_filter() -> tuple[object | None, str]:
+    """The seccomp filter compiled once, or None and why not."""
+    try:
+        from sandbox.seccomp_filter import CompiledFilter
+
+        return CompiledFilter(), ""
+    except Exception as exc:  # ImportError (no pyseccomp/libseccomp), OSError
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def _probe(uid: int, seccomp_filter, filter_error: str) -> dict:
     """Fork a throw-away child, confine it, and check that the confinement bites."""
     root = os.geteuid() == 0
     read_fd, write_fd = os.pipe()
@@ -72,9 +82,9 @@ def _probe(uid: int) -> dict:
             try:
                 import socket
 
-                from sandbox.seccomp_filter import load_filter
-
-                load_filter(os.getpid())
+                if seccomp_filter is None:
+                    raise OSError(filter_error)
+                seccomp_filter.load(os.getpid())
                 denied = 0
                 try:
                     socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
@@ -90,8 +100,8 @@ def _probe(uid: int) -> dict:
                 report["seccomp"] = denied == 2
                 if denied != 2:
                     report["detail"].append("seccomp filter loaded but did not deny socket/fork")
-            except Exception as exc:  # ImportError, OSError from libseccomp
-                report["detail"].append(f"seccomp unavailable: {type(exc).__name__}: {exc}")
+            except Exception as exc:  # OSError from prctl, or no compiled filter
+                report["detail"].append(f"seccomp unavailable: {exc}")
             os.write(write_fd, json.dumps(report).encode())
         finally:
             os._exit(0)
@@ -115,8 +125,10 @@ class ForkServer:
 
     def __init__(self, uid: int):
         self.uid = uid
-        self.capabilities = _probe(uid)
+        seccomp_filter, filter_error = _compile_filter()
+        self.capabilities = _probe(uid, seccomp_filter, filter_error)
         self.settings = {
+            "seccomp_filter": seccomp_filter,
             "uid": uid,
             "drop_uid": self.capabilities["uid_switch"],
             "seccomp": self.capabilities["seccomp"],
@@ -289,10 +301,6 @@ def main() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
-    import pyseccomp  # noqa: F401 - imported here so children load the filter without importing
-
-    import sandbox.seccomp_filter  # noqa: F401
-
     isolation = {}
     if os.geteuid() == 0:
         from sandbox.namespace import isolate_fork_server

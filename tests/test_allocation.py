@@ -128,6 +128,13 @@ def test_cut_round_choice_is_seeded_and_not_by_position():
     assert len(lucky_positions) == 4  # every prompt got the extra for some seed
 
 
+def test_budget_spent_exactly_ends_the_step_without_a_selection():
+    result, asks = run_step(make_allocator(vigor(budget=8), 4, 0), 0, Counter().draw, bernoulli)
+    assert [sum(a.values()) for a in asks] == [8]
+    assert [r["rounds"][-1]["kept"] for r in result.record["prompts"]] == [None] * 4
+    assert result.record["totals"]["cut"] is None
+
+
 def test_same_seed_same_record_and_seed_matters():
     def record(seed):
         return run_step(make_allocator(vigor(), 64, seed), 0, Counter().draw, bernoulli)[0].record

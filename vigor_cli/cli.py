@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except (UserError, ConfigError) as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except typer.Exit as e:
         sys.exit(e.exit_code)

@@ -123,8 +123,9 @@ class AllocationConfig(_Section):
     budget: Optional[int] = Field(
         None,
         ge=1,
-        description="Total rollouts per step, enforced exactly (the last round is cut). "
-        "Default: group_size x prompts per step, the budget of GRPO with group_size.",
+        description="VIGOR/random/difficulty: cap on rollouts per step, never exceeded (the "
+        "round that would overspend is cut; see allocation/README.md). Default: group_size x "
+        "prompts per step, the budget of GRPO with group_size.",
     )
     # GRPO / DAPO / GRESO
     group_size: int = Field(
@@ -192,7 +193,8 @@ class EngineConfig(_Section):
         0.35, gt=0, lt=1, description="vllm: share of GPU memory the engine may take."
     )
     max_model_len: Optional[int] = Field(
-        None, description="vllm: context length; default prompt limit + max_new_tokens."
+        None, description="vllm: context length; default task.max_prompt_tokens + "
+        "sampling.max_new_tokens, capped at the model's max_position_embeddings."
     )
     sleep_level: Literal[1, 2] = Field(
         2,

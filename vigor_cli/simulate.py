@@ -37,6 +37,8 @@ from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
 
 DEFAULT_LAW = "mix:0.3,0.2,1,1"
+POOL_PER_PROMPT = 16  # default pool size = this x prompts per step
+TARGET_GAIN = 0.1  # learning mode's default target = initial mean pass rate + this (<= 0.95)
 
 
 # --------------------------------------------------------------------------- laws
@@ -50,14 +52,14 @@ class PassRateLaw:
     fixed: np.ndarray | None = None  # a file's pass rates, used as the pool itself
 
 
-def _numbers(text: str, spec: str, count: tuple[int, ...]) -> list[float]:
-    parts = [p for p in text.split(",")] if text else []
+def _numbers(kind: str, args: str, spec: str, count: tuple[int, ...]) -> list[float]:
+    """The comma-separated numbers of a law string, or a UserError that shows the syntax."""
     try:
-        values = [float(p) for p in parts]
+        values = [float(p) for p in args.split(",")] if args else []
     except ValueError:
-        values = None
-    if values is None or len(values) not in count or any(not math.isfinite(v) for v in values):
-        raise UserError(f"--pass-rates {spec!r}: expected {_LAW_HELP[spec.split(':')[0]]}")
+        values = []
+    if len(values) not in count or any(not math.isfinite(v) for v in values):
+        raise UserError(f"--pass-rates {spec!r}: expected {_LAW_HELP[kind]}")
     return values
 
 
@@ -82,12 +84,12 @@ def parse_law(spec: str) -> PassRateLaw:
             + "; ".join(_LAW_HELP.values())
         )
     if kind == "beta":
-        a, b = _numbers(args, spec, (2,))
+        a, b = _numbers(kind, args, spec, (2,))
         if a <= 0 or b <= 0:
             raise UserError(f"--pass-rates {spec!r}: expected {_LAW_HELP['beta']}")
         return PassRateLaw(spec, lambda rng, n: rng.beta(a, b, n))
     if kind == "mix":
-        values = _numbers(args, spec, (2, 4))
+        values = _numbers(kind, args, spec, (2, 4))
         p0, p1 = values[0], values[1]
         a, b = (values[2], values[3]) if len(values) == 4 else (1.0, 1.0)
         if p0 < 0 or p1 < 0 or p0 + p1 > 1 + 1e-12 or a <= 0 or b <= 0:
@@ -100,7 +102,7 @@ def parse_law(spec: str) -> PassRateLaw:
 
         return PassRateLaw(spec, sample_mix)
     if kind == "pareto":
-        values = _numbers(args, spec, (1, 2))
+        values = _numbers(kind, args, spec, (1, 2))
         k = values[0]
         xm = values[1] if len(values) == 2 else 0.25 * 0.01 ** (1 / k) if k > 0 else 0
         if k <= 1 or not 0 < xm < 0.25:
@@ -162,7 +164,7 @@ class SimSettings:
     prompts: int = 64
     """Prompts per step (the batch the allocator starts from)."""
     pool: int | None = None
-    """Prompts in the pool; default 16 x prompts (a file law: the file's rates)."""
+    """Prompts in the pool; default POOL_PER_PROMPT x prompts (a file law: the file's rates)."""
     tests: int = 1
     """Reward = passed / tests with tests ~ Binomial(tests, p); 1 = binary rewards."""
     seed: int = 0
@@ -174,7 +176,7 @@ class SimSettings:
     transfer: float = 0.0
     """Learning mode: weight of the step's total signal spread over the whole pool."""
     target: float | None = None
-    """Learning mode: target mean pass rate; default initial mean + 0.1 (at most 0.95)."""
+    """Learning mode: target mean pass rate; default initial mean + TARGET_GAIN (at most 0.95)."""
 
 
 @dataclass
@@ -232,11 +234,11 @@ class _Sampler:
         return out
 
 
-def initial_pool(settings: SimSettings) -> np.ndarray:
-    law = parse_law(settings.law)
+def initial_pool(settings: SimSettings, law: PassRateLaw) -> np.ndarray:
+    """The pool's starting pass rates: the file's, or POOL_PER_PROMPT x prompts draws of the law."""
     if law.fixed is not None and settings.pool is None:
         return law.fixed.astype(float).copy()
-    size = settings.pool if settings.pool is not None else 16 * settings.prompts
+    size = settings.pool if settings.pool is not None else POOL_PER_PROMPT * settings.prompts
     return law.sample(np.random.default_rng(settings.seed), size).astype(float)
 
 
@@ -270,8 +272,9 @@ def run_strategy(
                     told[r.uid] = got.tolist()
                     rewards.setdefault(r.uid, []).extend(told[r.uid])
                 alloc.tell(told)
-        except UserError as e:
+        except UserError as e:  # DAPO/GRESO gave up: the step's rollouts were still spent
             out.error = str(e)
+            out.rollouts += sum(len(v) for v in rewards.values())
             break
         result = alloc.finish()
         rec = result.record
@@ -341,14 +344,14 @@ def simulate(settings: SimSettings, cfg: AllocationConfig) -> dict[str, Any]:
     if settings.pool is not None and settings.pool < 1:
         raise UserError(f"--pool must be >= 1 (got {settings.pool})")
     law = parse_law(settings.law)
-    pass_rates = initial_pool(settings)
+    pass_rates = initial_pool(settings, law)
     if len(pass_rates) < settings.prompts:
         raise UserError(
             f"the pool has {len(pass_rates)} prompts, fewer than --prompts {settings.prompts}"
         )
     target = None
     if settings.learn:
-        target = settings.target if settings.target is not None else min(0.95, pass_rates.mean() + 0.1)
+        target = settings.target if settings.target is not None else min(0.95, pass_rates.mean() + TARGET_GAIN)
     summary: dict[str, Any] = {
         "mode": "learning model (toy pass-rate dynamics, not a trained policy)"
         if settings.learn

@@ -25,7 +25,7 @@ import math
 from typing import Any
 
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.rounds import RoundAllocator, compact, is_zero_variance
+from vigor_cli.allocation.rounds import RoundAllocator, compact
 from vigor_cli.errors import UserError
 
 
@@ -78,7 +78,8 @@ class DynamicSamplingAllocator(RoundAllocator):
 
     def _after_round(self, uids: list[str]) -> None:
         for uid in uids:  # draw order
-            if is_zero_variance(self._rewards[uid]):
+            stats = self._stats[uid]
+            if stats[2] == stats[3]:  # all rewards equal
                 self._mark(uid, False, "zero_var")
             elif not self._full():
                 self._kept.append(uid)
@@ -163,8 +164,7 @@ class GresoAllocator(DynamicSamplingAllocator):
 
     def _after_round(self, uids: list[str]) -> None:
         for uid in uids:
-            pool = self._rewards[uid]
-            mean = sum(pool) / len(pool)
+            mean = self._stats[uid][0] / len(self._rewards[uid])
             kind = "easy" if mean >= self.easy_mean else "hard" if mean <= self.hard_mean else None
             self._step_groups += 1
             if kind is None:

@@ -10,6 +10,7 @@ kept never depends on their position in the batch.
 from __future__ import annotations
 
 import random
+from itertools import accumulate
 
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.rounds import RoundAllocator
@@ -23,12 +24,12 @@ def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> lis
     at random (seeded).
     """
     n = len(rewards)
-    keys = [rng.random() for _ in range(n)]
-    order = sorted(range(n), key=lambda j: (rewards[j], keys[j]))
-    prefix, prefix_sq = [0.0], [0.0]
-    for j in order:
-        prefix.append(prefix[-1] + rewards[j])
-        prefix_sq.append(prefix_sq[-1] + rewards[j] ** 2)
+    rand = rng.random
+    ranked = sorted(zip(rewards, [rand() for _ in range(n)], range(n)))  # ties: seeded random
+    order = [j for _, _, j in ranked]
+    values = [v for v, _, _ in ranked]
+    prefix = [0.0, *accumulate(values)]
+    prefix_sq = [0.0, *accumulate([v * v for v in values])]
     variances = []
     for i in range(m + 1):  # the i largest plus the (m - i) smallest
         low = m - i

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import random
+from operator import mul
 from typing import Any, Mapping, Sequence
 
 from vigor_cli.allocation.base import Allocator, DrawFn, Request, StepResult
@@ -83,6 +84,7 @@ class RoundAllocator(Allocator):
         self._draw_fn = draw
         self._order: list[str] = []  # uids in the order they were drawn
         self._rewards: dict[str, list[float]] = {}
+        self._stats: dict[str, list[float]] = {}
         self._rounds: dict[str, list[dict[str, Any]]] = {}
         self._notes: dict[str, dict[str, Any]] = {}  # extra per-prompt record fields
         self._round_totals: list[dict[str, Any]] = []
@@ -121,24 +123,35 @@ class RoundAllocator(Allocator):
         round_no = len(self._round_totals) + 1
         told: list[str] = []
         added = 0
+        pools, all_stats, logs = self._rewards, self._stats, self._rounds
         for uid, n in pending.items():
-            got = rewards[uid]
-            if len(got) != n:
-                raise AllocationError(f"tell(): prompt {uid!r} asked for {n} rewards, got {len(got)}")
-            values = []
-            for v in got:
-                f = float(v)
-                if not 0.0 <= f <= 1.0:  # also rejects NaN
-                    raise AllocationError(f"tell(): prompt {uid!r} reward {v!r} is not in [0, 1]")
-                values.append(f)
-            pool = self._rewards[uid]
-            pool.extend(values)
-            self._rounds[uid].append(
+            values = list(map(float, rewards[uid]))
+            if len(values) != n:
+                raise AllocationError(f"tell(): prompt {uid!r} asked for {n} rewards, got {len(values)}")
+            lo, hi, total = min(values), max(values), sum(values)
+            if not (lo >= 0.0 and hi <= 1.0 and total == total):  # total == total rejects NaN
+                bad = next(v for v in values if not 0.0 <= v <= 1.0)
+                raise AllocationError(f"tell(): prompt {uid!r} reward {bad!r} is not in [0, 1]")
+            if values.count(0.0) + values.count(1.0) == n:  # binary: the common case, fast path
+                shown = list(map(int, values))
+                total_sq = total
+            else:
+                shown = [round(v, 6) if 0.0 < v < 1.0 else int(v) for v in values]
+                total_sq = sum(map(mul, values, values))
+            pools[uid].extend(values)
+            stats = all_stats[uid]
+            stats[0] += total
+            stats[1] += total_sq
+            if lo < stats[2]:
+                stats[2] = lo
+            if hi > stats[3]:
+                stats[3] = hi
+            logs[uid].append(
                 {
                     "round": round_no,
                     "added": n,
-                    "rewards": [compact(v) for v in values],
-                    "var": compact(population_variance(pool)),
+                    "rewards": shown,
+                    "var": compact(self._variance(uid)),
                     "kept": None,
                 }
             )
@@ -174,8 +187,22 @@ class RoundAllocator(Allocator):
                 raise AllocationError(f"draw() returned prompt {uid!r} twice in one step")
             self._order.append(uid)
             self._rewards[uid] = []
+            self._stats[uid] = [0.0, 0.0, 1.0, 0.0]  # sum, sum of squares, min, max
             self._rounds[uid] = []
         return uids
+
+    def _variance(self, uid: str) -> float:
+        """Population variance of the prompt's whole pool, from running sums (O(1)).
+
+        Exactly 0.0 when every reward is equal, so round-off never ranks an all-equal pool
+        above another one.
+        """
+        total, total_sq, lo, hi = self._stats[uid]
+        n = len(self._rewards[uid])
+        if n < 2 or lo == hi:
+            return 0.0
+        mean = total / n
+        return max(0.0, total_sq / n - mean * mean)
 
     def _mark(self, uid: str, kept: bool | None, reason: str | None = None) -> None:
         """Set kept/dropped on the prompt's latest round entry (and why, when dropped)."""
@@ -216,9 +243,9 @@ class RoundAllocator(Allocator):
             prompts.append(entry)
             generated += len(pool)
             used_total += len(used)
-            if pool and is_zero_variance(pool):
-                zero_var_generated += 1
-            if used and is_zero_variance([pool[i] for i in used]):
+            zero_pool = bool(pool) and self._stats[uid][2] == self._stats[uid][3]
+            zero_var_generated += zero_pool
+            if used and (zero_pool if len(used) == len(pool) else is_zero_variance([pool[i] for i in used])):
                 zero_var_update += 1
         totals = {
             "rollouts": generated,

@@ -30,7 +30,7 @@ import math
 from typing import Any, Literal
 
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction, population_variance
+from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction
 from vigor_cli.errors import UserError
 
 KeepBy = Literal["variance", "random", "difficulty"]
@@ -72,11 +72,9 @@ class VigorAllocator(RoundAllocator):
         self._cut: dict[str, int] | None = None
 
     def _next_round(self) -> list[Request]:
-        if self._last or self._t >= self.rounds:
+        if self._last:
             return []
         remaining = self.budget - self._spent
-        if remaining <= 0:
-            return []
         self._t += 1
         m = rollouts_in_round(self.m0, self.gamma, self._t)
         active = self._active
@@ -90,32 +88,28 @@ class VigorAllocator(RoundAllocator):
             self._last = True
             self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
         self._spent += sum(counts.values())
-        if self._t == self.rounds:
-            self._last = True
+        if self._t == self.rounds or self._spent >= self.budget:
+            self._last = True  # no selection after this round: nobody would get more rollouts
         return [Request(uid, n) for uid, n in counts.items() if n > 0]
-
-    def _ranking_key(self, uid: str) -> tuple[float, float]:
-        """Sort key, smallest first = kept first; the seeded random second part breaks ties."""
-        tie = self.rng.random()
-        pool = self._rewards[uid]
-        if self.keep_by == "variance":
-            return (-population_variance(pool), tie)
-        if self.keep_by == "difficulty":
-            return (sum(pool) / len(pool), tie)
-        return (0.0, tie)
 
     def _after_round(self, uids: list[str]) -> None:
         if self._last:
             return  # no selection after the final round; "kept" stays null
-        # Only prompts that received rollouts can be in uids; in a non-cut round that is all
-        # of the active set.
-        keyed = sorted(self._active, key=self._ranking_key)
+        # Sort key, smallest first = kept first; a seeded random number per prompt breaks
+        # ties (drawn in the active list's order, so the same seed gives the same choice).
+        tie = self.rng.random
+        if self.keep_by == "variance":
+            keyed = [(-self._variance(uid), tie(), uid) for uid in self._active]
+        elif self.keep_by == "difficulty":
+            keyed = [(self._stats[uid][0] / len(self._rewards[uid]), tie(), uid) for uid in self._active]
+        else:
+            keyed = [(0.0, tie(), uid) for uid in self._active]
+        keyed.sort()
         n_keep = ceil_fraction(self.alpha, len(keyed))
-        self._active = keyed[:n_keep]
-        for uid in keyed[:n_keep]:
-            self._mark(uid, True)
-        for uid in keyed[n_keep:]:
-            self._mark(uid, False)
+        self._active = [uid for _, _, uid in keyed[:n_keep]]
+        logs = self._rounds
+        for i, (_, _, uid) in enumerate(keyed):
+            logs[uid][-1]["kept"] = i < n_keep
 
     def _budget(self) -> int:
         return self.budget

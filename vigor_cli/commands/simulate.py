@@ -9,6 +9,9 @@ import typer
 
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
+from vigor_cli.simulate import POOL_PER_PROMPT, TARGET_GAIN, SimSettings
+
+_D = SimSettings()  # the one place simulate's own defaults live
 
 _ALLOC = "Allocation (override allocation.* keys)"
 _LEARN = "Learning mode (a toy model)"
@@ -23,19 +26,22 @@ def simulate(
         typer.Option(
             help="Law of per-prompt pass rates: beta:A,B | mix:P0,P1[,A,B] (mass P0 at 0, P1 at 1, "
             "the rest Beta(A,B)) | pareto:K[,XM] (reward variances ~ Pareto(K)) | file:PATH. "
-            "Default mix:0.3,0.2,1,1."
+            f"Default {_D.law}."
         ),
     ] = None,
-    steps: Annotated[Optional[int], typer.Option(help="Steps per strategy (default 50).")] = None,
+    steps: Annotated[Optional[int], typer.Option(help=f"Steps per strategy (default {_D.steps}).")] = None,
     prompts: Annotated[
         Optional[int], typer.Option(help="Prompts per step (default train.prompts_per_step).")
     ] = None,
     pool: Annotated[
-        Optional[int], typer.Option(help="Prompts in the pool (default 16 x prompts).")
+        Optional[int], typer.Option(help=f"Prompts in the pool (default {POOL_PER_PROMPT} x prompts).")
     ] = None,
     tests: Annotated[
         Optional[int],
-        typer.Option(help="Reward = share of TESTS passed, each with the prompt's pass rate (1 = binary)."),
+        typer.Option(
+            help="Reward = share of TESTS passed, each with the prompt's pass rate "
+            f"(default {_D.tests} = binary)."
+        ),
     ] = None,
     seed: Annotated[Optional[int], typer.Option(help="Seed (default train.seed).")] = None,
     json_out: Annotated[
@@ -72,20 +78,25 @@ def simulate(
             rich_help_panel=_LEARN,
         ),
     ] = False,
-    lr: Annotated[Optional[float], typer.Option(help="Pass-rate step per unit of signal.", rich_help_panel=_LEARN)] = None,
+    lr: Annotated[Optional[float], typer.Option(help=f"Pass-rate step per unit of signal (default {_D.lr}).", rich_help_panel=_LEARN)] = None,
     transfer: Annotated[
         Optional[float],
-        typer.Option(help="Weight of signal shared by the whole pool (generalisation).", rich_help_panel=_LEARN),
+        typer.Option(
+            help=f"Weight of signal shared by the whole pool: generalisation (default {_D.transfer}).",
+            rich_help_panel=_LEARN,
+        ),
     ] = None,
     target: Annotated[
         Optional[float],
-        typer.Option(help="Target mean pass rate (default: initial mean + 0.1).", rich_help_panel=_LEARN),
+        typer.Option(
+            help=f"Target mean pass rate (default: initial mean + {TARGET_GAIN}).", rich_help_panel=_LEARN
+        ),
     ] = None,
 ) -> None:
     """Drive the real allocators with simulated rewards and compare where the rollouts go."""
     from vigor_cli.allocation import STRATEGIES
     from vigor_cli.config import build_config
-    from vigor_cli.simulate import SimSettings, simulate as run_simulation
+    from vigor_cli.simulate import simulate as run_simulation
 
     overrides = {
         f"allocation.{k}": v
@@ -165,6 +176,15 @@ def _print_table(summary: dict[str, Any]) -> None:
         "for dapo/greso = per generation batch.",
         style="dim",
     )
+    base = summary["strategies"].get("grpo", {}).get("signal_per_rollout")
+    if base:
+        ratios = ", ".join(
+            f"{name} {r['signal_per_rollout'] / base:.2f}x"
+            for name, r in summary["strategies"].items()
+            if name != "grpo" and r.get("signal_per_rollout") is not None
+        )
+        if ratios:
+            console.print(f"Signal per rollout relative to grpo: {ratios}.")
     pareto_rows = {n: r["pareto"] for n, r in summary["strategies"].items() if "pareto" in r}
     if pareto_rows:
         pt = Table(title="Gain under the Pareto law (variance-weighted rollouts / uniform spread)",

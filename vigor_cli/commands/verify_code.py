@@ -110,7 +110,8 @@ def verify_code(
         style = _STATUS_STYLE.get(test.status, "")
         note = test.detail
         if test.stderr_head and test.status != "pass":
-            note = (note + "\n" if note else "") + "\n".join(test.stderr_head.splitlines()[-3:])
+            tail = [line for line in test.stderr_head.splitlines()[-3:] if line.strip() not in note]
+            note = "\n".join([note, *tail] if note else tail)
         table.add_row(str(number), test.testtype, f"[{style}]{test.status}[/]",
                       f"{test.wall_s:.3f}", f"{test.cpu_s:.3f}", note)
     console.print(table)

@@ -53,6 +53,11 @@ def vllm_unavailable_reason() -> str | None:
         missing.append("vllm is not installed (pip install 'vigor[gpu]')")
     if missing:
         return "the vLLM engine needs CUDA + vllm: " + "; ".join(missing)
+    try:
+        import vllm  # noqa: F401  (a CUDA/torch mismatch shows up here, not mid-run)
+    except Exception as e:  # any import failure means the engine cannot run here
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return f"vllm is installed but does not import ({first})"
     return None
 
 
@@ -79,6 +84,7 @@ def _dense(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().float()
 
 
+@torch.no_grad()
 def _merged_lora_weight(module: Any, path: str) -> torch.Tensor:
     """``base + sum over active adapters of scaling·B·A`` for one peft LoRA layer, in float32.
 
@@ -114,6 +120,7 @@ def _merged_lora_weight(module: Any, path: str) -> torch.Tensor:
     return weight
 
 
+@torch.no_grad()
 def policy_weights(model: Any, dtype: torch.dtype = ENGINE_DTYPE) -> Iterator[tuple[str, torch.Tensor]]:
     """Every weight of the policy as (Hugging Face name, tensor), LoRA merged, in ``dtype``.
 
@@ -181,6 +188,14 @@ def _checkpoint_of(model: Any) -> str:
     return str(path)
 
 
+def _context_length(cfg: Any, model: Any) -> int:
+    """Default ``max_model_len``: prompt limit + max_new_tokens, capped by the model's positions."""
+    wanted = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    limit = getattr(base.config, "max_position_embeddings", None)
+    return min(wanted, limit) if limit else wanted
+
+
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
     ids: set[int] = set()
@@ -211,7 +226,6 @@ class VLLMEngine(RolloutEngine):
                 raise UserError(f"engine.kind=vllm: {reason}; use --engine hf")
             import vllm as vllm_api
         self._vllm = vllm_api
-        self.cfg = cfg
         self.tokenizer = tokenizer
         self._policy = model
         self._eos_ids = _eos_ids(model, tokenizer)
@@ -226,7 +240,7 @@ class VLLMEngine(RolloutEngine):
                 "the truncated distribution it samples from; the policy's recomputed ones are "
                 "not truncated, and engine/logprob_diff includes that gap[/yellow]"
             )
-        max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+        max_len = cfg.engine.max_model_len or _context_length(cfg, model)
         _external_launcher_env()
         trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
         free_before = _cuda_free_bytes()
@@ -335,7 +349,7 @@ class VLLMEngine(RolloutEngine):
     def _sampling_params(self, sampling: SamplingParams, index: int, n: int) -> Any:
         seed = None
         if sampling.seed is not None:
-            seed = int(np.random.SeedSequence([int(sampling.seed), index]).generate_state(1)[0] >> 1)
+            seed = int(np.random.SeedSequence([int(sampling.seed) % 2**32, index]).generate_state(1)[0] >> 1)
         return self._vllm.SamplingParams(
             n=n,
             temperature=sampling.temperature,

@@ -1,0 +1,425 @@
+"""The vLLM engine against a recording stand-in for ``vllm.LLM`` (vLLM cannot run without a GPU).
+
+The stand-in's methods have the signatures of vLLM 0.33.0, the pinned release:
+``tests/fixtures/vllm_signatures.json`` was extracted from its wheel by
+``scripts/extract_vllm_signatures.py``, and the first tests check the stand-in
+against it. It also enforces what the real engine does and the engine relies
+on: keyword arguments must exist on ``LLM``/``EngineArgs``, ``SamplingParams``
+takes only its real fields and refuses ``n > 1`` when greedy, ``wake_up`` only
+wakes sleeping tags, generation needs every tag awake, and after a level-2
+sleep the weights are garbage until pushed. The policy is a real (small,
+random) Qwen2 with a real peft LoRA.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from vigor_cli.config import RunConfig
+from vigor_cli.errors import UserError
+from vigor_cli.rollout.base import SamplingParams
+from vigor_cli.rollout.vllm import VLLMEngine, policy_weights, vllm_unavailable_reason
+
+REPO = Path(__file__).resolve().parents[1]
+SIGNATURES = json.loads((REPO / "tests" / "fixtures" / "vllm_signatures.json").read_text())
+VOCAB = 96
+EOS = 1
+
+
+def _real_params(key: str) -> list[tuple[str, str, str | None]]:
+    return [(p["name"], p["kind"], p["default"]) for p in SIGNATURES["methods"][key]["params"]]
+
+
+def _params(fn) -> list[tuple[str, str, str | None]]:
+    return [
+        (p.name, p.kind.name, None if p.default is inspect.Parameter.empty else repr(p.default))
+        for p in inspect.signature(fn).parameters.values()
+    ]
+
+
+def _fields(cls_name: str) -> set[str]:
+    return {k for k in SIGNATURES["fields"][cls_name]["fields"] if not k.startswith("_")}
+
+
+def _constant(name: str) -> set[str]:
+    return set(SIGNATURES["constants"][name]["values"])
+
+
+# --------------------------------------------------------------------------- the stand-in
+class StandInSamplingParams:
+    """``vllm.SamplingParams``: only its real fields, and its greedy rule (sampling_params.py)."""
+
+    def __init__(self, **kwargs):
+        unknown = set(kwargs) - _fields("SamplingParams")
+        if unknown:
+            raise TypeError(f"SamplingParams has no field(s) {sorted(unknown)}")
+        self.n = 1
+        self.temperature = 1.0
+        self.top_p = 1.0
+        self.max_tokens = 16
+        self.seed = None
+        self.logprobs = None
+        self.stop_token_ids = None
+        self.__dict__.update(kwargs)
+        if self.temperature < 1e-5 and self.n > 1:
+            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
+
+
+class StandInVLLMModel:
+    """The model inside vLLM's worker: ``load_weights`` takes checkpoint (HF) names only."""
+
+    def __init__(self, names: set[str]):
+        self.names = names
+        self.loads: list[dict[str, torch.Tensor]] = []
+
+    def load_weights(self, weights):
+        got = {}
+        for name, tensor in weights:
+            if name not in self.names:
+                raise KeyError(name)  # vLLM's AutoWeightsLoader fails on unknown names too
+            got[name] = tensor.detach().clone()
+        self.loads.append(got)
+        return set(got)
+
+
+class StandInLLM:
+    """Records every call; methods carry the pinned release's signatures."""
+
+    checkpoint_names: set[str] = set()
+
+    def __init__(self, model, **kwargs):
+        allowed = {p[0] for p in _real_params("LLM.__init__")} | _fields("EngineArgs")
+        unknown = set(kwargs) - allowed
+        if unknown:
+            raise TypeError(f"LLM() got unexpected keyword(s) {sorted(unknown)}")
+        assert kwargs.get("distributed_executor_backend") in _constant("DistributedExecutorBackend")
+        assert kwargs.get("logprobs_mode") in _constant("LogprobsMode")
+        self.init_kwargs = dict(kwargs, model=model)
+        self.calls: list[tuple] = []
+        self.sleeping: set[str] = set()
+        self.weights_valid = True  # the checkpoint, as loaded at build
+        self.vllm_model = StandInVLLMModel(self.checkpoint_names)
+        self.rng = torch.Generator().manual_seed(0)
+
+    def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None,
+                 priority=None, tokenization_kwargs=None, mm_processor_kwargs=None):
+        assert not self.sleeping, f"generate while {self.sleeping} sleep: the scheduler is paused"
+        assert self.weights_valid, "generate from discarded weights"
+        assert len(prompts) == len(sampling_params)
+        self.calls.append(("generate", [p.n for p in sampling_params]))
+        self.last_generate = (prompts, sampling_params)
+        return [self._request(p, sp) for p, sp in zip(prompts, sampling_params)]
+
+    def _request(self, prompt, sp):
+        outputs = []
+        for index in range(sp.n):
+            length = int(torch.randint(1, sp.max_tokens + 1, (1,), generator=self.rng))
+            tokens = torch.randint(2, VOCAB, (length,), generator=self.rng).tolist()
+            if length < sp.max_tokens:
+                tokens[-1] = EOS
+            logprob = SimpleNamespace(**{f: None for f in _fields("Logprob")})
+            steps = [{t: SimpleNamespace(**dict(vars(logprob), logprob=-0.5 - k))}
+                     for k, t in enumerate(tokens)]
+            values = dict(index=index, text="", token_ids=tokens, logprobs=steps,
+                          finish_reason="stop" if length < sp.max_tokens else "length")
+            assert set(values) <= _fields("CompletionOutput")
+            outputs.append(SimpleNamespace(**values))
+        outputs.reverse()  # the engine must order by .index, not trust list order
+        return SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=outputs)
+
+    def sleep(self, level=1, mode="abort"):
+        self.calls.append(("sleep", level))
+        self.sleeping = set(_constant("SLEEP_TAGS"))
+        if level == 2:
+            self.weights_valid = False
+
+    def wake_up(self, tags=None):
+        for tag in tags or list(self.sleeping):
+            assert tag in self.sleeping, f"wake_up({tag!r}) while awake"
+            self.sleeping.discard(tag)
+        self.calls.append(("wake_up", tuple(tags or ())))
+        return not self.sleeping
+
+    def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
+        self.calls.append(("reset_prefix_cache",))
+        return True
+
+    def apply_model(self, func):
+        assert "weights" not in self.sleeping, "writing weights into sleeping memory"
+        before = len(self.vllm_model.loads)
+        result = [func(self.vllm_model)]
+        if len(self.vllm_model.loads) > before:
+            self.calls.append(("push",))
+            self.weights_valid = True
+        return result
+
+    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
+        self.calls.append(("collective_rpc", method))
+        if method == "reload_weights":
+            self.weights_valid = "checkpoint"
+        return [None]
+
+    def __getattr__(self, name):
+        raise AttributeError(f"vllm.LLM has no attribute {name!r}")
+
+
+def stand_in_api(checkpoint_names: set[str]):
+    llm_class = type("LLM", (StandInLLM,), {"checkpoint_names": checkpoint_names})
+    return SimpleNamespace(LLM=llm_class, SamplingParams=StandInSamplingParams)
+
+
+# --------------------------------------------------------------------------- policy
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": EOS, **{f"t{i}": i for i in range(2, VOCAB)}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=128, tie_word_embeddings=False,
+                         eos_token_id=EOS, pad_token_id=0)
+    path = tmp_path_factory.mktemp("qwen2")
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tok = _tokenizer()
+    tok.save_pretrained(path)
+    return path
+
+
+def _base(checkpoint):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+
+
+def _lora_policy(checkpoint, modules_to_save=None):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        _base(checkpoint),
+        LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", modules_to_save=modules_to_save),
+    )
+    with torch.no_grad():  # peft starts B at zero; a trained adapter does not
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+def _cfg(**engine):
+    cfg = RunConfig()
+    cfg.sampling.max_new_tokens = 6
+    for key, value in engine.items():
+        setattr(cfg.engine, key, value)
+    return cfg
+
+
+def _engine(checkpoint, model, **engine):
+    names = {n for n, _ in _base(checkpoint).named_parameters()}
+    return VLLMEngine(_cfg(**engine), model, _tokenizer(), vllm_api=stand_in_api(names))
+
+
+def _optimizer_step(model):
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=0.1)
+    model(input_ids=torch.tensor([[2, 3, 4]])).logits.sum().backward()
+    opt.step()
+    opt.zero_grad()
+
+
+# --------------------------------------------------------------------------- signatures
+@pytest.mark.parametrize(
+    "method", ["generate", "sleep", "wake_up", "reset_prefix_cache", "apply_model", "collective_rpc"]
+)
+def test_stand_in_has_the_pinned_release_signatures(method):
+    assert SIGNATURES["vllm_version"].startswith("0.33.")
+    assert _params(getattr(StandInLLM, method)) == _real_params(f"LLM.{method}")
+
+
+def test_stand_in_constructor_and_model_match_the_pinned_release():
+    real = _real_params("LLM.__init__")
+    assert _params(StandInLLM.__init__)[:2] == real[:2]  # (self, model), then keywords
+    assert real[-1][1] == "VAR_KEYWORD"  # the rest go to EngineArgs, which the stand-in checks
+    assert _params(StandInVLLMModel.load_weights) == _real_params("Qwen2ForCausalLM.load_weights")
+    assert _params(StandInLLM.apply_model) == [
+        ("self", "POSITIONAL_OR_KEYWORD", None), ("func", "POSITIONAL_OR_KEYWORD", None)
+    ]
+    assert {"n", "temperature", "top_p", "max_tokens", "seed", "logprobs", "stop_token_ids",
+            "detokenize"} <= _fields("SamplingParams")
+    assert {"index", "token_ids", "logprobs", "finish_reason"} <= _fields("CompletionOutput")
+    assert "prompt_token_ids" in _fields("TokensPrompt")
+    assert _constant("SLEEP_TAGS") == {"weights", "kv_cache"}
+    assert "processed_logprobs" in _constant("LogprobsMode")
+
+
+def test_fixture_matches_vllm_when_importable():
+    """Where vllm imports (it needs its dependencies, not a GPU), inspect agrees with the ast fixture."""
+    llm_module = pytest.importorskip("vllm.entrypoints.llm")
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.sampling_params import SamplingParams as RealSamplingParams
+
+    for method in ["__init__", "generate", "sleep", "wake_up", "reset_prefix_cache",
+                   "apply_model", "collective_rpc"]:
+        assert _params(getattr(llm_module.LLM, method)) == _real_params(f"LLM.{method}")
+    assert {f.name for f in dataclasses.fields(EngineArgs)} >= _fields("EngineArgs")
+    assert set(RealSamplingParams.__struct_fields__) >= _fields("SamplingParams")
+
+
+# --------------------------------------------------------------------------- behaviour
+def test_step_call_order_and_no_reload_after_push(checkpoint):
+    policy = _lora_policy(checkpoint)
+    engine = _engine(checkpoint, policy)
+    llm = engine.llm
+    assert llm.init_kwargs["enable_sleep_mode"] is True
+    assert llm.init_kwargs["distributed_executor_backend"] == "external_launcher"
+    assert llm.init_kwargs["logprobs_mode"] == "processed_logprobs"
+    assert llm.init_kwargs["dtype"] == "bfloat16"
+    assert llm.init_kwargs["model"] == str(checkpoint)
+    assert llm.init_kwargs["max_model_len"] == 128  # 1024 + 6 capped at max_position_embeddings
+    assert llm.calls == [("sleep", 2)]  # the checkpoint's weights are dropped at once
+
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=1)
+    phase = [("wake_up", ("weights",)), ("push",), ("wake_up", ("kv_cache",)),
+             ("reset_prefix_cache",), ("generate", [2, 2]), ("generate", [4]), ("sleep", 2)]
+    for step in range(2):
+        llm.calls.clear()
+        engine.generate([[2, 3], [4, 5, 6]], [2, 2], sampling)  # round 1
+        engine.generate([[2, 3], [4, 5, 6]], [4, 0], sampling)  # round 2
+        engine.end_generation()
+        _optimizer_step(policy)
+        engine.sync_weights(policy)  # asleep: the push waits for the next phase
+        assert llm.calls == phase, f"step {step}"
+    assert engine.pushes == 2
+    assert llm.weights_valid is False  # asleep at level 2; nothing reloaded the checkpoint
+
+
+def test_pushed_weights_equal_peft_merge_under_checkpoint_names(checkpoint):
+    policy = _lora_policy(checkpoint, modules_to_save=["lm_head"])
+    before = {n: p.detach().clone() for n, p in policy.named_parameters()}
+    engine = _engine(checkpoint, policy)
+    engine.generate([[2, 3]], [1], SamplingParams(max_new_tokens=4))
+    pushed = engine.llm.vllm_model.loads[-1]
+
+    merged = copy.deepcopy(policy).merge_and_unload()
+    expected = {n: p.detach().to(torch.bfloat16) for n, p in merged.named_parameters()}
+    assert set(pushed) == set(expected) == {n for n, _ in _base(checkpoint).named_parameters()}
+    for name, tensor in expected.items():
+        assert pushed[name].dtype == torch.bfloat16
+        assert torch.equal(pushed[name], tensor), name
+    # the LoRA really moved the weights, and the policy itself was not touched
+    base = _base(checkpoint).state_dict()
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(pushed[name], base[name].to(torch.bfloat16))
+    assert all(torch.equal(p, before[n]) for n, p in policy.named_parameters())
+
+
+def test_full_weight_policy_is_pushed_as_is(checkpoint):
+    policy = _base(checkpoint)
+    names = [n for n, _ in policy.named_parameters()]
+    pushed = dict(policy_weights(policy))
+    assert list(pushed) == names
+    for n, p in policy.named_parameters():
+        assert torch.equal(pushed[n], p.detach().to(torch.bfloat16))
+
+
+def test_counts_reach_sampling_params_n(checkpoint):
+    engine = _engine(checkpoint, _lora_policy(checkpoint))
+    prompts = [[2, 3], [4], [5, 6, 7], [8]]
+    out = engine.generate(prompts, [3, 0, 5, 1], SamplingParams(temperature=0.7, top_p=0.9,
+                                                                max_new_tokens=6, seed=3))
+    sent_prompts, params = engine.llm.last_generate
+    assert engine.llm.calls.count(("generate", [3, 5, 1])) == 1
+    assert [p["prompt_token_ids"] for p in sent_prompts] == [[2, 3], [5, 6, 7], [8]]
+    assert [len(r) for r in out] == [3, 0, 5, 1]
+    for p in params:
+        assert (p.temperature, p.top_p, p.max_tokens, p.logprobs) == (0.7, 0.9, 6, 0)
+        assert EOS in p.stop_token_ids
+    assert len({p.seed for p in params}) == 3  # vLLM seeds sample j with seed + j: keep prompts apart
+    for rollouts in out:
+        for r in rollouts:
+            assert len(r.token_ids) == len(r.logprobs) >= 1
+            assert r.truncated == (r.token_ids[-1] != EOS)
+            assert r.logprobs[0] == -0.5  # read from the sampled token's entry, in order
+    # the stand-in returns outputs in reverse; rollouts come back by index
+    assert out[0][0].token_ids != out[0][-1].token_ids or len(out[0]) == 1
+
+
+def test_greedy_asks_once_per_prompt(checkpoint):
+    engine = _engine(checkpoint, _lora_policy(checkpoint))
+    out = engine.generate([[2, 3]], [3], SamplingParams(temperature=0.0, max_new_tokens=6))
+    assert engine.llm.last_generate[1][0].n == 1
+    assert len(out[0]) == 3 and out[0][0] is not out[0][1]
+    assert out[0][0].token_ids == out[0][2].token_ids
+
+
+def test_no_push_when_the_policy_did_not_change(checkpoint):
+    policy = _lora_policy(checkpoint)
+    engine = _engine(checkpoint, policy, sleep_level=1)  # level 1 keeps the weights
+    sampling = SamplingParams(max_new_tokens=4)
+    engine.generate([[2]], [1], sampling)
+    engine.sync_weights(policy)  # awake, unchanged
+    engine.end_generation()
+    engine.sync_weights(policy)  # asleep, unchanged
+    engine.generate([[2]], [1], sampling)
+    assert engine.pushes == 1
+    assert ("wake_up", ("weights",)) in engine.llm.calls[-5:]
+
+    _optimizer_step(policy)
+    engine.sync_weights(policy)  # awake and changed: pushed at once, cache reset
+    assert engine.pushes == 2
+    assert engine.llm.calls[-2:] == [("push",), ("reset_prefix_cache",)]
+    engine.end_generation()
+    engine.generate([[2]], [1], sampling)
+    assert engine.pushes == 2
+
+
+def test_level_two_sleep_always_pushes_again(checkpoint):
+    policy = _lora_policy(checkpoint)
+    engine = _engine(checkpoint, policy)
+    for _ in range(3):
+        engine.generate([[2]], [1], SamplingParams(max_new_tokens=4))
+        engine.end_generation()
+    assert engine.pushes == 3  # the weights were discarded each time
+
+
+def test_unavailable_here_with_one_clear_line(checkpoint):
+    reason = vllm_unavailable_reason()
+    assert reason is not None and "CUDA" in reason and "vllm" in reason and "\n" not in reason
+    with pytest.raises(UserError, match="CUDA"):
+        VLLMEngine(_cfg(), _base(checkpoint), _tokenizer())
+
+
+def test_lora_on_embeddings_is_refused(checkpoint):
+    from peft import LoraConfig, get_peft_model
+
+    policy = get_peft_model(_base(checkpoint), LoraConfig(r=2, target_modules=["embed_tokens"]))
+    with pytest.raises(UserError, match="embed_tokens"):
+        dict(policy_weights(policy))
+
+
+def test_gpu_smoke_says_what_it_needs():
+    out = subprocess.run([sys.executable, "bench/gpu_smoke.py"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2
+    lines = (out.stdout + out.stderr).strip().splitlines()
+    assert len(lines) == 1 and "needs CUDA + vllm" in lines[0]
