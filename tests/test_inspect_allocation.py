@@ -102,7 +102,7 @@ def test_cli_tables_json_and_partial_line(tmp_path, vigor):
     assert code == 0, err
     assert "partial last line 5" in err
     assert "step 4 (vigor)" in out and "step 3 (vigor)" not in out
-    assert "budget used 128 of 128" in out and "overview: 4 steps" in out
+    assert "128 of 128 rollouts" in out and "overview: 4 steps" in out
     assert "Question s4p" in out  # the prompt text column
 
     code, out, err = vigor("inspect-allocation", str(run), "--last", "2", "--json")
