@@ -112,3 +112,33 @@ def test_bad_flags_are_one_clear_line(tmp_path):
     assert res.returncode == 2 and "not a run directory" in res.stderr
     res = run_cli("eval", "--rescore", str(tmp_path / "none.json"))
     assert res.returncode == 2 and "not found" in res.stderr
+
+
+def test_lcb_contest_window_and_test_pass_rate(tmp_path):
+    """lcb-v6 from a local code.jsonl (upstream record format): the contest-date window picks
+    problems, and re-scoring a partly right program gives a test pass rate between 0 and 1."""
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "lcb" / "stdin_problem.json").read_text())
+    rows = []
+    for i, date in enumerate(["2024-08-03T00:00:00", "2025-03-01T00:00:00"]):
+        rows.append(fixture | {"question_id": f"abc90{i}_a", "contest_date": date})
+    data = tmp_path / "lcb"
+    data.mkdir()
+    (data / "code.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "lcb.json"
+    vigor("eval", "tiny", "--benchmarks", "lcb-v6", "--data-dir", str(data),
+          "--contest-date-start", "2025-01-01", "--n", "2", "--temperature", "1.0",
+          "--max-new-tokens", "8",
+          "--engine", "hf", "--output", str(out))
+    results = json.loads(out.read_text())
+    entry = results["sets"]["lcb-v6"]
+    assert entry["kind"] == "code" and entry["metrics"]["problems"] == 1  # the 2025 problem only
+    # the first public test is "3 / 1 2 3" -> 6: printing 6 passes it and fails the rest
+    entry["samples"][0]["completion"] = "```python\nprint(6)\n```"
+    entry["samples"][1]["completion"] = (
+        "```python\nimport sys\nfrom decimal import Decimal\nd = sys.stdin.read().split()\n"
+        "print(sum(Decimal(x) for x in d[1:]))\n```")
+    out.write_text(json.dumps(results))
+    vigor("eval", "--rescore", str(out), "--data-dir", str(data), "--output", str(out))
+    samples = json.loads(out.read_text())["sets"]["lcb-v6"]["samples"]
+    assert samples[0]["reward"] == 0.0 and 0.0 < samples[0]["test_fraction"] < 1.0
+    assert samples[1]["reward"] == 1.0 and samples[1]["test_fraction"] == 1.0

@@ -50,13 +50,14 @@ def task_config_for(benchmark: str, data_dir: Optional[Path], date_start: Option
 
     if benchmark in TINY_SETS:
         return TaskConfig(name=benchmark), None
-    name = "code" if benchmark in CODE_SETS else "math"
-    return TaskConfig(
-        name=name,
-        data_dir=str(data_dir) if data_dir else None,
-        contest_date_start=date_start,
-        contest_date_end=date_end,
-    ), benchmark
+    if benchmark in CODE_SETS:  # the code task has one evaluation set: LiveCodeBench
+        return TaskConfig(
+            name="code",
+            data_dir=str(data_dir) if data_dir else None,
+            contest_date_start=date_start,
+            contest_date_end=date_end,
+        ), None
+    return TaskConfig(name="math", data_dir=str(data_dir) if data_dir else None), benchmark
 
 
 class RecordingTask:
