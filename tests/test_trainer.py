@@ -16,7 +16,6 @@ import torch
 from vigor_cli import cli
 from vigor_cli.config import build_config
 from vigor_cli.runs import RunDir
-from vigor_cli import trainer as trainer_mod
 from vigor_cli.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,13 +23,13 @@ Any other JSONL path is read with ``question`` (or ``problem``) and ``answer``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vigor_cli.errors import UserError
+from vigor_cli.jsonl import iter_jsonl
 
 BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]
 """The six math benchmarks the VIGOR paper reports."""
@@ -224,25 +224,14 @@ def load_benchmark(name_or_path: str, data_dir: str | Path | None = None) -> lis
         name = path.stem
         if not path.suffix == ".jsonl" and not path.exists():
             raise UserError(f"unknown benchmark {name_or_path!r}: use one of {', '.join(KNOWN)} or a .jsonl path")
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
     records = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{i + 1}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{i + 1}: expected a JSON object")
-            try:
-                records.append(_record(name, i, row))
-            except KeyError as e:
-                raise UserError(f"{path}:{i + 1}: missing field {e.args[0]!r}") from None
-            except (ValueError, TypeError) as e:
-                raise UserError(f"{path}:{i + 1}: bad answer ({e})") from None
+    for number, row in iter_jsonl(path):
+        try:
+            records.append(_record(name, number - 1, row))
+        except KeyError as e:
+            raise UserError(f"{path}:{number}: missing field {e.args[0]!r}") from None
+        except (ValueError, TypeError) as e:
+            raise UserError(f"{path}:{number}: bad answer ({e})") from None
     if not records:
         raise UserError(f"{path}: no records")
     return records

@@ -17,7 +17,7 @@ Every generated rollout counts towards the budget, used or not.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 DrawFn = Callable[[int], list[str]]

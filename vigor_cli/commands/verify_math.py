@@ -9,38 +9,28 @@ from typing import Optional
 import typer
 
 from vigor_cli.errors import UserError
+from vigor_cli.jsonl import iter_jsonl
 
 
 def _read_cases(path: Path) -> list[tuple[object, str]]:
     """(gold, pred) pairs from a JSONL file; gold may be a string, a number or a list of strings."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such file")
     cases = []
-    with path.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{path}:{i}: expected a JSON object with fields gold and pred")
-            for key in ("gold", "pred"):
-                if key not in row:
-                    raise UserError(f"{path}:{i}: missing field {key!r}")
-            gold, pred = row["gold"], row["pred"]
-            if isinstance(gold, list):
-                if not gold or not all(isinstance(g, (str, int, float)) for g in gold):
-                    raise UserError(f"{path}:{i}: field 'gold' must be a string or a non-empty list of strings")
-                gold = [str(g) for g in gold]
-            elif isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
-                gold = str(gold)
-            else:
-                raise UserError(f"{path}:{i}: field 'gold' must be a string or a list of strings")
-            if not isinstance(pred, (str, int, float)) or isinstance(pred, bool):
-                raise UserError(f"{path}:{i}: field 'pred' must be a string")
-            cases.append((gold, str(pred)))
+    for i, row in iter_jsonl(path, "a JSON object with fields gold and pred"):
+        for key in ("gold", "pred"):
+            if key not in row:
+                raise UserError(f"{path}:{i}: missing field {key!r}")
+        gold, pred = row["gold"], row["pred"]
+        if isinstance(gold, list):
+            if not gold or not all(isinstance(g, (str, int, float)) for g in gold):
+                raise UserError(f"{path}:{i}: field 'gold' must be a string or a non-empty list of strings")
+            gold = [str(g) for g in gold]
+        elif isinstance(gold, (str, int, float)) and not isinstance(gold, bool):
+            gold = str(gold)
+        else:
+            raise UserError(f"{path}:{i}: field 'gold' must be a string or a list of strings")
+        if not isinstance(pred, (str, int, float)) or isinstance(pred, bool):
+            raise UserError(f"{path}:{i}: field 'pred' must be a string")
+        cases.append((gold, str(pred)))
     if not cases:
         raise UserError(f"{path}: no cases")
     return cases

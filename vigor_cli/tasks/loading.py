@@ -6,11 +6,11 @@ the local-path flag to use instead, since users are often offline.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from vigor_cli.errors import UserError
+from vigor_cli.jsonl import iter_jsonl
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -29,19 +29,7 @@ def read_records(path: str | Path) -> list[dict]:
 
 
 def _read_jsonl(p: Path) -> list[dict]:
-    rows = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{p}:{n}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{p}:{n}: expected a JSON object per line")
-            rows.append(row)
-    return rows
+    return [row for _, row in iter_jsonl(p, "a JSON object per line")]
 
 
 def _read_parquet(p: Path) -> list[dict]:
