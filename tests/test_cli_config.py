@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 import sys
 
 import pytest
@@ -58,3 +59,15 @@ def test_bad_config_names_the_key(tmp_path, yaml_text, needle):
         build_config(p)
     assert needle in str(e.value)
     assert "\n" not in str(e.value)
+
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_shipped_config_validates(path):
+    cfg = build_config(path)
+    assert cfg.allocation.strategy in ("vigor", "grpo")
+    if "vigor" in path.name or path.name.startswith("tiny"):
+        a = cfg.allocation
+        assert (a.rounds, a.m0, a.gamma, a.alpha) == (4, 2, 2.0, 0.5)
