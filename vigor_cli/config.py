@@ -59,6 +59,14 @@ class ModelConfig(_Section):
         "needs lora.enabled.",
     )
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    cpu_threads: int = Field(
+        0,
+        ge=0,
+        description="torch intra-op threads when the policy runs on CPU. 0 = auto: 1 for models "
+        "under 50M parameters (their kernels are too small to share, and OpenMP threads spinning "
+        "beside the reward workers made tiny-model steps 20-30x slower here), torch's default "
+        "otherwise. Ignored on GPU.",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
 

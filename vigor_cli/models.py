@@ -113,8 +113,23 @@ def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tupl
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
+    set_cpu_threads(model, cfg.cpu_threads, device)
     model.train()
     return model, tokenizer, device
+
+
+SMALL_MODEL_PARAMS = 50_000_000
+"""Below this size a CPU model runs on one thread (model.cpu_threads=0)."""
+
+
+def set_cpu_threads(model: Any, requested: int, device: torch.device) -> None:
+    """Apply model.cpu_threads (see its description) for a policy on the CPU."""
+    if device.type != "cpu":
+        return
+    if requested > 0:
+        torch.set_num_threads(requested)
+    elif sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMS:
+        torch.set_num_threads(1)
 
 
 def _four_bit_config(compute_dtype: torch.dtype) -> Any:
