@@ -11,7 +11,8 @@ When the fork server runs as root and the kernel lets it create namespaces
 
   - ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh size-capped tmpfs mounts,
     so files a program drops there never reach the host and vanish with the
-    fork server;
+    fork server; folders the harness imports from that live there (a checkout or
+    virtualenv under /tmp) are bound back in place, read as before;
   - the Python installation is made readable to the sandbox uid when it lives
     below a directory that uid cannot enter (a pyenv or venv under a 0700
     ``/root``): each import directory is bind-mounted aside, an empty tmpfs
@@ -78,8 +79,18 @@ def _blocking_ancestor(path: str, uid: int) -> str | None:
 
 
 def import_dirs() -> list[str]:
-    """The directories imports read from (``sys.path``), outermost only."""
-    dirs = sorted({os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)})
+    """The directories imports read from (``sys.path`` and the folders of imported
+    top-level packages), outermost only."""
+    found = {p for p in sys.path if p and os.path.isdir(p)}
+    # An editable install maps its packages with an import hook, not a sys.path entry:
+    # add the folder holding each imported top-level package or module.
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if "." in name or not path:
+            continue
+        folder = os.path.dirname(path)
+        found.add(os.path.dirname(folder) if os.path.basename(path) == "__init__.py" else folder)
+    dirs = sorted({os.path.realpath(p) for p in found if os.path.isdir(p)})
     kept: list[str] = []
     for d in dirs:
         if not any(d.startswith(k + os.sep) for k in kept):
@@ -111,6 +122,24 @@ def _expose_import_dirs(uid: int, staging_root: str) -> list[str]:
     return exposed
 
 
+def _cover_with_tmpfs(path: str, keep: list[str]) -> None:
+    """Mount a fresh tmpfs on ``path``, then bind the folders in ``keep`` (below ``path``:
+    a checkout or virtualenv in /tmp that the harness imports from) back at their paths.
+
+    The folders are held open by descriptor across the mount and bound from
+    /proc/self/fd, so no staging folder outside ``path`` is needed.
+    """
+    fds = [os.open(d, os.O_PATH | os.O_DIRECTORY) for d in keep]
+    try:
+        _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={PRIVATE_TMP_SIZE}")
+        for folder, fd in zip(keep, fds):
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", folder, None, _MS_BIND | _MS_REC)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 def isolate_fork_server(uid: int) -> dict:
     """Enter new network and mount namespaces (see the module doc). Never raises: the
     returned report says what worked, with the reasons for what did not."""
@@ -128,11 +157,12 @@ def isolate_fork_server(uid: int) -> dict:
     except OSError as exc:
         report["namespace_detail"].append(str(exc))
         return report
+    imports = import_dirs()
     for path in PRIVATE_TMP_DIRS:
         if os.path.isdir(path):
             try:
-                _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV,
-                       f"mode=1777,size={PRIVATE_TMP_SIZE}")
+                keep = [d for d in imports if d.startswith(os.path.realpath(path) + os.sep)]
+                _cover_with_tmpfs(path, keep)
                 report["private_tmp"].append(path)
             except OSError as exc:
                 report["namespace_detail"].append(str(exc))

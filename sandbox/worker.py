@@ -301,6 +301,10 @@ def main() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+    try:  # import before the namespaces change what the file system shows
+        importlib.import_module("sandbox.seccomp_filter")
+    except ImportError:
+        pass  # reported by the probe, with the reason
     isolation = {}
     if os.geteuid() == 0:
         from sandbox.namespace import isolate_fork_server

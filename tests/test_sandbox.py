@@ -413,3 +413,34 @@ def _running(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_harness_imported_from_under_tmp_keeps_isolation(tmp_path):
+    """A checkout (or virtualenv) under /tmp, which the fork server covers with a private
+    tmpfs, must stay importable there: once it was not, seccomp failed to load and every
+    network and fork program ran free."""
+    import shutil
+    import subprocess
+    import sys
+
+    copy = Path("/tmp") / f"vigor-checkout-{os.getpid()}"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sandbox", copy / "sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = textwrap.dedent("""
+        from sandbox import Job, Limits, SandboxPool
+        with SandboxPool(workers=1) as pool:
+            run = pool.run_one(Job("import socket; socket.create_connection(('127.0.0.1', 9))",
+                                   b"", Limits(timeout_s=5, memory_mb=256)))
+            print(pool.isolated, run.outcome, sorted(pool.capabilities.get("private_tmp", [])))
+    """)
+    try:
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             timeout=120, cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(copy)})
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    isolated, outcome, private = out.stdout.split(" ", 2)
+    assert isolated == "True", out.stderr[-2000:]
+    assert outcome != "ok"
+    assert "/tmp" in private
