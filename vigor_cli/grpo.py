@@ -1,0 +1,207 @@
+"""GRPO's math as small pure functions: advantages, the clipped loss, KL, aggregation.
+
+Each advantage scaling and each loss aggregation is registered under the name
+the config uses (``grpo.scale_rewards``, ``grpo.loss_agg``), the way verl's
+``core_algos`` does it: adding one touches one place. Nothing here knows about
+models, engines or allocators; the trainer feeds tensors in.
+
+Conventions (shared/notes/algorithms.md, "GRPO update"):
+
+- Groups are keyed by prompt uid and may have any size >= 1. Group statistics
+  use the population standard deviation (defined for a group of one, whose
+  advantage is then exactly 0).
+- A = (r - group mean) / (scale + 1e-4), with scale the group std ('group',
+  GRPO), the std of every reward in the batch ('batch'), or no scaling
+  ('none', Dr. GRPO: A = r - group mean).
+- Per-token loss: -min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) with
+  rho = exp(logp - logp_old), plus beta * k3 KL to the reference.
+- Aggregations take step-wide normalisers (:class:`StepTotals`), so a loss
+  summed over micro-batches equals the loss of the whole step at once: gradient
+  accumulation leaves the loss unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+
+ADV_EPS = 1e-4
+
+# --------------------------------------------------------------------------- advantages
+AdvantageFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+ADVANTAGE_SCALINGS: dict[str, AdvantageFn] = {}
+
+
+def register_scaling(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    def wrap(fn: AdvantageFn) -> AdvantageFn:
+        ADVANTAGE_SCALINGS[name] = fn
+        return fn
+
+    return wrap
+
+
+def group_index(uids: Sequence[str]) -> torch.Tensor:
+    """Map each rollout's uid to a dense group index 0..G-1 (first-seen order)."""
+    seen: dict[str, int] = {}
+    return torch.tensor([seen.setdefault(u, len(seen)) for u in uids], dtype=torch.long)
+
+
+def _group_mean_std(rewards: torch.Tensor, groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-rollout mean and population std of the rollout's group."""
+    n_groups = int(groups.max()) + 1 if groups.numel() else 0
+    count = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, groups, torch.ones_like(rewards))
+    total = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, groups, rewards)
+    mean = (total / count)[groups]
+    sq = torch.zeros(n_groups, dtype=rewards.dtype).index_add_(0, groups, (rewards - mean) ** 2)
+    std = (sq / count).sqrt()[groups]
+    return mean, std
+
+
+@register_scaling("group")
+def scale_by_group(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """GRPO: (r - group mean) / (group std + eps)."""
+    mean, std = _group_mean_std(rewards, groups)
+    return (rewards - mean) / (std + ADV_EPS)
+
+
+@register_scaling("batch")
+def scale_by_batch(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """(r - group mean) / (std of all rewards in the batch + eps) (Lite PPO / REINFORCE++)."""
+    mean, _ = _group_mean_std(rewards, groups)
+    return (rewards - mean) / (rewards.std(unbiased=False) + ADV_EPS)
+
+
+@register_scaling("none")
+def no_scaling(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO (Liu et al. 2025): r - group mean, no division by a std."""
+    mean, _ = _group_mean_std(rewards, groups)
+    return rewards - mean
+
+
+def compute_advantages(rewards: Sequence[float], uids: Sequence[str], scale: str = "group") -> torch.Tensor:
+    """One advantage per rollout; rollouts sharing a uid form a group of any size."""
+    if scale not in ADVANTAGE_SCALINGS:
+        raise ValueError(f"unknown scale_rewards {scale!r}; known: {sorted(ADVANTAGE_SCALINGS)}")
+    r = torch.as_tensor(list(rewards), dtype=torch.float64)
+    if r.numel() == 0:
+        return r.float()
+    return ADVANTAGE_SCALINGS[scale](r, group_index(uids)).float()
+
+
+# --------------------------------------------------------------------------- per-token terms
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon: float,
+    epsilon_high: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token PPO/DAPO loss and where the clip was active.
+
+    ``logp`` and ``old_logp`` are [rows, tokens]; ``advantages`` is [rows].
+    Returns (loss, clipped_low, clipped_high): the masks mark tokens whose
+    gradient the clip removed (ratio below 1 - eps with A < 0, above
+    1 + eps_high with A > 0).
+    """
+    adv = advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon_high) * adv
+    loss = -torch.minimum(unclipped, clipped)
+    clipped_low = (ratio < 1.0 - epsilon) & (adv < 0)
+    clipped_high = (ratio > 1.0 + epsilon_high) & (adv > 0)
+    return loss, clipped_low, clipped_high
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(pi || ref) per token: exp(d) - d - 1, d = ref - logp."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+# --------------------------------------------------------------------------- aggregation
+@dataclass(frozen=True)
+class StepTotals:
+    """Step-wide normalisers, fixed before micro-batching."""
+
+    tokens: int
+    """Loss tokens (mask = 1) in the whole step."""
+    sequences: int
+    """Completions in the whole step."""
+    max_new_tokens: int
+    """The completion length limit (Dr. GRPO's constant)."""
+
+
+AggFn = Callable[[torch.Tensor, torch.Tensor, StepTotals], torch.Tensor]
+LOSS_AGGREGATIONS: dict[str, AggFn] = {}
+
+
+def register_aggregation(name: str) -> Callable[[AggFn], AggFn]:
+    def wrap(fn: AggFn) -> AggFn:
+        LOSS_AGGREGATIONS[name] = fn
+        return fn
+
+    return wrap
+
+
+@register_aggregation("dapo")
+def agg_token_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """DAPO: sum over every token of the step / tokens in the step (long answers weigh more)."""
+    return (token_loss * mask).sum() / max(totals.tokens, 1)
+
+
+@register_aggregation("grpo")
+def agg_sequence_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """GRPO: mean over sequences of each sequence's token mean."""
+    per_seq = (token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_seq.sum() / max(totals.sequences, 1)
+
+
+@register_aggregation("dr_grpo")
+def agg_constant_norm(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """Dr. GRPO: token sum / (sequences x max_new_tokens), no length bias."""
+    return (token_loss * mask).sum() / max(totals.sequences * totals.max_new_tokens, 1)
+
+
+def aggregate(
+    token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, how: str = "dapo"
+) -> torch.Tensor:
+    """This micro-batch's share of the step loss under aggregation ``how``."""
+    if how not in LOSS_AGGREGATIONS:
+        raise ValueError(f"unknown loss_agg {how!r}; known: {sorted(LOSS_AGGREGATIONS)}")
+    return LOSS_AGGREGATIONS[how](token_loss, mask.to(token_loss.dtype), totals)
+
+
+# --------------------------------------------------------------------------- micro-batches
+def token_budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Split row indices, in order, into micro-batches whose padded size rows x max length
+    stays within ``budget`` tokens (a single longer row gets a batch of its own)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if current and max(longest, n) * (len(current) + 1) > budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(i)
+        longest = max(longest, n)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def selected_token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0):
+    """log softmax(logits / T) at ``targets`` and the entropy of that distribution, per position.
+
+    ``logits`` [rows, tokens, vocab]; ``targets`` [rows, tokens]. Computed row by
+    row to keep the float32 copy of a large vocabulary small.
+    """
+    logps, entropies = [], []
+    for row_logits, row_targets in zip(logits, targets):
+        lp = torch.log_softmax(row_logits.float() / temperature, dim=-1)
+        logps.append(lp.gather(-1, row_targets.unsqueeze(-1)).squeeze(-1))
+        with torch.no_grad():
+            entropies.append(-(lp.exp() * lp).sum(-1))
+    return torch.stack(logps), torch.stack(entropies)

@@ -1,0 +1,187 @@
+"""Policy loading: a local path or hub id, the bundled tiny model, LoRA or full weights, 4-bit.
+
+- ``model.name_or_path: tiny`` resolves to the bundled ``vigor_cli/assets/tiny``.
+- dtype 'auto' is bfloat16 on CUDA and float32 on CPU (CPU kernels for bf16 are
+  slow and its rounding would spoil exact resume checks).
+- ``model.lora.enabled`` wraps the model in a peft LoRA adapter (default every
+  linear layer); otherwise every weight trains.
+- ``model.load_in_4bit`` loads the frozen base in NF4 through bitsandbytes
+  (QLoRA); it needs CUDA and says so in one line when there is none.
+- The KL reference is the base model: the adapter switched off for LoRA, a frozen
+  copy for full fine-tuning (:func:`reference_context`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from vigor_cli.config import ModelConfig
+from vigor_cli.errors import UserError
+
+TINY_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """'tiny' -> the bundled asset directory; an existing directory -> itself; else a hub id."""
+    if name_or_path == "tiny":
+        if not (TINY_DIR / "config.json").is_file():
+            raise UserError(
+                f"model.name_or_path=tiny: the bundled model is missing at {TINY_DIR} "
+                "(rebuild it with `vigor make-tiny`)"
+            )
+        return str(TINY_DIR)
+    p = Path(name_or_path).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise UserError(f"model.name_or_path={name_or_path}: directory has no config.json")
+        return str(p)
+    return name_or_path
+
+
+def pick_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+def pick_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, cfg.dtype)
+
+
+def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
+    from transformers import AutoTokenizer
+
+    source = path or resolve_model_path(cfg.name_or_path)
+    try:
+        tok = AutoTokenizer.from_pretrained(source, revision=cfg.revision)
+    except OSError as e:
+        raise UserError(f"model.name_or_path={cfg.name_or_path}: cannot load tokenizer ({_first_line(e)})") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def quiet_transformers() -> None:
+    """No per-file progress bars from transformers: the trainer has its own console."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tuple[Any, Any, torch.device]:
+    """(model, tokenizer, device) ready to train.
+
+    ``adapter_or_weights`` resumes from a checkpoint directory: a saved LoRA
+    adapter (loaded on top of the base) or full weights (loaded instead of it).
+    """
+    from transformers import AutoModelForCausalLM
+
+    quiet_transformers()
+
+    device = pick_device()
+    dtype = pick_dtype(cfg, device)
+    base_path = resolve_model_path(cfg.name_or_path)
+    kwargs: dict[str, Any] = {"dtype": dtype, "revision": cfg.revision}
+    if cfg.load_in_4bit:
+        kwargs["quantization_config"] = _four_bit_config(dtype)
+        kwargs["device_map"] = {"": 0}
+    full_weights = adapter_or_weights is not None and not cfg.lora.enabled
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            adapter_or_weights if full_weights else base_path, **kwargs
+        )
+    except OSError as e:
+        raise UserError(f"model.name_or_path={cfg.name_or_path}: cannot load ({_first_line(e)})") from None
+    if not cfg.load_in_4bit:
+        model.to(device)
+    tokenizer = load_tokenizer(cfg, base_path)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+
+    if cfg.lora.enabled:
+        model = _wrap_lora(model, cfg, adapter_or_weights)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    model.train()
+    return model, tokenizer, device
+
+
+def _four_bit_config(compute_dtype: torch.dtype) -> Any:
+    if not torch.cuda.is_available():
+        raise UserError("model.load_in_4bit (--load-in-4bit) needs a CUDA GPU; none is visible here")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise UserError(
+            "model.load_in_4bit needs bitsandbytes: pip install 'vigor[gpu]' (or bitsandbytes)"
+        ) from None
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def _wrap_lora(model: Any, cfg: ModelConfig, adapter_dir: str | None) -> Any:
+    from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
+
+    if cfg.load_in_4bit:
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=cfg.gradient_checkpointing
+        )
+    if adapter_dir is not None:
+        return PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
+    lora = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, lora)
+
+
+class Reference:
+    """The KL reference policy: the policy with its adapter disabled (LoRA), or a frozen
+    copy of the starting weights (full fine-tuning; loaded fresh, so a resumed run gets
+    the starting model and not the checkpoint)."""
+
+    def __init__(self, policy: Any, frozen: Any | None = None):
+        self.policy = policy
+        self.frozen = frozen
+        if frozen is not None:
+            frozen.eval()
+            for p in frozen.parameters():
+                p.requires_grad_(False)
+
+    @contextlib.contextmanager
+    def model(self) -> Iterator[Any]:
+        if self.frozen is not None:
+            yield self.frozen
+        else:
+            with self.policy.disable_adapter():
+                yield self.policy
+
+
+def save_policy(model: Any, tokenizer: Any, directory: Path) -> None:
+    """HF format: a PEFT adapter for LoRA, the full model otherwise, plus the tokenizer."""
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]

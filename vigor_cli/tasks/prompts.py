@@ -1,0 +1,40 @@
+"""Prompt rendering and answer extraction shared by the tasks.
+
+A tokenizer with a chat template (instruct models) gets the problem as one
+user message with the generation prompt appended; one without (base models,
+the bundled tiny model) gets plain text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render(tokenizer: Any, chat_text: str, plain_text: str) -> str:
+    """``chat_text`` as a user turn when ``tokenizer`` has a chat template, else ``plain_text``."""
+    if tokenizer is not None and has_chat_template(tokenizer):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": chat_text}], tokenize=False, add_generation_prompt=True
+        )
+    return plain_text
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` in ``text`` (braces balanced), or None."""
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    i = start + len("\\boxed{")
+    depth = 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j]
+    return None

@@ -1,0 +1,360 @@
+"""The bundled tiny model: a ~0.8M-parameter Qwen2 with a character tokenizer.
+
+Recipe (all of it seeded, so ``vigor make-tiny --seed 0`` rebuilds the asset):
+
+1. Tokenizer: one token per printable ASCII character, the special tokens
+   ``<pad> <bos> <eos> <unk>``, and three whole-piece tokens that the tiny
+   tasks print often (``\\boxed{``, an opening ```` ```python ```` fence, a
+   closing fence), so completions are a handful of tokens. Saved as a
+   ``tokenizer.json`` that ``AutoTokenizer.from_pretrained`` loads.
+2. Model: ``Qwen2Config`` (4 layers, hidden 128, 4 query heads, 2 key/value
+   heads, tied embeddings), random init from the seed.
+3. Warm-up: a short supervised run on the training splits of tiny-math and
+   tiny-code (loss on completion tokens only), deliberately stopped early so
+   that held-out sampling accuracy is partial and spread across prompts,
+   which leaves room for RL and makes rollout allocation matter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import string
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+TINY_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
+"""Where the committed asset lives (``model.name_or_path: tiny``)."""
+
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+PIECE_TOKENS = ["\\boxed{", "```python\n", "\n```"]
+"""Multi-character pieces kept whole, so tiny completions stay short."""
+
+ARCH = dict(
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+"""Qwen2 shape of the tiny model (about 0.8M parameters)."""
+
+
+def build_tokenizer():
+    """Character-level fast tokenizer with bos/eos/pad, loadable by ``AutoTokenizer``."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
+    # BPE with no merges = one token per character; unknown characters map to <unk>.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
+    core.add_tokens([AddedToken(t, normalized=False) for t in PIECE_TOKENS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        model_max_length=ARCH["max_position_embeddings"],
+    )
+
+
+def build_config(tokenizer):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rope_theta=10000.0,
+        **ARCH,
+    )
+
+
+def warmup_pairs(split_seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """(prompt, completion) pairs of each tiny task's training split, as a plain tokenizer sees them."""
+    from vigor_cli.tasks import tiny_code, tiny_math
+
+    math_train, _ = tiny_math.split(split_seed)
+    code_train, _ = tiny_code.split(split_seed)
+    return {
+        "tiny-math": [
+            (tiny_math.plain_prompt(e.question), tiny_math.target_completion(e.answer)) for e in math_train
+        ],
+        "tiny-code": [
+            (tiny_code.plain_prompt(e.question), tiny_code.target_completion(e.meta["solution"]))
+            for e in code_train
+        ],
+    }
+
+
+def _encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], int]]:
+    """Token ids of prompt+completion+EOS, and where the completion starts."""
+    out = []
+    for prompt, completion in pairs:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        out.append((p + c, len(p)))
+    return out
+
+
+def _pad_batch(tokenizer, rows: Sequence[tuple[list[int], int]]):
+    """Right-padded ids, attention mask and labels (-100 outside completions)."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full_like(input_ids, -100)
+    mask = torch.zeros_like(input_ids)
+    for row, (ids, start) in enumerate(rows):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, start : len(ids)] = torch.tensor(ids[start:])
+        mask[row, : len(ids)] = 1
+    return input_ids, mask, labels
+
+
+def supervised_warmup(
+    model,
+    tokenizer,
+    pairs: dict[str, list[tuple[str, str]]],
+    *,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    code_share: float,
+    seed: int,
+    on_step: Callable[[int, float], bool] | None = None,
+) -> int:
+    """Teacher-forced cross-entropy on completion tokens; a batch draws ``code_share`` from tiny-code.
+
+    ``on_step(step, loss)`` runs after each optimizer step; returning True stops early.
+    Returns the number of steps taken.
+    """
+    import torch
+
+    rng = random.Random(seed)
+    encoded = {name: _encode_pairs(tokenizer, rows) for name, rows in pairs.items()}
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    warm = max(1, min(50, steps // 10))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    model.train()
+    n_code = round(batch_size * code_share)
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        # Math and code rows differ in length several-fold: two passes avoid padding math to code.
+        parts = [rng.sample(encoded["tiny-math"], batch_size - n_code), rng.sample(encoded["tiny-code"], n_code)]
+        total = 0.0
+        for rows in parts:
+            if not rows:
+                continue
+            input_ids, mask, labels = _pad_batch(tokenizer, rows)
+            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            (loss * len(rows) / batch_size).backward()
+            total += loss.item() * len(rows) / batch_size
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if on_step is not None and on_step(step + 1, total):
+            break
+    model.eval()
+    return step + 1
+
+
+def sample_completions(
+    model, tokenizer, prompts: Sequence[str], n: int, *, temperature: float, max_new_tokens: int, seed: int
+) -> list[list[str]]:
+    """``n`` sampled completions per prompt (plain transformers ``generate``, left padding)."""
+    import torch
+
+    torch.manual_seed(seed)
+    tokenizer.padding_side = "left"
+    out: list[list[str]] = []
+    chunk = max(1, 512 // n)
+    for k in range(0, len(prompts), chunk):
+        part = prompts[k : k + chunk]
+        enc = tokenizer(list(part), return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            gen = model.generate(
+                **enc,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                num_return_sequences=n,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        texts = tokenizer.batch_decode(gen[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        out.extend(texts[i * n : (i + 1) * n] for i in range(len(part)))
+    return out
+
+
+def pass_rates(task, model, tokenizer, examples, n: int, *, seed: int, temperature: float = 1.0, max_new_tokens: int = 16) -> list[float]:
+    """Per-example share of ``n`` sampled completions that ``task`` scores as correct."""
+    prompts = [task.render_prompt(e, tokenizer) for e in examples]
+    samples = sample_completions(model, tokenizer, prompts, n, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    flat_ex = [e for e, group in zip(examples, samples) for _ in group]
+    flat_text = [t for group in samples for t in group]
+    scores = task.score(flat_ex, flat_text)
+    return [sum(s.reward for s in scores[i * n : (i + 1) * n]) / n for i in range(len(examples))]
+
+
+def probe_accuracy(model, tokenizer, pairs: Sequence[tuple[str, str]], n: int, seed: int) -> float:
+    """Share of ``n`` samples per (prompt, completion) pair that reproduce the completion exactly.
+
+    Used only as the warm-up's stopping rule, on training problems; reported
+    accuracies come from the task, graded by the real verifier.
+    """
+    samples = sample_completions(
+        model, tokenizer, [p for p, _ in pairs], n, temperature=1.0, max_new_tokens=12, seed=seed
+    )
+    hits = sum(text == target for (_, target), group in zip(pairs, samples) for text in group)
+    return hits / (n * len(pairs))
+
+
+def make_tiny(
+    out: str | Path,
+    *,
+    seed: int = 0,
+    split_seed: int = 0,
+    max_steps: int = 1500,
+    target: float = 0.45,
+    probe_every: int = 50,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    code_share: float = 0.25,
+    log: Callable[[str], None] = print,
+) -> dict:
+    """Build, warm and save the tiny model in ``out``; returns the recipe with its numbers.
+
+    Warm-up stops at the first probe (every ``probe_every`` steps) whose sampled
+    exact-match accuracy on 64 fixed tiny-math training problems x 8 samples
+    reaches ``target``, or at ``max_steps``.
+    """
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    tokenizer = build_tokenizer()
+    model = Qwen2ForCausalLM(build_config(tokenizer))
+    pairs = warmup_pairs(split_seed)
+    probe = random.Random(seed).sample(pairs["tiny-math"], 64)
+    history: list[dict] = []
+    started = time.time()
+
+    def on_step(step: int, loss: float) -> bool:
+        if step % probe_every:
+            return False
+        acc = probe_accuracy(model, tokenizer, probe, 8, seed=seed + step)
+        model.train()
+        history.append({"step": step, "loss": round(loss, 4), "probe_accuracy": acc})
+        log(f"step {step}: loss {loss:.3f}, probe accuracy {acc:.3f} ({time.time() - started:.0f} s)")
+        return acc >= target
+
+    steps = supervised_warmup(
+        model, tokenizer, pairs, steps=max_steps, batch_size=batch_size, lr=lr,
+        code_share=code_share, seed=seed, on_step=on_step,
+    )  # fmt: skip
+    seconds = time.time() - started
+    save(model, tokenizer, out)
+    recipe = {
+        "seed": seed, "split_seed": split_seed, "arch": ARCH, "vocab_size": len(tokenizer),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "batch_size": batch_size, "lr": lr, "code_share": code_share, "max_steps": max_steps,
+        "target": target, "probe_every": probe_every, "steps": steps,
+        "warmup_seconds": round(seconds, 1), "torch_threads": torch.get_num_threads(), "history": history,
+    }  # fmt: skip
+    (Path(out) / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")
+    return recipe
+
+
+def save(model, tokenizer, out: str | Path) -> None:
+    """Save in Hugging Face format, with a generic tokenizer class older transformers can load."""
+    from transformers import GenerationConfig
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+    )  # fmt: skip
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    config_path = out / "tokenizer_config.json"
+    tok_config = json.loads(config_path.read_text())
+    tok_config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(tok_config, indent=1) + "\n")
+
+
+HISTOGRAM_BINS = [(0, 0, "0"), (1, 3, "1-3"), (4, 7, "4-7"), (8, 11, "8-11"), (12, 15, "12-15"), (16, 16, "16")]
+"""Per-prompt pass counts out of 16, grouped: never, rarely, ..., always."""
+
+
+def pass_count_histogram(rates: Sequence[float], n: int = 16) -> dict[str, int]:
+    """How many prompts fall in each :data:`HISTOGRAM_BINS` bin of correct-out-of-``n``."""
+    counts = [round(r * n) for r in rates]
+    return {label: sum(lo <= c <= hi for c in counts) for lo, hi, label in HISTOGRAM_BINS}
+
+
+def load(path: str | Path = TINY_DIR):
+    """(model, tokenizer) through the Auto classes, exactly as a Qwen checkpoint loads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype="float32")
+    model.eval()
+    return model, tokenizer
+
+
+def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, samples: int = 16,
+                  code_samples: int = 4, console: Any = None) -> dict:
+    """Held-out tiny-math pass rates at ``samples`` samples (temperature 1) and tiny-code pass
+    rate, graded by the real verifiers; written to ``<path>/measurements.json``."""
+    from vigor_cli.tasks.tiny_code import TinyCodeTask
+    from vigor_cli.tasks.tiny_math import TinyMathTask
+
+    model, tokenizer = load(path)
+    started = time.time()
+    math_task = TinyMathTask(split_seed=split_seed)
+    try:
+        rates = pass_rates(math_task, model, tokenizer, math_task.eval_examples(), samples, seed=seed)
+    finally:
+        math_task.close()
+    code_task = TinyCodeTask(split_seed=split_seed, workers=2)
+    try:
+        code_rates = pass_rates(code_task, model, tokenizer, code_task.eval_examples(), code_samples,
+                                seed=seed, max_new_tokens=64)
+    finally:
+        code_task.close()
+    result = {
+        "tiny_math_heldout_problems": len(rates),
+        "samples_per_problem": samples,
+        "tiny_math_heldout_accuracy": round(sum(rates) / len(rates), 4),
+        "pass_count_histogram": pass_count_histogram(rates, samples),
+        "tiny_code_heldout_problems": len(code_rates),
+        "tiny_code_samples_per_problem": code_samples,
+        "tiny_code_heldout_pass_rate": round(sum(code_rates) / len(code_rates), 4),
+        "tiny_code_problems_ever_solved": sum(r > 0 for r in code_rates),
+        "measure_seconds": round(time.time() - started, 1),
+        "seed": seed,
+    }
+    (Path(path) / "measurements.json").write_text(json.dumps(result, indent=1) + "\n")
+    if console is not None:
+        from rich.table import Table
+
+        table = Table(title=f"tiny model, held-out, temperature 1 ({path})")
+        table.add_column("measure")
+        table.add_column("value", justify="right")
+        for key, value in result.items():
+            table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
+        console.print(table)
+    return result

@@ -1,0 +1,635 @@
+"""The training loop: prompts -> allocation rounds -> rollouts -> rewards -> GRPO update.
+
+Read it top to bottom like CleanRL's ppo.py: :func:`train` sets things up and
+runs the loop; :meth:`Trainer.rollout_phase` is the allocation (ask/tell)
+part, :meth:`Trainer.update_phase` the GRPO part, the rest is plumbing (run
+directory, evaluation, checkpoints, console).
+
+Reproducibility: every random choice is seeded from ``train.seed`` and the
+step (data order per epoch, each generate call, allocation), and the model,
+optimizer, scheduler, RNG, allocator and data position are checkpointed, so a
+run resumed from a checkpoint continues exactly as if never stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from vigor_cli import grpo
+from vigor_cli.config import RunConfig
+from vigor_cli.console import console as default_console
+from vigor_cli.errors import UserError
+from vigor_cli.evaluation import encode_prompt, evaluate_examples
+from vigor_cli.rollout.base import Rollout, SamplingParams
+from vigor_cli.runs import RunDir, write_json_atomic
+from vigor_cli.tasks.base import Example
+
+COMPLETIONS_SHOWN = 4
+"""Completions per console table and per completions.jsonl entry."""
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from the base seed and names (step, round, ...): stable across runs."""
+    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+# --------------------------------------------------------------------------- data order
+class DataOrder:
+    """Training prompts in a seeded random order, reshuffled every epoch.
+
+    ``draw(n)`` returns the next ``n`` uids not yet drawn in the current step
+    (a prompt is never in a step twice, since allocation keys groups by uid).
+    """
+
+    def __init__(self, uids: list[str], seed: int):
+        self.uids = uids
+        self.seed = seed
+        self.epoch = 0
+        self.position = 0
+        self._order = self._shuffled(0)
+        self._in_step: set[str] = set()
+
+    def _shuffled(self, epoch: int) -> list[str]:
+        order = list(self.uids)
+        random.Random(derive_seed(self.seed, "data", epoch)).shuffle(order)
+        return order
+
+    def new_step(self) -> None:
+        self._in_step = set()
+
+    def draw(self, n: int) -> list[str]:
+        if len(self._in_step) + n > len(self.uids):
+            raise UserError(
+                f"a step asked for {len(self._in_step) + n} distinct prompts but the task has "
+                f"{len(self.uids)}: lower train.prompts_per_step (or allocation.gen_batch_multiplier "
+                "/ max_gen_batches)"
+            )
+        out: list[str] = []
+        while len(out) < n:
+            if self.position == len(self._order):
+                self.epoch += 1
+                self.position = 0
+                self._order = self._shuffled(self.epoch)
+            uid = self._order[self.position]
+            self.position += 1
+            if uid not in self._in_step:
+                self._in_step.add(uid)
+                out.append(uid)
+        return out
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._shuffled(self.epoch)
+
+
+# --------------------------------------------------------------------------- validation
+def validate_config(cfg: RunConfig, n_train: int) -> None:
+    """Checks that need no model: each message names the numbers to change."""
+    t, a, s, g = cfg.train, cfg.allocation, cfg.sampling, cfg.grpo
+    if t.prompts_per_step > n_train:
+        raise UserError(
+            f"train.prompts_per_step ({t.prompts_per_step}) exceeds the {n_train} training "
+            f"prompts of task '{cfg.task.name}'"
+        )
+    if a.strategy in ("vigor", "random", "difficulty"):
+        first_round = a.m0 * t.prompts_per_step
+        budget = a.budget if a.budget is not None else a.group_size * t.prompts_per_step
+        if budget < first_round:
+            raise UserError(
+                f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
+                f"train.prompts_per_step ({a.m0} x {t.prompts_per_step} = {first_round})"
+            )
+    if a.strategy == "dapo" and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train:
+        raise UserError(
+            f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "
+            f"{t.prompts_per_step}) exceeds the {n_train} training prompts"
+        )
+    if g.micro_batch_tokens < s.max_new_tokens:
+        raise UserError(
+            f"grpo.micro_batch_tokens ({g.micro_batch_tokens}) must be at least "
+            f"sampling.max_new_tokens ({s.max_new_tokens})"
+        )
+    if cfg.engine.gen_batch_tokens < cfg.task.max_prompt_tokens + s.max_new_tokens:
+        raise UserError(
+            f"engine.gen_batch_tokens ({cfg.engine.gen_batch_tokens}) must hold one row: "
+            f"task.max_prompt_tokens + sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + "
+            f"{s.max_new_tokens})"
+        )
+    if g.epsilon >= 1:
+        raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
+
+
+# --------------------------------------------------------------------------- one step's data
+@dataclass
+class Sample:
+    """One rollout with everything the update and the logs need."""
+
+    uid: str
+    rollout: Rollout
+    reward: float
+    reason: str
+    round: int
+    advantage: float = 0.0
+
+
+@dataclass
+class StepLog:
+    """What a step measured; becomes one metrics.jsonl line."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    record: dict = field(default_factory=dict)
+
+
+class Trainer:
+    """Holds the run's state; :func:`train` builds one and calls :meth:`run`."""
+
+    def __init__(self, cfg: RunConfig, run: RunDir, resume_from: Path | None, out: Any):
+        from vigor_cli.allocation import make_allocator
+        from vigor_cli.models import Reference, load_policy
+        from vigor_cli.rollout import make_engine
+        from vigor_cli.tasks import get_task
+
+        self.cfg, self.rundir, self.out = cfg, run, out
+        t = cfg.train
+        torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
+
+        # ---- task and data
+        self.task = get_task(cfg.task, workers=t.reward_workers)
+        train_examples = self.task.train_examples()
+        validate_config(cfg, len(train_examples))
+
+        # ---- policy, reference, engine
+        self.model, self.tokenizer, self.device = load_policy(cfg.model, str(resume_from) if resume_from else None)
+        self.reference = None
+        if cfg.grpo.beta > 0:
+            if cfg.model.lora.enabled:
+                self.reference = Reference(self.model)
+            else:
+                self.reference = Reference(self.model, load_policy(cfg.model)[0])
+        self.engine = make_engine(cfg, self.model, self.tokenizer, announce=lambda m: out.print(m))
+
+        self.examples: dict[str, Example] = {}
+        self.prompt_ids: dict[str, list[int]] = {}
+        dropped = 0
+        for ex in train_examples:
+            ids = encode_prompt(self.tokenizer, self.task.render_prompt(ex, self.tokenizer))
+            if len(ids) > cfg.task.max_prompt_tokens:
+                dropped += 1
+                continue
+            self.examples[ex.uid] = ex
+            self.prompt_ids[ex.uid] = ids
+        if dropped:
+            out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
+        if len(self.examples) < t.prompts_per_step:
+            raise UserError(
+                f"only {len(self.examples)} training prompts fit task.max_prompt_tokens="
+                f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({t.prompts_per_step})"
+            )
+        self.data = DataOrder(list(self.examples), t.seed)
+        eval_limit = t.eval_limit
+        self.eval_sets: dict[str, list[Example]] = {}
+        for name in cfg.task.eval_sets or [None]:
+            exs = self.task.eval_examples(name)
+            self.eval_sets[name or cfg.task.name] = exs[:eval_limit] if eval_limit else exs
+
+        # ---- allocation and optimisation
+        try:
+            self.allocator = make_allocator(cfg.allocation, t.prompts_per_step, t.seed)
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
+        )
+        warmup = cfg.grpo.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+        )
+
+        # ---- counters (checkpointed)
+        self.step = 0
+        self.rollouts_total = 0
+        self.tokens_total = 0
+        self.elapsed_before = 0.0
+        self.start_accuracy: float | None = None
+        self.last_accuracy: float | None = None
+        if resume_from is not None:
+            self._load_checkpoint(resume_from)
+        self.session_start = time.time()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict:
+        t = self.cfg.train
+        if self.step == 0:
+            self.start_accuracy = self.last_accuracy = self.evaluate(0)
+        with _progress(self.out) as progress:
+            bar = progress.add_task("train", total=t.steps, completed=self.step, info="")
+            while self.step < t.steps:
+                self.step += 1
+                log = self.train_step(self.step)
+                self._write_step(log)
+                if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
+                    self.last_accuracy = self.evaluate(self.step)
+                if t.save_every and self.step % t.save_every == 0 and self.step < t.steps:
+                    self.save_checkpoint()
+                m = log.metrics
+                progress.update(
+                    bar,
+                    completed=self.step,
+                    info=f"reward {m['reward/mean']:.3f}  acc {self.last_accuracy or 0:.3f}  "
+                    f"rollouts {self.rollouts_total}",
+                )
+        final = self.evaluate(self.step) if self.step > 0 and not self._has_eval(self.step) else self.last_accuracy
+        self.last_accuracy = final
+        self.save_checkpoint()
+        summary = {
+            "run_dir": str(self.rundir.path),
+            "start_accuracy": self.start_accuracy,
+            "final_accuracy": final,
+            "steps": self.step,
+            "rollouts": self.rollouts_total,
+            "tokens": self.tokens_total,
+            "wall_time": self.elapsed(),
+        }
+        self.rundir.write_summary(summary)
+        self.task.close()
+        self.engine.close()
+        return summary
+
+    def train_step(self, step: int) -> StepLog:
+        t0 = time.time()
+        samples, record, t_gen, t_reward, rollouts = self.rollout_phase(step)
+        t1 = time.time()
+        update_metrics = self.update_phase(samples)
+        self.engine.sync_weights(self.model)
+        t2 = time.time()
+
+        every = rollouts
+        rewards = torch.tensor([s.reward for s in every], dtype=torch.float64)
+        lengths = [len(s.rollout.token_ids) for s in every]
+        tokens = sum(lengths)
+        self.rollouts_total += len(every)
+        self.tokens_total += tokens
+        groups: dict[str, list[float]] = defaultdict(list)
+        for s in samples:
+            groups[s.uid].append(s.reward)
+        zero_var = sum(1 for r in groups.values() if max(r) == min(r))
+        metrics = {
+            "step": step,
+            "rollouts/step": len(every),
+            "rollouts/cumulative": self.rollouts_total,
+            "tokens/step": tokens,
+            "tokens/cumulative": self.tokens_total,
+            "reward/mean": float(rewards.mean()) if len(every) else 0.0,
+            "reward/std": float(rewards.std(unbiased=False)) if len(every) else 0.0,
+            "groups/count": len(groups),
+            "groups/zero_var_frac": zero_var / len(groups) if groups else 0.0,
+            "completions/mean_length": tokens / len(every) if every else 0.0,
+            "completions/max_length": max(lengths, default=0),
+            "completions/truncated_frac": sum(s.rollout.truncated for s in every) / len(every) if every else 0.0,
+            **update_metrics,
+            "lr": self.scheduler.get_last_lr()[0],
+            "time/generate": t_gen,
+            "time/reward": t_reward,
+            "time/update": t2 - t1,
+            "time/step": time.time() - t0,
+            "time/elapsed": 0.0,  # filled when written
+        }
+        record = {"step": step, **record}
+        for entry in record.get("prompts", []):
+            entry["text"] = self.examples[entry["uid"]].question[:200]
+        return StepLog(metrics=metrics, samples=samples, record=record)
+
+    # ------------------------------------------------------------------ allocation rounds
+    def rollout_phase(self, step: int):
+        """Ask the allocator for rollouts round by round, generate and score them, tell it
+        the rewards; return the samples the update uses and every rollout generated."""
+        cfg = self.cfg
+        self.data.new_step()
+        self.allocator.start_step(step, self.data.draw)
+        pool: dict[str, list[Sample]] = defaultdict(list)
+        t_gen = t_reward = 0.0
+        round_index = 0
+        while requests := self.allocator.ask():
+            params = SamplingParams(
+                temperature=cfg.sampling.temperature,
+                top_p=cfg.sampling.top_p,
+                max_new_tokens=cfg.sampling.max_new_tokens,
+                seed=derive_seed(cfg.train.seed, "rollout", step, round_index),
+            )
+            t0 = time.time()
+            outs = self.engine.generate([self.prompt_ids[r.uid] for r in requests], [r.n for r in requests], params)
+            t1 = time.time()
+            flat = [(r.uid, ro) for r, ros in zip(requests, outs) for ro in ros]
+            scores = self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
+            t_reward += time.time() - t1
+            t_gen += t1 - t0
+            told: dict[str, list[float]] = defaultdict(list)
+            for (uid, ro), sc in zip(flat, scores):
+                pool[uid].append(Sample(uid, ro, float(sc.reward), sc.reason, round_index))
+                told[uid].append(float(sc.reward))
+            self.allocator.tell({r.uid: told[r.uid] for r in requests})
+            round_index += 1
+        self.engine.end_generation()  # vLLM frees the GPU for the update
+        result = self.allocator.finish()
+        samples = [pool[uid][i] for uid, indices in result.groups.items() for i in indices]
+        advantages = grpo.compute_advantages([s.reward for s in samples], [s.uid for s in samples], cfg.grpo.scale_rewards)
+        for s, a in zip(samples, advantages.tolist()):
+            s.advantage = a
+        every = [s for group in pool.values() for s in group]
+        return samples, result.record, t_gen, t_reward, every
+
+    # ------------------------------------------------------------------ GRPO update
+    def update_phase(self, samples: list[Sample]) -> dict[str, float]:
+        """mu passes of the clipped GRPO loss over the step's samples, in token-budget
+        micro-batches whose gradients add up to the whole step's gradient."""
+        g, temp = self.cfg.grpo, self.cfg.sampling.temperature or 1.0
+        masks = [0.0 if (g.mask_truncated and s.rollout.truncated) else 1.0 for s in samples]
+        totals = grpo.StepTotals(
+            tokens=int(sum(len(s.rollout.token_ids) * m for s, m in zip(samples, masks))),
+            sequences=int(sum(1 for m in masks if m)),
+            max_new_tokens=self.cfg.sampling.max_new_tokens,
+        )
+        # Rows with zero advantage (or masked out) add exactly zero loss and gradient when
+        # there is no KL term: skip their forward pass but keep them in the normalisers.
+        rows = [
+            i for i, s in enumerate(samples)
+            if masks[i] and s.rollout.token_ids and (s.advantage != 0.0 or g.beta > 0)
+        ]
+        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
+        batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
+
+        old_logp: dict[int, torch.Tensor] = {}
+        if g.mu > 1:
+            with torch.no_grad():
+                for b in batches:
+                    lp, _, _ = self._logprobs(self.model, samples, b, temp)
+                    for k, i in enumerate(b):
+                        old_logp[i] = lp[k]
+
+        sums = defaultdict(float)
+        counted = 0.0
+        grad_norm = 0.0
+        for pass_index in range(g.mu):
+            self.optimizer.zero_grad(set_to_none=True)
+            for b in batches:
+                lp, ent, mask = self._logprobs(self.model, samples, b, temp)
+                adv = torch.tensor([samples[i].advantage for i in b], dtype=lp.dtype, device=lp.device)
+                old = torch.stack([old_logp[i] for i in b]) if g.mu > 1 else lp.detach()
+                tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high)
+                kl = None
+                if self.reference is not None:
+                    with torch.no_grad(), self.reference.model() as ref:
+                        ref_lp, _, _ = self._logprobs(ref, samples, b, temp)
+                    kl = grpo.kl_k3(lp, ref_lp)
+                    tok_loss = tok_loss + g.beta * kl
+                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg)
+                loss.backward()
+                if pass_index == 0:
+                    n = float(mask.sum())
+                    counted += n
+                    sums["loss"] += float(loss.detach())
+                    sums["clip_low"] += float((low.float() * mask).sum())
+                    sums["clip_high"] += float((high.float() * mask).sum())
+                    sums["entropy"] += float((ent * mask).sum())
+                    if kl is not None:
+                        sums["kl"] += float((kl.detach() * mask).sum())
+                    first = [k for k, i in enumerate(b) if samples[i].round == 0]
+                    for k in first:
+                        i = b[k]
+                        engine_lp = torch.tensor(samples[i].rollout.logprobs, dtype=lp.dtype)
+                        ntok = len(engine_lp)
+                        sums["lp_diff"] += float((lp[k, :ntok].detach().cpu() - engine_lp).abs().sum())
+                        sums["lp_tokens"] += ntok
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, g.max_grad_norm))
+            self.optimizer.step()
+        self.scheduler.step()
+        denom = max(counted, 1.0)
+        out = {
+            "losses/loss": sums["loss"],
+            "losses/clipfrac_low": sums["clip_low"] / denom,
+            "losses/clipfrac_high": sums["clip_high"] / denom,
+            "losses/kl": sums["kl"] / denom,
+            "losses/entropy": sums["entropy"] / denom,
+            "losses/grad_norm": grad_norm,
+            "engine/logprob_diff": sums["lp_diff"] / sums["lp_tokens"] if sums["lp_tokens"] else None,
+        }
+        return out
+
+    def _logprobs(self, model: Any, samples: list[Sample], rows: list[int], temperature: float):
+        """Per-token log-probs and entropies of the rows' completions under ``model``,
+        plus the loss mask ([rows, longest completion]). Sequences are right-padded."""
+        seqs = [self.prompt_ids[samples[i].uid] + samples[i].rollout.token_ids for i in rows]
+        width = max(len(x) for x in seqs)
+        comp_width = max(len(samples[i].rollout.token_ids) for i in rows)
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        gather_at = torch.zeros((len(rows), comp_width), dtype=torch.long)
+        targets = torch.full((len(rows), comp_width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), comp_width))
+        for k, (i, seq) in enumerate(zip(rows, seqs)):
+            p, c = len(self.prompt_ids[samples[i].uid]), len(samples[i].rollout.token_ids)
+            ids[k, : len(seq)] = torch.tensor(seq)
+            attn[k, : len(seq)] = 1
+            gather_at[k, :c] = torch.arange(p - 1, p - 1 + c)
+            targets[k, :c] = torch.tensor(samples[i].rollout.token_ids)
+            mask[k, :c] = 1.0
+        dev = self.device
+        logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits
+        picked = logits.gather(1, gather_at.to(dev).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        lp, ent = grpo.selected_token_logprobs(picked, targets.to(dev), temperature)
+        return lp, ent, mask.to(dev)
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, step: int) -> float:
+        t = self.cfg.train
+        params = SamplingParams(
+            temperature=t.eval_temperature,
+            top_p=self.cfg.sampling.top_p if t.eval_temperature > 0 else 1.0,
+            max_new_tokens=self.cfg.sampling.max_new_tokens,
+            seed=derive_seed(t.seed, "eval", step),
+        )
+        results = {
+            name: evaluate_examples(self.engine, self.task, self.tokenizer, exs, t.eval_samples, params, name)
+            for name, exs in self.eval_sets.items()
+        }
+        self.engine.end_generation()
+        accuracy = sum(r.accuracy for r in results.values()) / len(results)
+        self.rundir.write_eval(step, {"step": step, "accuracy": accuracy, "sets": {n: r.to_json() for n, r in results.items()}})
+        line = {
+            "step": step,
+            "eval/accuracy": accuracy,
+            **{f"eval/{n}/accuracy": r.accuracy for n, r in results.items()},
+            "eval/samples": sum(len(r.samples) for r in results.values()),
+            "rollouts/cumulative": self.rollouts_total,
+            "tokens/cumulative": self.tokens_total,
+            "time/elapsed": self.elapsed(),
+        }
+        self.rundir.append("metrics.jsonl", line)
+        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in results.items())
+        self.out.print(f"[bold]eval[/] step {step}: accuracy {accuracy:.3f} ({sets})", highlight=False)
+        return accuracy
+
+    def _has_eval(self, step: int) -> bool:
+        return (self.rundir.eval_dir / f"step-{step}.json").exists()
+
+    # ------------------------------------------------------------------ logging
+    def elapsed(self) -> float:
+        return self.elapsed_before + (time.time() - self.session_start)
+
+    def _write_step(self, log: StepLog) -> None:
+        m = log.metrics
+        m["time/elapsed"] = self.elapsed()
+        self.rundir.append("metrics.jsonl", m)
+        self.rundir.append("allocation.jsonl", log.record)
+        diff = m["engine/logprob_diff"]
+        if diff is not None and diff > self.cfg.engine.logprob_check_threshold:
+            self.out.print(
+                f"[yellow]warning: step {m['step']}: engine/logprob_diff {diff:.4f} exceeds "
+                f"engine.logprob_check_threshold {self.cfg.engine.logprob_check_threshold}: the "
+                "engine may sample from stale weights[/]"
+            )
+        self.out.print(
+            f"step {m['step']:>4}  reward {m['reward/mean']:.3f}  zero-var {m['groups/zero_var_frac']:.2f}  "
+            f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
+            f"loss {m['losses/loss']:+.4f}  clip {m['losses/clipfrac_low'] + m['losses/clipfrac_high']:.3f}  "
+            f"gen {m['time/generate']:.1f}s rew {m['time/reward']:.1f}s upd {m['time/update']:.1f}s",
+            highlight=False,
+        )
+        every = self.cfg.train.log_completions_every
+        if every and m["step"] % every == 0 and log.samples:
+            shown = log.samples[:: max(1, len(log.samples) // COMPLETIONS_SHOWN)][:COMPLETIONS_SHOWN]
+            self.rundir.append_many(
+                "completions.jsonl",
+                (
+                    {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
+                     "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
+                    for s in shown
+                ),
+            )
+            self.out.print(_completions_table(m["step"], shown, self.examples))
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> Path:
+        from vigor_cli.models import save_policy
+
+        tmp = self.rundir.begin_checkpoint(self.step)
+        save_policy(self.model, self.tokenizer, tmp)
+        torch.save(
+            {
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            tmp / "trainer_state.pt",
+        )
+        write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
+        write_json_atomic(
+            tmp / "data_state.json",
+            {
+                "step": self.step,
+                "data": self.data.state_dict(),
+                "rollouts_cumulative": self.rollouts_total,
+                "tokens_cumulative": self.tokens_total,
+                "elapsed": self.elapsed(),
+                "start_accuracy": self.start_accuracy,
+                "last_accuracy": self.last_accuracy,
+            },
+        )
+        return self.rundir.commit_checkpoint(tmp, self.step, self.cfg.train.keep_checkpoints)
+
+    def _load_checkpoint(self, path: Path) -> None:
+        import json
+
+        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["torch_rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.allocator.load_state_dict(json.loads((path / "allocator.json").read_text()))
+        data = json.loads((path / "data_state.json").read_text())
+        self.data.load_state_dict(data["data"])
+        self.step = int(data["step"])
+        self.rollouts_total = int(data["rollouts_cumulative"])
+        self.tokens_total = int(data["tokens_cumulative"])
+        self.elapsed_before = float(data["elapsed"])
+        self.start_accuracy = data["start_accuracy"]
+        self.last_accuracy = data["last_accuracy"]
+
+
+def _completions_table(step: int, samples: list[Sample], examples: dict[str, Example]):
+    from rich.table import Table
+
+    table = Table(title=f"completions at step {step}", show_lines=True, expand=True)
+    table.add_column("prompt", ratio=3)
+    table.add_column("completion", ratio=4)
+    table.add_column("reward", justify="right")
+    table.add_column("advantage", justify="right")
+    for s in samples:
+        table.add_row(
+            examples[s.uid].question[-300:], s.rollout.text[:400], f"{s.reward:.2f}", f"{s.advantage:+.3f}"
+        )
+    return table
+
+
+def _progress(out: Any):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=out,
+        transient=False,
+    )
+
+
+# --------------------------------------------------------------------------- entry point
+def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: Any = None,
+          steps: int | None = None) -> dict:
+    """Run (or resume) training; returns the summary (also in ``summary.json``).
+
+    ``resume`` is a run directory: its saved config is used (``steps`` may extend it)
+    and training continues from its last complete checkpoint.
+    """
+    out = out or default_console
+    if resume is not None:
+        from vigor_cli.config import build_config
+
+        run = RunDir.open_existing(resume)
+        cfg = build_config(run.path / "config.yaml")
+        if steps is not None:
+            cfg.train.steps = steps
+        checkpoint = run.latest_checkpoint()
+        trainer = Trainer(cfg, run, checkpoint, out)
+        run.write_config(cfg)
+        run.cut_logs_after(trainer.step if checkpoint else -1)
+        out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+    else:
+        assert cfg is not None
+        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
+        trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
+        run.make(cfg)
+    out.print(f"run directory: {run.path}")
+    return trainer.run()
