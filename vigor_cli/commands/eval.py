@@ -1,10 +1,293 @@
-"""`vigor eval`: not built yet (issue 6)."""
+"""`vigor eval`: accuracy of a model, an adapter or a run's checkpoint on benchmarks.
+
+Generation and grading go through :func:`vigor_cli.evaluation.evaluate_examples`,
+the same core the trainer's periodic evaluation uses; this module picks the
+model, the benchmarks and the sampling, shows progress, computes avg@n,
+pass@k and the averages (:mod:`vigor_cli.report.metrics`) and writes every
+per-sample verdict (:mod:`vigor_cli.report.eval_results`), so that
+``--rescore`` can grade the same completions again without generating.
+"""
 
 from __future__ import annotations
 
-from vigor_cli.errors import NotBuiltError
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import typer
+
+from vigor_cli.console import console, err_console
+from vigor_cli.errors import UserError
+
+MATH_SETS = ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench", "gsm8k")
+CODE_SETS = ("lcb-v6",)
+TINY_SETS = ("tiny-math", "tiny-code")
+BENCHMARKS = MATH_SETS + CODE_SETS + TINY_SETS
+
+SAMPLES_PER_CHUNK = 256
+"""Samples generated per engine call: the progress bar advances once per chunk."""
 
 
-def evaluate() -> None:
-    """Not built yet."""
-    raise NotBuiltError("this command is not built yet (issue 6)")
+def benchmark_kind(name: str) -> str:
+    return "code" if name in CODE_SETS or name == "tiny-code" else "math"
+
+
+def parse_benchmarks(text: str) -> list[str]:
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    if not names:
+        raise UserError("--benchmarks: give at least one name")
+    for name in names:
+        if name not in BENCHMARKS:
+            raise UserError(f"--benchmarks: unknown benchmark '{name}' (known: {', '.join(BENCHMARKS)})")
+    if len(set(names)) != len(names):
+        raise UserError("--benchmarks: a benchmark is named twice")
+    return names
+
+
+def task_config_for(benchmark: str, data_dir: Optional[Path], date_start: Optional[str],
+                    date_end: Optional[str]) -> Any:
+    """The TaskConfig of the task that owns ``benchmark`` and the set name to ask it for."""
+    from vigor_cli.config import TaskConfig
+
+    if benchmark in TINY_SETS:
+        return TaskConfig(name=benchmark), None
+    name = "code" if benchmark in CODE_SETS else "math"
+    return TaskConfig(
+        name=name,
+        data_dir=str(data_dir) if data_dir else None,
+        contest_date_start=date_start,
+        contest_date_end=date_end,
+    ), benchmark
+
+
+class RecordingTask:
+    """A task that keeps the Score of each completion it grades (in order), so a code
+    benchmark's per-sample test pass fraction reaches the results file."""
+
+    def __init__(self, task: Any):
+        self.task = task
+        self.scores: list[Any] = []
+
+    def render_prompt(self, example: Any, tokenizer: Any) -> str:
+        return self.task.render_prompt(example, tokenizer)
+
+    def score(self, examples: Sequence[Any], completions: Sequence[str]) -> list[Any]:
+        scores = self.task.score(examples, completions)
+        self.scores.extend(scores)
+        return scores
+
+
+def test_fraction(score: Any) -> float | None:
+    """Share of tests a code completion passed, from the verifier's details (None if absent)."""
+    details = getattr(score, "details", None) or {}
+    passed, total = details.get("passed"), details.get("total")
+    if isinstance(passed, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        return float(passed) / float(total)
+    frac = details.get("test_fraction", details.get("fraction"))
+    return float(frac) if isinstance(frac, (int, float)) else None
+
+
+def load_examples(benchmark: str, task: Any, set_name: Optional[str], limit: Optional[int]) -> list:
+    examples = task.eval_examples(set_name)
+    if not examples:
+        raise UserError(f"--benchmarks {benchmark}: no problems loaded")
+    return examples[:limit] if limit else examples
+
+
+def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[Path],
+                  checkpoint: Optional[str]) -> tuple[Any, Optional[str], dict]:
+    """(RunConfig for the policy, directory to load on top of it, description for the file)."""
+    from vigor_cli.config import RunConfig
+
+    if run is not None:
+        if model is not None or adapter is not None:
+            raise UserError("--run evaluates a run's checkpoint: drop MODEL and --adapter")
+        from vigor_cli.report.rundir import read_config
+        from vigor_cli.runs import RunDir
+
+        if not (run / "config.yaml").is_file():
+            raise UserError(f"--run {run}: not a run directory (no config.yaml)")
+        try:
+            cfg = RunConfig.model_validate(read_config(run))
+        except Exception as e:  # pydantic's message names the key
+            raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
+        rd = RunDir(run)
+        if checkpoint is None:
+            ckpt = rd.latest_checkpoint()
+            if ckpt is None:
+                raise UserError(f"--run {run}: no complete checkpoint yet (checkpoints/step-N/COMPLETE)")
+        else:
+            ckpt = rd.checkpoints / checkpoint
+            if not (ckpt / "COMPLETE").is_file():
+                have = ", ".join(f"step-{s}" for s in rd.checkpoint_steps()) or "none"
+                raise UserError(f"--checkpoint {checkpoint}: no complete checkpoint of that name (have: {have})")
+        return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
+                                "name_or_path": cfg.model.name_or_path}
+    if checkpoint is not None:
+        raise UserError("--checkpoint needs --run")
+    if model is None:
+        raise UserError("give a MODEL (hub id, directory or 'tiny') or --run RUN_DIR")
+    cfg = RunConfig()
+    cfg.model.name_or_path = model
+    cfg.model.lora.enabled = adapter is not None
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise UserError(f"--adapter {adapter}: not a PEFT adapter directory (no adapter_config.json)")
+    return cfg, str(adapter) if adapter else None, {
+        "name_or_path": model, "adapter": str(adapter) if adapter else None}
+
+
+def evaluate(
+    model: Optional[str] = typer.Argument(None, help="Hub id, local HF directory, or 'tiny'."),
+    adapter: Optional[Path] = typer.Option(None, help="PEFT adapter directory to load on MODEL."),
+    run: Optional[Path] = typer.Option(None, "--run", help="Evaluate this run directory's checkpoint."),
+    checkpoint: Optional[str] = typer.Option(None, help="With --run: checkpoint name, e.g. step-20 (default the latest)."),
+    benchmarks: str = typer.Option("tiny-math", help=f"Comma-separated: {', '.join(BENCHMARKS)}."),
+    data_dir: Optional[Path] = typer.Option(None, help="Local benchmark files (layout of shared/data/math-eval)."),
+    n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default train.eval_samples)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default train.eval_temperature)."),
+    top_p: Optional[float] = typer.Option(None, help="Nucleus sampling (default sampling.top_p)."),
+    max_new_tokens: Optional[int] = typer.Option(None, help="Longest completion (default sampling.max_new_tokens)."),
+    seed: int = typer.Option(0, help="Sampling seed."),
+    limit: Optional[int] = typer.Option(None, help="Evaluate the first N problems of each benchmark."),
+    contest_date_start: Optional[str] = typer.Option(None, help="lcb-v6: keep problems from this ISO date."),
+    contest_date_end: Optional[str] = typer.Option(None, help="lcb-v6: keep problems up to this ISO date."),
+    engine: Optional[str] = typer.Option(None, help="engine.kind: auto, hf, vllm."),
+    output: Optional[Path] = typer.Option(None, help="Write every per-sample verdict and the metrics here (JSON)."),
+    rescore: Optional[Path] = typer.Option(None, help="Grade the completions of this results file again; no generation."),
+) -> None:
+    """Evaluate a model on math and code benchmarks: avg@n, pass@k, the six-math average."""
+    from vigor_cli.report.eval_results import SCHEMA, read_results, recompute, write_results
+    from vigor_cli.report.eval_table import results_table
+
+    if limit is not None and limit < 1:
+        raise UserError(f"--limit {limit}: must be >= 1")
+    if output is not None and output.exists() and output.is_dir():
+        raise UserError(f"--output {output}: is a directory")
+
+    if rescore is not None:
+        results = read_results(rescore)
+        rescore_results(results, data_dir)
+        recompute(results)
+        target = output or rescore.with_name(rescore.stem + ".rescored.json")
+        write_results(results, target)
+        console.print(results_table(results, f"re-scored {rescore}"))
+        console.print(f"results: {target}", highlight=False)
+        return
+
+    names = parse_benchmarks(benchmarks)
+    cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
+    if engine is not None:
+        cfg.engine.kind = engine
+    n = n if n is not None else cfg.train.eval_samples
+    temperature = temperature if temperature is not None else cfg.train.eval_temperature
+    top_p = top_p if top_p is not None else cfg.sampling.top_p
+    max_new_tokens = max_new_tokens if max_new_tokens is not None else cfg.sampling.max_new_tokens
+    if n < 1 or temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
+        raise UserError("sampling flags: need --n >= 1, --temperature >= 0, 0 < --top-p <= 1, --max-new-tokens >= 1")
+    if n > 1 and temperature == 0:
+        err_console.print("[yellow]note:[/] --n > 1 with --temperature 0 gives n identical greedy samples")
+
+    # load data first: a bad benchmark name or file fails before the model loads
+    from vigor_cli.tasks import get_task
+
+    tasks = {}
+    for name in names:
+        task_cfg, set_name = task_config_for(name, data_dir, contest_date_start, contest_date_end)
+        task = get_task(task_cfg)
+        tasks[name] = (task, load_examples(name, task, set_name, limit))
+
+    results = {
+        "schema": SCHEMA,
+        "model": model_desc,
+        "sampling": {"n": n, "temperature": temperature, "top_p": top_p,
+                     "max_new_tokens": max_new_tokens, "seed": seed},
+        "data_dir": str(data_dir) if data_dir else None,
+        "limit": limit,
+        "sets": {},
+    }
+    try:
+        generate_all(cfg, load_dir, tasks, results, n, temperature, top_p, max_new_tokens, seed)
+    finally:
+        for task, _ in tasks.values():
+            task.close()
+    recompute(results)
+    if output is not None:
+        write_results(results, output)
+    console.print(results_table(results, f"{model_desc.get('run') or model_desc['name_or_path']}: "
+                                         f"n={n}, temperature={temperature}"))
+    if output is not None:
+        console.print(f"results: {output}", highlight=False)
+
+
+def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, n: int,
+                 temperature: float, top_p: float, max_new_tokens: int, seed: int) -> None:
+    """Generate and grade every benchmark in chunks, with a progress bar; fills results['sets']."""
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vigor_cli.evaluation import evaluate_examples
+    from vigor_cli.models import load_policy
+    from vigor_cli.rollout import SamplingParams, make_engine
+
+    policy, tokenizer, _ = load_policy(cfg.model, load_dir)
+    policy.eval()
+    for p in policy.parameters():
+        p.requires_grad_(False)
+    eng = make_engine(cfg, policy, tokenizer, announce=lambda m: err_console.print(m, highlight=False))
+    per_chunk = max(1, SAMPLES_PER_CHUNK // n)
+    try:
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("problems"), TimeElapsedColumn(), console=err_console, transient=True,
+        ) as progress:
+            for name, (task, examples) in tasks.items():
+                bar = progress.add_task(f"{name}: generate + grade", total=len(examples))
+                recorder = RecordingTask(task)
+                samples: list[dict] = []
+                for c, start in enumerate(range(0, len(examples), per_chunk)):
+                    chunk = examples[start:start + per_chunk]
+                    sampling = SamplingParams(
+                        temperature=temperature,
+                        top_p=top_p if temperature > 0 else 1.0,
+                        max_new_tokens=max_new_tokens,
+                        seed=seed * 1_000_003 + c,  # one fixed stream per chunk
+                    )
+                    with torch.no_grad():
+                        res = evaluate_examples(eng, recorder, tokenizer, chunk, n, sampling, name)
+                    samples.extend(res.to_json()["samples"])
+                    progress.advance(bar, len(chunk))
+                if benchmark_kind(name) == "code":
+                    for sample, score in zip(samples, recorder.scores):
+                        sample["test_fraction"] = test_fraction(score)
+                results["sets"][name] = {"set": name, "n": n, "kind": benchmark_kind(name),
+                                         "samples": samples}
+    finally:
+        eng.close()
+
+
+def rescore_results(results: dict, data_dir: Optional[Path]) -> None:
+    """Grade every stored completion again with the benchmark's task (no generation)."""
+    from vigor_cli.tasks import get_task
+
+    data_dir = data_dir or (Path(results["data_dir"]) if results.get("data_dir") else None)
+    for name, entry in results["sets"].items():
+        if name not in BENCHMARKS:
+            raise UserError(f"--rescore: set '{name}' is not a benchmark `vigor eval` knows")
+        task_cfg, set_name = task_config_for(name, data_dir, None, None)
+        task = get_task(task_cfg)
+        try:
+            by_uid = {ex.uid: ex for ex in task.eval_examples(set_name)}
+            samples = entry["samples"]
+            missing = [s["uid"] for s in samples if s["uid"] not in by_uid]
+            if missing:
+                raise UserError(f"--rescore: set '{name}' has problem {missing[0]!r}, which the "
+                                "benchmark no longer has (another --data-dir?)")
+            recorder = RecordingTask(task)
+            scores = recorder.score([by_uid[s["uid"]] for s in samples], [s["completion"] for s in samples])
+            for sample, score in zip(samples, scores):
+                sample["reward"] = float(score.reward)
+                sample["reason"] = score.reason
+                if benchmark_kind(name) == "code":
+                    sample["test_fraction"] = test_fraction(score)
+            entry["kind"] = benchmark_kind(name)
+        finally:
+            task.close()

@@ -1,0 +1,137 @@
+"""`vigor inspect-allocation` on records written by the real allocators (driven with
+Bernoulli rewards, as the trainer drives them with verifier rewards).
+tests/test_report_run.py covers a real training run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vigor_cli.allocation import make_allocator
+from vigor_cli.config import AllocationConfig
+from vigor_cli.errors import UserError
+from vigor_cli.report.allocation import load_allocation, summarize_step
+
+
+def write_allocation_run(path: Path, strategy: str, steps: int = 4, prompts: int = 16,
+                         partial_tail: bool = False) -> Path:
+    """allocation.jsonl as the trainer writes it: the allocator's record plus step and text."""
+    path.mkdir(parents=True)
+    cfg = AllocationConfig(strategy=strategy)
+    alloc = make_allocator(cfg, prompts, seed=0)
+    rng = random.Random(1)
+    pass_rate: dict[str, float] = {}
+    lines = []
+    for step in range(1, steps + 1):
+        def draw(n: int) -> list[str]:
+            uids = [f"s{step}p{len(pass_rate) + i}" for i in range(n)]
+            for u in uids:  # a mix of unsolvable, solved and in-between prompts
+                pass_rate[u] = rng.choice([0.0, 1.0, 0.5, rng.random()])
+            return uids
+        alloc.start_step(step, draw)
+        while requests := alloc.ask():
+            alloc.tell({r.uid: [float(rng.random() < pass_rate[r.uid]) for _ in range(r.n)]
+                        for r in requests})
+        record = {"step": step, **alloc.finish().record}
+        for p in record["prompts"]:
+            p["text"] = f"Question {p['uid']}: what is 3 + 4?"
+        lines.append(json.dumps(record))
+    text = "\n".join(lines) + "\n"
+    if partial_tail:
+        text += lines[0][:40]  # the next record, half written
+    (path / "allocation.jsonl").write_text(text)
+    (path / "config.yaml").write_text(yaml.safe_dump(
+        {"allocation": cfg.model_dump(), "train": {"prompts_per_step": prompts}}))
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "vigor_cli", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_vigor_step_summary_matches_the_record(tmp_path):
+    run = write_allocation_run(tmp_path / "run", "vigor")
+    steps, notes = load_allocation(run, yaml.safe_load((run / "config.yaml").read_text()))
+    assert [s.step for s in steps] == [1, 2, 3, 4] and notes == []
+    for s in steps:
+        summary = summarize_step(s)
+        raw = json.loads((run / "allocation.jsonl").read_text().splitlines()[s.step - 1])
+        assert summary["rollouts"] == raw["totals"]["rollouts"] == 128  # 8 x 16, exactly
+        assert summary["budget"] == 128
+        assert summary["grpo_per_prompt"] == 8.0
+        assert summary["max_per_prompt"] == 30 and summary["min_per_prompt"] == 2
+        # the top 2 of 16 prompts (10 %, rounded up) got the full 30 each
+        assert summary["top10_share"] == pytest.approx(60 / 128)
+        zero = sum(1 for p in raw["prompts"] if len(set(p["rounds"][0]["rewards"] +
+                   [x for r in p["rounds"][1:] for x in r["rewards"]])) == 1)
+        assert summary["zero_var_frac"] == pytest.approx(zero / 16)
+        # VIGOR keeps the highest pool variance: kept prompts never have less on average
+        if summary["mean_var_dropped"] is not None:
+            assert summary["mean_var_kept"] >= summary["mean_var_dropped"]
+        statuses = [p.status for p in s.prompts]
+        assert statuses.count("kept") == 2
+        assert sum(st.startswith("dropped@1") for st in statuses) == 8
+
+
+def test_cli_tables_json_and_partial_line(tmp_path):
+    run = write_allocation_run(tmp_path / "run", "vigor", partial_tail=True)
+    res = run_cli("inspect-allocation", str(run))
+    assert res.returncode == 0, res.stderr
+    assert "partial last line 5" in res.stderr
+    assert "step 4 (vigor)" in res.stdout and "step 3 (vigor)" not in res.stdout
+    assert "budget used 128 of 128" in res.stdout and "overview: 4 steps" in res.stdout
+    assert "Question s4p" in res.stdout  # the prompt text column
+
+    res = run_cli("inspect-allocation", str(run), "--last", "2", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert [s["summary"]["step"] for s in data["steps"]] == [3, 4]
+    assert len(data["overview"]) == 4 and data["notes"]
+    first = data["steps"][0]["prompts"][0]
+    assert {"uid", "text", "total", "status", "rounds"} <= set(first)
+
+    res = run_cli("inspect-allocation", str(run), "--step", "2", "--json")
+    assert [s["summary"]["step"] for s in json.loads(res.stdout)["steps"]] == [2]
+
+
+@pytest.mark.parametrize("strategy", ["grpo", "dapo", "greso", "pods"])
+def test_other_strategies(tmp_path, strategy):
+    run = write_allocation_run(tmp_path / "run", strategy, steps=2)
+    steps, _ = load_allocation(run, yaml.safe_load((run / "config.yaml").read_text()))
+    summary = summarize_step(steps[-1])
+    if strategy == "grpo":
+        assert summary["top10_share"] == pytest.approx(2 / 16)
+        assert summary["rollouts"] == summary["budget"] == 128
+    if strategy == "pods":
+        assert summary["used"] == 16 * 8 and summary["rollouts"] == 16 * 16
+        assert all(p.status == "used 8/16" for p in steps[-1].prompts)
+    if strategy in ("dapo", "greso"):
+        assert summary["used"] == 16 * 8  # the train batch, filled with non-zero-variance groups
+        assert summary["rollouts"] >= summary["used"]
+    res = run_cli("inspect-allocation", str(run))
+    assert res.returncode == 0, res.stderr
+
+
+def test_bad_input(tmp_path):
+    run = write_allocation_run(tmp_path / "run", "vigor", steps=2)
+    res = run_cli("inspect-allocation", str(run), "--step", "9")
+    assert res.returncode == 2 and "--step 9" in res.stderr
+    res = run_cli("inspect-allocation", str(run), "--step", "1", "--last", "2")
+    assert res.returncode == 2
+    (run / "allocation.jsonl").write_text('{"step": 1, "prompts": [{"uid": "a"}]}\n{"step": 2}\n')
+    with pytest.raises(UserError, match="line 1: not an allocation record"):
+        load_allocation(run, {})
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "metrics.jsonl").write_text("")
+    res = run_cli("inspect-allocation", str(empty))
+    assert res.returncode == 2 and "no allocation.jsonl yet" in res.stderr

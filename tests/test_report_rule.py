@@ -1,0 +1,122 @@
+"""`vigor report` on hand-written run directories: the first-crossing rule, seed groups,
+speed-ups, plots and bad input. (tests/test_report_run.py covers a real training run.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vigor_cli.errors import UserError
+from vigor_cli.report.curves import first_crossing, group_runs, run_curve, target_table
+from vigor_cli.report.rundir import load_run, read_jsonl
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(path: Path, strategy: str, seed: int, accs: list[float], per_step: int = 64,
+              tokens_per_rollout: int = 100, tail: str = "") -> Path:
+    """A run directory as the contract describes it: eval every 2 steps, step 0 first."""
+    path.mkdir(parents=True)
+    cfg = {"allocation": {"strategy": strategy}, "train": {"seed": seed, "run_name": path.name}}
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    lines = []
+    for i, acc in enumerate(accs):
+        step = 2 * i
+        cum = {"rollouts/cumulative": step * per_step,
+               "tokens/cumulative": step * per_step * tokens_per_rollout}
+        if step:
+            lines.append({"step": step, "reward/mean": acc} | cum)
+        lines.append({"step": step, "eval/accuracy": acc} | cum)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + tail)
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = os.environ | {"COLUMNS": "200"}  # wide enough that table headers do not wrap
+    return subprocess.run([sys.executable, "-m", "vigor_cli", *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_first_crossing_rule():
+    xs = [0, 100, 200, 300]
+    assert first_crossing(xs, [0.1, 0.3, 0.5, 0.7], 0.4) == pytest.approx(150)
+    assert first_crossing(xs, [0.1, 0.3, 0.5, 0.7], 0.5) == pytest.approx(200)  # exact hit
+    assert first_crossing(xs, [0.5, 0.3, 0.5, 0.7], 0.4) == 0  # starts above the target
+    # a dip after the first crossing does not move it
+    assert first_crossing(xs, [0.1, 0.5, 0.2, 0.7], 0.4) == pytest.approx(75)
+    assert first_crossing(xs, [0.1, 0.2, 0.3, 0.35], 0.4) is None
+
+
+def test_seed_groups_mean_curve_and_speedups(tmp_path):
+    runs = [
+        write_run(tmp_path / "g0", "grpo", 0, [0.1, 0.2, 0.3, 0.35, 0.4]),
+        write_run(tmp_path / "g1", "grpo", 1, [0.1, 0.15, 0.25, 0.4, 0.45]),
+        write_run(tmp_path / "v0", "vigor", 0, [0.1, 0.3, 0.4, 0.45, 0.5]),
+        write_run(tmp_path / "v1", "vigor", 1, [0.1, 0.25, 0.35, 0.5, 0.5]),
+    ]
+    loaded = [load_run(p) for p in runs]
+    curves = [run_curve(r) for r in loaded]
+    groups = group_runs(loaded, curves)
+    assert [g.label for g in groups] == ["grpo (2 seeds)", "vigor (2 seeds)"]
+    assert groups[0].mean.by_rollouts.y == pytest.approx([0.1, 0.175, 0.275, 0.375, 0.425])
+    assert groups[0].mean.by_rollouts.low == pytest.approx([0.1, 0.15, 0.25, 0.35, 0.4])
+    table = target_table(loaded, curves, groups, 0.4, baseline_index=0)
+    runs_by_name = {r["name"]: r for r in table["runs"]}
+    # v1: 0.35 at 256 rollouts, 0.5 at 384 -> 256 + (0.05 / 0.15) * 128
+    assert runs_by_name["v1"]["rollouts_to_target"] == pytest.approx(256 + 128 / 3)
+    assert runs_by_name["g0"]["rollouts_to_target"] == pytest.approx(512)
+    assert runs_by_name["v0"]["rollouts_speedup"] == pytest.approx(2.0)
+    grpo, vigor = table["groups"]
+    assert grpo["rollouts_to_target"] == pytest.approx(448)  # mean curve 0.375 -> 0.425
+    assert vigor["rollouts_to_target"] == pytest.approx(288)  # mean curve 0.375 -> 0.475
+    assert vigor["rollouts_speedup"] == pytest.approx(448 / 288)
+
+
+def test_report_cli_writes_plots_and_json(tmp_path):
+    a = write_run(tmp_path / "a", "grpo", 0, [0.2, 0.3, 0.6])
+    b = write_run(tmp_path / "b", "vigor", 0, [0.2, 0.5, 0.5], tokens_per_rollout=150,
+                  tail='{"step": 6, "eval/acc')  # a run still writing its last line
+    out = tmp_path / "rep"
+    res = run_cli("report", str(a), str(b), "--out", str(out), "--baseline", "a")
+    assert res.returncode == 0, res.stderr
+    assert "partial last line" in res.stderr
+    assert "rollouts to target" in res.stdout
+    for name in ("accuracy_vs_rollouts.png", "accuracy_vs_tokens.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    rep = json.loads((out / "report.json").read_text())
+    # default target: the lowest final accuracy (b ends at 0.5)
+    assert rep["target"] == pytest.approx(0.5)
+    b_row = next(r for r in rep["runs"] if r["name"] == "b")
+    a_row = next(r for r in rep["runs"] if r["name"] == "a")
+    assert b_row["rollouts_to_target"] == pytest.approx(128)
+    assert a_row["rollouts_to_target"] == pytest.approx(128 + 128 * 2 / 3)
+    assert b_row["rollouts_speedup"] == pytest.approx(a_row["rollouts_to_target"] / 128)
+    # --json prints the same table on stdout
+    res = run_cli("report", str(a), str(b), "--out", str(out), "--json", "--target", "0.55")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["runs"][1]["rollouts_to_target"] is None  # b never reaches it
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    a = write_run(tmp_path / "a", "grpo", 0, [0.2, 0.3])
+    res = run_cli("report", str(a), "--baseline", "nope", "--out", str(tmp_path / "r"))
+    assert res.returncode == 2 and "--baseline nope" in res.stderr
+    res = run_cli("report", str(tmp_path / "missing"), "--out", str(tmp_path / "r"))
+    assert res.returncode == 2 and "run directory not found" in res.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 1}\n')
+    with pytest.raises(UserError, match="line 2 is not valid JSON"):
+        read_jsonl(bad / "metrics.jsonl")
+    res = run_cli("report", str(bad), "--out", str(tmp_path / "r"))
+    assert res.returncode == 2 and "line 2" in res.stderr
+    (bad / "metrics.jsonl").write_text('{"step": 0, "reward/mean": 0.1}\n')
+    res = run_cli("report", str(bad), "--out", str(tmp_path / "r"))
+    assert res.returncode == 2 and "no evaluation line" in res.stderr

@@ -1,0 +1,225 @@
+"""Where the rollout budget went: per-step tables and an overview from allocation.jsonl.
+
+Each line of allocation.jsonl is one step's allocator record (format in
+vigor_cli/allocation/README.md) with ``step`` and each prompt's ``text``
+added by the trainer. :func:`parse_step` turns a record into
+:class:`StepAllocation`; the summaries below only use that shape.
+
+Definitions (per step; "prompts" are those that got at least one rollout,
+so prompts GRESO skipped before rollout are counted apart):
+
+- budget used: rollouts generated this step, used in the update or not,
+  against the step's budget (the record's, else the config's
+  allocation.budget or group_size x prompts_per_step). GRPO spending the
+  same rollouts would give every prompt rollouts / prompts of them; the
+  summary sets that against the smallest and largest share a prompt got.
+- zero-variance fraction: share of prompts whose rewards (all rounds) are
+  all equal, so that their group adds no gradient.
+- kept vs dropped variance: at every round where the allocator chose which
+  prompts continue, the mean pool variance of the prompts it kept and of
+  those it dropped (VIGOR keeps the largest, so kept >= dropped).
+- top-10% share: the share of the step's rollouts spent on the 10 % of
+  prompts (at least one) that got the most; uniform GRPO gives 10 %.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vigor_cli.errors import UserError
+from vigor_cli.report.rundir import read_jsonl
+
+
+@dataclass
+class RoundInfo:
+    round: int
+    """1-based round number (for DAPO/GRESO: the generation batch)."""
+    added: int
+    """New rollouts generated for the prompt in this round."""
+    rewards: list[float]
+    """Their rewards."""
+    pool_variance: float | None
+    """Population variance of every reward of the prompt so far."""
+    kept: bool | None
+    """After this round: True continued, False dropped, None no choice made (last round)."""
+    reason: str | None = None
+    """Why dropped, when the allocator says (DAPO: 'zero_var', 'batch_full')."""
+
+
+@dataclass
+class PromptAllocation:
+    uid: str
+    text: str
+    rounds: list[RoundInfo]
+    total: int
+    """Rollouts generated for the prompt this step."""
+    used: int
+    """Rollouts of it in the GRPO update."""
+    status: str
+    """'kept' (chosen in every selection), 'used' (no selection made), 'dropped@t (reason)',
+    'used k/n' (PODS), 'not used', or 'skipped' (GRESO, before any rollout)."""
+
+    @property
+    def rewards(self) -> list[float]:
+        return [r for rnd in self.rounds for r in rnd.rewards]
+
+    @property
+    def final_variance(self) -> float:
+        return population_variance(self.rewards)
+
+    @property
+    def zero_variance(self) -> bool:
+        rewards = self.rewards
+        return bool(rewards) and min(rewards) == max(rewards)
+
+
+@dataclass
+class StepAllocation:
+    step: int
+    strategy: str
+    budget: int | None
+    prompts: list[PromptAllocation]
+    rounds: int
+    totals: dict[str, Any] = field(default_factory=dict)
+    """The record's totals as written (zero_var_groups, used, in_update, cut, ...)."""
+
+    @property
+    def rollouts(self) -> int:
+        return sum(p.total for p in self.prompts)
+
+    @property
+    def rolled(self) -> list[PromptAllocation]:
+        """Prompts that got at least one rollout (GRESO skips some before rollout)."""
+        return [p for p in self.prompts if p.total > 0]
+
+
+def population_variance(values: list[float]) -> float:
+    if not values:
+        return 0.0
+    m = sum(values) / len(values)
+    return sum((v - m) ** 2 for v in values) / len(values)
+
+
+def _status(rounds: list[RoundInfo], total: int, used: int, in_update: bool, skipped: bool) -> str:
+    if skipped or total == 0:
+        return "skipped"
+    for r in rounds:
+        if r.kept is False:
+            return f"dropped@{r.round}" + (f" ({r.reason})" if r.reason else "")
+    if not in_update:
+        return "not used"
+    if used < total:
+        return f"used {used}/{total}"
+    return "kept" if any(r.kept for r in rounds) else "used"
+
+
+def parse_step(record: dict, where: str) -> StepAllocation:
+    """A StepAllocation from one allocation.jsonl record; ``where`` names it in errors."""
+    try:
+        step = int(record["step"])
+        prompts = []
+        for p in record["prompts"]:
+            rounds = [
+                RoundInfo(
+                    round=int(r["round"]),
+                    added=int(r["added"]),
+                    rewards=[float(x) for x in r["rewards"]],
+                    pool_variance=None if r.get("var") is None else float(r["var"]),
+                    kept=r.get("kept"),
+                    reason=r.get("reason"),
+                )
+                for r in p["rounds"]
+            ]
+            total = int(p.get("rollouts", sum(r.added for r in rounds)))
+            used = int(p.get("used", total))
+            in_update = bool(p.get("in_update", used > 0))
+            prompts.append(
+                PromptAllocation(
+                    uid=str(p["uid"]),
+                    text=str(p.get("text", "")),
+                    rounds=rounds,
+                    total=total,
+                    used=used,
+                    status=_status(rounds, total, used, in_update, bool(p.get("skipped"))),
+                )
+            )
+        totals = dict(record.get("totals") or {})
+        n_rounds = int(totals.get("rounds") or max(
+            (r.round for p in prompts for r in p.rounds), default=0))
+    except (KeyError, TypeError, ValueError) as e:
+        what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
+        raise UserError(f"{where}: not an allocation record ({what}; "
+                        "format in vigor_cli/allocation/README.md)") from None
+    budget = totals.get("budget")
+    return StepAllocation(
+        step=step,
+        strategy=str(record.get("strategy", "?")),
+        budget=None if budget is None else int(budget),
+        prompts=prompts,
+        rounds=n_rounds,
+        totals=totals,
+    )
+
+
+def summarize_step(sa: StepAllocation) -> dict[str, Any]:
+    """The step summary shown under the per-prompt table (definitions in the module doc)."""
+    rolled = sa.rolled
+    n = len(rolled)
+    budget = sa.budget if sa.budget is not None else sa.rollouts
+    kept_vars = [r.pool_variance for p in sa.prompts for r in p.rounds
+                 if r.kept is True and r.pool_variance is not None]
+    dropped_vars = [r.pool_variance for p in sa.prompts for r in p.rounds
+                    if r.kept is False and r.pool_variance is not None]
+    totals = sorted((p.total for p in rolled), reverse=True)
+    top = max(1, math.ceil(0.1 * n)) if n else 0
+    return {
+        "step": sa.step,
+        "strategy": sa.strategy,
+        "prompts": n,
+        "skipped": len(sa.prompts) - n,
+        "rounds": sa.rounds,
+        "rollouts": sa.rollouts,
+        "used": sum(p.used for p in sa.prompts),
+        "budget": budget,
+        "grpo_per_prompt": (sa.rollouts / n) if n else None,
+        "min_per_prompt": min(totals, default=0),
+        "max_per_prompt": max(totals, default=0),
+        "zero_var_frac": (sum(p.zero_variance for p in rolled) / n) if n else None,
+        "mean_var_kept": (sum(kept_vars) / len(kept_vars)) if kept_vars else None,
+        "mean_var_dropped": (sum(dropped_vars) / len(dropped_vars)) if dropped_vars else None,
+        "top10_share": (sum(totals[:top]) / sa.rollouts) if sa.rollouts else None,
+    }
+
+
+def config_budget(config: dict, prompts: int) -> int | None:
+    """The step budget the run was configured with: allocation.budget, else group_size x
+    train.prompts_per_step (GRPO's spend; see config.AllocationConfig.budget). ``prompts``
+    stands in for prompts_per_step when the config lacks it."""
+    alloc = config.get("allocation") or {}
+    if alloc.get("budget") is not None:
+        return int(alloc["budget"])
+    per_step = (config.get("train") or {}).get("prompts_per_step") or prompts
+    if alloc.get("group_size") is not None:
+        return int(alloc["group_size"]) * int(per_step)
+    return None
+
+
+def load_allocation(run_path: Path, config: dict) -> tuple[list[StepAllocation], list[str]]:
+    """Every step of the run's allocation.jsonl, in step order, and notes for the reader."""
+    path = run_path / "allocation.jsonl"
+    if not path.is_file():
+        raise UserError(f"{run_path}: no allocation.jsonl yet (has the first step finished?)")
+    content = read_jsonl(path)
+    steps = []
+    for i, rec in enumerate(content.records, start=1):
+        sa = parse_step(rec, f"{path} line {i}")
+        if sa.budget is None:
+            sa.budget = config_budget(config, len(sa.prompts))
+        steps.append(sa)
+    if not steps:
+        raise UserError(f"{path}: no complete record yet (has the first step finished?)")
+    steps.sort(key=lambda s: s.step)
+    return steps, content.notes

@@ -1,0 +1,259 @@
+"""Accuracy curves of runs, seeds grouped, and rollouts-to-target (the headline measure).
+
+Curve. A run's curve is its evaluation lines in metrics.jsonl: the points
+(cumulative rollouts, cumulative generated tokens, accuracy) at each evaluated
+step, step 0 being the model before training. Every generated rollout counts
+on the x-axis, used in the update or not.
+
+Rollouts to target (first crossing, linear interpolation). Walk the points in
+step order and take the FIRST point whose accuracy is >= the target:
+
+- if it is the first point, the run starts at or above the target: its x;
+- otherwise the previous point lies below the target, and the crossing is the
+  straight line between the two points: x_prev + (target - y_prev) /
+  (y_cur - y_prev) * (x_cur - x_prev).
+
+A curve that dips back below the target later does not move the crossing;
+a curve that never reaches the target has none ("not reached"). The same rule
+gives tokens to target on the token axis. Ratios against the baseline are
+speed-ups: baseline's rollouts to target / this run's, so 2.0 means half the
+rollouts. The default target is the lowest final accuracy among the runs, so
+every run reaches it by its last evaluation.
+
+Seeds. Runs whose config.yaml agree on every key but the seed and
+bookkeeping (:data:`SEED_KEYS`: names, number of steps, how often to
+evaluate, save or log) form a group. A group's curve is
+the mean of its runs' accuracies, each run linearly interpolated onto the
+union of their x values within the range every run covers; the band is the
+min-max across seeds. A group's rollouts to target is the crossing of that
+mean curve (the line drawn on the plot); the single runs' crossings are
+listed too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from vigor_cli.errors import UserError
+from vigor_cli.report.rundir import RunDir
+
+SEED_KEYS = tuple(
+    ("train", key)
+    for key in ("seed", "run_name", "output_dir", "steps", "eval_every", "save_every",
+                "keep_checkpoints", "log_completions_every", "reward_workers")
+)
+"""Config keys that do not make two runs different configurations: the seed, names, and
+bookkeeping (a run extended with more steps, or evaluated more often, is the same recipe)."""
+
+
+@dataclass
+class Axis:
+    """Accuracy against one x axis; ``low``/``high`` bound the seed band (None for one run)."""
+
+    x: list[float]
+    y: list[float]
+    low: list[float] | None = None
+    high: list[float] | None = None
+
+
+@dataclass
+class Curve:
+    """One accuracy curve on both x axes (cumulative rollouts, cumulative tokens)."""
+
+    label: str
+    by_rollouts: Axis
+    by_tokens: Axis
+
+    @property
+    def final_accuracy(self) -> float:
+        return self.by_rollouts.y[-1]
+
+
+def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
+    """The run's evaluation points for ``metric`` (last line wins when a step repeats)."""
+    by_step: dict[int, dict] = {}
+    for rec in run.metrics:
+        if metric in rec and rec[metric] is not None:
+            by_step[int(rec.get("step", 0))] = rec
+    if not by_step:
+        raise UserError(
+            f"{run.path / 'metrics.jsonl'}: no evaluation line with '{metric}' "
+            "(was the run evaluated yet?)"
+        )
+    rollouts, tokens, acc = [], [], []
+    for s in sorted(by_step):
+        rec = by_step[s]
+        for key in ("rollouts/cumulative", "tokens/cumulative"):
+            if key not in rec and s != 0:
+                raise UserError(
+                    f"{run.path / 'metrics.jsonl'}: evaluation line of step {s} lacks '{key}'"
+                )
+        rollouts.append(float(rec.get("rollouts/cumulative", 0)))
+        tokens.append(float(rec.get("tokens/cumulative", 0)))
+        acc.append(float(rec[metric]))
+    return Curve(run.name, Axis(rollouts, acc), Axis(tokens, list(acc)))
+
+
+def first_crossing(xs: Sequence[float], ys: Sequence[float], target: float) -> float | None:
+    """x where the curve first reaches ``target`` (rule in the module docstring), else None."""
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        if y >= target:
+            if i == 0:
+                return float(x)
+            x0, y0 = xs[i - 1], ys[i - 1]
+            return float(x0 + (target - y0) / (y - y0) * (x - x0))
+    return None
+
+
+def config_key(run: RunDir) -> str:
+    """The run's config without the seed-like keys, as canonical JSON (the group key)."""
+    cfg = json.loads(json.dumps(run.config))
+    for section, key in SEED_KEYS:
+        if isinstance(cfg.get(section), dict):
+            cfg[section].pop(key, None)
+    return json.dumps(cfg, sort_keys=True)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        out.update(_flatten(v, f"{prefix}{k}."))
+    return out
+
+
+@dataclass
+class Group:
+    label: str
+    runs: list[RunDir]
+    curves: list[Curve]
+    mean: Curve = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.mean = mean_curve(self.label, self.curves)
+
+
+def group_label(key_cfg: dict[str, Any], all_cfgs: list[dict[str, Any]], fallback: str) -> str:
+    """A short name for a group: the strategy plus the keys where groups differ."""
+    flat = _flatten(key_cfg)
+    flats = [_flatten(c) for c in all_cfgs]
+    differing = sorted(k for k in flat if any(f.get(k) != flat[k] for f in flats))
+    strategy = flat.get("allocation.strategy")
+    parts = [str(strategy)] if strategy is not None else []
+    for k in differing:
+        if k == "allocation.strategy":
+            continue
+        parts.append(f"{k.split('.')[-1]}={flat[k]}")
+    return " ".join(parts[:4]) or fallback
+
+
+def group_runs(runs: list[RunDir], curves: list[Curve]) -> list[Group]:
+    """Runs sharing a config apart from the seed, in order of first appearance."""
+    keys = [config_key(r) for r in runs]
+    order: list[str] = []
+    for k in keys:
+        if k not in order:
+            order.append(k)
+    cfgs = [json.loads(k) for k in order]
+    groups = []
+    for k, cfg in zip(order, cfgs):
+        members = [i for i, kk in enumerate(keys) if kk == k]
+        first = runs[members[0]]
+        label = group_label(cfg, cfgs, first.name) if len(order) > 1 else (
+            str(first.config_value("allocation.strategy", first.name))
+        )
+        if not first.config:  # no config.yaml: each run stands alone under its own name
+            for i in members:
+                groups.append(Group(runs[i].name, [runs[i]], [curves[i]]))
+            continue
+        if len(members) > 1:
+            label = f"{label} ({len(members)} seeds)"
+        groups.append(Group(label, [runs[i] for i in members], [curves[i] for i in members]))
+    # two groups with the same label would be unreadable: add the first run's name
+    labels = [g.label for g in groups]
+    for g in groups:
+        if labels.count(g.label) > 1:
+            g.label = f"{g.label} ({g.runs[0].name})"
+            g.mean.label = g.label
+    return groups
+
+
+def _mean_axis(axes: list[Axis]) -> Axis:
+    """Seed mean on the union of the runs' x values inside the range all of them cover."""
+    xs = [np.asarray(a.x, dtype=float) for a in axes]
+    lo = max(x[0] for x in xs)
+    hi = min(x[-1] for x in xs)
+    grid = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x in xs]))
+    if grid.size == 0:
+        grid = np.array([lo])
+    ys = np.stack([np.interp(grid, x, a.y) for x, a in zip(xs, axes)])
+    return Axis(grid.tolist(), ys.mean(0).tolist(), ys.min(0).tolist(), ys.max(0).tolist())
+
+
+def mean_curve(label: str, curves: list[Curve]) -> Curve:
+    """One run's curve as it is, or the seed mean with a min-max band (module docstring)."""
+    if len(curves) == 1:
+        return Curve(label, curves[0].by_rollouts, curves[0].by_tokens)
+    return Curve(
+        label,
+        _mean_axis([c.by_rollouts for c in curves]),
+        _mean_axis([c.by_tokens for c in curves]),
+    )
+
+
+def default_target(curves: Sequence[Curve]) -> float:
+    """The lowest final accuracy among the runs: every run reaches it."""
+    return min(c.final_accuracy for c in curves)
+
+
+def target_table(
+    runs: list[RunDir],
+    curves: list[Curve],
+    groups: list[Group],
+    target: float,
+    baseline_index: int = 0,
+) -> dict[str, Any]:
+    """Rollouts and tokens to ``target`` per run and per seed group, with speed-ups vs the
+    baseline run (and the baseline's group for group rows)."""
+
+    def row(name: str, curve: Curve) -> dict:
+        return {
+            "name": name,
+            "final_accuracy": curve.final_accuracy,
+            "rollouts_to_target": first_crossing(curve.by_rollouts.x, curve.by_rollouts.y, target),
+            "tokens_to_target": first_crossing(curve.by_tokens.x, curve.by_tokens.y, target),
+        }
+
+    run_rows = [
+        row(r.name, c) | {"path": str(r.path), "seed": r.config_value("train.seed")}
+        for r, c in zip(runs, curves)
+    ]
+    base = run_rows[baseline_index]
+    for r in run_rows:
+        _add_speedups(r, base)
+    group_rows = []
+    if any(len(g.runs) > 1 for g in groups):
+        for g in groups:
+            group_rows.append(row(g.label, g.mean) | {"runs": [r.name for r in g.runs]})
+        base_group = next(
+            gr for gr in group_rows if runs[baseline_index].name in gr["runs"]
+        )
+        for gr in group_rows:
+            _add_speedups(gr, base_group)
+    return {
+        "target": target,
+        "baseline": runs[baseline_index].name,
+        "runs": run_rows,
+        "groups": group_rows,
+    }
+
+
+def _add_speedups(row: dict, base: dict) -> None:
+    for axis in ("rollouts", "tokens"):
+        mine, theirs = row[f"{axis}_to_target"], base[f"{axis}_to_target"]
+        row[f"{axis}_speedup"] = (theirs / mine) if mine and theirs else None

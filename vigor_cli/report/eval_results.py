@@ -1,0 +1,106 @@
+"""The evaluation results file: every per-sample verdict, and the metrics computed from them.
+
+One schema for `vigor eval --output`, `vigor eval --rescore` and the trainer's
+``eval/step-<N>.json``. The trainer writes the core (``accuracy`` and
+``sets``, each set being :meth:`vigor_cli.evaluation.EvalResult.to_json`);
+`vigor eval` adds what was evaluated and the derived metrics::
+
+    {
+      "schema": "vigor-eval/1",                     # vigor eval only
+      "model": {...}, "sampling": {...}, "data_dir": ...,   # vigor eval only
+      "step": N,                                    # trainer only
+      "accuracy": mean avg@n over the sets,
+      "sets": {
+        "<benchmark>": {
+          "set", "n", "accuracy" (avg@n), "examples", "per_example": {uid: mean reward},
+          "samples": [{"uid", "sample", "completion", "reward", "reason", "truncated",
+                       "tokens", ["test_fraction"] (code)}],
+          "kind": "math" | "code" | "other",        # vigor eval
+          "metrics": {problems, samples, n, avg@n, pass@k: {k: value}, [test_pass_rate]}
+        }
+      },
+      "overall": {"mean_avg@n", ["math6_avg@n"]}
+    }
+
+Metrics are always recomputed from the samples (:func:`recompute`), so a
+re-scored file and a fresh one agree by construction; a trainer file gets its
+metrics the same way when read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from vigor_cli.errors import UserError
+from vigor_cli.report.metrics import overall, summarize_problems
+
+SCHEMA = "vigor-eval/1"
+
+
+def samples_by_uid(samples: list[dict]) -> dict[str, list[dict]]:
+    """Samples grouped by problem uid, in first-appearance order, each by sample index."""
+    grouped: dict[str, list[dict]] = {}
+    for s in samples:
+        grouped.setdefault(str(s["uid"]), []).append(s)
+    for group in grouped.values():
+        group.sort(key=lambda s: int(s.get("sample", 0)))
+    return grouped
+
+
+def recompute_set(entry: dict) -> dict:
+    """Refresh a set's avg@n, per-example means and metrics from its samples."""
+    grouped = samples_by_uid(entry["samples"])
+    rewards = [[float(s["reward"]) for s in group] for group in grouped.values()]
+    fractions = None
+    if entry.get("kind") == "code":
+        fractions = [[s.get("test_fraction") for s in group] for group in grouped.values()]
+    metrics = summarize_problems(rewards, fractions)
+    entry["metrics"] = metrics
+    entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards)}
+    entry["examples"] = len(grouped)
+    entry["accuracy"] = metrics["avg@n"] if metrics["avg@n"] is not None else 0.0
+    return entry
+
+
+def recompute(results: dict) -> dict:
+    """Fill every set's metrics, the overall block and the top-level accuracy from samples."""
+    sets = results["sets"]
+    for entry in sets.values():
+        recompute_set(entry)
+    results["overall"] = overall({k: e["metrics"] for k, e in sets.items()})
+    results["accuracy"] = (sum(e["accuracy"] for e in sets.values()) / len(sets)) if sets else 0.0
+    return results
+
+
+def write_results(results: dict, path: Path) -> Path:
+    """Write atomically (temp file + rename), so an interrupted write loses nothing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_results(path: Path) -> dict:
+    """A results file (from `vigor eval` or a run's eval/step-N.json), checked for what a
+    re-score needs."""
+    if not path.is_file():
+        raise UserError(f"results file not found: {path}")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    sets = data.get("sets") if isinstance(data, dict) else None
+    if not isinstance(sets, dict):
+        raise UserError(f"{path}: not an evaluation results file (no 'sets' mapping)")
+    for name, entry in sets.items():
+        samples = entry.get("samples") if isinstance(entry, dict) else None
+        if not isinstance(samples, list):
+            raise UserError(f"{path}: set '{name}' has no 'samples' list")
+        for j, s in enumerate(samples):
+            if (not isinstance(s, dict) or "uid" not in s or not isinstance(s.get("completion"), str)
+                    or not isinstance(s.get("reward"), (int, float))):
+                raise UserError(
+                    f"{path}: set '{name}' sample {j} lacks 'uid', 'completion' or a numeric 'reward'"
+                )
+    return data

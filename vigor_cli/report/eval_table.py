@@ -1,0 +1,44 @@
+"""The rich table of `vigor eval`: one row per benchmark, then the averages."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}"
+
+
+def results_table(results: dict, title: str) -> Table:
+    """avg@n, pass@k for every k reported, and the code test pass rate, in percent."""
+    benches = results["sets"]
+    ks: list[str] = []
+    for b in benches.values():
+        for k in b["metrics"].get("pass@k", {}):
+            if k != "1" and k not in ks:
+                ks.append(k)
+    ks.sort(key=int)
+    has_code = any(b.get("kind") == "code" for b in benches.values())
+    t = Table(title=title, title_justify="left")
+    t.add_column("benchmark")
+    t.add_column("problems", justify="right")
+    t.add_column("n", justify="right")
+    t.add_column("avg@n %", justify="right")
+    for k in ks:
+        t.add_column(f"pass@{k} %", justify="right")
+    if has_code:
+        t.add_column("test pass %", justify="right")
+    for name, b in benches.items():
+        m = b["metrics"]
+        row = [name, str(m["problems"]), str(m["n"]), _pct(m["avg@n"])]
+        row += [_pct(m["pass@k"].get(k)) for k in ks]
+        if has_code:
+            row.append(_pct(m.get("test_pass_rate")))
+        t.add_row(*row)
+    ov = results.get("overall", {})
+    blanks = [""] * (len(ks) + int(has_code))
+    if "math6_avg@n" in ov:
+        t.add_row("[bold]six-math average[/]", "", "", f"[bold]{_pct(ov['math6_avg@n'])}[/]", *blanks)
+    if len(benches) > 1 and "mean_avg@n" in ov:
+        t.add_row("[bold]mean of benchmarks[/]", "", "", f"[bold]{_pct(ov['mean_avg@n'])}[/]", *blanks)
+    return t

@@ -1,0 +1,54 @@
+"""PNG plots of accuracy against cumulative rollouts and tokens (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vigor_cli.report.curves import Axis, Curve
+
+
+def _human(x: float, _pos: object = None) -> str:
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:g}{suffix}"
+    return f"{x:g}"
+
+
+def plot_accuracy(
+    curves: list[Curve],
+    axis: str,
+    path: Path,
+    target: float | None = None,
+    crossings: list[float | None] | None = None,
+    metric: str = "eval/accuracy",
+) -> Path:
+    """One line per curve (seed groups: mean line and min-max band) on ``axis``
+    ('rollouts' or 'tokens'); a dashed line at ``target`` and a dot at each crossing."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for i, curve in enumerate(curves):
+        line: Axis = curve.by_rollouts if axis == "rollouts" else curve.by_tokens
+        color = f"C{i % 10}"
+        ax.plot(line.x, line.y, marker="o", markersize=3, color=color, label=curve.label)
+        if line.low is not None and line.high is not None:
+            ax.fill_between(line.x, line.low, line.high, color=color, alpha=0.2, linewidth=0)
+        if target is not None and crossings and crossings[i] is not None:
+            ax.plot([crossings[i]], [target], marker="x", markersize=8, color=color)
+    if target is not None:
+        ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.3f}")
+    ax.set_xlabel("cumulative rollouts" if axis == "rollouts" else "cumulative generated tokens")
+    ax.set_ylabel(metric)
+    ax.xaxis.set_major_formatter(FuncFormatter(_human))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(f"{metric} vs {'rollouts' if axis == 'rollouts' else 'generated tokens'}")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
