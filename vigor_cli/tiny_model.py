@@ -1,9 +1,9 @@
-"""The bundled tiny model: a ~0.8M-parameter Qwen2 with a character tokenizer.
+"""The bundled tiny model: a ~0.8M-parameter Qwen2 with a byte-level character tokenizer.
 
 Recipe (all of it seeded, so ``vigor make-tiny --seed 0`` rebuilds the asset):
 
-1. Tokenizer: one token per printable ASCII character, the special tokens
-   ``<pad> <bos> <eos> <unk>``, and three whole-piece tokens that the tiny
+1. Tokenizer: one token per byte (byte-level symbols, as Qwen's), the special
+   tokens ``<pad> <bos> <eos> <unk>``, and three whole-piece tokens that the tiny
    tasks print often (``\\boxed{``, an opening ```` ```python ```` fence, a
    closing fence), so completions are a handful of tokens. Saved as a
    ``tokenizer.json`` that ``AutoTokenizer.from_pretrained`` loads.
@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import string
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,6 +28,7 @@ TINY_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
 """Where the committed asset lives (``model.name_or_path: tiny``)."""
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+"""<unk> is never produced (every byte has a token); naming it stops Qwen2Tokenizer adding its own."""
 PIECE_TOKENS = ["\\boxed{", "```python\n", "\n```"]
 """Multi-character pieces kept whole, so tiny completions stay short."""
 
@@ -44,15 +44,23 @@ ARCH = dict(
 
 
 def build_tokenizer():
-    """Character-level fast tokenizer with bos/eos/pad, loadable by ``AutoTokenizer``."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models
+    """Byte-level fast tokenizer (one token per byte, no merges) with bos/eos/pad.
+
+    Byte-level like Qwen's, on purpose: ``AutoTokenizer`` loads a checkpoint whose
+    config says ``qwen2`` with Qwen's normalizer (NFC) and byte-level
+    pre-tokenizer whatever ``tokenizer.json`` says, so the vocabulary must be made
+    of byte-level symbols (space is ``Ġ``, newline ``Ċ``) for text to survive.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    chars = [c for c in string.printable if c not in "\x0b\x0c\r"]
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
-    # BPE with no merges = one token per character; unknown characters map to <unk>.
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
+    byte_symbols = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + byte_symbols)}
+    # BPE with no merges = one token per byte.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     core.add_tokens([AddedToken(t, normalized=False) for t in PIECE_TOKENS])
     return PreTrainedTokenizerFast(
@@ -226,8 +234,8 @@ def make_tiny(
     *,
     seed: int = 0,
     split_seed: int = 0,
-    max_steps: int = 1500,
-    target: float = 0.45,
+    max_steps: int = 2000,
+    target: float = 0.40,
     probe_every: int = 50,
     batch_size: int = 64,
     lr: float = 3e-3,
@@ -317,8 +325,8 @@ def load(path: str | Path = TINY_DIR):
 
 def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, samples: int = 16,
                   code_samples: int = 4, console: Any = None) -> dict:
-    """Held-out tiny-math pass rates at ``samples`` samples (temperature 1) and tiny-code pass
-    rate, graded by the real verifiers; written to ``<path>/measurements.json``."""
+    """Held-out tiny-math pass rates at ``samples`` samples (temperature 1), greedy accuracy,
+    and tiny-code pass rate, graded by the real verifiers; written to ``<path>/measurements.json``."""
     from vigor_cli.tasks.tiny_code import TinyCodeTask
     from vigor_cli.tasks.tiny_math import TinyMathTask
 
@@ -327,6 +335,7 @@ def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, sampl
     math_task = TinyMathTask(split_seed=split_seed)
     try:
         rates = pass_rates(math_task, model, tokenizer, math_task.eval_examples(), samples, seed=seed)
+        greedy = pass_rates(math_task, model, tokenizer, math_task.eval_examples(), 1, seed=seed, temperature=0)
     finally:
         math_task.close()
     code_task = TinyCodeTask(split_seed=split_seed, workers=2)
@@ -340,6 +349,7 @@ def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, sampl
         "samples_per_problem": samples,
         "tiny_math_heldout_accuracy": round(sum(rates) / len(rates), 4),
         "pass_count_histogram": pass_count_histogram(rates, samples),
+        "tiny_math_heldout_greedy_accuracy": round(sum(greedy) / len(greedy), 4),
         "tiny_code_heldout_problems": len(code_rates),
         "tiny_code_samples_per_problem": code_samples,
         "tiny_code_heldout_pass_rate": round(sum(code_rates) / len(code_rates), 4),
