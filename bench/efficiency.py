@@ -70,8 +70,11 @@ ARM_SETS: dict[str, list[str]] = {
     "grpo-agg-grpo": ["allocation.strategy=grpo", "grpo.loss_agg=grpo"],
     "vigor-scale-none": ["allocation.strategy=vigor", "grpo.scale_rewards=none"],
     "grpo-scale-none": ["allocation.strategy=grpo", "grpo.scale_rewards=none"],
-    "vigor-T2": ["allocation.strategy=vigor", "allocation.rounds=2", "allocation.m0=4", "allocation.alpha=0.5"],
-    "vigor-alpha0.75": ["allocation.strategy=vigor", "allocation.alpha=0.75", "allocation.gamma=1.3333333"],
+    # schedule: 2 rounds of 4 then 8 (every prompt gets 4, half of them 12) instead of 2/4/8/16
+    "vigor-T2": ["allocation.strategy=vigor", "allocation.rounds=2", "allocation.m0=4"],
+    # breadth at the same 256 rollouts per step: 64 prompts, 2 each, then 4 more for half
+    "vigor-wide": ["allocation.strategy=vigor", "train.prompts_per_step=64", "allocation.rounds=2", "allocation.budget=256"],
+    "grpo-wide": ["allocation.strategy=grpo", "train.prompts_per_step=64", "allocation.group_size=4"],
 }
 """Config overrides per arm (``--set`` syntax); the group size 8 and budget come from the task config."""
 
@@ -100,27 +103,54 @@ REGIMES: dict[str, Regime] = {
 }
 """Regimes of the study; the full run's default list is STUDY_REGIMES (the others build a model first)."""
 
-STUDY_REGIMES = ["default", "peaked", "flat"]
+ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide"]
+"""Arms that look for why VIGOR wins or loses on the default regime (sized for 32 prompts per step)."""
+
+TASK_SIZES = {
+    "tiny-math": dict(prompts_per_step=32, total_rollouts=256 * 30, eval_every_rollouts=512),
+    "tiny-code": dict(prompts_per_step=16, total_rollouts=128 * 20, eval_every_rollouts=512),
+}
+"""Per task: the batch (as in configs/<task>.yaml; 8 rollouts per prompt), each run's total
+rollouts, and the evaluation interval in rollouts."""
+QUICK_SIZE = dict(prompts_per_step=8, total_rollouts=64 * 3, eval_every_rollouts=64)
+
+STUDY: list[tuple[str, str, list[str]]] = [
+    ("tiny-math", "default", STRATEGIES),
+    ("tiny-math", "peaked", ["grpo", "vigor", "dapo"]),
+    ("tiny-math", "flat", ["grpo", "vigor", "dapo"]),
+    ("tiny-math", "default", ABLATIONS),
+    ("tiny-code", "default", ["grpo", "vigor"]),
+]
+"""The full study: (task, regime, arms), run in this order (most important first), seeds
+fastest within a row; rows with the same task and regime form one table."""
+QUICK_STUDY: list[tuple[str, str, list[str]]] = [("tiny-math", "default", STRATEGIES)]
+
+
+@dataclass
+class Cell:
+    """One comparison: a task, a starting regime, the arms, and the run size."""
+
+    task: str
+    regime: str
+    arms: list[str]
+    prompts_per_step: int
+    total_rollouts: int
+    eval_every_rollouts: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}-{self.regime}"
 
 
 @dataclass
 class Plan:
-    """What a study runs: the knobs that set its size."""
+    """What a study runs."""
 
-    tasks: list[str]
-    regimes: list[str]
-    arms: list[str]
+    cells: list[Cell]
     seeds: int
-    prompts_per_step: int
-    total_rollouts: int
-    eval_every_rollouts: int
     jobs: int
     target_gain: float
     extra_sets: list[str] = field(default_factory=list)
-
-
-FULL = dict(prompts_per_step=32, total_rollouts=256 * 20, eval_every_rollouts=256 * 4, seeds=5)
-QUICK = dict(prompts_per_step=8, total_rollouts=64 * 3, eval_every_rollouts=64, seeds=2)
 
 
 @dataclass
@@ -230,26 +260,33 @@ def model_dir(model: str) -> Path:
     return Path(model)
 
 
+def model_digest(model: str) -> str | None:
+    """sha256 of the starting model's weights, so a result names the exact model."""
+    import hashlib
+
+    path = model_dir(model) / "model.safetensors"
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
 def make_specs(plan: Plan, runs_dir: Path, models: dict[str, str]) -> list[RunSpec]:
-    """Every run of the study; seeds vary fastest so an interrupted study has every arm."""
+    """Every run of the study; seeds vary fastest so an interrupted cell has every arm."""
     specs = []
-    for task in plan.tasks:
-        for regime in plan.regimes:
-            for seed in range(plan.seeds):
-                for arm in plan.arms:
-                    sets = [
-                        f"train.prompts_per_step={plan.prompts_per_step}",
-                        f"sampling.temperature={REGIMES[regime].temperature}",
-                        *ARM_SETS[arm],
-                        *plan.extra_sets,
-                    ]
-                    specs.append(
-                        RunSpec(
-                            task=task, regime=regime, arm=arm, seed=seed, model=models[regime], sets=sets,
-                            total_rollouts=plan.total_rollouts, eval_every_rollouts=plan.eval_every_rollouts,
-                            run_dir=str(runs_dir / f"{task}-{regime}" / f"{arm}-s{seed}"),
-                        )
+    for cell in plan.cells:
+        for seed in range(plan.seeds):
+            for arm in cell.arms:
+                sets = [
+                    f"train.prompts_per_step={cell.prompts_per_step}",
+                    f"sampling.temperature={REGIMES[cell.regime].temperature}",
+                    *ARM_SETS[arm],
+                    *plan.extra_sets,
+                ]
+                specs.append(
+                    RunSpec(
+                        task=cell.task, regime=cell.regime, arm=arm, seed=seed, model=models[cell.regime],
+                        sets=sets, total_rollouts=cell.total_rollouts, eval_every_rollouts=cell.eval_every_rollouts,
+                        run_dir=str(runs_dir / cell.key / f"{arm}-s{seed}"),
                     )
+                )
     return specs
 
 
@@ -302,6 +339,38 @@ def train_seconds_at_evals(metrics: list[dict]) -> dict[int, float]:
     return out
 
 
+def update_signal(run_path: Path) -> dict[str, float | None]:
+    """Per step, from allocation.jsonl: prompts whose used rewards differ (the only groups
+    with a gradient), the rollouts in them, and the largest share of those rollouts that one
+    prompt holds; each averaged over steps. This is where allocations differ in kind:
+    the same rollout budget spread over many prompts or concentrated on a few."""
+    from vigor_cli.report.rundir import read_jsonl
+
+    path = run_path / "allocation.jsonl"
+    if not path.is_file():
+        return {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None}
+    prompts, rollouts, top = [], [], []
+    for rec in read_jsonl(path).records:
+        sizes = []
+        for p in rec.get("prompts", []):
+            if not p.get("in_update"):
+                continue
+            rewards = [r for rnd in p.get("rounds", []) for r in rnd.get("rewards", [])]
+            used = [rewards[i] for i in p["used_idx"]] if "used_idx" in p else rewards
+            if used and max(used) != min(used):
+                sizes.append(len(used))
+        prompts.append(len(sizes))
+        rollouts.append(sum(sizes))
+        top.append(max(sizes) / sum(sizes) if sizes else 0.0)
+    if not prompts:
+        return {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None}
+    return {
+        "signal_prompts": statistics.mean(prompts),
+        "signal_rollouts": statistics.mean(rollouts),
+        "top_prompt_share": statistics.mean(top),
+    }
+
+
 def run_measures(run: Any, target: float) -> dict:
     """One run's costs to ``target`` on three axes and its per-rollout timing."""
     from vigor_cli.report.curves import first_crossing, run_curve
@@ -327,6 +396,7 @@ def run_measures(run: Any, target: float) -> dict:
         "generate_seconds_per_rollout": gen / rollouts if rollouts else None,
         "zero_var_frac": statistics.mean(r["groups/zero_var_frac"] for r in steps) if steps else None,
         "reward_mean": statistics.mean(r["reward/mean"] for r in steps) if steps else None,
+        **update_signal(run.path),
         "curve": {"rollouts": curve.by_rollouts.x, "tokens": curve.by_tokens.x, "train_seconds": secs, "accuracy": curve.by_rollouts.y},
     }
 
@@ -361,7 +431,8 @@ def summarize_arm(measures: list[dict]) -> dict:
     finals = [m["final_accuracy"] for m in measures]
     out["final_accuracy_median"] = statistics.median(finals)
     out["final_accuracy_min"], out["final_accuracy_max"] = min(finals), max(finals)
-    for key in ("seconds_per_rollout", "generate_seconds_per_rollout", "zero_var_frac", "reward_mean"):
+    for key in ("seconds_per_rollout", "generate_seconds_per_rollout", "zero_var_frac", "reward_mean",
+                "signal_prompts", "signal_rollouts", "top_prompt_share"):
         vals = [m[key] for m in measures if m[key] is not None]
         out[f"{key}_median"] = statistics.median(vals) if vals else None
     return out
@@ -471,6 +542,10 @@ def _count(x: float | None, unit: str = "") -> str:
     return f"{x / 1000:.1f}k" if x >= 10000 else f"{x:.0f}"
 
 
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
 def _x(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
@@ -478,8 +553,9 @@ def _x(r: float | None) -> str:
 def markdown_table(cell: dict) -> str:
     lines = [
         "| strategy | reached | rollouts to target: median [min-max] | speed-up | tokens to target | speed-up | "
-        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | s/rollout vs grpo | zero-var groups |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | s/rollout vs grpo | zero-var groups "
+        "| prompts with signal / step | rollouts with signal / step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in cell["arms"].items():
         lines.append(
@@ -491,7 +567,8 @@ def markdown_table(cell: dict) -> str:
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
             f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
             f"| {_x(a['seconds_per_rollout_ratio'])} "
-            f"| {a['zero_var_frac_median']:.2f} |"
+            f"| {a['zero_var_frac_median']:.2f} "
+            f"| {_num(a['signal_prompts_median'])} | {_num(a['signal_rollouts_median'])} |"
         )
     return "\n".join(lines)
 
@@ -543,15 +620,53 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "load_average": list(os.getloadavg()), "python": sys.version.split()[0]}
 
 
+def make_plan(args: argparse.Namespace) -> Plan:
+    """The study's cells, filtered and resized by the command-line options."""
+    study = QUICK_STUDY if args.quick else STUDY
+    tasks = args.tasks.split(",") if args.tasks else None
+    regimes = args.regimes.split(",") if args.regimes else None
+    for r in regimes or []:
+        if r not in REGIMES:
+            raise SystemExit(f"--regimes: unknown regime {r!r}; choose from {list(REGIMES)}")
+    arms = args.arms.split(",") if args.arms else None
+    for a in arms or []:
+        if a not in ARM_SETS:
+            raise SystemExit(f"--arms: unknown arm {a!r}; choose from {sorted(ARM_SETS)}")
+    rows = [(t, r, list(a)) for t, r, a in study]
+    for t in tasks or []:
+        if t not in TASK_SIZES:
+            raise SystemExit(f"--tasks: unknown task {t!r}; choose from {list(TASK_SIZES)}")
+    for r in regimes or []:  # a regime outside the study gets the default regime's arms
+        for t in tasks or sorted({row[0] for row in rows}):
+            if not any(row[:2] == (t, r) for row in rows):
+                base = next((row[2] for row in rows if row[:2] == (t, "default")), STRATEGIES)
+                rows.append((t, r, list(base)))
+    cells = []
+    for t, r, a in rows:
+        if (tasks and t not in tasks) or (regimes and r not in regimes):
+            continue
+        size = dict(QUICK_SIZE if args.quick else TASK_SIZES[t])
+        for key in size:
+            if getattr(args, key) is not None:
+                size[key] = getattr(args, key)
+        cell = Cell(task=t, regime=r, arms=arms or a, **size)
+        if cell not in cells:  # --arms makes rows of one task and regime identical
+            cells.append(cell)
+    if not cells:
+        raise SystemExit("no cell of the study matches --tasks/--regimes")
+    return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 5), jobs=args.jobs,
+                target_gain=args.target_gain, extra_sets=args.sets)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", help=argparse.SUPPRESS)
-    p.add_argument("--quick", action="store_true", help="Minutes: 2 seeds, 8 prompts per step, 192 rollouts per run, default regime.")
-    p.add_argument("--tasks", default="tiny-math", help="Comma-separated tasks (tiny-math, tiny-code).")
-    p.add_argument("--regimes", default=None, help=f"Comma-separated regimes from {list(REGIMES)} (default: all; --quick: default).")
-    p.add_argument("--arms", default=",".join(STRATEGIES), help=f"Comma-separated arms: strategies or ablations {sorted(ARM_SETS)}.")
-    p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1).")
-    p.add_argument("--prompts-per-step", type=int, default=None)
+    p.add_argument("--quick", action="store_true", help="Minutes: every strategy, 2 seeds, 8 prompts per step, 192 rollouts per run, default regime.")
+    p.add_argument("--tasks", default=None, help="Only the study's cells of these tasks (comma-separated).")
+    p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
+    p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
+    p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1); default 5 (--quick: 2).")
+    p.add_argument("--prompts-per-step", type=int, default=None, help="Override every cell's batch.")
     p.add_argument("--total-rollouts", type=int, default=None, help="Each run stops once it has generated this many.")
     p.add_argument("--eval-every-rollouts", type=int, default=None)
     p.add_argument("--jobs", type=int, default=2, help="Runs at a time (each uses one thread).")
@@ -559,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--target", type=float, default=None, help="Absolute target accuracy for every cell (overrides --target-gain).")
     p.add_argument("--set", dest="sets", action="append", default=[], help="Extra config override for every run.")
     p.add_argument("--out", type=Path, default=None, help="Results directory (default bench/results/efficiency[-quick]).")
-    p.add_argument("--default-model", default=None, help="Starting model of the default regime (default: the bundled tiny model).")
+    p.add_argument("--default-model", default=None, help="Starting model of the default, peaked and flat regimes (default: the bundled tiny model).")
     p.add_argument("--aggregate-only", action="store_true", help="Only recompute tables and plots from finished runs.")
     args = p.parse_args(argv)
 
@@ -571,28 +686,16 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console()
-    size = QUICK if args.quick else FULL
-    regimes = (args.regimes or ("default" if args.quick else ",".join(STUDY_REGIMES))).split(",")
-    plan = Plan(
-        tasks=args.tasks.split(","), regimes=regimes, arms=args.arms.split(","),
-        seeds=args.seeds or size["seeds"],
-        prompts_per_step=args.prompts_per_step or size["prompts_per_step"],
-        total_rollouts=args.total_rollouts or size["total_rollouts"],
-        eval_every_rollouts=args.eval_every_rollouts or size["eval_every_rollouts"],
-        jobs=args.jobs, target_gain=args.target_gain, extra_sets=args.sets,
-    )
-    for r in plan.regimes:
-        if r not in REGIMES:
-            raise SystemExit(f"--regimes: unknown regime {r!r}; choose from {list(REGIMES)}")
-    for a in plan.arms:
-        if a not in ARM_SETS:
-            raise SystemExit(f"--arms: unknown arm {a!r}; choose from {sorted(ARM_SETS)}")
+    plan = make_plan(args)
     name = "efficiency-quick" if args.quick else "efficiency"
     out = args.out or ROOT / "bench" / "results" / name
     runs_dir = out / "runs"
-    models = {r: regime_model(r, out.parent / "efficiency-models") for r in plan.regimes}
-    if args.default_model and "default" in models:
-        models["default"] = str(Path(args.default_model).resolve())
+    regimes = list(dict.fromkeys(c.regime for c in plan.cells))
+    models = {r: regime_model(r, out.parent / "efficiency-models") for r in regimes}
+    if args.default_model:
+        for r in regimes:
+            if REGIMES[r].warmup_target is None:
+                models[r] = str(Path(args.default_model).resolve())
     if "tiny" in models.values() and not (model_dir("tiny") / "config.json").is_file():
         raise SystemExit(f"the bundled tiny model is missing at {model_dir('tiny')}: rebuild it with `vigor make-tiny`")
     specs = make_specs(plan, runs_dir, models)
@@ -603,18 +706,23 @@ def main(argv: list[str] | None = None) -> int:
         "plan": asdict(plan), "machine": machine(), "command": "python bench/efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "study_seconds": time.time() - started, "failures": failures, "cells": {},
     }
-    for task in plan.tasks:
-        for regime in plan.regimes:
-            key = f"{task}-{regime}"
-            dirs = sorted((runs_dir / key).glob("*-s*")) if (runs_dir / key).is_dir() else []
-            cell = aggregate_cell(dirs, plan.arms, plan.target_gain, args.target, out / key)
-            if cell:
-                cell["model"] = models[regime]
-                cell["regime"] = asdict(REGIMES[regime])
-                cell["start_distribution"] = start_distribution(
-                    task, models[regime], REGIMES[regime].temperature, out / key / "start_pass_rates.json"
-                )
-                results["cells"][key] = cell
+    merged: dict[str, Cell] = {}
+    for c in plan.cells:  # rows of one task and regime make one table
+        if c.key in merged:
+            merged[c.key].arms = merged[c.key].arms + [a for a in c.arms if a not in merged[c.key].arms]
+        else:
+            merged[c.key] = Cell(**asdict(c))
+    for c in merged.values():
+        dirs = sorted((runs_dir / c.key).glob("*-s*")) if (runs_dir / c.key).is_dir() else []
+        cell = aggregate_cell(dirs, c.arms, plan.target_gain, args.target, out / c.key)
+        if cell:
+            cell["model"] = models[c.regime]
+            cell["regime"] = asdict(REGIMES[c.regime])
+            cell["model_sha256"] = model_digest(models[c.regime])
+            cell["start_distribution"] = start_distribution(
+                c.task, models[c.regime], REGIMES[c.regime].temperature, out / c.key / "start_pass_rates.json"
+            )
+            results["cells"][c.key] = cell
     json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path.write_text(render_markdown(results))
