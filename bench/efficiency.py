@@ -346,11 +346,19 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
     the same rollout budget spread over many prompts or concentrated on a few."""
     from vigor_cli.report.rundir import read_jsonl
 
+    empty = {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None, "kept_zero_var_share": None}
     path = run_path / "allocation.jsonl"
     if not path.is_file():
-        return {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None}
+        return empty
     prompts, rollouts, top = [], [], []
+    kept = kept_flat = 0
     for rec in read_jsonl(path).records:
+        if rec.get("strategy") in ("vigor", "random", "difficulty"):
+            for p in rec.get("prompts", []):
+                for rnd in p.get("rounds", []):
+                    if rnd.get("kept") is True:
+                        kept += 1
+                        kept_flat += rnd.get("var", 0) == 0
         sizes = []
         for p in rec.get("prompts", []):
             if not p.get("in_update"):
@@ -363,11 +371,14 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
         rollouts.append(sum(sizes))
         top.append(max(sizes) / sum(sizes) if sizes else 0.0)
     if not prompts:
-        return {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None}
+        return empty
     return {
         "signal_prompts": statistics.mean(prompts),
         "signal_rollouts": statistics.mean(rollouts),
         "top_prompt_share": statistics.mean(top),
+        # vigor family: share of the prompts kept for another round whose pool had no
+        # variance yet (kept only by the seeded tie-break, or by low mean for difficulty)
+        "kept_zero_var_share": kept_flat / kept if kept else None,
     }
 
 
@@ -432,7 +443,7 @@ def summarize_arm(measures: list[dict]) -> dict:
     out["final_accuracy_median"] = statistics.median(finals)
     out["final_accuracy_min"], out["final_accuracy_max"] = min(finals), max(finals)
     for key in ("seconds_per_rollout", "generate_seconds_per_rollout", "zero_var_frac", "reward_mean",
-                "signal_prompts", "signal_rollouts", "top_prompt_share"):
+                "signal_prompts", "signal_rollouts", "top_prompt_share", "kept_zero_var_share"):
         vals = [m[key] for m in measures if m[key] is not None]
         out[f"{key}_median"] = statistics.median(vals) if vals else None
     return out
@@ -527,6 +538,11 @@ def start_distribution(task_name: str, model: str, temperature: float, cache: Pa
         "mean_pass_rate": sum(rates) / len(rates),
         "pass_count_histogram": pass_count_histogram(rates, samples),
         "zero_variance_at_8": sum(p ** 8 + (1 - p) ** 8 for p in rates) / len(rates),
+        # reward variance p(1-p) per prompt: its mean, and the mean over the top eighth (the
+        # prompts VIGOR's last round concentrates on): their ratio bounds how much more
+        # gradient signal per rollout concentrating can buy (shared/notes/algorithms.md)
+        "mean_variance": statistics.mean(p * (1 - p) for p in rates),
+        "top_eighth_variance": statistics.mean(sorted((p * (1 - p) for p in rates), reverse=True)[: max(1, len(rates) // 8)]),
     }
     cache.parent.mkdir(parents=True, exist_ok=True)
     cache.write_text(json.dumps(out, indent=1) + "\n")
