@@ -228,6 +228,54 @@ def run_one(spec: RunSpec) -> dict:
         trainer.engine.close()
 
 
+def timing(model: str, arms: list[str], steps: int, prompts_per_step: int, workdir: Path) -> dict:
+    """Seconds per rollout of each arm, measured in one process with the arms' steps
+    interleaved (A B A B ...), so machine load hits every arm alike; wall and CPU time of
+    the process (CPU time is immune to other processes on the machine). The first step of
+    each arm is a warm-up and not counted."""
+    import torch
+    from rich.console import Console
+
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.config import build_config
+    from vigor_cli.runs import RunDir
+    from vigor_cli.trainer import Trainer
+
+    torch.set_num_threads(1)
+    quiet = Console(file=open(os.devnull, "w"))
+    trainers = {}
+    for arm in arms:
+        sets = [f"model.name_or_path={model}", f"train.prompts_per_step={prompts_per_step}",
+                f"train.output_dir={workdir}", f"train.run_name=timing-{arm}", "train.reward_workers=1", *ARM_SETS[arm]]
+        cfg = build_config(default_config_file(None, "tiny-math"), sets=sets)
+        shutil.rmtree(workdir / f"timing-{arm}", ignore_errors=True)
+        trainers[arm] = Trainer(cfg, RunDir.planned(cfg).make(cfg), None, quiet)
+    rows: dict[str, list[dict]] = {arm: [] for arm in arms}
+    for step in range(1, steps + 2):
+        for arm, tr in trainers.items():
+            w0, c0 = time.perf_counter(), time.process_time()
+            log = tr.train_step(step)
+            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+            if step > 1:
+                m = log.metrics
+                rows[arm].append({"wall": wall, "cpu": cpu, "rollouts": m["rollouts/step"],
+                                  "generate": m["time/generate"], "update": m["time/update"]})
+    for tr in trainers.values():
+        tr.task.close()
+        tr.engine.close()
+    out: dict[str, Any] = {"steps": steps, "prompts_per_step": prompts_per_step, "arms": {}}
+    for arm, rs in rows.items():
+        out["arms"][arm] = {
+            key: statistics.median(r[key] / r["rollouts"] for r in rs) for key in ("wall", "cpu", "generate", "update")
+        }
+    base = out["arms"].get(BASELINE)
+    if base:
+        for a in out["arms"].values():
+            for key in ("wall", "cpu", "generate", "update"):
+                a[f"{key}_ratio"] = a[key] / base[key]
+    return out
+
+
 # =========================================================================== the plan
 def regime_model(regime: str, models_dir: Path) -> str:
     """The starting model of ``regime``: 'tiny' (bundled) or a make-tiny directory (built once)."""
@@ -558,8 +606,8 @@ def _count(x: float | None, unit: str = "") -> str:
     return f"{x / 1000:.1f}k" if x >= 10000 else f"{x:.0f}"
 
 
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f}"
+def _num(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def _x(r: float | None) -> str:
@@ -569,9 +617,8 @@ def _x(r: float | None) -> str:
 def markdown_table(cell: dict) -> str:
     lines = [
         "| strategy | reached | rollouts to target: median [min-max] | speed-up | tokens to target | speed-up | "
-        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | s/rollout vs grpo | zero-var groups "
-        "| prompts with signal / step | rollouts with signal / step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | s/rollout vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in cell["arms"].items():
         lines.append(
@@ -582,15 +629,48 @@ def markdown_table(cell: dict) -> str:
             f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup'])} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
             f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
-            f"| {_x(a['seconds_per_rollout_ratio'])} "
-            f"| {a['zero_var_frac_median']:.2f} "
-            f"| {_num(a['signal_prompts_median'])} | {_num(a['signal_rollouts_median'])} |"
+            f"| {_x(a['seconds_per_rollout_ratio'])} |"
+        )
+    return "\n".join(lines)
+
+
+def mechanism_table(cell: dict) -> str:
+    """Where each arm's rollouts went (medians over seeds of per-step means)."""
+    lines = [
+        "| strategy | zero-variance groups in update | prompts with signal / step | rollouts with signal / step "
+        "| largest prompt's share of them | kept prompts with zero variance so far | generate s/rollout vs grpo |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base = cell["arms"].get(BASELINE, {}).get("generate_seconds_per_rollout_median")
+    for arm, a in cell["arms"].items():
+        gen = a["generate_seconds_per_rollout_median"]
+        lines.append(
+            f"| {arm} | {_num(a['zero_var_frac_median'], 2)} | {_num(a['signal_prompts_median'])} "
+            f"| {_num(a['signal_rollouts_median'])} | {_num(a['top_prompt_share_median'], 2)} "
+            f"| {_num(a['kept_zero_var_share_median'], 2)} | {_x(gen / base if gen and base else None)} |"
+        )
+    return "\n".join(lines)
+
+
+def timing_table(t: dict) -> str:
+    lines = [
+        f"Interleaved timing, {t['steps']} steps each after a warm-up step, {t['prompts_per_step']} prompts per step, "
+        "one process (medians of per-step seconds per rollout):\n",
+        "| strategy | wall ms/rollout | vs grpo | CPU ms/rollout | vs grpo | generate ms/rollout | vs grpo | update ms/rollout | vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, a in t["arms"].items():
+        lines.append(
+            f"| {arm} | {a['wall'] * 1e3:.2f} | {_x(a.get('wall_ratio'))} | {a['cpu'] * 1e3:.2f} | {_x(a.get('cpu_ratio'))} "
+            f"| {a['generate'] * 1e3:.2f} | {_x(a.get('generate_ratio'))} | {a['update'] * 1e3:.2f} | {_x(a.get('update_ratio'))} |"
         )
     return "\n".join(lines)
 
 
 def render_markdown(results: dict) -> str:
     parts = []
+    if results.get("timing"):
+        parts.append("### wall time per rollout\n\n" + timing_table(results["timing"]) + "\n")
     for key, cell in results["cells"].items():
         dist = cell["start_distribution"]
         parts.append(
@@ -598,8 +678,9 @@ def render_markdown(results: dict) -> str:
             f"target {cell['target']:.3f} (start + {cell['target_gain']} x grpo's median gain). Starting pass counts "
             f"out of {dist['samples_per_problem']} on {dist['problems']} training prompts at temperature "
             f"{dist['temperature']}: {dist['pass_count_histogram']} (mean pass rate {dist['mean_pass_rate']:.3f}; "
-            f"expected zero-variance share of groups of 8: {dist['zero_variance_at_8']:.2f})\n\n"
-            + markdown_table(cell) + "\n"
+            f"expected zero-variance share of groups of 8: {dist['zero_variance_at_8']:.2f}; reward variance p(1-p): "
+            f"mean {dist['mean_variance']:.3f}, top eighth of prompts {dist['top_eighth_variance']:.3f})\n\n"
+            + markdown_table(cell) + "\n\n" + mechanism_table(cell) + "\n"
         )
     return "\n".join(parts)
 
@@ -692,11 +773,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="Results directory (default bench/results/efficiency[-quick]).")
     p.add_argument("--default-model", default=None, help="Starting model of the default, peaked and flat regimes (default: the bundled tiny model).")
     p.add_argument("--aggregate-only", action="store_true", help="Only recompute tables and plots from finished runs.")
+    p.add_argument("--timing-steps", type=int, default=None, help="Steps per arm of the interleaved timing of grpo and vigor (default 12; --quick 2; 0 skips it).")
     args = p.parse_args(argv)
 
     if args.child:
-        spec = RunSpec(**json.loads(args.child))
-        print(json.dumps(run_one(spec)))
+        spec = json.loads(args.child)
+        if "timing" in spec:
+            t = spec["timing"]
+            result = timing(t["model"], t["arms"], t["steps"], t["prompts_per_step"], Path(t["workdir"]))
+            Path(t["result"]).write_text(json.dumps(result))
+        else:
+            print(json.dumps(run_one(RunSpec(**spec))))
         return 0
 
     from rich.console import Console
@@ -722,6 +809,18 @@ def main(argv: list[str] | None = None) -> int:
         "plan": asdict(plan), "machine": machine(), "command": "python bench/efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "study_seconds": time.time() - started, "failures": failures, "cells": {},
     }
+    timing_steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
+    timing_path = out / "timing.json"
+    math_cell = next((c for c in plan.cells if c.task == "tiny-math" and c.regime == "default"), None)
+    if timing_steps and math_cell and not args.aggregate_only:
+        console.print(f"timing: grpo and vigor interleaved, {timing_steps} steps each, one process")
+        job = {"timing": {"model": models["default"], "arms": [BASELINE, "vigor"], "steps": timing_steps,
+                          "prompts_per_step": math_cell.prompts_per_step, "workdir": str(out / "timing"), "result": str(timing_path)}}
+        with open(out / "logs" / "timing.log", "w") as log:
+            subprocess.run(["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
+                           cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
+    if timing_path.is_file():
+        results["timing"] = json.loads(timing_path.read_text())
     merged: dict[str, Cell] = {}
     for c in plan.cells:  # rows of one task and regime make one table
         if c.key in merged:

@@ -93,6 +93,7 @@ def test_cell_measures_crossings_on_three_axes_and_ratios(tmp_path):
     assert (tmp_path / "plots" / "accuracy_vs_rollouts.png").is_file()
     table = eff.markdown_table(cell)
     assert "| vigor | 3/4 | 100 [100-100] | 3.00x |" in table
+    assert "| vigor | 0.25 |" in eff.mechanism_table(cell)
 
 
 def test_default_target_comes_from_the_baseline(tmp_path):
