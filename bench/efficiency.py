@@ -14,7 +14,8 @@ tiny model warmed up for shorter or longer with ``vigor make-tiny``).
     python bench/efficiency.py --aggregate-only    # recompute tables and plots from the runs
 
 Writes bench/results/efficiency.json, bench/results/efficiency.md (the markdown
-tables; with --quick: efficiency-quick.*) and, per task and regime, the accuracy plots of `vigor report`
+tables; with --quick: efficiency-quick.*), a compact copy of the full study's JSON in
+bench/efficiency_results.json (committed; BENCHMARKS.md cites it) and, per task and regime, the accuracy plots of `vigor report`
 (bench/results/efficiency/<task>-<regime>/accuracy_vs_{rollouts,tokens}.png).
 Runs live in bench/results/efficiency/runs/; a finished run (summary.json) is
 not run again, so an interrupted study continues where it stopped.
@@ -712,6 +713,20 @@ def print_tables(results: dict, console: Any) -> None:
 
 
 # =========================================================================== main
+PUBLISHED = ROOT / "bench" / "efficiency_results.json"
+"""A compact copy of the full study's results, committed (bench/results/ is not)."""
+
+
+def _rounded(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return round(obj, 4)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -848,6 +863,8 @@ def main(argv: list[str] | None = None) -> int:
     json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path.write_text(render_markdown(results))
+    if not args.quick and args.out is None:  # the committed copy BENCHMARKS.md cites
+        PUBLISHED.write_text(json.dumps(_rounded(results), separators=(",", ":")) + "\n")
     print_tables(results, console)
     console.print(f"results: {json_path}; tables: {md_path}; plots under {out}")
     if failures:
