@@ -53,6 +53,20 @@ def test_tokenizer_is_character_level_with_whole_pieces(tiny):
     assert tokenizer.decode(tokenizer(text, add_special_tokens=False)["input_ids"]) == text
 
 
+def test_auto_tokenizer_agrees_with_the_recipe_tokenizer(tiny):
+    """AutoTokenizer loads a qwen2 checkpoint as Qwen2Tokenizer (its own normalizer and
+    pre-tokenizer): spaces, newlines, tabs and non-ASCII text must still round-trip with the
+    ids the warm-up trained on."""
+    _, loaded = tiny
+    built = tiny_model.build_tokenizer()
+    assert len(loaded) == len(built)
+    for text in ["Read an integer n. Print n+3.\n", "```python\nprint(input()[::-1])\n```",
+                 "a\tb  c\r\n", "héllo ∑ 中"]:
+        ids = loaded(text, add_special_tokens=False)["input_ids"]
+        assert ids == built(text, add_special_tokens=False)["input_ids"]
+        assert loaded.decode(ids) == text
+
+
 def test_held_out_accuracy_in_band_with_spread(tiny):
     """64 held-out problems x 4 samples at temperature 1, fixed seed; graded by the real verifier."""
     model, tokenizer = tiny
@@ -63,7 +77,7 @@ def test_held_out_accuracy_in_band_with_spread(tiny):
         task.close()
     accuracy = sum(rates) / len(rates)
     assert 0.20 <= accuracy <= 0.60, accuracy
-    assert sum(r == 0 for r in rates) >= 4 and sum(r == 1 for r in rates) >= 4
+    assert sum(r == 0 for r in rates) >= 4 and sum(r >= 0.75 for r in rates) >= 4
     assert sum(0 < r < 1 for r in rates) >= 16
 
 
@@ -72,7 +86,7 @@ def test_tiny_code_pass_rate_is_positive(tiny):
     model, tokenizer = tiny
     task = TinyCodeTask(split_seed=0, workers=2)
     try:
-        rates = tiny_model.pass_rates(task, model, tokenizer, task.eval_examples(), 2, seed=0, max_new_tokens=64)
+        rates = tiny_model.pass_rates(task, model, tokenizer, task.eval_examples()[:16], 2, seed=0, max_new_tokens=48)
     finally:
         task.close()
     assert sum(rates) > 0

@@ -10,15 +10,17 @@ Recipe (all of it seeded, so ``vigor make-tiny --seed 0`` rebuilds the asset):
 2. Model: ``Qwen2Config`` (4 layers, hidden 128, 4 query heads, 2 key/value
    heads, tied embeddings), random init from the seed.
 3. Warm-up: a short supervised run on the training splits of tiny-math and
-   tiny-code (loss on completion tokens only), deliberately stopped early so
-   that held-out sampling accuracy is partial and spread across prompts,
-   which leaves room for RL and makes rollout allocation matter.
+   tiny-code (loss on completion tokens only; batches of 64, a quarter code;
+   AdamW, lr 3e-3), deliberately stopped early: every 25 steps a probe samples
+   64 training problems 8 times, and the first probe at :data:`TARGET` ends it.
+   Held-out sampling accuracy is then partial and spread across prompts, which
+   leaves room for RL and makes rollout allocation matter. Measured numbers:
+   ``assets/tiny/recipe.json`` (warm-up) and ``measurements.json`` (held-out).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from pathlib import Path
@@ -41,6 +43,12 @@ ARCH = dict(
     max_position_embeddings=256,
 )
 """Qwen2 shape of the tiny model (about 0.8M parameters)."""
+
+MAX_STEPS = 2000
+"""Upper bound on warm-up steps."""
+TARGET = 0.38
+"""Warm-up stops once sampled accuracy on the training probe reaches this: held-out
+accuracy then sits low in the 20-60 % band, leaving room for RL."""
 
 
 def build_tokenizer():
@@ -234,9 +242,9 @@ def make_tiny(
     *,
     seed: int = 0,
     split_seed: int = 0,
-    max_steps: int = 2000,
-    target: float = 0.40,
-    probe_every: int = 50,
+    max_steps: int = MAX_STEPS,
+    target: float = TARGET,
+    probe_every: int = 25,
     batch_size: int = 64,
     lr: float = 3e-3,
     code_share: float = 0.25,

@@ -7,14 +7,15 @@ from pathlib import Path
 import typer
 
 from vigor_cli.errors import UserError
+from vigor_cli.tiny_model import MAX_STEPS, TARGET
 
 
 def make_tiny(
     out: Path = typer.Option(..., "--out", help="Directory to write the model and tokenizer to (Hugging Face format)."),
     seed: int = typer.Option(0, "--seed", help="Seeds the initialisation, batch order and probes."),
     split_seed: int = typer.Option(0, "--split-seed", help="tiny-math/tiny-code train/held-out split (task.split_seed)."),
-    max_steps: int = typer.Option(2000, "--max-steps", help="Upper bound on warm-up steps."),
-    target: float = typer.Option(0.40, "--target", help="Stop once sampled accuracy on the training probe reaches this."),
+    max_steps: int = typer.Option(MAX_STEPS, "--max-steps", help="Upper bound on warm-up steps."),
+    target: float = typer.Option(TARGET, "--target", help="Stop once sampled accuracy on the training probe reaches this."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads (1 keeps the run bit-reproducible)."),
     measure: bool = typer.Option(True, "--measure/--no-measure", help="Then measure held-out pass rates (16 samples) with the real verifiers."),
 ) -> None:
