@@ -5,10 +5,7 @@ tests/test_report_run.py covers a real training run."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,29 @@ from vigor_cli.allocation import make_allocator
 from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
 from vigor_cli.report.allocation import load_allocation, summarize_step
+
+
+@pytest.fixture
+def vigor(capsys, monkeypatch):
+    """Run a vigor command in this process: (exit code, stdout, stderr), wide tables."""
+    from vigor_cli.cli import main
+    from vigor_cli.console import console, err_console
+
+    monkeypatch.setattr(console, "width", 200)
+    monkeypatch.setattr(err_console, "width", 200)
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
 
 
 def write_allocation_run(path: Path, strategy: str, steps: int = 4, prompts: int = 16,
@@ -52,12 +72,6 @@ def write_allocation_run(path: Path, strategy: str, steps: int = 4, prompts: int
     return path
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = os.environ | {"COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "vigor_cli", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
-
-
 def test_vigor_step_summary_matches_the_record(tmp_path):
     run = write_allocation_run(tmp_path / "run", "vigor")
     steps, notes = load_allocation(run, yaml.safe_load((run / "config.yaml").read_text()))
@@ -82,29 +96,29 @@ def test_vigor_step_summary_matches_the_record(tmp_path):
         assert sum(st.startswith("dropped@1") for st in statuses) == 8
 
 
-def test_cli_tables_json_and_partial_line(tmp_path):
+def test_cli_tables_json_and_partial_line(tmp_path, vigor):
     run = write_allocation_run(tmp_path / "run", "vigor", partial_tail=True)
-    res = run_cli("inspect-allocation", str(run))
-    assert res.returncode == 0, res.stderr
-    assert "partial last line 5" in res.stderr
-    assert "step 4 (vigor)" in res.stdout and "step 3 (vigor)" not in res.stdout
-    assert "budget used 128 of 128" in res.stdout and "overview: 4 steps" in res.stdout
-    assert "Question s4p" in res.stdout  # the prompt text column
+    code, out, err = vigor("inspect-allocation", str(run))
+    assert code == 0, err
+    assert "partial last line 5" in err
+    assert "step 4 (vigor)" in out and "step 3 (vigor)" not in out
+    assert "128 of 128 rollouts" in out and "overview: 4 steps" in out
+    assert "Question s4p" in out  # the prompt text column
 
-    res = run_cli("inspect-allocation", str(run), "--last", "2", "--json")
-    assert res.returncode == 0, res.stderr
-    data = json.loads(res.stdout)
+    code, out, err = vigor("inspect-allocation", str(run), "--last", "2", "--json")
+    assert code == 0, err
+    data = json.loads(out)
     assert [s["summary"]["step"] for s in data["steps"]] == [3, 4]
     assert len(data["overview"]) == 4 and data["notes"]
     first = data["steps"][0]["prompts"][0]
     assert {"uid", "text", "total", "status", "rounds"} <= set(first)
 
-    res = run_cli("inspect-allocation", str(run), "--step", "2", "--json")
-    assert [s["summary"]["step"] for s in json.loads(res.stdout)["steps"]] == [2]
+    code, out, err = vigor("inspect-allocation", str(run), "--step", "2", "--json")
+    assert [s["summary"]["step"] for s in json.loads(out)["steps"]] == [2]
 
 
 @pytest.mark.parametrize("strategy", ["grpo", "dapo", "greso", "pods"])
-def test_other_strategies(tmp_path, strategy):
+def test_other_strategies(tmp_path, strategy, vigor):
     run = write_allocation_run(tmp_path / "run", strategy, steps=2)
     steps, _ = load_allocation(run, yaml.safe_load((run / "config.yaml").read_text()))
     summary = summarize_step(steps[-1])
@@ -117,21 +131,21 @@ def test_other_strategies(tmp_path, strategy):
     if strategy in ("dapo", "greso"):
         assert summary["used"] == 16 * 8  # the train batch, filled with non-zero-variance groups
         assert summary["rollouts"] >= summary["used"]
-    res = run_cli("inspect-allocation", str(run))
-    assert res.returncode == 0, res.stderr
+    code, out, err = vigor("inspect-allocation", str(run))
+    assert code == 0, err
 
 
-def test_bad_input(tmp_path):
+def test_bad_input(tmp_path, vigor):
     run = write_allocation_run(tmp_path / "run", "vigor", steps=2)
-    res = run_cli("inspect-allocation", str(run), "--step", "9")
-    assert res.returncode == 2 and "--step 9" in res.stderr
-    res = run_cli("inspect-allocation", str(run), "--step", "1", "--last", "2")
-    assert res.returncode == 2
+    code, out, err = vigor("inspect-allocation", str(run), "--step", "9")
+    assert code == 2 and "--step 9" in err
+    code, out, err = vigor("inspect-allocation", str(run), "--step", "1", "--last", "2")
+    assert code == 2
     (run / "allocation.jsonl").write_text('{"step": 1, "prompts": [{"uid": "a"}]}\n{"step": 2}\n')
     with pytest.raises(UserError, match="line 1: not an allocation record"):
         load_allocation(run, {})
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "metrics.jsonl").write_text("")
-    res = run_cli("inspect-allocation", str(empty))
-    assert res.returncode == 2 and "no allocation.jsonl yet" in res.stderr
+    code, out, err = vigor("inspect-allocation", str(empty))
+    assert code == 2 and "no allocation.jsonl yet" in err

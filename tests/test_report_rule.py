@@ -4,9 +4,6 @@ speed-ups, plots and bad input. (tests/test_report_run.py covers a real training
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,29 @@ import yaml
 from vigor_cli.errors import UserError
 from vigor_cli.report.curves import first_crossing, group_runs, run_curve, target_table
 from vigor_cli.report.rundir import load_run, read_jsonl
+
+
+@pytest.fixture
+def vigor(capsys, monkeypatch):
+    """Run a vigor command in this process: (exit code, stdout, stderr), wide tables."""
+    from vigor_cli.cli import main
+    from vigor_cli.console import console, err_console
+
+    monkeypatch.setattr(console, "width", 200)
+    monkeypatch.setattr(err_console, "width", 200)
+
+    def call(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
+
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -35,12 +55,6 @@ def write_run(path: Path, strategy: str, seed: int, accs: list[float], per_step:
         lines.append({"step": step, "eval/accuracy": acc} | cum)
     (path / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + tail)
     return path
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = os.environ | {"COLUMNS": "200"}  # wide enough that table headers do not wrap
-    return subprocess.run([sys.executable, "-m", "vigor_cli", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_first_crossing_rule():
@@ -78,19 +92,19 @@ def test_seed_groups_mean_curve_and_speedups(tmp_path):
     assert vigor["rollouts_speedup"] == pytest.approx(448 / 288)
 
 
-def test_report_cli_writes_plots_and_json(tmp_path):
+def test_report_cli_writes_plots_and_json(tmp_path, vigor):
     a = write_run(tmp_path / "a", "grpo", 0, [0.2, 0.3, 0.6])
     b = write_run(tmp_path / "b", "vigor", 0, [0.2, 0.5, 0.5], tokens_per_rollout=150,
                   tail='{"step": 6, "eval/acc')  # a run still writing its last line
-    out = tmp_path / "rep"
-    res = run_cli("report", str(a), str(b), "--out", str(out), "--baseline", "a")
-    assert res.returncode == 0, res.stderr
-    assert "partial last line" in res.stderr
-    assert "rollouts to target" in res.stdout
+    rep_dir = tmp_path / "rep"
+    code, out, err = vigor("report", str(a), str(b), "--out", str(rep_dir), "--baseline", "a")
+    assert code == 0, err
+    assert "partial last line" in err
+    assert "rollouts to target" in out
     for name in ("accuracy_vs_rollouts.png", "accuracy_vs_tokens.png"):
-        data = (out / name).read_bytes()
+        data = (rep_dir / name).read_bytes()
         assert data[:8] == PNG_MAGIC and len(data) > 10_000
-    rep = json.loads((out / "report.json").read_text())
+    rep = json.loads((rep_dir / "report.json").read_text())
     # default target: the lowest final accuracy (b ends at 0.5)
     assert rep["target"] == pytest.approx(0.5)
     b_row = next(r for r in rep["runs"] if r["name"] == "b")
@@ -99,24 +113,35 @@ def test_report_cli_writes_plots_and_json(tmp_path):
     assert a_row["rollouts_to_target"] == pytest.approx(128 + 128 * 2 / 3)
     assert b_row["rollouts_speedup"] == pytest.approx(a_row["rollouts_to_target"] / 128)
     # --json prints the same table on stdout
-    res = run_cli("report", str(a), str(b), "--out", str(out), "--json", "--target", "0.55")
-    assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["runs"][1]["rollouts_to_target"] is None  # b never reaches it
+    code, out, err = vigor("report", str(a), str(b), "--out", str(rep_dir), "--json", "--target", "0.55")
+    assert code == 0, err
+    assert json.loads(out)["runs"][1]["rollouts_to_target"] is None  # b never reaches it
 
 
-def test_bad_input_is_one_clear_line(tmp_path):
+def test_bad_input_is_one_clear_line(tmp_path, vigor):
     a = write_run(tmp_path / "a", "grpo", 0, [0.2, 0.3])
-    res = run_cli("report", str(a), "--baseline", "nope", "--out", str(tmp_path / "r"))
-    assert res.returncode == 2 and "--baseline nope" in res.stderr
-    res = run_cli("report", str(tmp_path / "missing"), "--out", str(tmp_path / "r"))
-    assert res.returncode == 2 and "run directory not found" in res.stderr
+    code, out, err = vigor("report", str(a), "--baseline", "nope", "--out", str(tmp_path / "r"))
+    assert code == 2 and "--baseline nope" in err
+    code, out, err = vigor("report", str(tmp_path / "missing"), "--out", str(tmp_path / "r"))
+    assert code == 2 and "run directory not found" in err
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 1}\n')
     with pytest.raises(UserError, match="line 2 is not valid JSON"):
         read_jsonl(bad / "metrics.jsonl")
-    res = run_cli("report", str(bad), "--out", str(tmp_path / "r"))
-    assert res.returncode == 2 and "line 2" in res.stderr
+    code, out, err = vigor("report", str(bad), "--out", str(tmp_path / "r"))
+    assert code == 2 and "line 2" in err
     (bad / "metrics.jsonl").write_text('{"step": 0, "reward/mean": 0.1}\n')
-    res = run_cli("report", str(bad), "--out", str(tmp_path / "r"))
-    assert res.returncode == 2 and "no evaluation line" in res.stderr
+    code, out, err = vigor("report", str(bad), "--out", str(tmp_path / "r"))
+    assert code == 2 and "no evaluation line" in err
+
+
+def test_exit_code_from_the_command_line(tmp_path):
+    """The command line turns a bad run directory into an error message and exit code 2."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "vigor_cli", "report", str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    assert "run directory not found" in res.stderr

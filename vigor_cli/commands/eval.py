@@ -50,13 +50,14 @@ def task_config_for(benchmark: str, data_dir: Optional[Path], date_start: Option
 
     if benchmark in TINY_SETS:
         return TaskConfig(name=benchmark), None
-    name = "code" if benchmark in CODE_SETS else "math"
-    return TaskConfig(
-        name=name,
-        data_dir=str(data_dir) if data_dir else None,
-        contest_date_start=date_start,
-        contest_date_end=date_end,
-    ), benchmark
+    if benchmark in CODE_SETS:  # the code task has one evaluation set: LiveCodeBench
+        return TaskConfig(
+            name="code",
+            data_dir=str(data_dir) if data_dir else None,
+            contest_date_start=date_start,
+            contest_date_end=date_end,
+        ), None
+    return TaskConfig(name="math", data_dir=str(data_dir) if data_dir else None), benchmark
 
 
 class RecordingTask:
@@ -76,14 +77,11 @@ class RecordingTask:
         return scores
 
 
-def test_fraction(score: Any) -> float | None:
-    """Share of tests a code completion passed, from the verifier's details (None if absent)."""
-    details = getattr(score, "details", None) or {}
-    passed, total = details.get("passed"), details.get("total")
-    if isinstance(passed, (int, float)) and isinstance(total, (int, float)) and total > 0:
-        return float(passed) / float(total)
-    frac = details.get("test_fraction", details.get("fraction"))
-    return float(frac) if isinstance(frac, (int, float)) else None
+def test_fraction(score: Any) -> float:
+    """Share of tests a code completion passed: the verifier's ``fraction`` detail; without
+    one (no code block, nothing ran) the reward itself (0, or 1 for a full pass)."""
+    frac = (getattr(score, "details", None) or {}).get("fraction")
+    return float(frac) if isinstance(frac, (int, float)) else float(score.reward)
 
 
 def load_examples(benchmark: str, task: Any, set_name: Optional[str], limit: Optional[int]) -> list:

@@ -39,6 +39,35 @@ def _truncate(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def step_summary(summary: dict) -> Any:
+    """The step's summary as a two-column grid (definitions in report/allocation.py)."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rollouts, budget = summary["rollouts"], summary["budget"]
+    if summary["budget_is_cap"]:
+        spent = f"{rollouts} of {budget} rollouts"
+    else:
+        spent = f"{rollouts} rollouts (no cap; GRPO with group_size would use {budget})"
+    spent += f", {summary['used']} of them in the update"
+    if summary["skipped"]:
+        spent += f"; {summary['skipped']} prompts skipped before rollout"
+    grid.add_row("budget", spent)
+    grid.add_row(
+        "vs GRPO",
+        f"GRPO spending these rollouts: {_num(summary['grpo_per_prompt'], 1)} per prompt; "
+        f"here {summary['min_per_prompt']} to {summary['max_per_prompt']}",
+    )
+    grid.add_row("concentration", f"top 10% of prompts got {_pct(summary['top10_share'])} of the "
+                 "rollouts (uniform: 10%)")
+    grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal)")
+    grid.add_row("kept vs dropped", f"mean pool variance {_num(summary['mean_var_kept'])} kept vs "
+                 f"{_num(summary['mean_var_dropped'])} dropped, at each selection")
+    return grid
+
+
 def inspect_allocation(
     run: Path = typer.Argument(..., help="Run directory (written by `vigor train`)."),
     step: Optional[int] = typer.Option(None, help="Show this step."),
@@ -141,24 +170,15 @@ def inspect_allocation(
             "[dim]round cells: +new rollouts, their rewards (1 = correct), variance of the pool so "
             "far; green = kept for the next round, red = dropped[/]"
         )
-        grpo = summary["grpo_per_prompt"]
-        console.print(
-            f"budget used {summary['rollouts']} of {summary['budget']} "
-            f"({summary['used']} in the update"
-            + (f", {summary['skipped']} prompts skipped before rollout" if summary["skipped"] else "")
-            + "; "
-            f"GRPO with these rollouts: {_num(grpo, 1)} per prompt; here "
-            f"{summary['min_per_prompt']}..{summary['max_per_prompt']}), "
-            f"zero-variance prompts {_pct(summary['zero_var_frac'])}, "
-            f"mean pool variance kept {_num(summary['mean_var_kept'])} vs dropped "
-            f"{_num(summary['mean_var_dropped'])}, top-10% prompts got "
-            f"{_pct(summary['top10_share'])} of the rollouts",
-            highlight=False,
-        )
+        console.print(step_summary(summary))
 
-    o = Table(title=f"overview: {len(summaries)} steps", title_justify="left")
-    for col in ("step", "prompts", "rollouts", "used", "top-10% share", "zero-var", "var kept",
-                "var dropped", "max/prompt"):
+    o = Table(
+        title=f"overview: {len(summaries)} steps (top10% = share of rollouts on the 10 % of "
+        "prompts that got most; zero-var = share of prompts with all rewards equal)",
+        title_justify="left",
+    )
+    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var kept",
+                "var drop", "max"):
         o.add_column(col, justify="right")
     for row in overview:
         o.add_row(

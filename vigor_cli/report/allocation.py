@@ -81,10 +81,14 @@ class StepAllocation:
     step: int
     strategy: str
     budget: int | None
+    """The step's cap from the record; for strategies without one (DAPO, GRESO) GRPO's
+    spend from the config (see :attr:`budget_is_cap`)."""
     prompts: list[PromptAllocation]
     rounds: int
     totals: dict[str, Any] = field(default_factory=dict)
     """The record's totals as written (zero_var_groups, used, in_update, cut, ...)."""
+    budget_is_cap: bool = True
+    """False when ``budget`` is GRPO's spend from the config, not a cap the allocator had."""
 
     @property
     def rollouts(self) -> int:
@@ -184,6 +188,7 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
         "rollouts": sa.rollouts,
         "used": sum(p.used for p in sa.prompts),
         "budget": budget,
+        "budget_is_cap": sa.budget_is_cap,
         "grpo_per_prompt": (sa.rollouts / n) if n else None,
         "min_per_prompt": min(totals, default=0),
         "max_per_prompt": max(totals, default=0),
@@ -218,6 +223,7 @@ def load_allocation(run_path: Path, config: dict) -> tuple[list[StepAllocation],
         sa = parse_step(rec, f"{path} line {i}")
         if sa.budget is None:
             sa.budget = config_budget(config, len(sa.prompts))
+            sa.budget_is_cap = False
         steps.append(sa)
     if not steps:
         raise UserError(f"{path}: no complete record yet (has the first step finished?)")

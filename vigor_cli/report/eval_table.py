@@ -19,7 +19,10 @@ def results_table(results: dict, title: str) -> Table:
                 ks.append(k)
     ks.sort(key=int)
     has_code = any(b.get("kind") == "code" for b in benches.values())
-    t = Table(title=title, title_justify="left")
+    caption = "pass@k: unbiased estimator over n samples"
+    if has_code:
+        caption += "; code: avg@n is the full pass rate, test pass the mean share of tests passed"
+    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     t.add_column("benchmark")
     t.add_column("problems", justify="right")
     t.add_column("n", justify="right")

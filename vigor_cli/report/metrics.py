@@ -18,7 +18,7 @@ verdicts.
 from __future__ import annotations
 
 from math import comb
-from typing import Iterable, Sequence
+from typing import Sequence
 
 MATH_SIX = ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench")
 """The six math benchmarks whose average the VIGOR paper reports."""
@@ -104,8 +104,3 @@ def overall(per_benchmark: dict[str, dict]) -> dict:
         out["math6_avg@n"] = sum(scored[name] for name in MATH_SIX) / len(MATH_SIX)
     return out
 
-
-def mean(values: Iterable[float]) -> float | None:
-    """Mean of an iterable, None when empty."""
-    values = list(values)
-    return sum(values) / len(values) if values else None
