@@ -582,13 +582,14 @@ def start_distribution(task_name: str, model: str, temperature: float, cache: Pa
     model_obj, tokenizer = load(resolve_model_path(model))
     task = get_task(TaskConfig(name=task_name), workers=1)
     try:
-        examples = random.Random(0).sample(task.train_examples(), problems)
+        train = task.train_examples()
+        examples = random.Random(0).sample(train, min(problems, len(train)))
         max_new = 16 if task_name == "tiny-math" else 48
         rates = pass_rates(task, model_obj, tokenizer, examples, samples, seed=0, temperature=temperature, max_new_tokens=max_new)
     finally:
         task.close()
     out = {
-        "problems": problems,
+        "problems": len(examples),
         "samples_per_problem": samples,
         "temperature": temperature,
         "mean_pass_rate": sum(rates) / len(rates),
@@ -682,7 +683,7 @@ def render_markdown(results: dict) -> str:
     for key, cell in results["cells"].items():
         dist = cell["start_distribution"]
         parts.append(
-            f"### {key}\n\n{cell['regime']['about']}. Held-out greedy accuracy at start {cell['start_accuracy']:.3f}; "
+            f"### {key}\n\n{cell['regime']['about']}. Held-out accuracy at start {cell['start_accuracy']:.3f}; "
             f"target {cell['target']:.3f} (start + {cell['target_gain']} x grpo's median gain). Starting pass counts "
             f"out of {dist['samples_per_problem']} on {dist['problems']} training prompts at temperature "
             f"{dist['temperature']}: {dist['pass_count_histogram']} (mean pass rate {dist['mean_pass_rate']:.3f}; "
@@ -829,7 +830,8 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, Any] = {
         "plan": asdict(plan), "machine": machine(), "command": "python bench/efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "study_seconds": time.time() - started, "failures": failures, "cells": {},
+        "study_seconds": None if args.aggregate_only else time.time() - started,
+        "aggregated_only": args.aggregate_only, "failures": failures, "cells": {},
     }
     timing_steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
     timing_path = out / "timing.json"
