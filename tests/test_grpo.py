@@ -113,7 +113,7 @@ def test_micro_batches_leave_loss_and_gradient_unchanged(how):
         part = step_loss(b)
         part.backward()
         accumulated += float(part.detach())
-    assert accumulated == pytest.approx(float(full), rel=1e-6)
+    assert accumulated == pytest.approx(float(full.detach()), rel=1e-6)
     assert torch.allclose(head.weight.grad, grad_full, atol=1e-7)
 
 

@@ -110,7 +110,7 @@ def test_micro_batches_leave_the_update_unchanged(tmp_path):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-7)
 
 
-@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_resume_matches_uninterrupted_run(tmp_path, monkeypatch, lora):
     sets = tiny_sets(tmp_path, "x", "train.steps=4", "train.save_every=2", "train.eval_every=2",
                      f"model.lora.enabled={str(lora).lower()}", "grpo.mu=2", "grpo.beta=0.01")
@@ -187,3 +187,15 @@ def test_sigkill_then_resume(tmp_path):
     whole = strip_times(RunDir(tmp_path / "whole").metrics())
     resumed = strip_times(RunDir(tmp_path / "killed").metrics())
     assert resumed == whole
+
+
+@pytest.mark.slow
+def test_tiny_code_end_to_end_through_the_sandbox(tmp_path):
+    sets = [s for s in tiny_sets(tmp_path, "code") if not s.startswith(("task.name", "sampling.max_new_tokens", "task.max_prompt_tokens"))]
+    cfg = build_config(sets=sets + ["task.name=tiny-code", "sampling.max_new_tokens=48", "task.max_prompt_tokens=128"])
+    train(cfg, out=quiet())
+    rows = [r for r in RunDir(tmp_path / "code").metrics() if "reward/mean" in r]
+    assert [r["step"] for r in rows] == [1, 2]
+    comps = [json.loads(x) for x in (tmp_path / "code" / "completions.jsonl").read_text().splitlines()]
+    # the sandboxed verifier's verdicts come back as reasons
+    assert comps and all(c["reason"] for c in comps)
