@@ -9,7 +9,7 @@ the wall time per rollout, each against ``grpo``. A regime study repeats the
 comparison on starting models with different pass-rate distributions (the
 tiny model warmed up for shorter or longer with ``vigor make-tiny``).
 
-    python bench/efficiency.py                     # the full study (about an hour on 2 cores)
+    python bench/efficiency.py                     # the full study: 90 runs, 46 min on 2 shared cores
     python bench/efficiency.py --quick             # minutes: a smoke run of the whole pipeline
     python bench/efficiency.py --aggregate-only    # recompute tables and plots from the runs
 
