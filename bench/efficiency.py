@@ -102,7 +102,7 @@ REGIMES: dict[str, Regime] = {
     "weak": Regime(0.2, 1.0, "tiny model warmed up to probe accuracy 0.2 (vigor make-tiny --target 0.2)"),
     "strong": Regime(0.8, 1.0, "tiny model warmed up to probe accuracy 0.8 (vigor make-tiny --target 0.8)"),
 }
-"""Regimes of the study; the full run's default list is STUDY_REGIMES (the others build a model first)."""
+"""Every regime the harness knows; STUDY picks the ones the full run uses (weak and strong build a model first)."""
 
 ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide"]
 """Arms that look for why VIGOR wins or loses on the default regime (sized for 32 prompts per step)."""
