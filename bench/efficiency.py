@@ -829,7 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     failures = [] if args.aggregate_only else execute(specs, plan.jobs, out / "logs", console)
 
     results: dict[str, Any] = {
-        "plan": asdict(plan), "machine": machine(), "command": "python bench/efficiency.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "plan": asdict(plan), "machine": machine(), "command": " ".join(  # the study's command (tables recomputed later still name it)
+            ["python bench/efficiency.py", *(a for a in (sys.argv[1:] if argv is None else argv) if a != "--aggregate-only")]),
         "study_seconds": None if args.aggregate_only else time.time() - started,
         "aggregated_only": args.aggregate_only, "failures": failures, "cells": {},
     }
