@@ -9,7 +9,7 @@ the wall time per rollout, each against ``grpo``. A regime study repeats the
 comparison on starting models with different pass-rate distributions (the
 tiny model warmed up for shorter or longer with ``vigor make-tiny``).
 
-    python bench/efficiency.py                     # the full study: 90 runs, 46 min on 2 shared cores
+    python bench/efficiency.py                     # the full study: 100 runs, about 50 min on 2 shared cores
     python bench/efficiency.py --quick             # minutes: a smoke run of the whole pipeline
     python bench/efficiency.py --aggregate-only    # recompute tables and plots from the runs
 
@@ -76,6 +76,9 @@ ARM_SETS: dict[str, list[str]] = {
     # breadth at the same 256 rollouts per step: 64 prompts, 2 each, then 4 more for half
     "vigor-wide": ["allocation.strategy=vigor", "train.prompts_per_step=64", "allocation.rounds=2", "allocation.budget=256"],
     "grpo-wide": ["allocation.strategy=grpo", "train.prompts_per_step=64", "allocation.group_size=4"],
+    # a larger batch at the paper's 8 per prompt: 64 prompts, 512 rollouts per step (half the steps)
+    "vigor-64": ["allocation.strategy=vigor", "train.prompts_per_step=64"],
+    "grpo-64": ["allocation.strategy=grpo", "train.prompts_per_step=64"],
 }
 """Config overrides per arm (``--set`` syntax); the group size 8 and budget come from the task config."""
 
@@ -104,7 +107,7 @@ REGIMES: dict[str, Regime] = {
 }
 """Every regime the harness knows; STUDY picks the ones the full run uses (weak and strong build a model first)."""
 
-ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide"]
+ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide", "vigor-64", "grpo-64"]
 """Arms that look for why VIGOR wins or loses on the default regime (sized for 32 prompts per step)."""
 
 TASK_SIZES = {
