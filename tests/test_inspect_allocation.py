@@ -17,29 +17,6 @@ from vigor_cli.errors import UserError
 from vigor_cli.report.allocation import load_allocation, summarize_step
 
 
-@pytest.fixture
-def vigor(capsys, monkeypatch):
-    """Run a vigor command in this process: (exit code, stdout, stderr), wide tables."""
-    from vigor_cli.cli import main
-    from vigor_cli.console import console, err_console
-
-    monkeypatch.setattr(console, "width", 200)
-    monkeypatch.setattr(err_console, "width", 200)
-
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as e:
-            code = e.code
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return call
-
-
-
 def write_allocation_run(path: Path, strategy: str, steps: int = 4, prompts: int = 16,
                          partial_tail: bool = False) -> Path:
     """allocation.jsonl as the trainer writes it: the allocator's record plus step and text."""
