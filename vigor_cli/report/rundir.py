@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from vigor_cli.config import load_yaml
 from vigor_cli.errors import UserError
 
 
@@ -92,15 +92,7 @@ def check_run_dir(path: str | Path) -> Path:
 def read_config(path: Path) -> dict[str, Any]:
     """The run's resolved config.yaml as a plain dict ({} when absent)."""
     cfg_path = path / "config.yaml"
-    if not cfg_path.is_file():
-        return {}
-    try:
-        data = yaml.safe_load(cfg_path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise UserError(f"{cfg_path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{cfg_path}: top level must be a mapping")
-    return data
+    return load_yaml(cfg_path) if cfg_path.is_file() else {}
 
 
 def load_run(path: str | Path) -> RunDir:
