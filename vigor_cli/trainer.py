@@ -159,7 +159,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, run: RunDir, resume_from: Path | None, out: Any):
         from vigor_cli.allocation import make_allocator
-        from vigor_cli.models import Reference, load_policy
+        from vigor_cli.models import Reference, load_policy, trainable_parameters
         from vigor_cli.rollout import make_engine
         from vigor_cli.tasks import get_task
 
@@ -211,9 +211,9 @@ class Trainer:
             self.allocator = make_allocator(cfg.allocation, t.prompts_per_step, t.seed)
         except ValueError as e:
             raise UserError(str(e)) from None
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.trainable = trainable_parameters(self.model)
         self.optimizer = torch.optim.AdamW(
-            params, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
+            self.trainable, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
         )
         warmup = cfg.grpo.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -302,7 +302,6 @@ class Trainer:
             "completions/max_length": max(lengths, default=0),
             "completions/truncated_frac": sum(s.rollout.truncated for s in every) / len(every) if every else 0.0,
             **update_metrics,
-            "lr": self.scheduler.get_last_lr()[0],
             "time/generate": t_gen,
             "time/reward": t_reward,
             "time/update": t2 - t1,
@@ -373,29 +372,28 @@ class Trainer:
         lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
         batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
 
-        old_logp: dict[int, torch.Tensor] = {}
-        if g.mu > 1:
-            with torch.no_grad():
-                for b in batches:
-                    lp, _, _ = self._logprobs(self.model, samples, b, temp)
-                    for k, i in enumerate(b):
-                        old_logp[i] = lp[k]
+        # Pass 0's log-probs are the "old" policy of every later pass (mu > 1), and the
+        # reference's log-probs do not change between passes: both are computed once.
+        old_cache: dict[int, torch.Tensor] = {}
+        ref_cache: dict[int, torch.Tensor] = {}
+        lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
 
         sums = defaultdict(float)
         counted = 0.0
         grad_norm = 0.0
         for pass_index in range(g.mu):
             self.optimizer.zero_grad(set_to_none=True)
-            for b in batches:
+            for bi, b in enumerate(batches):
                 lp, ent, mask = self._logprobs(self.model, samples, b, temp)
                 adv = torch.tensor([samples[i].advantage for i in b], dtype=lp.dtype, device=lp.device)
-                old = torch.stack([old_logp[i] for i in b]) if g.mu > 1 else lp.detach()
+                old = old_cache.setdefault(bi, lp.detach())
                 tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high)
                 kl = None
                 if self.reference is not None:
-                    with torch.no_grad(), self.reference.model() as ref:
-                        ref_lp, _, _ = self._logprobs(ref, samples, b, temp)
-                    kl = grpo.kl_k3(lp, ref_lp)
+                    if bi not in ref_cache:
+                        with torch.no_grad(), self.reference.model() as ref:
+                            ref_cache[bi] = self._logprobs(ref, samples, b, temp)[0]
+                    kl = grpo.kl_k3(lp, ref_cache[bi])
                     tok_loss = tok_loss + g.beta * kl
                 loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg)
                 loss.backward()
@@ -415,8 +413,7 @@ class Trainer:
                         ntok = len(engine_lp)
                         sums["lp_diff"] += float((lp[k, :ntok].detach().cpu() - engine_lp).abs().sum())
                         sums["lp_tokens"] += ntok
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, g.max_grad_norm))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
         denom = max(counted, 1.0)
@@ -428,6 +425,7 @@ class Trainer:
             "losses/entropy": sums["entropy"] / denom,
             "losses/grad_norm": grad_norm,
             "engine/logprob_diff": sums["lp_diff"] / sums["lp_tokens"] if sums["lp_tokens"] else None,
+            "lr": lr,
         }
         return out
 

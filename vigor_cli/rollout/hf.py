@@ -53,8 +53,8 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     if top_p >= 1.0:
         return logits
     sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-    cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-    drop = cum - torch.softmax(sorted_logits, dim=-1) >= top_p  # keep the token that crosses top_p
+    probs = torch.softmax(sorted_logits, dim=-1)
+    drop = probs.cumsum(-1) - probs >= top_p  # keep the token that crosses top_p
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
@@ -153,8 +153,8 @@ class HFEngine(RolloutEngine):
                 step_pos = step_pos[:, -1:] + 1
                 mask = torch.cat([mask, (~done | finished_now).long().unsqueeze(-1)], dim=-1)
 
-            token_mat = torch.stack(tokens, dim=1).cpu()
-            logp_mat = torch.stack(logprobs, dim=1).cpu()
+            token_mat = torch.stack(tokens, dim=1).cpu().tolist()
+            logp_mat = torch.stack(logprobs, dim=1).cpu().tolist()
         finally:
             self.model.train(was_training)
 
@@ -163,10 +163,9 @@ class HFEngine(RolloutEngine):
         for row in range(len(prompts)):
             row_ids, row_lp = [], []
             stopped = False
-            for t in range(token_mat.shape[1]):
-                tok = int(token_mat[row, t])
+            for tok, lp in zip(token_mat[row], logp_mat[row]):
                 row_ids.append(tok)
-                row_lp.append(float(logp_mat[row, t]))
+                row_lp.append(lp)
                 if tok in eos_set:
                     stopped = True
                     break
