@@ -400,3 +400,18 @@ def test_record_is_json_and_complete():
         assert p["rounds"][-1]["kept"] in (False, None)
     t = rec["totals"]
     assert (t["rollouts"], t["used"], t["rounds"], t["prompts"], t["budget"]) == (128, 128, 4, 16, 128)
+
+
+def test_equal_fractional_pools_tie_by_seed_not_by_reward_order():
+    """The same fractional rewards told in another order differ in the running sums' last
+    bits; that must not decide who is kept (the seeded tie-break must)."""
+    orders = ([0.1, 0.2, 0.7, 0.3, 0.6, 0.9], [0.1, 0.2, 0.7, 0.3, 0.9, 0.6])
+    kept_first = 0
+    for seed in range(40):
+        alloc = make_allocator(AllocationConfig(rounds=2, m0=6, gamma=1.0, alpha=0.5), 2, seed)
+        alloc.start_step(0, lambda n: ["a", "b"][:n])
+        requests = alloc.ask()
+        alloc.tell({r.uid: orders[i] for i, r in enumerate(requests)})
+        kept = [r.uid for r in alloc.ask()]
+        kept_first += kept == [requests[0].uid]
+    assert 8 <= kept_first <= 32

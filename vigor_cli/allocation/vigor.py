@@ -99,9 +99,12 @@ class VigorAllocator(RoundAllocator):
         # ties (drawn in the active list's order, so the same seed gives the same choice).
         tie = self.rng.random
         if self.keep_by == "variance":
-            keyed = [(-self._variance(uid), tie(), uid) for uid in self._active]
+            # rounded: running sums of fractional rewards differ in the last bits with the
+            # order rewards arrived in, and that must not decide a tie
+            keyed = [(-round(self._variance(uid), 12), tie(), uid) for uid in self._active]
         elif self.keep_by == "difficulty":
-            keyed = [(self._stats[uid][0] / len(self._rewards[uid]), tie(), uid) for uid in self._active]
+            keyed = [(round(self._stats[uid][0] / len(self._rewards[uid]), 12), tie(), uid)
+                     for uid in self._active]
         else:
             keyed = [(0.0, tie(), uid) for uid in self._active]
         keyed.sort()

@@ -75,7 +75,7 @@ def inspect_allocation(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     text_width: int = typer.Option(60, help="Characters of prompt text shown per row."),
     overview_rows: int = typer.Option(
-        20, help="Rows of the across-steps overview (steps are sampled evenly beyond this)."
+        20, min=1, help="Rows of the across-steps overview (steps are sampled evenly beyond this)."
     ),
 ) -> None:
     """Per-step tables of prompts and their rollouts per round, and an overview across steps."""

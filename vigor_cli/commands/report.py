@@ -43,7 +43,7 @@ def report(
     """Plot accuracy against cumulative rollouts and tokens; tabulate rollouts to a target."""
     from rich.table import Table
 
-    from vigor_cli.report.curves import default_target, group_runs, run_curve, target_table
+    from vigor_cli.report.curves import default_target, first_crossing, group_runs, run_curve, target_table
     from vigor_cli.report.plots import plot_accuracy
     from vigor_cli.report.rundir import load_run
 
@@ -70,11 +70,12 @@ def report(
     table = target_table(loaded, curves, groups, target, baseline_index)
     table["metric"] = metric
     plotted = [g.mean for g in groups]
-    by_group = table["groups"] or table["runs"]
     out.mkdir(parents=True, exist_ok=True)
     pngs = {}
     for axis in ("rollouts", "tokens"):
-        crossings = [row[f"{axis}_to_target"] for row in by_group]
+        # each marker from the very curve it is drawn on (the table's rows are in run order)
+        crossings = [first_crossing(getattr(c, f"by_{axis}").x, getattr(c, f"by_{axis}").y, target)
+                     for c in plotted]
         pngs[axis] = str(
             plot_accuracy(plotted, axis, out / f"accuracy_vs_{axis}.png", target, crossings, metric)
         )

@@ -67,10 +67,6 @@ class PromptAllocation:
         return [r for rnd in self.rounds for r in rnd.rewards]
 
     @property
-    def final_variance(self) -> float:
-        return population_variance(self.rewards)
-
-    @property
     def zero_variance(self) -> bool:
         rewards = self.rewards
         return bool(rewards) and min(rewards) == max(rewards)
@@ -98,13 +94,6 @@ class StepAllocation:
     def rolled(self) -> list[PromptAllocation]:
         """Prompts that got at least one rollout (GRESO skips some before rollout)."""
         return [p for p in self.prompts if p.total > 0]
-
-
-def population_variance(values: list[float]) -> float:
-    if not values:
-        return 0.0
-    m = sum(values) / len(values)
-    return sum((v - m) ** 2 for v in values) / len(values)
 
 
 def _status(rounds: list[RoundInfo], total: int, used: int, in_update: bool, skipped: bool) -> str:
