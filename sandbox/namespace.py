@@ -6,6 +6,8 @@ When the fork server runs as root and the kernel lets it create namespaces
 * a new **network namespace**: no interface but a loopback that is down, so a
   program reaches no network even if seccomp were missing, and abstract Unix
   sockets of the host are out of reach;
+* a new **IPC namespace**: System V shared memory a program creates dies with the
+  worker instead of outliving the run;
 * a new **mount namespace**, with every mount made private first (nothing
   propagates back to the host), in which:
 
@@ -31,6 +33,7 @@ import sys
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWIPC = 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -143,11 +146,17 @@ def _cover_with_tmpfs(path: str, keep: list[str]) -> None:
 def isolate_fork_server(uid: int) -> dict:
     """Enter new network and mount namespaces (see the module doc). Never raises: the
     returned report says what worked, with the reasons for what did not."""
-    report: dict = {"network_namespace": False, "mount_namespace": False, "private_tmp": [],
+    report: dict = {"network_namespace": False, "ipc_namespace": False, "mount_namespace": False,
+                    "private_tmp": [],
                     "exposed_import_dirs": [], "namespace_detail": []}
     try:
         _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
         report["network_namespace"] = True
+    except OSError as exc:
+        report["namespace_detail"].append(str(exc))
+    try:  # System V shared memory, semaphores and queues die with the worker
+        _check(_libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        report["ipc_namespace"] = True
     except OSError as exc:
         report["namespace_detail"].append(str(exc))
     try:

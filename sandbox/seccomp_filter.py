@@ -66,12 +66,29 @@ _DENIED_OUTRIGHT = (
     "request_key",
     "userfaultfd",
     "io_uring_setup",
+    "process_madvise",
+    "migrate_pages",
+    "move_pages",
+    "kcmp",
 )
+
+_SELF_ONLY_ARG0 = (
+    "prlimit64",
+    "sched_setaffinity",
+    "sched_setscheduler",
+    "sched_setparam",
+    "sched_setattr",
+)
+"""Syscalls whose first argument names a target pid: allowed only with 0 (the caller), so a
+program cannot lower a sibling's limits or starve it (glibc's setrlimit is prlimit64(0, …))."""
+
+_SELF_ONLY_ARG1 = ("setpriority", "ioprio_set")
+"""Syscalls whose second argument names the target (who): allowed only with 0 (the caller)."""
 
 
 def build_filter(own_pid: int):
     """The filter as a ``pyseccomp.SyscallFilter`` (not loaded). ``own_pid``: the one pid
-    ``kill``/``tgkill`` may target, so a program can still signal itself."""
+    the signal-sending calls may target, so a program can still signal itself."""
     import pyseccomp as sc
 
     deny = sc.ERRNO(errno.EPERM)
@@ -80,8 +97,12 @@ def build_filter(own_pid: int):
     filt.add_rule(deny, "sendto", sc.Arg(4, sc.NE, 0))
     filt.add_rule(deny, "clone", sc.Arg(0, sc.MASKED_EQ, CLONE_THREAD, 0))
     filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
-    filt.add_rule(deny, "kill", sc.Arg(0, sc.NE, own_pid))
-    filt.add_rule(deny, "tgkill", sc.Arg(0, sc.NE, own_pid))
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        filt.add_rule(deny, name, sc.Arg(0, sc.NE, own_pid))
+    for name in _SELF_ONLY_ARG0:
+        filt.add_rule(deny, name, sc.Arg(0, sc.NE, 0))
+    for name in _SELF_ONLY_ARG1:
+        filt.add_rule(deny, name, sc.Arg(1, sc.NE, 0))
     for name in _DENIED_OUTRIGHT:
         filt.add_rule(deny, name)
     return filt

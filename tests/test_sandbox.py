@@ -48,6 +48,12 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
         while True: pass
         """, {"timeout"}, None),
     "sleep_forever": ("import time; time.sleep(10**6)", {"timeout"}, None),
+    # allowed, but the segment must die with the worker's IPC namespace (checked below)
+    "sysv_shared_memory": ("""
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        print('made' if libc.shmget(0, 1 << 20, 0o1000 | 0o666) >= 0 else 'refused')
+        """, {"ok"}, "made\n"),
     "stop_itself": ("import os, signal; os.kill(os.getpid(), signal.SIGSTOP)", {"timeout"}, None),
     "endless_non_daemon_thread": ("""
         import threading
@@ -251,7 +257,7 @@ def test_fork_server_namespaces():
     program = "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))"
     with SandboxPool(workers=1) as pool:
         caps = pool.capabilities
-        assert caps["network_namespace"] and caps["mount_namespace"], caps["detail"]
+        assert caps["network_namespace"] and caps["ipc_namespace"] and caps["mount_namespace"], caps["detail"]
         assert set(caps["private_tmp"]) >= {"/tmp", "/dev/shm"}
         run = pool.run_one(Job(program, b"", LIMITS))
         assert run.outcome == "ok" and run.stdout == b"['lo']\n", run.stderr_head
@@ -304,6 +310,8 @@ def test_nothing_left_behind(hostile_runs):
     leftover_tmp = [p.name for p in Path("/tmp").iterdir()
                     if p.lstat().st_uid == SANDBOX_UID and p.name.startswith("vigor")]
     assert leftover_tmp == []
+    shm_owners = [line.split()[7] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    assert str(SANDBOX_UID) not in shm_owners, "shared memory outlived the sandbox"
     with pytest.raises(BlockingIOError):
         LISTENER.accept()  # nobody ever connected
     assert _sandbox_sockets() == []
@@ -444,3 +452,42 @@ def test_harness_imported_from_under_tmp_keeps_isolation(tmp_path):
     assert isolated == "True", out.stderr[-2000:]
     assert outcome != "ok"
     assert "/tmp" in private
+
+
+SIBLING_ATTACK = textwrap.dedent("""
+    import ctypes, os, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    me, uid = os.getpid(), os.getuid()
+    time.sleep(0.3)  # let the victim start
+    hits = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            if os.stat(f'/proc/{pid}').st_uid != uid:
+                continue
+        except OSError:
+            continue
+        info = (ctypes.c_int * 32)(9, 0, -1)           # siginfo: SIGKILL, errno 0, SI_QUEUE
+        if libc.syscall(129, pid, 9, info) == 0:       # rt_sigqueueinfo
+            hits.append(('rt_sigqueueinfo', pid))
+        zero = (ctypes.c_ulong * 2)(0, 0)
+        if libc.syscall(302, pid, 0, zero, None) == 0:  # prlimit64(pid, RLIMIT_CPU, 0)
+            hits.append(('prlimit64', pid))
+        if libc.syscall(141, 0, pid, 19) == 0:          # setpriority(PRIO_PROCESS, pid, 19)
+            hits.append(('setpriority', pid))
+    print(hits)
+""")
+
+
+def test_a_program_cannot_signal_or_limit_a_sibling():
+    """Every child runs as the same uid: signals through rt_sigqueueinfo, prlimit64 and
+    setpriority aimed at another child are denied, and the victim finishes normally."""
+    victim = "import time\nfor _ in range(8): time.sleep(0.1)\nprint('alive')"
+    with SandboxPool(workers=2) as pool:
+        assert pool.isolated
+        victim_run, attack_run = pool.run([Job(victim, b"", LIMITS), Job(SIBLING_ATTACK, b"", LIMITS)])
+    assert attack_run.outcome == "ok", attack_run.stderr_head
+    assert attack_run.stdout == b"[]\n"
+    assert victim_run.outcome == "ok" and victim_run.stdout == b"alive\n", victim_run.stderr_head
