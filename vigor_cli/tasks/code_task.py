@@ -131,9 +131,9 @@ def load_lcb(path: str | None, what: str, flag: str) -> list[dict]:
         rows = loading.read_records(path)
         source = str(path)
     else:
-        rows = loading.load_hub(
-            LCB_HUB_ID, split="test", flag=flag, what=what, version_tag=LCB_VERSION, trust_remote_code=True
-        )
+        # Never trust_remote_code: a hub loading script would run inside the trainer. Where the
+        # hub copy needs its script, this fails with one line naming the local-path flag.
+        rows = loading.load_hub(LCB_HUB_ID, split="test", flag=flag, what=what, version_tag=LCB_VERSION)
         source = LCB_HUB_ID
     for n, r in enumerate(rows):
         check_record(r, f"{source} record {n + 1}")
