@@ -363,3 +363,19 @@ def test_errata_problems_are_flagged(verifier):
     leetcode = load_problem({**_load("functional_problem.json"), "question_title": "find-the-peaks"})
     assert "multiple answers" in leetcode.errata
     assert load_problem(_load("stdin_problem.json")).errata is None
+
+
+def test_functional_numpy_return_values_compare_as_plain_values(verifier, functional_problem):
+    """Upstream compares with ==, where np.int64(1) == 1; the JSON hand-off must agree."""
+    code = """
+import numpy as np
+class Solution:
+    def twoSum(self, nums, target):
+        seen = {}
+        for i, x in enumerate(nums):
+            if target - x in seen:
+                return np.array([seen[target - x], i])
+            seen[x] = np.int64(i)
+"""
+    verdict = verifier.grade(functional_problem, code, "all")
+    assert verdict.full == 1.0, verdict.reason
