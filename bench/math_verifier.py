@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from verifiers import math as vmath  # noqa: E402
-from verifiers.math import MathVerifier, grade  # noqa: E402
-from verifiers.math_answers import load_benchmark  # noqa: E402
+from vigor_cli.verifiers import math as vmath  # noqa: E402
+from vigor_cli.verifiers.math import MathVerifier, grade  # noqa: E402
+from vigor_cli.verifiers.math_answers import load_benchmark  # noqa: E402
 
 PATHOLOGICAL = {
     "power tower 9^9^9^9": ("5", r"\boxed{9^{9^{9^{9}}}}"),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from sandbox import Job, Limits, SandboxPool  # noqa: E402
+from vigor_cli.sandbox import Job, Limits, SandboxPool  # noqa: E402
 
 WORKERS = 2
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"

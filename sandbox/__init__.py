@@ -1,6 +1,6 @@
 """Runs untrusted Python programs: the sandbox behind the code verifier.
 
-    from sandbox import Job, Limits, SandboxPool
+    from vigor_cli.sandbox import Job, Limits, SandboxPool
     with SandboxPool(workers=2) as pool:
         result = pool.run_one(Job("print(input()[::-1])", stdin=b"abc\\n"))
         result.outcome, result.stdout        # ('ok', b'cba\\n')
@@ -24,7 +24,7 @@ Layers, outermost first:
   ``__main__`` script.
 """
 
-from sandbox.limits import NOBODY_UID, Limits
-from sandbox.pool import Job, RunResult, SandboxError, SandboxPool
+from vigor_cli.sandbox.limits import NOBODY_UID, Limits
+from vigor_cli.sandbox.pool import Job, RunResult, SandboxError, SandboxPool
 
 __all__ = ["Job", "Limits", "NOBODY_UID", "RunResult", "SandboxError", "SandboxPool"]

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from sandbox import protocol
-from sandbox.limits import NOBODY_UID, Limits
+import vigor_cli
+from vigor_cli.sandbox import protocol
+from vigor_cli.sandbox.limits import NOBODY_UID, Limits
 
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[1])
-_WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); import sandbox.worker as w; w.main()"
+# The folder that holds the vigor_cli package (a checkout or site-packages).
+_PACKAGE_PARENT = str(Path(vigor_cli.__file__).resolve().parents[1])
+_WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); import vigor_cli.sandbox.worker as w; w.main()"
 _warned: set[str] = set()
 
 

@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 
-from sandbox import protocol
-from sandbox.child import import_prelude_modules, run_child
+from vigor_cli.sandbox import protocol
+from vigor_cli.sandbox.child import import_prelude_modules, run_child
 
 PRELOADED_MODULES = (
     "array", "cmath", "dataclasses", "decimal", "encodings.idna", "enum", "fractions", "hashlib",
@@ -43,7 +43,7 @@ _READ_CHUNK = 1 << 16
 def _compile_filter() -> tuple[object | None, str]:
     """The seccomp filter compiled once, or None and why not."""
     try:
-        from sandbox.seccomp_filter import CompiledFilter
+        from vigor_cli.sandbox.seccomp_filter import CompiledFilter
 
         return CompiledFilter(), ""
     except Exception as exc:  # ImportError (no pyseccomp/libseccomp), OSError
@@ -302,12 +302,12 @@ def main() -> None:
         except ImportError:
             pass
     try:  # import before the namespaces change what the file system shows
-        importlib.import_module("sandbox.seccomp_filter")
+        importlib.import_module("vigor_cli.sandbox.seccomp_filter")
     except ImportError:
         pass  # reported by the probe, with the reason
     isolation = {}
     if os.geteuid() == 0:
-        from sandbox.namespace import isolate_fork_server
+        from vigor_cli.sandbox.namespace import isolate_fork_server
 
         isolation = isolate_fork_server(uid)  # before the server makes its dirs in /dev/shm
     server = ForkServer(uid)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.code import (CodeVerifier, ProblemError, extract_code, load_problem,
+from vigor_cli.verifiers.code import (CodeVerifier, ProblemError, extract_code, load_problem,
                             outputs_match)
-from verifiers.lcb import NoGlobalsUnpickler, safe_unpickle
+from vigor_cli.verifiers.lcb import NoGlobalsUnpickler, safe_unpickle
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "lcb"
 ROOT = Path(__file__).resolve().parents[1]

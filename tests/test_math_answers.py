@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.math_answers import (
+from vigor_cli.verifiers.math_answers import (
     BENCHMARKS,
     KNOWN,
     all_boxed,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from verifiers.math import MathVerifier, grade, grade_any, grade_multi
-from verifiers.math_answers import KNOWN, load_benchmark
+from vigor_cli.verifiers.math import MathVerifier, grade, grade_any, grade_multi
+from vigor_cli.verifiers.math_answers import KNOWN, load_benchmark
 from vigor_cli.cli import main as cli_main
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math-eval"
@@ -119,7 +119,7 @@ def test_percent_guard_cost_is_known():
 
 
 def test_gold_parsed_once_per_process():
-    from verifiers import math as vmath
+    from vigor_cli.verifiers import math as vmath
 
     vmath._gold_cache.clear()
     grade(r"\frac{7}{9}", r"\boxed{7/9}")
@@ -201,7 +201,7 @@ def test_dead_worker_is_an_error_verdict_not_a_crash():
 
 
 def test_worker_turns_exceptions_into_error_verdicts():
-    from verifiers.math import _context, _worker_main
+    from vigor_cli.verifiers.math import _context, _worker_main
 
     ctx = _context()
     parent, child = ctx.Pipe()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import Job, Limits, SandboxPool
+from vigor_cli.sandbox import Job, Limits, SandboxPool
 
 TIMEOUT_S = 2.0
 LIMITS = Limits(timeout_s=TIMEOUT_S, memory_mb=256, stdout_cap=4 * 1024 * 1024)
@@ -377,7 +377,7 @@ def test_pool_replaces_a_dead_worker():
 
 
 def test_missing_isolation_is_reported_loudly_once(capsys):
-    from sandbox import pool as pool_module
+    from vigor_cli.sandbox import pool as pool_module
 
     caps = {"seccomp": False, "uid_switch": False, "root": True, "uid": 65534,
             "detail": ["seccomp unavailable: OSError: test"]}
@@ -436,7 +436,7 @@ def test_harness_imported_from_under_tmp_keeps_isolation(tmp_path):
     shutil.copytree(Path(__file__).resolve().parents[1] / "sandbox", copy / "sandbox",
                     ignore=shutil.ignore_patterns("__pycache__"))
     script = textwrap.dedent("""
-        from sandbox import Job, Limits, SandboxPool
+        from vigor_cli.sandbox import Job, Limits, SandboxPool
         with SandboxPool(workers=1) as pool:
             run = pool.run_one(Job("import socket; socket.create_connection(('127.0.0.1', 9))",
                                    b"", Limits(timeout_s=5, memory_mb=256)))

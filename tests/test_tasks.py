@@ -101,7 +101,7 @@ def test_last_boxed_balances_braces():
 
 # --------------------------------------------------------------------------- tiny-code
 def test_tiny_code_records_are_lcb_format_and_reference_solutions_pass():
-    from verifiers.code import load_problem
+    from vigor_cli.verifiers.code import load_problem
 
     train, held = tiny_code.split(0)
     assert len(held) == tiny_code.HELD_OUT_SIZE

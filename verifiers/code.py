@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Iterable
 
-from sandbox import Job, Limits, RunResult, SandboxPool
-from verifiers.lcb import Problem, ProblemError, TestCase, load_problem
+from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool
+from vigor_cli.verifiers.lcb import Problem, ProblemError, TestCase, load_problem
 
 __all__ = [
     "CodeVerdict", "CodeVerifier", "Problem", "ProblemError", "TestCase", "TestVerdict",

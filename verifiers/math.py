@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Sequence, Union
 
-from verifiers.math_answers import all_boxed, last_boxed, split_top_level
+from vigor_cli.verifiers.math_answers import all_boxed, last_boxed, split_top_level
 
 Gold = Union[str, Sequence[str]]
 """One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
@@ -381,7 +381,7 @@ def _context():
     """A forkserver that has imported Math-Verify: new workers start in milliseconds and
     never inherit the parent's threads or CUDA state."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["verifiers.math", "math_verify", "sympy"])
+    ctx.set_forkserver_preload(["vigor_cli.verifiers.math", "math_verify", "sympy"])
     return ctx
 
 

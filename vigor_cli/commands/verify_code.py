@@ -52,7 +52,7 @@ def _read_record(path: Path, question_id: str | None) -> dict:
 
 def _read_program(path: Path) -> str:
     """A .py file is the program; any other file is a completion whose code block is taken."""
-    from verifiers.code import extract_code
+    from vigor_cli.verifiers.code import extract_code
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -78,8 +78,8 @@ def verify_code(
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
 ) -> None:
     """Run a program on a LiveCodeBench problem's tests in the sandbox; print each test and the reward."""
-    from verifiers.code import CodeVerifier
-    from verifiers.lcb import ProblemError, load_problem
+    from vigor_cli.verifiers.code import CodeVerifier
+    from vigor_cli.verifiers.lcb import ProblemError, load_problem
 
     if tests not in ("public", "all"):
         raise UserError(f"--tests must be 'public' or 'all', not {tests!r}")

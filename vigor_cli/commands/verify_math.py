@@ -58,7 +58,7 @@ def verify_math(
     if timeout <= 0:
         raise UserError("--timeout must be positive")
 
-    from verifiers.math import MathVerifier
+    from vigor_cli.verifiers.math import MathVerifier
 
     with MathVerifier(timeout_s=timeout) as verifier:
         verdicts = verifier.score_many(cases)  # type: ignore[arg-type]

@@ -64,7 +64,7 @@ class CodeTaskBase(Task):
 
     def _problem(self, example: Example):
         if example.uid not in self._problems:
-            from verifiers.code import load_problem
+            from vigor_cli.verifiers.code import load_problem
 
             try:
                 self._problems[example.uid] = load_problem(example.answer)
@@ -75,7 +75,7 @@ class CodeTaskBase(Task):
         return self._problems[example.uid]
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
-        from verifiers.code import CodeVerifier, extract_code
+        from vigor_cli.verifiers.code import CodeVerifier, extract_code
 
         if self._verifier is None:
             self._verifier = CodeVerifier(workers=self.workers)

@@ -50,7 +50,7 @@ class MathScored(Task):
 
     def _math_verifier(self):
         if self._verifier is None:
-            from verifiers.math import MathVerifier
+            from vigor_cli.verifiers.math import MathVerifier
 
             self._verifier = MathVerifier(timeout_s=5.0, workers=0)
         return self._verifier
@@ -84,7 +84,7 @@ class MathTask(MathScored):
         return [training_example(r, i, f"{source} record {i + 1}") for i, r in enumerate(rows)]
 
     def eval_examples(self, name: str | None = None) -> list[Example]:
-        from verifiers.math_answers import DEFAULT_DATA_DIR, KNOWN, load_benchmark
+        from vigor_cli.verifiers.math_answers import DEFAULT_DATA_DIR, KNOWN, load_benchmark
 
         name = name or DEFAULT_EVAL_SET
         if name not in KNOWN:
