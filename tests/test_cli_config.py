@@ -110,3 +110,22 @@ def test_every_shipped_config_validates(path):
     if "vigor" in path.name or path.name.startswith("tiny"):
         a = cfg.allocation
         assert (a.rounds, a.m0, a.gamma, a.alpha) == (4, 2, 2.0, 0.5)
+
+
+def test_config_resolves_to_a_bundled_file_by_name(tmp_path, monkeypatch):
+    """--config as given when the file exists; else the bundled config of that name, from any
+    folder (what a wheel install has); else one error naming it and the bundled ones."""
+    from vigor_cli.commands.train import CONFIGS, resolve_config
+    from vigor_cli.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    for given in ("configs/tiny-code.yaml", "tiny-code.yaml", "tiny-code"):
+        assert resolve_config(Path(given)) == CONFIGS / "tiny-code.yaml"
+    own = tmp_path / "configs" / "tiny-code.yaml"
+    own.parent.mkdir()
+    own.write_text("train:\n  steps: 3\n")
+    assert resolve_config(Path("configs/tiny-code.yaml")) == Path("configs/tiny-code.yaml")  # a local file wins
+    with pytest.raises(UserError, match=r"--config elsewhere/tiny-code.yaml: no such file.*tiny-math.yaml"):
+        resolve_config(Path("elsewhere/tiny-code.yaml"))
+    with pytest.raises(UserError, match="--config nope: no such file"):
+        resolve_config(Path("nope"))
