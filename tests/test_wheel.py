@@ -4,7 +4,7 @@ with the same bundled config, model and benchmark files, and installs no top-lev
 `verifiers` or `sandbox` module.
 
 The venv sees the system site-packages (torch and the other dependencies are not installed
-again), so the test checks that its `vigor_cli` is the wheel's copy, not this checkout or an
+again; inside a venv, that venv's packages too), so the test checks that its `vigor_cli` is the wheel's copy, not this checkout or an
 editable install.
 """
 
@@ -57,6 +57,16 @@ def venv(wheel, tmp_path_factory) -> dict:
     env_dir = base / "env"
     run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], cwd=base)
     python = env_dir / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # This interpreter is itself a venv (as under .ci/run): --system-site-packages shows
+        # the base interpreter's packages, not this venv's, so point the new venv at them too.
+        # A plain path line: the .pth files there (an editable vigor) are not run.
+        import sysconfig
+
+        theirs = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                     cwd=base).stdout.strip()
+        ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+        (Path(theirs) / "outer-env.pth").write_text("".join(f"{p}\n" for p in ours))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env |= {"PATH": f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
             "COLUMNS": "200", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
