@@ -55,7 +55,7 @@ def venv(wheel, tmp_path_factory) -> dict:
     outside the checkout and the environment to run them in."""
     base = tmp_path_factory.mktemp("venv")
     env_dir = base / "env"
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(env_dir)], cwd=base)
+    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)], cwd=base)
     python = env_dir / "bin" / "python"
     if sys.prefix != sys.base_prefix:
         # This interpreter is itself a venv (as under .ci/run): --system-site-packages shows
@@ -70,8 +70,8 @@ def venv(wheel, tmp_path_factory) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env |= {"PATH": f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
             "COLUMNS": "200", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall", str(wheel)],
-        cwd=base, env=env)
+    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
+         "--force-reinstall", str(wheel)], cwd=base, env=env)
     work = base / "work"
     work.mkdir()
     return {"python": python, "vigor": env_dir / "bin" / "vigor", "work": work, "env": env, "root": env_dir}
