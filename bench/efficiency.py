@@ -600,7 +600,7 @@ def start_distribution(task_name: str, model: str, temperature: float, cache: Pa
         "zero_variance_at_8": sum(p ** 8 + (1 - p) ** 8 for p in rates) / len(rates),
         # reward variance p(1-p) per prompt: its mean, and the mean over the top eighth (the
         # prompts VIGOR's last round concentrates on): their ratio bounds how much more
-        # gradient signal per rollout concentrating can buy (shared/notes/algorithms.md)
+        # gradient signal per rollout concentrating can buy (docs/algorithms.md)
         "mean_variance": statistics.mean(p * (1 - p) for p in rates),
         "top_eighth_variance": statistics.mean(sorted((p * (1 - p) for p in rates), reverse=True)[: max(1, len(rates) // 8)]),
     }

@@ -2,26 +2,65 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 import pytest
 
 from vigor_cli.config import ConfigError, RunConfig, build_config, describe
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "vigor_cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "vigor_cli", *args], capture_output=True, text=True, timeout=120,
+        env=env,
     )
 
 
+def listed_commands(help_text: str) -> list[str]:
+    """The names in the "Commands" section of a --help page (rich panel or plain click),
+    in order; the description lines above it do not count."""
+    names, inside = [], False
+    for line in help_text.splitlines():
+        row = line.strip().strip("│").strip()
+        if not inside:
+            inside = row.startswith("╭─ Commands") or row == "Commands:"
+            continue
+        if not row or row.startswith("╰"):
+            break
+        body = line.lstrip()[1:] if line.lstrip().startswith("│") else line[1:]
+        if body.startswith(" ") and not body.startswith("  "):  # a name, not a wrapped description
+            names.append(row.split()[0])
+    return names
+
+
 def test_help_lists_every_command():
-    out = run_cli("--help")
+    import typer
+
+    from vigor_cli.cli import app
+
+    env = os.environ | {"COLUMNS": "200"}
+    out = run_cli("--help", env=env)
     assert out.returncode == 0
-    for cmd in ("train", "eval", "inspect-allocation", "report", "simulate", "verify"):
-        assert cmd in out.stdout
+    listed = listed_commands(out.stdout)
+    registered = sorted(typer.main.get_command(app).commands)
+    assert sorted(listed) == registered
+    assert set(listed) == {"train", "eval", "inspect-allocation", "report", "simulate", "verify", "make-tiny"}
+    verify = run_cli("verify", "--help", env=env)
+    assert verify.returncode == 0 and sorted(listed_commands(verify.stdout)) == ["code", "math"]
+
+
+def test_listed_commands_reads_only_the_command_list():
+    """A command named only in the app's description is not listed."""
+    page = (" Usage: vigor [OPTIONS] COMMAND\n\n train or eval, then report.\n\n"
+            "╭─ Commands ──────────╮\n│ train   Train.       │\n│ eval    Evaluate a   │\n"
+            "│         model.       │\n╰─────────────────────╯\n")
+    assert listed_commands(page) == ["train", "eval"]
+    plain = ("Usage: vigor\n\n  report things\n\nCommands:\n  train  Train.\n  eval   Evaluate a\n"
+             "         model.\n")
+    assert listed_commands(plain) == ["train", "eval"]
 
 
 def test_defaults_are_documented():
@@ -71,3 +110,22 @@ def test_every_shipped_config_validates(path):
     if "vigor" in path.name or path.name.startswith("tiny"):
         a = cfg.allocation
         assert (a.rounds, a.m0, a.gamma, a.alpha) == (4, 2, 2.0, 0.5)
+
+
+def test_config_resolves_to_a_bundled_file_by_name(tmp_path, monkeypatch):
+    """--config as given when the file exists; else the bundled config of that name, from any
+    folder (what a wheel install has); else one error naming it and the bundled ones."""
+    from vigor_cli.commands.train import CONFIGS, resolve_config
+    from vigor_cli.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    for given in ("configs/tiny-code.yaml", "tiny-code.yaml", "tiny-code"):
+        assert resolve_config(Path(given)) == CONFIGS / "tiny-code.yaml"
+    own = tmp_path / "configs" / "tiny-code.yaml"
+    own.parent.mkdir()
+    own.write_text("train:\n  steps: 3\n")
+    assert resolve_config(Path("configs/tiny-code.yaml")) == Path("configs/tiny-code.yaml")  # a local file wins
+    with pytest.raises(UserError, match=r"--config elsewhere/tiny-code.yaml: no such file.*tiny-math.yaml"):
+        resolve_config(Path("elsewhere/tiny-code.yaml"))
+    with pytest.raises(UserError, match="--config nope: no such file"):
+        resolve_config(Path("nope"))

@@ -1,4 +1,5 @@
-"""`vigor eval` on the bundled tiny model: the shared math files, fixed seed, a few problems;
+"""`vigor eval` on the bundled tiny model: the math files shipped in the package (no --data-dir),
+--data-dir overriding them, fixed seed, a few problems;
 results files re-scored without generating. The model runs in this process (one import of
 torch and transformers for the module); flag errors run the real command line."""
 
@@ -14,7 +15,7 @@ import pytest
 
 from vigor_cli.cli import main
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math-eval"
+from vigor_cli.package_data import MATH_EVAL_DIR
 
 
 def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -34,10 +35,10 @@ SAMPLING = ["--n", "3", "--temperature", "1.0", "--max-new-tokens", "12", "--see
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory) -> Path:
-    """2 problems each of math500 and gsm8k from the shared files and of tiny-code (real
-    sandbox), 3 samples, seed 7."""
+    """2 problems each of math500 and gsm8k from the files shipped in the package (no
+    --data-dir) and of tiny-code (real sandbox), 3 samples, seed 7."""
     out = tmp_path_factory.mktemp("eval") / "results.json"
-    vigor("eval", "tiny", "--benchmarks", "math500,gsm8k,tiny-code", "--data-dir", str(SHARED),
+    vigor("eval", "tiny", "--benchmarks", "math500,gsm8k,tiny-code",
           "--limit", "2", *SAMPLING, "--output", str(out))
     return out
 
@@ -55,11 +56,19 @@ def test_results_hold_every_sample(sampled):
         for s in entry["samples"]:
             assert s["reward"] in (0.0, 1.0) and s["reason"] and s["tokens"] <= 12
     assert results["sampling"]["seed"] == 7
+    assert results["data_dir"] is None
+    bundled = [json.loads(line) for line in (MATH_EVAL_DIR / "gsm8k.jsonl").read_text().splitlines()[:2]]
+    assert {s["uid"] for s in results["sets"]["gsm8k"]["samples"]} == {f"gsm8k/{r['idx']}" for r in bundled}
 
 
 def test_same_seed_same_samples(sampled, tmp_path, capsys):
+    """Same seed, same problems (here read through --data-dir from a copy of the shipped
+    math500 file): the same completions."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "math500.jsonl").write_text((MATH_EVAL_DIR / "math500.jsonl").read_text())
     again = tmp_path / "again.json"
-    vigor("eval", "tiny", "--benchmarks", "math500", "--data-dir", str(SHARED),
+    vigor("eval", "tiny", "--benchmarks", "math500", "--data-dir", str(data),
           "--limit", "2", *SAMPLING, "--output", str(again))
     assert "pass@2" in capsys.readouterr().out
     first = json.loads(sampled.read_text())["sets"]["math500"]["samples"]
@@ -69,7 +78,7 @@ def test_same_seed_same_samples(sampled, tmp_path, capsys):
 
 def test_rescore_grades_stored_completions_again(sampled, tmp_path):
     results = json.loads(sampled.read_text())
-    gold = json.loads((SHARED / "math500.jsonl").read_text().splitlines()[0])["answer"]
+    gold = json.loads((MATH_EVAL_DIR / "math500.jsonl").read_text().splitlines()[0])["answer"]
     # put a correct answer into one stored completion: only a real re-grade can notice
     first = results["sets"]["math500"]["samples"][0]
     first["completion"] = f"The answer is $\\boxed{{{gold}}}$."
@@ -101,6 +110,25 @@ def test_rescore_grades_stored_completions_again(sampled, tmp_path):
         if name == "gsm8k":
             assert new == old  # untouched completions grade the same
         assert rescored["sets"][name]["metrics"]["avg@n"] == pytest.approx(sum(new) / len(new))
+
+
+def test_data_dir_overrides_the_shipped_files(tmp_path):
+    """--data-dir reads <name>.jsonl from that directory instead of the shipped copy; a
+    directory without the file is one error line naming it, exit 2."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_text(json.dumps(
+        {"idx": 77, "question": "What is 2 + 3?", "answer": "2 + 3 = 5\n#### 5"}) + "\n")
+    out = tmp_path / "own.json"
+    vigor("eval", "tiny", "--benchmarks", "gsm8k", "--data-dir", str(data), "--n", "1",
+          "--temperature", "0", "--max-new-tokens", "4", "--engine", "hf", "--output", str(out))
+    results = json.loads(out.read_text())
+    assert results["data_dir"] == str(data)
+    entry = results["sets"]["gsm8k"]
+    assert entry["metrics"]["problems"] == 1 and [s["uid"] for s in entry["samples"]] == ["gsm8k/77"]
+    res = run_cli("eval", "tiny", "--benchmarks", "math500", "--data-dir", str(tmp_path / "none"))
+    assert res.returncode == 2 and "math500.jsonl" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_bad_flags_are_one_clear_line(tmp_path):

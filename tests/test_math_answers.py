@@ -1,4 +1,4 @@
-"""Benchmark answer loaders: every shape in shared/data/math-eval, and errors that name file and line."""
+"""Benchmark answer loaders: every shape in vigor_cli/data/math-eval, and errors that name file and line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from vigor_cli.verifiers.math_answers import (
 )
 from vigor_cli.errors import UserError
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math-eval"
+DATA = Path(__file__).resolve().parents[1] / "vigor_cli" / "data" / "math-eval"
 ROWS = {"math500": 500, "aime24": 30, "amc23": 40, "gaokao2023en": 385, "minerva_math": 272,
         "olympiadbench": 675, "gsm8k": 1319}
 

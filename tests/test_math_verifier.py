@@ -15,7 +15,7 @@ from vigor_cli.verifiers.math import MathVerifier, grade, grade_any, grade_multi
 from vigor_cli.verifiers.math_answers import KNOWN, load_benchmark
 from vigor_cli.cli import main as cli_main
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "math-eval"
+DATA = Path(__file__).resolve().parents[1] / "vigor_cli" / "data" / "math-eval"
 SLOW_PRED = r"\boxed{9^{9^{9^{9}}}}"  # sympy works on this for far longer than any limit
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from vigor_cli.config import TaskConfig
+from vigor_cli.package_data import MATH_EVAL_DIR
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import TASKS, get_task
 from vigor_cli.tasks import tiny_code, tiny_math
@@ -20,8 +21,6 @@ from vigor_cli.tasks.prompts import last_boxed, render
 from vigor_cli.tiny_model import TINY_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-MATH_EVAL = SHARED / "data" / "math-eval"
 LCB_SAMPLE = FIXTURES / "lcb_v6_sample.jsonl"
 
 
@@ -162,9 +161,10 @@ def test_missing_and_unreadable_files(tmp_path):
         get_task(TaskConfig(name="math", train_path=str(tmp_path / "junk.parquet"))).train_examples()
 
 
-@pytest.mark.skipif(not MATH_EVAL.is_dir(), reason="shared math-eval data not present")
-def test_math_eval_sets_load_from_data_dir_and_grade():
-    task = get_task(TaskConfig(name="math", data_dir=str(MATH_EVAL)))
+def test_math_eval_sets_load_from_the_shipped_files_and_grade():
+    """No task.data_dir: the six sets come from the files shipped in the package."""
+    assert MATH_EVAL_DIR.is_dir() and MATH_EVAL_DIR.parent.parent.name == "vigor_cli"
+    task = get_task(TaskConfig(name="math"))
     sizes = {}
     for name in ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"):
         examples = task.eval_examples(name)
@@ -182,6 +182,12 @@ def test_math_eval_sets_load_from_data_dir_and_grade():
     assert first.question in prompt and "\\boxed{}" in prompt
     with pytest.raises(UserError, match="unknown math evaluation set 'math501'"):
         task.eval_examples("math501")
+
+
+def test_math_eval_data_dir_overrides_the_shipped_files(tmp_path):
+    (tmp_path / "aime24.jsonl").write_text(json.dumps({"id": 5, "problem": "1+1?", "answer": "002"}) + "\n")
+    examples = get_task(TaskConfig(name="math", data_dir=str(tmp_path))).eval_examples("aime24")
+    assert [(e.uid, e.question, e.answer) for e in examples] == [("aime24/5", "1+1?", "2")]
 
 
 def test_math_eval_missing_dir_names_file(tmp_path):

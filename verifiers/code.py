@@ -37,9 +37,6 @@ __all__ = [
     "extract_code", "load_problem", "outputs_match",
 ]
 
-STATUSES = ("pass", "wrong_answer", "time_limit", "runtime_error", "memory_limit",
-            "compile_error", "skipped")
-
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
 
 
@@ -270,10 +267,3 @@ class CodeVerifier:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def score_record(verifier: CodeVerifier, record: dict, completion: str,
-                 tests: str = "public") -> CodeVerdict:
-    """Convenience: decode ``record``, extract the program from ``completion``, grade it."""
-    return verifier.grade(load_problem(record), extract_code(completion), tests)
-

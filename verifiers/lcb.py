@@ -183,8 +183,3 @@ def load_problem(record: dict) -> Problem:
         content=str(record.get("question_content", "")),
         metadata=metadata,
     )
-
-
-def encode_private_tests(tests: list[dict]) -> str:
-    """The upstream blob: base64(zlib(pickle(json string))). For fixtures and tests."""
-    return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode("ascii")

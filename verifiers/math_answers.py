@@ -1,6 +1,6 @@
 """Load math benchmark files and turn each answer shape into plain LaTeX gold strings.
 
-The evaluation sets in ``shared/data/math-eval`` (the Qwen2.5-Math harness layout)
+The evaluation sets in ``vigor_cli/data/math-eval`` (the Qwen2.5-Math harness layout)
 store their answers in different shapes; this module is the one place that knows
 them, so the verifier only ever sees a LaTeX answer string (or several, for
 OlympiadBench problems with several answers):
@@ -30,14 +30,15 @@ from pathlib import Path
 
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.package_data import MATH_EVAL_DIR
 
 BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]
 """The six math benchmarks the VIGOR paper reports."""
 
 KNOWN = BENCHMARKS + ["gsm8k"]
 
-DEFAULT_DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "math-eval"
-"""``<repo>/../shared/data/math-eval``: where the shared evaluation files live."""
+DEFAULT_DATA_DIR = MATH_EVAL_DIR
+"""The benchmark files shipped in the package (``vigor_cli/data/math-eval``)."""
 
 
 @dataclass

@@ -88,8 +88,9 @@ class TaskConfig(_Section):
     )
     data_dir: Optional[str] = Field(
         None,
-        description="Directory with evaluation files (layout of shared/data/math-eval); "
-        "overrides the hub for evaluation sets.",
+        description="Directory with evaluation files: <name>.jsonl for the math sets (default: "
+        "the seven files shipped in vigor_cli/data/math-eval), code.jsonl (or a file) for "
+        "LiveCodeBench (default: the hub).",
     )
     eval_sets: list[str] = Field(
         default_factory=list,
@@ -116,7 +117,7 @@ class TaskConfig(_Section):
 class AllocationConfig(_Section):
     strategy: Literal["vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty"] = Field(
         "vigor",
-        description="Rollout allocation strategy (shared/notes/algorithms.md). 'random' and "
+        description="Rollout allocation strategy (docs/algorithms.md). 'random' and "
         "'difficulty' are VIGOR's ablations.",
     )
     # VIGOR (and its ablations)
@@ -387,7 +388,7 @@ def dump_config(cfg: BaseModel) -> str:
 
 
 def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, Any, str]]:
-    """(dotted key, default, description) for every key: used by `vigor config` docs/README."""
+    """(dotted key, default, description) for every key: checked by the tests (every key documented)."""
     rows: list[tuple[str, Any, str]] = []
     for name, field in model.model_fields.items():
         ann = field.annotation

@@ -6,6 +6,3 @@ from __future__ import annotations
 class UserError(Exception):
     """Bad input (key, file, record, flag). The message names it and says what to do."""
 
-
-class NotBuiltError(UserError):
-    """A command or option the tool will have but does not have yet."""

@@ -5,7 +5,7 @@ the config uses (``grpo.scale_rewards``, ``grpo.loss_agg``), the way verl's
 ``core_algos`` does it: adding one touches one place. Nothing here knows about
 models, engines or allocators; the trainer feeds tensors in.
 
-Conventions (shared/notes/algorithms.md, "GRPO update"):
+Conventions (docs/algorithms.md, "GRPO update"):
 
 - Groups are keyed by prompt uid and may have any size >= 1. Group statistics
   use the population standard deviation (defined for a group of one, whose

@@ -139,7 +139,7 @@ def evaluate(
     run: Optional[Path] = typer.Option(None, "--run", help="Evaluate this run directory's checkpoint."),
     checkpoint: Optional[str] = typer.Option(None, help="With --run: checkpoint name, e.g. step-20 (default the latest)."),
     benchmarks: str = typer.Option("tiny-math", help=f"Comma-separated: {', '.join(BENCHMARKS)}."),
-    data_dir: Optional[Path] = typer.Option(None, help="Local benchmark files (layout of shared/data/math-eval)."),
+    data_dir: Optional[Path] = typer.Option(None, help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval."),
     n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default train.eval_samples)."),
     temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default train.eval_temperature)."),
     top_p: Optional[float] = typer.Option(None, help="Nucleus sampling (default sampling.top_p)."),

@@ -8,24 +8,47 @@ from typing import List, Optional
 import typer
 
 from vigor_cli.errors import UserError
+from vigor_cli.package_data import CONFIGS_DIR
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = CONFIGS_DIR
+"""The bundled configs (``vigor_cli/configs``: the repository's ``configs/``, shipped in the wheel)."""
 DEFAULT_CONFIG = CONFIGS / "tiny-math.yaml"
 """The bundled default (tiny model, tiny-math, VIGOR): what `vigor train` runs with no arguments."""
+
+
+def bundled_configs() -> list[str]:
+    return sorted(p.name for p in CONFIGS.glob("*.yaml"))
 
 
 def default_config_file(model: str | None, task: str | None) -> Path | None:
     """Without --config, the tiny model gets its tuned settings, configs/<task>.yaml for the
     tiny tasks (tiny-math.yaml otherwise); any other model starts from the config classes'
-    defaults (LoRA, GPU-sized batches)."""
+    defaults (LoRA, GPU-sized batches). A missing bundled file is a broken install: an error,
+    never a silent run on the built-in (GPU-sized) defaults."""
     if model not in (None, "tiny"):
         return None
     path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code") else DEFAULT_CONFIG
-    return path if path.is_file() else None
+    if not path.is_file():
+        raise UserError(f"bundled config {path} is missing: reinstall vigor (the package ships configs/)")
+    return path
+
+
+def resolve_config(path: Path) -> Path:
+    """``--config`` as given when that file exists; otherwise the bundled config of that name,
+    so ``configs/qwen2.5-1.5b-math-vigor.yaml``, ``qwen2.5-1.5b-math-vigor.yaml`` and
+    ``qwen2.5-1.5b-math-vigor`` work from any folder and from a wheel install."""
+    if path.is_file():
+        return path
+    if path.parent in (Path("."), Path("configs")):
+        bundled = CONFIGS / (path.name if path.suffix in (".yaml", ".yml") else path.name + ".yaml")
+        if bundled.is_file():
+            return bundled
+    raise UserError(f"--config {path}: no such file, and no bundled config of that name "
+                    f"(bundled: {', '.join(bundled_configs())})")
 
 
 def train(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
     model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
     task: Optional[str] = typer.Option(None, "--task", help="task.name: tiny-math, tiny-code, math, code."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="allocation.strategy: vigor, grpo, dapo, greso, pods, random, difficulty."),
@@ -68,7 +91,7 @@ def train(
             "train.output_dir": output_dir,
             "train.run_name": run_name,
         }
-        path = config if config is not None else default_config_file(model, task)
+        path = resolve_config(config) if config is not None else default_config_file(model, task)
         cfg = build_config(path, overrides=overrides, sets=set_)
         summary = run_training(cfg, out=console)
 

@@ -4,7 +4,7 @@ vLLM runs in this process (``distributed_executor_backend="external_launcher"``)
 so the policy's weights reach it as tensors through ``LLM.apply_model``, never
 through a checkpoint on disk. Between generation phases the engine sleeps at
 level 2 (weights and KV cache discarded), which leaves the GPU to the trainer.
-One generation phase, in order (``shared/notes/vllm-colocate.md``)::
+One generation phase, in order (``docs/vllm-colocate.md``)::
 
     wake_up(tags=["weights"])
     push every weight            LoRA merged as base + (alpha/r)·B·A in bf16; for a

@@ -4,14 +4,13 @@ Training records come from the hub (``DigitalLearningGmbH/MATH-lighteval``,
 the 7.5k MATH training problems with ``problem``/``solution``) or from a
 local JSONL/Parquet file (``task.train_path``) with ``problem`` (or
 ``question``) and ``answer`` (or a ``solution`` whose last ``\\boxed{}`` is
-the answer). Evaluation sets are read by ``verifiers.math_answers``:
-``task.data_dir`` in the layout of ``shared/data/math-eval``; without it the
-shared directory when present, else the hub for MATH500.
+the answer). Evaluation sets are read by ``vigor_cli.verifiers.math_answers``
+from the files shipped in the package (``vigor_cli/data/math-eval``), or from
+``task.data_dir`` (the same layout: ``<name>.jsonl``) when it is set.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 from vigor_cli.errors import UserError
@@ -20,7 +19,6 @@ from vigor_cli.tasks.base import Example, Score, Task
 from vigor_cli.tasks.prompts import last_boxed, render
 
 MATH_TRAIN_HUB_ID = "DigitalLearningGmbH/MATH-lighteval"
-MATH500_HUB_ID = "HuggingFaceH4/MATH-500"
 DEFAULT_EVAL_SET = "math500"
 INSTRUCTION = "{q}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 PLAIN = "Question: {q}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\nAnswer:"
@@ -89,28 +87,11 @@ class MathTask(MathScored):
         name = name or DEFAULT_EVAL_SET
         if name not in KNOWN:
             raise UserError(f"unknown math evaluation set {name!r}; valid: {', '.join(KNOWN)}")
-        data_dir = self.cfg.data_dir
-        if data_dir is None and (Path(DEFAULT_DATA_DIR) / f"{name}.jsonl").is_file():
-            data_dir = DEFAULT_DATA_DIR
-        if data_dir is not None:
-            records = load_benchmark(name, data_dir)
-            return [
-                Example(uid=r.uid, question=r.question, answer=r.golds[0] if len(r.golds) == 1 else list(r.golds), meta=dict(r.meta))
-                for r in records
-            ]  # fmt: skip
-        if name != "math500":
-            raise UserError(
-                f"evaluation set {name}: no local copy; put {name}.jsonl in a directory and pass "
-                f"--set task.data_dir=DIR (layout of shared/data/math-eval)"
-            )
-        rows = loading.load_hub(
-            MATH500_HUB_ID, split="test", what="MATH500", flag="--set task.data_dir=DIR (with math500.jsonl)"
-        )
-        out = []
-        for i, r in enumerate(rows):
-            loading.require(r, ("problem", "answer"), f"{MATH500_HUB_ID} record {i + 1}")
-            out.append(Example(uid=f"math500/{i}", question=r["problem"], answer=str(r["answer"])))
-        return out
+        records = load_benchmark(name, self.cfg.data_dir or DEFAULT_DATA_DIR)
+        return [
+            Example(uid=r.uid, question=r.question, answer=r.golds[0] if len(r.golds) == 1 else list(r.golds), meta=dict(r.meta))
+            for r in records
+        ]  # fmt: skip
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         return render(tokenizer, INSTRUCTION.format(q=example.question), PLAIN.format(q=example.question))
