@@ -35,6 +35,9 @@ class Rollout:
 
 class RolloutEngine(ABC):
     name: str = "base"
+    shares_policy: bool = False
+    """True when the engine samples with the policy module itself (no copy of the weights that
+    could go stale); the trainer's weight check then needs no base model of its own."""
 
     @abstractmethod
     def generate(

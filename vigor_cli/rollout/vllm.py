@@ -37,6 +37,7 @@ import torch
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+from vigor_cli.rollout.stops import cut_at_stop, stop_token_ids
 
 ENGINE_DTYPE = torch.bfloat16
 """The vLLM copy of the policy is always bf16, whatever the trainer holds (fp32, 4-bit)."""
@@ -196,19 +197,6 @@ def _context_length(cfg: Any, model: Any) -> int:
     return min(wanted, limit) if limit else wanted
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif extra:
-        ids.update(int(i) for i in extra)
-    return sorted(ids)
-
-
 class VLLMEngine(RolloutEngine):
     """Colocated vLLM in sleep mode; pushes the policy's weights in memory before generating.
 
@@ -228,7 +216,7 @@ class VLLMEngine(RolloutEngine):
         self._vllm = vllm_api
         self.tokenizer = tokenizer
         self._policy = model
-        self._eos_ids = _eos_ids(model, tokenizer)
+        self._stop_ids = stop_token_ids(model, tokenizer)
         self._sleep_level = cfg.engine.sleep_level
         self._awake = False
         self._engine_version: tuple | None = None  # policy version the engine's weights hold
@@ -357,7 +345,7 @@ class VLLMEngine(RolloutEngine):
             max_tokens=sampling.max_new_tokens,
             seed=seed,
             logprobs=0,  # the sampled token's log-prob only (processed: after temperature)
-            stop_token_ids=self._eos_ids,
+            stop_token_ids=self._stop_ids,  # EOS ids and the template's end of turn
             detokenize=False,  # decoded below with the trainer's tokenizer, as the hf engine does
         )
 
@@ -366,11 +354,17 @@ class VLLMEngine(RolloutEngine):
         if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
             raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
         logprobs = [float(step[t].logprob) for t, step in zip(token_ids, completion.logprobs)]
+        truncated = completion.finish_reason == "length"
+        # vLLM stops at the first stop id and keeps it; cut here too, so the reward never
+        # reads past an end of turn whatever the engine did.
+        end = cut_at_stop(token_ids, self._stop_ids)
+        if end is not None:
+            token_ids, logprobs, truncated = token_ids[:end], logprobs[:end], False
         return Rollout(
             token_ids=token_ids,
             logprobs=logprobs,
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
-            truncated=completion.finish_reason == "length",
+            truncated=truncated,
         )
 
     # ------------------------------------------------------------------ misc
