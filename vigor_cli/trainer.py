@@ -387,14 +387,14 @@ class Trainer:
         lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
         batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
 
+        # Before any optimizer step: do the engine's log-probs track these weights?
+        self.weight_check = self._check_engine_weights(samples, temp)
+
         # Pass 0's log-probs are the "old" policy of every later pass (mu > 1), and the
         # reference's log-probs do not change between passes: both are computed once.
         old_cache: dict[int, torch.Tensor] = {}
         ref_cache: dict[int, torch.Tensor] = {}
         lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
-        # The weight check scores the first engine.weight_check_rows rows three ways.
-        check_rows = set(rows[: self.cfg.engine.weight_check_rows])
-        check = WeightCheckSums()
 
         sums = defaultdict(float)
         counted = 0.0
@@ -424,12 +424,10 @@ class Trainer:
                     sums["entropy"] += float((ent * mask).sum())
                     if kl is not None:
                         sums["kl"] += float((kl.detach() * mask).sum())
-                    self._weight_check_rows(check, samples, b, bi, lp, ref_cache, check_rows, temp)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
         denom = max(counted, 1.0)
-        self.weight_check = check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
         out = {
             "losses/loss": sums["loss"],
             "losses/clipfrac_low": sums["clip_low"] / denom,
@@ -465,25 +463,28 @@ class Trainer:
             return None
         return Reference(self.model, load_policy(self.cfg.model)[0])
 
-    def _weight_check_rows(self, check: WeightCheckSums, samples: list[Sample], b: list[int], bi: int,
-                           lp: torch.Tensor, ref_cache: dict, check_rows: set, temp: float) -> None:
-        """Add this micro-batch's checked rows: engine (rollout), policy (``lp``), base log-probs."""
-        sub = [k for k, i in enumerate(b) if i in check_rows]
-        if not sub:
-            return
-        base_lp = None
-        if self.weight_base is not None:
-            if self.weight_base is self.reference and bi in ref_cache:
-                base_lp = ref_cache[bi][sub]
-            else:
-                with torch.no_grad(), self.weight_base.model() as base:
-                    base_lp = self._logprobs(base, samples, [b[k] for k in sub], temp)[0]
-            base_lp = base_lp.detach().float().cpu()
-        policy_lp = lp.detach().float().cpu()
-        for j, k in enumerate(sub):
-            engine = samples[b[k]].rollout.logprobs
-            n = len(engine)
-            check.add(engine, policy_lp[k, :n].tolist(), None if base_lp is None else base_lp[j, :n].tolist())
+    @torch.no_grad()
+    def _check_engine_weights(self, samples: list[Sample], temp: float) -> Any:
+        """Score the step's first engine.weight_check_rows completions three ways (engine,
+        policy, base) with the weights that sampled them; rows of every advantage count, so
+        a step whose groups all tie (garbage weights give all-zero rewards) is checked too."""
+        check = WeightCheckSums()
+        rows = [i for i, s in enumerate(samples) if s.rollout.token_ids][: self.cfg.engine.weight_check_rows]
+        if self.cfg.engine.weight_check == "off" or not rows:
+            return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
+        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
+        for batch in grpo.token_budget_batches(lengths, self.cfg.grpo.micro_batch_tokens):
+            b = [rows[j] for j in batch]
+            policy_lp = self._logprobs(self.model, samples, b, temp)[0].float().cpu()
+            base_lp = None
+            if self.weight_base is not None:
+                with self.weight_base.model() as base:
+                    base_lp = self._logprobs(base, samples, b, temp)[0].float().cpu()
+            for k, i in enumerate(b):
+                engine = samples[i].rollout.logprobs
+                n = len(engine)
+                check.add(engine, policy_lp[k, :n].tolist(), None if base_lp is None else base_lp[k, :n].tolist())
+        return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
 
     def _logprobs(self, model: Any, samples: list[Sample], rows: list[int], temperature: float):
         """Per-token log-probs and entropies of the rows' completions under ``model``,
