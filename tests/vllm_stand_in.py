@@ -183,6 +183,10 @@ class WeightedVLLMModel(StandInVLLMModel):
                 params[name].copy_(tensor.to(params[name].dtype))  # bf16 values, as vLLM holds them
         return loaded
 
+    def get_parameter(self, name):
+        """The engine's copy of a weight (vLLM's model is an nn.Module; unfused names agree)."""
+        return self.hf_model.get_parameter(name)
+
 
 class WeightedStandInLLM(StandInLLM):
     """Samples from the weights it holds: the checkpoint at build, then what pushes wrote.
