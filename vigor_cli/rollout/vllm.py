@@ -15,8 +15,13 @@ One generation phase, in order (``shared/notes/vllm-colocate.md``)::
 
 The engine never calls ``reload_weights`` or anything else that re-reads the
 checkpoint after a push: that is the popular recipe's bug (it then samples from
-the base model for the whole run). The trainer's ``engine/logprob_diff`` metric
-(engine vs. policy log-probs on the same tokens) catches any such bug at step 1.
+the base model for the whole run). The trainer's weight check
+(``rollout/weight_check.py``: engine, policy and base log-probs on the same
+tokens) stops training when the engine tracks the base or stale weights, as
+soon as the policy has moved measurably away from the base.
+
+Completions stop at ``rollout/stops.py``'s ids (EOS, generation-config EOS and
+the chat template's end-of-turn token), sent as ``stop_token_ids``.
 
 Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
 ``tests/fixtures/vllm_signatures.json`` holds the signatures used here, and
@@ -226,7 +231,8 @@ class VLLMEngine(RolloutEngine):
             console.print(
                 "[yellow]vllm engine: sampling.top_p < 1, so the engine's log-probs are those of "
                 "the truncated distribution it samples from; the policy's recomputed ones are "
-                "not truncated, and engine/logprob_diff includes that gap[/yellow]"
+                "not truncated: engine/logprob_diff includes that gap (at most ln(1/top_p) per "
+                "token, which the weight check allows for)[/yellow]"
             )
         max_len = cfg.engine.max_model_len or _context_length(cfg, model)
         _external_launcher_env()
