@@ -72,6 +72,8 @@ def test_1_5b_eval_sets_resolve_from_a_data_dir(nothing_loads, tmp_path):
     (["task.name=code", "task.lcb_release=release_v9"], "task.lcb_release='release_v9'"),
     (["task.name=code", "task.data_dir=/no/such/lcb"], "LiveCodeBench data not found"),
     (["model.load_in_4bit=true"], "needs a CUDA GPU"),
+    (["engine.max_model_len=1024"], "engine.max_model_len (1024) must hold"),
+    (["engine.kind=vllm"], "engine.kind=vllm needs the policy on CUDA"),
 ])
 def test_static_errors_name_the_key(nothing_loads, sets, needle):
     cfg = build_config(CONFIGS / "qwen2.5-1.5b-math-vigor.yaml", sets=["task.eval_sets=[math500]", *sets])

@@ -131,6 +131,12 @@ def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
             f"task.max_prompt_tokens + sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + "
             f"{s.max_new_tokens})"
         )
+    e = cfg.engine
+    if e.max_model_len is not None and e.max_model_len < cfg.task.max_prompt_tokens + s.max_new_tokens:
+        raise UserError(
+            f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
+            f"sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + {s.max_new_tokens})"
+        )
     if g.epsilon >= 1:
         raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
 
