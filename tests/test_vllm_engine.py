@@ -1,9 +1,9 @@
 """The vLLM engine against a recording stand-in for ``vllm.LLM`` (vLLM cannot run without a GPU).
 
-The stand-in's methods have the signatures of vLLM 0.33.0, the pinned release:
-``tests/fixtures/vllm_signatures.json`` was extracted from its wheel by
-``scripts/extract_vllm_signatures.py``, and the first tests check the stand-in
-against it. It also enforces what the real engine does and the engine relies
+The stand-in (``tests/vllm_stand_in.py``) has the signatures of vLLM 0.33.0, the
+pinned release: ``tests/fixtures/vllm_signatures.json`` was extracted from its
+wheel by ``scripts/extract_vllm_signatures.py``, and the first tests check the
+stand-in against it. It also enforces what the real engine does and the engine relies
 on: keyword arguments must exist on ``LLM``/``EngineArgs``, ``SamplingParams``
 takes only its real fields and refuses ``n > 1`` when greedy, ``wake_up`` only
 wakes sleeping tags, generation needs every tag awake, and after a level-2
@@ -14,167 +14,21 @@ random) Qwen2 with a real peft LoRA.
 from __future__ import annotations
 
 import copy
-import inspect
-import json
 import subprocess
 import sys
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
+
+from vllm_stand_in import (
+    EOS, REPO, SIGNATURES, VOCAB, StandInLLM, StandInVLLMModel, _constant, _fields, _params,
+    _real_params, stand_in_api,
+)
 
 from vigor_cli.config import RunConfig
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout.vllm import VLLMEngine, policy_weights, vllm_unavailable_reason
-
-REPO = Path(__file__).resolve().parents[1]
-SIGNATURES = json.loads((REPO / "tests" / "fixtures" / "vllm_signatures.json").read_text())
-VOCAB = 96
-EOS = 1
-
-
-def _real_params(key: str) -> list[tuple[str, str, str | None]]:
-    return [(p["name"], p["kind"], p["default"]) for p in SIGNATURES["methods"][key]["params"]]
-
-
-def _params(fn) -> list[tuple[str, str, str | None]]:
-    return [
-        (p.name, p.kind.name, None if p.default is inspect.Parameter.empty else repr(p.default))
-        for p in inspect.signature(fn).parameters.values()
-    ]
-
-
-def _fields(cls_name: str) -> set[str]:
-    return {k for k in SIGNATURES["fields"][cls_name]["fields"] if not k.startswith("_")}
-
-
-def _constant(name: str) -> set[str]:
-    return set(SIGNATURES["constants"][name]["values"])
-
-
-# --------------------------------------------------------------------------- the stand-in
-class StandInSamplingParams:
-    """``vllm.SamplingParams``: only its real fields, and its greedy rule (sampling_params.py)."""
-
-    def __init__(self, **kwargs):
-        unknown = set(kwargs) - _fields("SamplingParams")
-        if unknown:
-            raise TypeError(f"SamplingParams has no field(s) {sorted(unknown)}")
-        self.n = 1
-        self.temperature = 1.0
-        self.top_p = 1.0
-        self.max_tokens = 16
-        self.seed = None
-        self.logprobs = None
-        self.stop_token_ids = None
-        self.__dict__.update(kwargs)
-        if self.temperature < 1e-5 and self.n > 1:
-            raise ValueError(f"n must be 1 when using greedy sampling, got {self.n}.")
-
-
-class StandInVLLMModel:
-    """The model inside vLLM's worker: ``load_weights`` takes checkpoint (HF) names only."""
-
-    def __init__(self, names: set[str]):
-        self.names = names
-        self.loads: list[dict[str, torch.Tensor]] = []
-
-    def load_weights(self, weights):
-        got = {}
-        for name, tensor in weights:
-            if name not in self.names:
-                raise KeyError(name)  # vLLM's AutoWeightsLoader fails on unknown names too
-            got[name] = tensor.detach().clone()
-        self.loads.append(got)
-        return set(got)
-
-
-class StandInLLM:
-    """Records every call; methods carry the pinned release's signatures."""
-
-    checkpoint_names: set[str] = set()
-
-    def __init__(self, model, **kwargs):
-        allowed = {p[0] for p in _real_params("LLM.__init__")} | _fields("EngineArgs")
-        unknown = set(kwargs) - allowed
-        if unknown:
-            raise TypeError(f"LLM() got unexpected keyword(s) {sorted(unknown)}")
-        assert kwargs.get("distributed_executor_backend") in _constant("DistributedExecutorBackend")
-        assert kwargs.get("logprobs_mode") in _constant("LogprobsMode")
-        self.init_kwargs = dict(kwargs, model=model)
-        self.calls: list[tuple] = []
-        self.sleeping: set[str] = set()
-        self.weights_valid = True  # the checkpoint, as loaded at build
-        self.vllm_model = StandInVLLMModel(self.checkpoint_names)
-        self.rng = torch.Generator().manual_seed(0)
-
-    def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None,
-                 priority=None, tokenization_kwargs=None, mm_processor_kwargs=None):
-        assert not self.sleeping, f"generate while {self.sleeping} sleep: the scheduler is paused"
-        assert self.weights_valid, "generate from discarded weights"
-        assert len(prompts) == len(sampling_params)
-        self.calls.append(("generate", [p.n for p in sampling_params]))
-        self.last_generate = (prompts, sampling_params)
-        return [self._request(p, sp) for p, sp in zip(prompts, sampling_params)]
-
-    def _request(self, prompt, sp):
-        outputs = []
-        for index in range(sp.n):
-            length = int(torch.randint(1, sp.max_tokens + 1, (1,), generator=self.rng))
-            tokens = torch.randint(2, VOCAB, (length,), generator=self.rng).tolist()
-            if length < sp.max_tokens:
-                tokens[-1] = EOS
-            logprob = SimpleNamespace(**{f: None for f in _fields("Logprob")})
-            steps = [{t: SimpleNamespace(**dict(vars(logprob), logprob=-0.5 - k))}
-                     for k, t in enumerate(tokens)]
-            values = dict(index=index, text="", token_ids=tokens, logprobs=steps,
-                          finish_reason="stop" if length < sp.max_tokens else "length")
-            assert set(values) <= _fields("CompletionOutput")
-            outputs.append(SimpleNamespace(**values))
-        outputs.reverse()  # the engine must order by .index, not trust list order
-        return SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=outputs)
-
-    def sleep(self, level=1, mode="abort"):
-        self.calls.append(("sleep", level))
-        self.sleeping = set(_constant("SLEEP_TAGS"))
-        if level == 2:
-            self.weights_valid = False
-
-    def wake_up(self, tags=None):
-        for tag in tags or list(self.sleeping):
-            assert tag in self.sleeping, f"wake_up({tag!r}) while awake"
-            self.sleeping.discard(tag)
-        self.calls.append(("wake_up", tuple(tags or ())))
-        return not self.sleeping
-
-    def reset_prefix_cache(self, reset_running_requests=False, reset_connector=False):
-        self.calls.append(("reset_prefix_cache",))
-        return True
-
-    def apply_model(self, func):
-        assert "weights" not in self.sleeping, "writing weights into sleeping memory"
-        before = len(self.vllm_model.loads)
-        result = [func(self.vllm_model)]
-        if len(self.vllm_model.loads) > before:
-            self.calls.append(("push",))
-            self.weights_valid = True
-        return result
-
-    def collective_rpc(self, method, timeout=None, args=(), kwargs=None):
-        self.calls.append(("collective_rpc", method))
-        if method == "reload_weights":
-            self.weights_valid = "checkpoint"
-        return [None]
-
-    def __getattr__(self, name):
-        raise AttributeError(f"vllm.LLM has no attribute {name!r}")
-
-
-def stand_in_api(checkpoint_names: set[str]):
-    llm_class = type("LLM", (StandInLLM,), {"checkpoint_names": checkpoint_names})
-    return SimpleNamespace(LLM=llm_class, SamplingParams=StandInSamplingParams)
 
 
 # --------------------------------------------------------------------------- policy
@@ -420,6 +274,6 @@ def test_lora_on_embeddings_is_refused(checkpoint):
 def test_gpu_smoke_says_what_it_needs():
     out = subprocess.run([sys.executable, "bench/gpu_smoke.py"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 2
+    assert out.returncode == 3  # distinct from 1 (a check failed) and 2 (bad arguments)
     lines = (out.stdout + out.stderr).strip().splitlines()
-    assert len(lines) == 1 and "needs CUDA + vllm" in lines[0]
+    assert len(lines) == 1 and "needs CUDA + vllm and did not run" in lines[0]

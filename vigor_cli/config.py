@@ -58,6 +58,18 @@ class ModelConfig(_Section):
         description="Load the frozen base in 4-bit NF4 with bitsandbytes (QLoRA). CUDA only; "
         "needs lora.enabled.",
     )
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        "auto",
+        description="Where the policy runs. 'auto': CUDA when torch can use it, the CPU only when "
+        "the machine has no CUDA at all; a machine with an NVIDIA device or driver that torch "
+        "cannot use (driver too old for the torch build, a CPU-only torch) is an error naming "
+        "the cause, never a silent CPU run. 'cpu' asks for the CPU (--device cpu).",
+    )
+    enable_thinking: Optional[bool] = Field(
+        None,
+        description="Passed to the chat template as enable_thinking (Qwen3 and other templates "
+        "with a thinking switch); None leaves the template's default (Qwen3: thinking on).",
+    )
     gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
     cpu_threads: int = Field(
         0,
@@ -105,6 +117,12 @@ class TaskConfig(_Section):
     )
     contest_date_end: Optional[str] = Field(
         None, description="Code task: keep problems with contest_date <= this ISO date."
+    )
+    lcb_release: str = Field(
+        "release_v6",
+        description="Code task: LiveCodeBench release whose files are read (release_v1..release_v6 "
+        "are cumulative: test.jsonl..test6.jsonl; v1..v6 one file each), from the hub repository "
+        "livecodebench/code_generation_lite or from a local folder holding those files.",
     )
     code_reward: Literal["full", "fraction"] = Field(
         "full",
@@ -189,8 +207,10 @@ class SamplingConfig(_Section):
 class EngineConfig(_Section):
     kind: Literal["auto", "hf", "vllm"] = Field(
         "auto",
-        description="Rollout engine. 'auto': vLLM when CUDA and vllm are present, else "
-        "transformers ('hf').",
+        description="Rollout engine. 'auto': vLLM when the policy runs on CUDA and vllm "
+        "imports; transformers ('hf') on the CPU or, with a printed warning, when vllm is not "
+        "installed. A vllm that is installed but does not import is an error, as is CUDA "
+        "present but unusable (see model.device).",
     )
     gen_batch_tokens: int = Field(
         16384,
@@ -216,11 +236,26 @@ class EngineConfig(_Section):
         description="vllm: skip torch.compile and CUDA graph capture (faster start, slower "
         "decoding).",
     )
+    weight_check: Literal["error", "warn", "off"] = Field(
+        "error",
+        description="After every step, check that the engine samples from the policy's weights: "
+        "compare engine, policy and base-model log-probs on the same sampled tokens (rule in "
+        "vigor_cli/rollout/weight_check.py). 'error' stops training when the engine tracks the "
+        "base or stale weights, 'warn' prints and logs it, 'off' skips the check.",
+    )
+    weight_check_rows: int = Field(
+        16,
+        ge=1,
+        description="Completions per step the weight check scores with the base model (one "
+        "no-grad forward over them; free when grpo.beta > 0, which computes it anyway).",
+    )
     logprob_check_threshold: float = Field(
-        0.05,
+        0.1,
         ge=0,
-        description="Warn when the mean |engine log-prob - policy log-prob| on sampled tokens "
-        "exceeds this (catches weight-sync bugs).",
+        description="The weight check also fails when the mean |engine log-prob - policy "
+        "log-prob| exceeds this plus ln(1/sampling.top_p) (the most a top-p engine's "
+        "renormalised log-probs may differ), whatever the base says: garbage weights. bf16 "
+        "numerics stay well below it.",
     )
 
 

@@ -14,6 +14,11 @@
 from __future__ import annotations
 
 import contextlib
+import glob
+import re
+import shutil
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -42,8 +47,117 @@ def resolve_model_path(name_or_path: str) -> str:
     return name_or_path
 
 
-def pick_device() -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+# --------------------------------------------------------------------------- device choice
+CUDA_DRIVER_FLOOR = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
+"""Oldest Linux driver each CUDA major release runs on (NVIDIA's minor-version compatibility)."""
+
+
+@dataclass
+class CudaProbe:
+    """What the machine says about CUDA: usable by this torch, present but unusable, or absent."""
+
+    usable: bool
+    evidence: list[str] = field(default_factory=list)
+    """Signs of an NVIDIA GPU or driver (device files, nvidia-smi, torch's own warning)."""
+    cause: str = ""
+    """Why torch cannot use it (one line), when present but unusable."""
+
+    @property
+    def present(self) -> bool:
+        return self.usable or bool(self.evidence)
+
+
+def _torch_cuda_available() -> tuple[bool, list[str]]:
+    """torch.cuda.is_available() and the warnings it raised (an old driver warns here)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = bool(torch.cuda.is_available())
+    return ok, [str(w.message) for w in caught]
+
+
+def _nvidia_device_files() -> list[str]:
+    return sorted(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _nvidia_smi() -> str | None:
+    return shutil.which("nvidia-smi")
+
+
+def _driver_version() -> str | None:
+    """The loaded NVIDIA kernel driver's version, from /proc (None when no driver is loaded)."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text()
+    except OSError:
+        return None
+    m = re.search(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return m.group(1) if m else None
+
+
+def _cuda_init_error() -> str | None:
+    """The error torch raises when asked to initialise CUDA (None when it initialises)."""
+    try:
+        torch.cuda.init()
+    except Exception as e:  # AssertionError (CPU build), RuntimeError (driver), others
+        return _first_line(e)
+    return None
+
+
+def probe_cuda() -> CudaProbe:
+    """Can this torch use a CUDA GPU here, and if not, is there one it should have used?"""
+    ok, messages = _torch_cuda_available()
+    if ok:
+        return CudaProbe(usable=True)
+    evidence: list[str] = []
+    devices = _nvidia_device_files()
+    if devices:
+        evidence.append(", ".join(devices[:4]) + (" …" if len(devices) > 4 else ""))
+    if _nvidia_smi():
+        evidence.append("nvidia-smi")
+    driver = _driver_version()
+    if driver:
+        evidence.append(f"driver {driver}")
+    cuda_warnings = [m.splitlines()[0] for m in messages if "CUDA" in m or "NVIDIA" in m]
+    if cuda_warnings:
+        evidence.append("torch warned")
+    if not evidence:
+        return CudaProbe(usable=False)
+    build = torch.version.cuda
+    if cuda_warnings:
+        cause = cuda_warnings[0]
+    elif build is None:
+        cause = f"torch {torch.__version__} is a CPU-only build"
+    else:
+        cause = _cuda_init_error() or "torch.cuda.is_available() is False"
+    if build is not None:
+        major = int(str(build).split(".")[0])
+        floor = CUDA_DRIVER_FLOOR.get(major)
+        need = f" (needs driver >= {floor})" if floor else ""
+        cause += f"; torch {torch.__version__} is a CUDA {build} build{need}"
+    return CudaProbe(usable=False, evidence=evidence, cause=cause)
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    """The policy's device for ``model.device``; CUDA present but unusable is a UserError.
+
+    'cpu' always gives the CPU. 'auto' gives CUDA when torch can use it and the
+    CPU only when the machine shows no sign of an NVIDIA GPU; 'cuda' needs a
+    usable GPU. The error names the evidence, the cause and both ways out.
+    """
+    if requested == "cpu":
+        return torch.device("cpu")
+    probe = probe_cuda()
+    if probe.usable:
+        return torch.device("cuda")
+    if probe.present:
+        raise UserError(
+            f"model.device={requested}: an NVIDIA GPU is present ({'; '.join(probe.evidence)}) "
+            f"but torch cannot use it: {probe.cause}. Install a torch build for this driver (or "
+            "update the driver), or run on the CPU on purpose with --device cpu"
+        )
+    if requested == "cuda":
+        raise UserError("model.device=cuda: no CUDA GPU here (no NVIDIA device, driver or "
+                        "nvidia-smi); use --device cpu or auto")
+    return torch.device("cpu")
 
 
 def pick_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
@@ -62,6 +176,8 @@ def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
         raise UserError(f"model.name_or_path={cfg.name_or_path}: cannot load tokenizer ({_first_line(e)})") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
+    if cfg.enable_thinking is not None:  # read by tasks/prompts.render and rollout/stops
+        tok.vigor_chat_template_kwargs = {"enable_thinking": cfg.enable_thinking}
     return tok
 
 
@@ -87,7 +203,7 @@ def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tupl
 
     quiet_transformers()
 
-    device = pick_device()
+    device = pick_device(cfg.device)
     dtype = pick_dtype(cfg, device)
     base_path = resolve_model_path(cfg.name_or_path)
     kwargs: dict[str, Any] = {"dtype": dtype, "revision": cfg.revision}

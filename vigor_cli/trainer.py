@@ -30,6 +30,7 @@ from vigor_cli.console import console as default_console
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import encode_prompt, evaluate_examples
 from vigor_cli.rollout.base import Rollout, SamplingParams
+from vigor_cli.rollout.weight_check import EngineWeightsError, WeightCheckSums, judge
 from vigor_cli.runs import RunDir, write_json_atomic
 from vigor_cli.tasks.base import Example
 
@@ -96,10 +97,11 @@ class DataOrder:
 
 
 # --------------------------------------------------------------------------- validation
-def validate_config(cfg: RunConfig, n_train: int) -> None:
-    """Checks that need no model: each message names the numbers to change."""
+def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
+    """Checks that need no model: each message names the numbers to change. Without
+    ``n_train`` (before any data is read) the checks against the task's size are skipped."""
     t, a, s, g = cfg.train, cfg.allocation, cfg.sampling, cfg.grpo
-    if t.prompts_per_step > n_train:
+    if n_train is not None and t.prompts_per_step > n_train:
         raise UserError(
             f"train.prompts_per_step ({t.prompts_per_step}) exceeds the {n_train} training "
             f"prompts of task '{cfg.task.name}'"
@@ -112,7 +114,8 @@ def validate_config(cfg: RunConfig, n_train: int) -> None:
                 f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
                 f"train.prompts_per_step ({a.m0} x {t.prompts_per_step} = {first_round})"
             )
-    if a.strategy == "dapo" and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train:
+    if (n_train is not None and a.strategy == "dapo"
+            and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train):
         raise UserError(
             f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "
             f"{t.prompts_per_step}) exceeds the {n_train} training prompts"
@@ -127,6 +130,12 @@ def validate_config(cfg: RunConfig, n_train: int) -> None:
             f"engine.gen_batch_tokens ({cfg.engine.gen_batch_tokens}) must hold one row: "
             f"task.max_prompt_tokens + sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + "
             f"{s.max_new_tokens})"
+        )
+    e = cfg.engine
+    if e.max_model_len is not None and e.max_model_len < cfg.task.max_prompt_tokens + s.max_new_tokens:
+        raise UserError(
+            f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
+            f"sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + {s.max_new_tokens})"
         )
     if g.epsilon >= 1:
         raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
@@ -167,21 +176,25 @@ class Trainer:
         t = cfg.train
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
-        # ---- task and data
+        # ---- every check that needs no download first (vigor_cli/preflight.py)
+        from vigor_cli.models import load_tokenizer
+        from vigor_cli.preflight import check_static, check_tokenizer
+
+        check_static(cfg)
+
+        # ---- task and data, training and evaluation sets, before the model downloads
         self.task = get_task(cfg.task, workers=t.reward_workers)
         train_examples = self.task.train_examples()
         validate_config(cfg, len(train_examples))
+        eval_limit = t.eval_limit
+        self.eval_sets: dict[str, list[Example]] = {}
+        for name in cfg.task.eval_sets or [None]:
+            exs = self.task.eval_examples(name)
+            self.eval_sets[name or cfg.task.name] = exs[:eval_limit] if eval_limit else exs
 
-        # ---- policy, reference, engine
-        self.model, self.tokenizer, self.device = load_policy(cfg.model, str(resume_from) if resume_from else None)
-        self.reference = None
-        if cfg.grpo.beta > 0:
-            if cfg.model.lora.enabled:
-                self.reference = Reference(self.model)
-            else:
-                self.reference = Reference(self.model, load_policy(cfg.model)[0])
-        self.engine = make_engine(cfg, self.model, self.tokenizer, announce=lambda m: out.print(m))
-
+        # ---- tokenizer (small), its checks and the prompts, before the weights
+        self.tokenizer = load_tokenizer(cfg.model)
+        check_tokenizer(cfg, self.tokenizer, warn=lambda m: out.print(m))
         self.examples: dict[str, Example] = {}
         self.prompt_ids: dict[str, list[int]] = {}
         dropped = 0
@@ -200,11 +213,19 @@ class Trainer:
                 f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({t.prompts_per_step})"
             )
         self.data = DataOrder(list(self.examples), t.seed)
-        eval_limit = t.eval_limit
-        self.eval_sets: dict[str, list[Example]] = {}
-        for name in cfg.task.eval_sets or [None]:
-            exs = self.task.eval_examples(name)
-            self.eval_sets[name or cfg.task.name] = exs[:eval_limit] if eval_limit else exs
+
+        # ---- policy, reference, engine
+        self.model, _, self.device = load_policy(cfg.model, str(resume_from) if resume_from else None)
+        self.reference = None
+        if cfg.grpo.beta > 0:
+            if cfg.model.lora.enabled:
+                self.reference = Reference(self.model)
+            else:
+                self.reference = Reference(self.model, load_policy(cfg.model)[0])
+        self.engine = make_engine(cfg, self.model, self.tokenizer, announce=lambda m: out.print(m))
+        self.weight_base = self._weight_check_base()
+        self.weight_check = judge(0.0, 0.0, 0.0, 0, cfg.engine.logprob_check_threshold)
+        self._last_check_status = ""
 
         # ---- allocation and optimisation
         try:
@@ -372,6 +393,9 @@ class Trainer:
         lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
         batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
 
+        # Before any optimizer step: do the engine's log-probs track these weights?
+        self.weight_check = self._check_engine_weights(samples, temp)
+
         # Pass 0's log-probs are the "old" policy of every later pass (mu > 1), and the
         # reference's log-probs do not change between passes: both are computed once.
         old_cache: dict[int, torch.Tensor] = {}
@@ -406,13 +430,6 @@ class Trainer:
                     sums["entropy"] += float((ent * mask).sum())
                     if kl is not None:
                         sums["kl"] += float((kl.detach() * mask).sum())
-                    first = [k for k, i in enumerate(b) if samples[i].round == 0]
-                    for k in first:
-                        i = b[k]
-                        engine_lp = torch.tensor(samples[i].rollout.logprobs, dtype=lp.dtype)
-                        ntok = len(engine_lp)
-                        sums["lp_diff"] += float((lp[k, :ntok].detach().cpu() - engine_lp).abs().sum())
-                        sums["lp_tokens"] += ntok
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
         self.scheduler.step()
@@ -424,10 +441,56 @@ class Trainer:
             "losses/kl": sums["kl"] / denom,
             "losses/entropy": sums["entropy"] / denom,
             "losses/grad_norm": grad_norm,
-            "engine/logprob_diff": sums["lp_diff"] / sums["lp_tokens"] if sums["lp_tokens"] else None,
+            **self.weight_check.metrics(),
             "lr": lr,
         }
         return out
+
+    # ------------------------------------------------------------------ weight check
+    def _weight_check_base(self) -> Any:
+        """The base model the weight check compares with (None: no check of the base).
+
+        LoRA: the policy with its adapter off (free). Full fine-tuning: the KL
+        reference when grpo.beta > 0; otherwise, for an engine that holds its own
+        copy of the weights (vLLM), a frozen copy of the starting weights (one
+        more copy of the model in memory; engine.weight_check=off avoids it). An
+        engine that samples with the policy module itself cannot hold stale
+        weights and gets no base copy.
+        """
+        from vigor_cli.models import Reference, load_policy
+
+        if self.cfg.engine.weight_check == "off":
+            return None
+        if self.reference is not None:
+            return self.reference
+        if self.cfg.model.lora.enabled:
+            return Reference(self.model)
+        if getattr(self.engine, "shares_policy", False):
+            return None
+        return Reference(self.model, load_policy(self.cfg.model)[0])
+
+    @torch.no_grad()
+    def _check_engine_weights(self, samples: list[Sample], temp: float) -> Any:
+        """Score the step's first engine.weight_check_rows completions three ways (engine,
+        policy, base) with the weights that sampled them; rows of every advantage count, so
+        a step whose groups all tie (garbage weights give all-zero rewards) is checked too."""
+        check = WeightCheckSums()
+        rows = [i for i, s in enumerate(samples) if s.rollout.token_ids][: self.cfg.engine.weight_check_rows]
+        if self.cfg.engine.weight_check == "off" or not rows:
+            return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
+        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
+        for batch in grpo.token_budget_batches(lengths, self.cfg.grpo.micro_batch_tokens):
+            b = [rows[j] for j in batch]
+            policy_lp = self._logprobs(self.model, samples, b, temp)[0].float().cpu()
+            base_lp = None
+            if self.weight_base is not None:
+                with self.weight_base.model() as base:
+                    base_lp = self._logprobs(base, samples, b, temp)[0].float().cpu()
+            for k, i in enumerate(b):
+                engine = samples[i].rollout.logprobs
+                n = len(engine)
+                check.add(engine, policy_lp[k, :n].tolist(), None if base_lp is None else base_lp[k, :n].tolist())
+        return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
 
     def _logprobs(self, model: Any, samples: list[Sample], rows: list[int], temperature: float):
         """Per-token log-probs and entropies of the rows' completions under ``model``,
@@ -496,13 +559,7 @@ class Trainer:
         m["time/elapsed"] = self.elapsed()
         self.rundir.append("metrics.jsonl", m)
         self.rundir.append("allocation.jsonl", log.record)
-        diff = m["engine/logprob_diff"]
-        if diff is not None and diff > self.cfg.engine.logprob_check_threshold:
-            self.out.print(
-                f"[yellow]warning: step {m['step']}: engine/logprob_diff {diff:.4f} exceeds "
-                f"engine.logprob_check_threshold {self.cfg.engine.logprob_check_threshold}: the "
-                "engine may sample from stale weights[/]"
-            )
+        self._report_weight_check(m["step"])
         self.out.print(
             f"step {m['step']:>4}  reward {m['reward/mean']:.3f}  zero-var {m['groups/zero_var_frac']:.2f}  "
             f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
@@ -522,6 +579,20 @@ class Trainer:
                 ),
             )
             self.out.print(_completions_table(m["step"], shown, self.examples))
+
+    def _report_weight_check(self, step: int) -> None:
+        """Stop (engine.weight_check=error) or warn when the check failed; say when it changes."""
+        wc = self.weight_check
+        if wc.failed:
+            if self.cfg.engine.weight_check == "error":
+                raise EngineWeightsError(
+                    f"step {step}: {wc.describe()}; training stopped (metrics.jsonl has the step; "
+                    "engine.weight_check=warn continues anyway)"
+                )
+            self.out.print(f"[bold red]warning: step {step}: {wc.describe()}[/]", highlight=False)
+        elif wc.status != self._last_check_status and wc.status not in ("no-tokens", "unchecked"):
+            self.out.print(f"[dim]weight check, step {step}: {wc.describe()}[/]", highlight=False)
+        self._last_check_status = wc.status
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:

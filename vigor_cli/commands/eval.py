@@ -149,6 +149,7 @@ def evaluate(
     contest_date_start: Optional[str] = typer.Option(None, help="lcb-v6: keep problems from this ISO date."),
     contest_date_end: Optional[str] = typer.Option(None, help="lcb-v6: keep problems up to this ISO date."),
     engine: Optional[str] = typer.Option(None, help="engine.kind: auto, hf, vllm."),
+    device: Optional[str] = typer.Option(None, help="model.device: auto, cuda, cpu."),
     output: Optional[Path] = typer.Option(None, help="Write every per-sample verdict and the metrics here (JSON)."),
     rescore: Optional[Path] = typer.Option(None, help="Grade the completions of this results file again; no generation."),
 ) -> None:
@@ -175,6 +176,11 @@ def evaluate(
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
     if engine is not None:
         cfg.engine.kind = engine
+    if device is not None:
+        try:
+            cfg.model.device = device
+        except ValueError:
+            raise UserError(f"--device {device}: use auto, cuda or cpu") from None
     n = n if n is not None else cfg.train.eval_samples
     temperature = temperature if temperature is not None else cfg.train.eval_temperature
     top_p = top_p if top_p is not None else cfg.sampling.top_p

@@ -57,6 +57,7 @@ def train(
     seed: Optional[int] = typer.Option(None, "--seed", help="train.seed."),
     engine: Optional[str] = typer.Option(None, "--engine", help="engine.kind: auto, hf, vllm."),
     load_in_4bit: bool = typer.Option(False, "--load-in-4bit", help="model.load_in_4bit (QLoRA, CUDA only)."),
+    device: Optional[str] = typer.Option(None, "--device", help="model.device: auto, cuda, cpu (auto never falls back to the CPU on a machine with an unusable GPU)."),
     output_dir: Optional[str] = typer.Option(None, "--output-dir", help="train.output_dir."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="train.run_name."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it)."),
@@ -72,7 +73,7 @@ def train(
             "--config": config, "--model": model, "--task": task, "--strategy": strategy,
             "--prompts-per-step": prompts_per_step, "--seed": seed, "--engine": engine,
             "--output-dir": output_dir, "--run-name": run_name, "--set": set_ or None,
-            "--load-in-4bit": load_in_4bit or None,
+            "--load-in-4bit": load_in_4bit or None, "--device": device,
         }
         given = [flag for flag, value in others.items() if value is not None]
         if given:
@@ -88,6 +89,7 @@ def train(
             "train.seed": seed,
             "engine.kind": engine,
             "model.load_in_4bit": True if load_in_4bit else None,
+            "model.device": device,
             "train.output_dir": output_dir,
             "train.run_name": run_name,
         }

@@ -24,7 +24,8 @@ class SamplingParams:
 @dataclass
 class Rollout:
     token_ids: list[int]
-    """Completion tokens, EOS included when the model stopped by itself."""
+    """Completion tokens, the stop token (EOS or end of turn, ``rollout/stops.py``) included when
+    the model stopped by itself."""
     logprobs: list[float]
     """Log-probability of each sampled token under the sampling distribution."""
     text: str
@@ -35,6 +36,9 @@ class Rollout:
 
 class RolloutEngine(ABC):
     name: str = "base"
+    shares_policy: bool = False
+    """True when the engine samples with the policy module itself (no copy of the weights that
+    could go stale); the trainer's weight check then needs no base model of its own."""
 
     @abstractmethod
     def generate(

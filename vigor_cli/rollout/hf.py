@@ -13,7 +13,9 @@ three things the trainer depends on:
   stays under ``engine.gen_batch_tokens``.
 
 Prompts are left-padded, position ids count only real tokens, and each row
-stops at the tokenizer's EOS (or the model's extra EOS ids). A row that hits
+stops at its first stop token (``rollout/stops.py``: the tokenizer's EOS, the
+generation config's EOS ids, the chat template's end-of-turn token); the
+token is kept in ``token_ids`` and left out of the text. A row that hits
 ``max_new_tokens`` first is flagged truncated.
 """
 
@@ -25,20 +27,13 @@ from typing import Any, Sequence
 import torch
 
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+from vigor_cli.rollout.stops import stop_token_ids
 
 
 def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every token id that ends a completion: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen_cfg = getattr(model, "generation_config", None)
-    extra = getattr(gen_cfg, "eos_token_id", None) if gen_cfg is not None else None
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif extra:
-        ids.update(int(i) for i in extra)
-    return sorted(ids)
+    """Every token id that ends a completion (see ``rollout/stops.py``): EOS, the generation
+    config's EOS ids and the chat template's end-of-turn token."""
+    return stop_token_ids(model, tokenizer)
 
 
 def _cache_kwarg(model: Any) -> str:
@@ -63,6 +58,7 @@ class HFEngine(RolloutEngine):
     """Batched sampling with a transformers causal LM (the policy itself, or a peft wrapper)."""
 
     name = "hf"
+    shares_policy = True
 
     def __init__(self, model: Any, tokenizer: Any, gen_batch_tokens: int = 16384):
         self.model = model

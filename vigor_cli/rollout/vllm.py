@@ -15,8 +15,13 @@ One generation phase, in order (``docs/vllm-colocate.md``)::
 
 The engine never calls ``reload_weights`` or anything else that re-reads the
 checkpoint after a push: that is the popular recipe's bug (it then samples from
-the base model for the whole run). The trainer's ``engine/logprob_diff`` metric
-(engine vs. policy log-probs on the same tokens) catches any such bug at step 1.
+the base model for the whole run). The trainer's weight check
+(``rollout/weight_check.py``: engine, policy and base log-probs on the same
+tokens) stops training when the engine tracks the base or stale weights, as
+soon as the policy has moved measurably away from the base.
+
+Completions stop at ``rollout/stops.py``'s ids (EOS, generation-config EOS and
+the chat template's end-of-turn token), sent as ``stop_token_ids``.
 
 Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
 ``tests/fixtures/vllm_signatures.json`` holds the signatures used here, and
@@ -37,6 +42,7 @@ import torch
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+from vigor_cli.rollout.stops import cut_at_stop, stop_token_ids
 
 ENGINE_DTYPE = torch.bfloat16
 """The vLLM copy of the policy is always bf16, whatever the trainer holds (fp32, 4-bit)."""
@@ -196,19 +202,6 @@ def _context_length(cfg: Any, model: Any) -> int:
     return min(wanted, limit) if limit else wanted
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Token ids that end a completion: the tokenizer's EOS and the generation config's."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    extra = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(extra, int):
-        ids.add(extra)
-    elif extra:
-        ids.update(int(i) for i in extra)
-    return sorted(ids)
-
-
 class VLLMEngine(RolloutEngine):
     """Colocated vLLM in sleep mode; pushes the policy's weights in memory before generating.
 
@@ -228,7 +221,7 @@ class VLLMEngine(RolloutEngine):
         self._vllm = vllm_api
         self.tokenizer = tokenizer
         self._policy = model
-        self._eos_ids = _eos_ids(model, tokenizer)
+        self._stop_ids = stop_token_ids(model, tokenizer)
         self._sleep_level = cfg.engine.sleep_level
         self._awake = False
         self._engine_version: tuple | None = None  # policy version the engine's weights hold
@@ -238,7 +231,8 @@ class VLLMEngine(RolloutEngine):
             console.print(
                 "[yellow]vllm engine: sampling.top_p < 1, so the engine's log-probs are those of "
                 "the truncated distribution it samples from; the policy's recomputed ones are "
-                "not truncated, and engine/logprob_diff includes that gap[/yellow]"
+                "not truncated: engine/logprob_diff includes that gap (at most ln(1/top_p) per "
+                "token, which the weight check allows for)[/yellow]"
             )
         max_len = cfg.engine.max_model_len or _context_length(cfg, model)
         _external_launcher_env()
@@ -357,7 +351,7 @@ class VLLMEngine(RolloutEngine):
             max_tokens=sampling.max_new_tokens,
             seed=seed,
             logprobs=0,  # the sampled token's log-prob only (processed: after temperature)
-            stop_token_ids=self._eos_ids,
+            stop_token_ids=self._stop_ids,  # EOS ids and the template's end of turn
             detokenize=False,  # decoded below with the trainer's tokenizer, as the hf engine does
         )
 
@@ -366,11 +360,17 @@ class VLLMEngine(RolloutEngine):
         if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
             raise RuntimeError("vLLM returned no log-prob for some sampled tokens")
         logprobs = [float(step[t].logprob) for t, step in zip(token_ids, completion.logprobs)]
+        truncated = completion.finish_reason == "length"
+        # vLLM stops at the first stop id and keeps it; cut here too, so the reward never
+        # reads past an end of turn whatever the engine did.
+        end = cut_at_stop(token_ids, self._stop_ids)
+        if end is not None:
+            token_ids, logprobs, truncated = token_ids[:end], logprobs[:end], False
         return Rollout(
             token_ids=token_ids,
             logprobs=logprobs,
             text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
-            truncated=completion.finish_reason == "length",
+            truncated=truncated,
         )
 
     # ------------------------------------------------------------------ misc

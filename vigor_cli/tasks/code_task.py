@@ -2,10 +2,13 @@
 
 Training examples are rewarded on their public tests; evaluation examples
 are graded on all tests (public and private), as LiveCodeBench reports.
-Problems come from the hub (``livecodebench/code_generation_lite``,
-``release_v6``) or from a local JSONL file (``task.train_path`` for
-training, ``task.data_dir``/``code.jsonl`` or ``task.data_dir`` as a file
-for evaluation), and can be cut to a contest-date window.
+Problems come from the release files of ``livecodebench/code_generation_lite``
+(``task.lcb_release``, default ``release_v6`` = ``test.jsonl`` .. ``test6.jsonl``),
+downloaded as plain files with ``huggingface_hub`` and read as JSONL (the
+repository's dataset script is never run), or from local files: a folder
+holding those release files or a ``code.jsonl``, or one JSONL/Parquet file
+(``task.train_path`` for training, ``task.data_dir`` for evaluation). They
+can be cut to a contest-date window.
 """
 
 from __future__ import annotations
@@ -21,6 +24,13 @@ from vigor_cli.tasks.prompts import render
 
 LCB_HUB_ID = "livecodebench/code_generation_lite"
 LCB_VERSION = "release_v6"
+_LCB_FILES = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
+LCB_RELEASES = {
+    **{f"release_v{i}": _LCB_FILES[:i] for i in range(1, 7)},
+    "release_latest": list(_LCB_FILES),
+    **{f"v{i}": [_LCB_FILES[i - 1]] for i in range(1, 7)},
+}
+"""Release name -> JSONL files of the hub repository (as its loading script maps them)."""
 LCB_FIELDS = (
     "question_title", "question_content", "platform", "question_id", "contest_id",
     "contest_date", "starter_code", "difficulty", "public_test_cases",
@@ -125,18 +135,66 @@ def filter_by_date(records: list[dict], start: str | None, end: str | None) -> l
     return kept
 
 
-def load_lcb(path: str | None, what: str, flag: str) -> list[dict]:
-    """LiveCodeBench records from a local JSONL/Parquet file, or the hub when ``path`` is None."""
-    if path is not None:
-        rows = loading.read_records(path)
-        source = str(path)
-    else:
-        # Never trust_remote_code: a hub loading script would run inside the trainer. Where the
-        # hub copy needs its script, this fails with one line naming the local-path flag.
-        rows = loading.load_hub(LCB_HUB_ID, split="test", flag=flag, what=what, version_tag=LCB_VERSION)
-        source = LCB_HUB_ID
-    for n, r in enumerate(rows):
-        check_record(r, f"{source} record {n + 1}")
+def lcb_release_files(release: str) -> list[str]:
+    """The JSONL files of a LiveCodeBench release in ``livecodebench/code_generation_lite``.
+
+    ``release_vN`` is cumulative (``test.jsonl`` .. ``testN.jsonl``); ``vN`` is
+    the one file that release added; ``release_latest`` is the newest release.
+    """
+    if release in LCB_RELEASES:
+        return list(LCB_RELEASES[release])
+    raise UserError(f"task.lcb_release={release!r}: unknown LiveCodeBench release (known: "
+                    f"{', '.join(LCB_RELEASES)})")
+
+
+def lcb_local_files(path: str | Path, release: str) -> list[Path]:
+    """The files a local LiveCodeBench source holds: a file is itself; a directory holds the
+    release's files (test.jsonl, test2.jsonl, ...) or a single code.jsonl."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"LiveCodeBench data not found: {p}")
+    if not p.is_dir():
+        return [p]
+    files = [p / name for name in lcb_release_files(release)]
+    if all(f.is_file() for f in files):
+        return files
+    if (p / "code.jsonl").is_file():
+        return [p / "code.jsonl"]
+    missing = [f.name for f in files if not f.is_file()]
+    raise UserError(f"{p}: no LiveCodeBench files for task.lcb_release={release} (missing "
+                    f"{', '.join(missing)}; or put one code.jsonl there)")
+
+
+def _hub_release_files(release: str, flag: str, what: str) -> list[Path]:
+    """Download the release's JSONL files from the hub (plain file downloads: no dataset
+    script, so nothing from the hub runs here; the files are cached by huggingface_hub)."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:
+        raise UserError(f"cannot load {what} from the hub: huggingface_hub is not installed; "
+                        f"point to local files with {flag}") from None
+    paths = []
+    for name in lcb_release_files(release):
+        try:
+            paths.append(Path(hf_hub_download(LCB_HUB_ID, name, repo_type="dataset")))
+        except Exception as e:  # network, auth, offline and missing-file errors vary
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise UserError(f"cannot download {what} from the hub ({LCB_HUB_ID}, file {name}): "
+                            f"{reason[:200]}; offline? point to local files with {flag}") from None
+    return paths
+
+
+def load_lcb(path: str | None, what: str, flag: str, release: str = LCB_VERSION) -> list[dict]:
+    """LiveCodeBench records from local files (a JSONL/Parquet file, or a folder with the
+    release's ``test*.jsonl`` or a ``code.jsonl``), or the release's files from the hub when
+    ``path`` is None. Never a dataset script and never ``trust_remote_code``."""
+    files = lcb_local_files(path, release) if path is not None else _hub_release_files(release, flag, what)
+    rows: list[dict] = []
+    for f in files:
+        part = loading.read_records(f)
+        for n, r in enumerate(part):
+            check_record(r, f"{f.name if path is None else f} record {n + 1}")
+        rows.extend(part)
     return rows
 
 
@@ -151,13 +209,10 @@ class CodeTask(CodeTaskBase):
         self._records: list[dict] | None = None
 
     def _eval_path(self) -> str | None:
-        if self.cfg.data_dir is None:
-            return None
-        p = Path(self.cfg.data_dir)
-        return str(p / "code.jsonl") if p.is_dir() else str(p)
+        return None if self.cfg.data_dir is None else str(self.cfg.data_dir)
 
     def _load(self, path: str | None, flag: str) -> list[dict]:
-        rows = load_lcb(path, "LiveCodeBench problems", flag)
+        rows = load_lcb(path, "LiveCodeBench problems", flag, getattr(self.cfg, "lcb_release", LCB_VERSION))
         return filter_by_date(rows, self.cfg.contest_date_start, self.cfg.contest_date_end)
 
     def _examples(self, rows: list[dict], part: str, tests: str) -> list[Example]:
@@ -175,7 +230,7 @@ class CodeTask(CodeTaskBase):
         if name not in (None, "code", "lcb", "livecodebench"):
             raise UserError(f"code has one evaluation set, 'livecodebench'; got {name!r}")
         path = self._eval_path() or self.cfg.train_path
-        rows = self._load(path, "--set task.data_dir=DIR (with code.jsonl) or task.train_path=FILE.jsonl")
+        rows = self._load(path, "--set task.data_dir=DIR (the release's test*.jsonl, or code.jsonl) or task.train_path=FILE.jsonl")
         return self._examples(rows, "test", "all")
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:

@@ -14,11 +14,17 @@ def has_chat_template(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+def template_kwargs(tokenizer: Any) -> dict:
+    """Extra chat-template variables set at load time (``model.enable_thinking``)."""
+    return dict(getattr(tokenizer, "vigor_chat_template_kwargs", None) or {})
+
+
 def render(tokenizer: Any, chat_text: str, plain_text: str) -> str:
     """``chat_text`` as a user turn when ``tokenizer`` has a chat template, else ``plain_text``."""
     if tokenizer is not None and has_chat_template(tokenizer):
         return tokenizer.apply_chat_template(
-            [{"role": "user", "content": chat_text}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": chat_text}], tokenize=False, add_generation_prompt=True,
+            **template_kwargs(tokenizer),
         )
     return plain_text
 

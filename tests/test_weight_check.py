@@ -1,0 +1,156 @@
+"""The weight check can fail: an engine that keeps stale weights stops training.
+
+The real trainer runs the bundled tiny model with a real peft LoRA on
+tiny-math; its engine is the real ``VLLMEngine`` driving a stand-in LLM that
+samples from the weights it actually holds (``tests/vllm_stand_in.py``:
+pushed tensors are written into a transformers model, a level-2 sleep
+scrambles them, ``reload_weights`` reads the checkpoint back). Each stale
+scenario injects one known bug into the real push path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from vllm_stand_in import WeightedStandInLLM, stand_in_api
+
+import vigor_cli.rollout as rollout_pkg
+import vigor_cli.rollout.vllm as vllm_engine
+from vigor_cli.config import build_config
+from vigor_cli.errors import UserError
+from vigor_cli.rollout.vllm import VLLMEngine
+from vigor_cli.rollout.weight_check import EngineWeightsError, WeightCheckSums, judge
+from vigor_cli.trainer import train
+
+
+# --------------------------------------------------------------------------- the rule
+def test_rule():
+    # correct engine: at noise (0.01) from the policy, the policy 0.05 from the base
+    assert judge(0.01, 0.05, 0.05, 100, 0.1).status == "ok"
+    # engine on the base: at noise from the base, the policy's distance from the policy
+    assert judge(0.05, 0.05, 0.01, 100, 0.1).status == "stale"
+    # step 1 (policy = base, LoRA B = 0): cannot tell, and says so rather than passing
+    assert judge(0.001, 0.0, 0.001, 100, 0.1).status == "not-discriminating"
+    # a LoRA that moved less than twice the engine's noise: cannot tell either way
+    assert judge(0.01, 0.015, 0.012, 100, 0.1).status == "not-discriminating"
+    assert judge(0.012, 0.015, 0.01, 100, 0.1).status == "not-discriminating"
+    # garbage weights: far from both, fails even at step 1
+    assert judge(3.0, 0.0, 3.0, 100, 0.1).status == "disagree"
+    # far from the policy and nearer the base once discriminating: stale, not just 'disagree'
+    assert judge(0.5, 0.5, 0.01, 100, 0.1).status == "stale"
+    # top-p < 1: vLLM's renormalised log-probs exceed the policy's by at most ln(1/top_p)
+    assert judge(0.12, 0.5, 0.5, 100, 0.1, top_p=0.9).status == "ok"
+    assert judge(0.12, 0.5, 0.5, 100, 0.1).status == "disagree"
+    assert math.isclose(judge(0, 0, 0, 1, 0.1, top_p=0.9).limit, 0.1 + math.log(1 / 0.9))
+    assert judge(0, 0, 0, 0, 0.1).status == "no-tokens"
+    sums = WeightCheckSums()
+    sums.add([-1.0, -2.0], [-1.1, -2.0], [-1.5, -2.5])
+    check = sums.result(0.1)
+    assert check.tokens == 2 and math.isclose(check.engine_policy, 0.05)
+    assert math.isclose(check.policy_base, 0.45) and math.isclose(check.engine_base, 0.5)
+    assert check.status == "ok" and check.code == 1
+    with pytest.raises(ValueError):
+        sums.add([-1.0], [-1.0, -2.0], [-1.0])
+    assert issubclass(EngineWeightsError, UserError)  # one line, exit code 2
+
+
+# --------------------------------------------------------------------------- the trainer
+def _use_stand_in(monkeypatch):
+    def make(cfg, model, tokenizer, announce=None):
+        names = {n for n, _ in model.get_base_model().named_parameters()}
+        return VLLMEngine(cfg, model, tokenizer, vllm_api=stand_in_api(names, llm=WeightedStandInLLM))
+
+    monkeypatch.setattr(rollout_pkg, "make_engine", make)
+
+
+def _run(tmp_path, name, steps, *sets):
+    cfg = build_config("configs/tiny-math.yaml", sets=[
+        "model.lora.enabled=true", "model.lora.r=8", "model.lora.alpha=16", "grpo.learning_rate=5e-3",
+        f"train.steps={steps}", "train.prompts_per_step=8", "allocation.strategy=grpo",
+        "allocation.group_size=4", "train.eval_every=0", "train.eval_limit=2", "train.save_every=0",
+        "train.log_completions_every=0", "train.reward_workers=1", f"train.output_dir={tmp_path}",
+        f"train.run_name={name}", *sets,
+    ])
+    return cfg
+
+
+def _checks(path):
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    return [m for m in lines if "engine/weight_check" in m]
+
+
+def test_correct_pushes_pass_after_a_not_yet_discriminating_step_1(tmp_path, monkeypatch):
+    _use_stand_in(monkeypatch)
+    summary = train(_run(tmp_path, "ok", 3))
+    checks = _checks(tmp_path / "ok" / "metrics.jsonl")
+    assert [m["engine/weight_check"] for m in checks] == [0, 1, 1]
+    first = checks[0]
+    assert first["engine/policy_base_diff"] == 0.0  # step 1: the pushed policy is the base
+    for m in checks[1:]:
+        assert m["engine/logprob_diff"] <= m["engine/policy_base_diff"] / 2
+        assert m["engine/logprob_diff"] < 0.01  # bf16 rounding of the pushed weights
+    assert summary["steps"] == 3
+
+
+def _drop_lora_delta(monkeypatch):
+    monkeypatch.setattr(vllm_engine, "_merged_lora_weight",
+                        lambda module, path: vllm_engine._dense(module.get_base_layer().weight))
+
+
+def _push_once(monkeypatch):
+    real = VLLMEngine._push
+
+    def push(self):
+        if self.pushes == 0:
+            real(self)
+
+    monkeypatch.setattr(VLLMEngine, "_push", push)
+
+
+def _reload_after_push(monkeypatch):
+    real = VLLMEngine._push
+
+    def push(self):
+        real(self)
+        self.llm.collective_rpc("reload_weights")  # the popular recipe's bug
+
+    monkeypatch.setattr(VLLMEngine, "_push", push)
+
+
+@pytest.mark.parametrize(
+    "bug, sets",
+    [
+        (_drop_lora_delta, []),
+        (_push_once, ["engine.sleep_level=1"]),  # level 1 keeps the first push's weights
+        (_reload_after_push, []),
+    ],
+    ids=["dropped-lora-delta", "skipped-push", "disk-reload"],
+)
+def test_stale_engine_stops_training(tmp_path, monkeypatch, bug, sets):
+    _use_stand_in(monkeypatch)
+    bug(monkeypatch)
+    with pytest.raises(EngineWeightsError) as e:
+        train(_run(tmp_path, "stale", 4, *sets))
+    message = str(e.value)
+    assert message.startswith("step 2: the engine samples from stale weights") and "\n" not in message
+    checks = _checks(tmp_path / "stale" / "metrics.jsonl")
+    assert [m["engine/weight_check"] for m in checks] == [0, -1]  # the failing step is logged
+    failing = checks[-1]
+    assert failing["engine/engine_base_diff"] < failing["engine/logprob_diff"]
+
+
+def test_stale_engine_warns_when_asked(tmp_path, monkeypatch):
+    _use_stand_in(monkeypatch)
+    _drop_lora_delta(monkeypatch)
+    train(_run(tmp_path, "warn", 3, "engine.weight_check=warn"))
+    assert [m["engine/weight_check"] for m in _checks(tmp_path / "warn" / "metrics.jsonl")] == [0, -1, -1]
+
+
+def test_garbage_weights_fail_at_step_1(tmp_path, monkeypatch):
+    """No push at all after the level-2 sleep: the engine runs on scrambled weights."""
+    _use_stand_in(monkeypatch)
+    monkeypatch.setattr(VLLMEngine, "_push", lambda self: None)
+    with pytest.raises(EngineWeightsError, match="step 1: the engine's log-probs disagree"):
+        train(_run(tmp_path, "garbage", 2))
