@@ -58,7 +58,20 @@ class ModelConfig(_Section):
         description="Load the frozen base in 4-bit NF4 with bitsandbytes (QLoRA). CUDA only; "
         "needs lora.enabled.",
     )
-    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto",
+        description="Recompute each layer's activations in backward instead of keeping them "
+        "(about 1/30 of the activation memory for a third more compute). 'auto': on when the "
+        "policy trains on CUDA and is not the bundled tiny model, off otherwise.",
+    )
+    fp32_master_weights: bool = Field(
+        True,
+        description="Full fine-tuning (lora.enabled=false) with a 16-bit dtype: keep the trained "
+        "weights and AdamW's states in float32 and run the forward under autocast in the 16-bit "
+        "dtype, so small updates (lr 1e-5) are not rounded away. false: train the 16-bit "
+        "weights directly (half the memory; most lr 1e-5 updates of bf16 weights round to "
+        "nothing). LoRA adapters are float32 either way (peft).",
+    )
     cpu_threads: int = Field(
         0,
         ge=0,
@@ -250,6 +263,15 @@ class GRPOConfig(_Section):
         ge=16,
         description="Token budget of one forward/backward micro-batch; gradients accumulate "
         "so the loss is the same as one big batch.",
+    )
+    logits_chunk_tokens: int = Field(
+        512,
+        ge=0,
+        description="Completion positions per output-layer chunk: log-probs and entropies are "
+        "computed on completion positions only, this many at a time under checkpointing, so "
+        "no [tokens, vocabulary] float32 tensor exists (about 20 bytes x this x vocabulary at "
+        "the chunk's peak). 0: the full logits at every position (the old path; about 10.6 "
+        "bytes per token per vocabulary entry).",
     )
 
 
