@@ -12,7 +12,7 @@ as YAML, so ``--set allocation.alpha=0.25`` gives a float and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -210,8 +210,12 @@ class EngineConfig(_Section):
         description="hf engine: rows per generate call are bounded so that rows x "
         "(prompt + max_new_tokens) stays under this.",
     )
-    gpu_memory_utilization: float = Field(
-        0.35, gt=0, lt=1, description="vllm: share of GPU memory the engine may take."
+    gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] | Literal["auto"] = Field(
+        0.35,
+        description="vllm: share of the GPU's memory the engine takes for its bf16 weights, "
+        "working memory and KV cache (it sleeps, holding none of it, during the update). "
+        "'auto': what is free once the policy is loaded, less AdamW's states and 1 GiB + 5% "
+        "headroom, capped at 0.9 (vigor_cli/memory_plan.py; `vigor train --dry-run` shows it).",
     )
     max_model_len: Optional[int] = Field(
         None, description="vllm: context length; default task.max_prompt_tokens + "
@@ -300,6 +304,13 @@ class TrainConfig(_Section):
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     run_name: Optional[str] = Field(
         None, description="Run directory name; default <date>-<task>-<strategy>-s<seed>."
+    )
+    gpu_memory_gib: Optional[float] = Field(
+        None,
+        gt=0,
+        description="GPU memory (GiB) the memory plan assumes instead of the visible GPU's free "
+        "memory: plans a GPU run on any machine (`vigor train --dry-run --gpu-memory 24`), or "
+        "keeps room for other processes. Unset: torch.cuda.mem_get_info at start.",
     )
     reward_workers: int = Field(
         0, ge=0, description="Processes that compute rewards; 0 = number of CPU cores."

@@ -96,16 +96,18 @@ def output_parts(model: Any) -> tuple[Any, Any, float | None]:
 def _chunk_terms(head: Any, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
                  cap: float | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Selected-token log-prob (differentiable) and entropy (detached) for one chunk."""
-    logits = head(hidden).float()
-    if cap is not None:
-        logits = torch.tanh(logits / cap) * cap
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = torch.logsumexp(logits, dim=-1)
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-    with torch.no_grad():
-        logp_all = logits - lse.unsqueeze(-1)
-        entropy = -torch.bmm(logp_all.exp().unsqueeze(1), logp_all.unsqueeze(-1)).view(-1)
+    logits = head(hidden)  # under the caller's autocast, if any
+    with torch.autocast(device_type=hidden.device.type, enabled=False):  # the softmax math in float32
+        logits = logits.float()
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        if temperature != 1.0:
+            logits = logits / temperature
+        lse = torch.logsumexp(logits, dim=-1)
+        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+        with torch.no_grad():
+            logp_all = logits - lse.unsqueeze(-1)
+            entropy = -torch.bmm(logp_all.exp().unsqueeze(1), logp_all.unsqueeze(-1)).view(-1)
     return logp, entropy
 
 

@@ -132,6 +132,24 @@ def validate_config(cfg: RunConfig, n_train: int) -> None:
         raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
 
 
+# --------------------------------------------------------------------------- memory
+def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
+    """Print the memory plan (vigor_cli/memory_plan.py) and refuse, exit 2, when it cannot fit."""
+    from vigor_cli import memory_plan
+
+    plan = memory_plan.plan_run(cfg)
+    out.print(memory_plan.render(plan))
+    memory_plan.check(plan)
+    return plan
+
+
+def release_cached_memory() -> None:
+    """Return the CUDA blocks PyTorch's allocator cached during the update: the colocated vLLM
+    engine allocates its weights and KV cache outside that cache when it wakes."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 # --------------------------------------------------------------------------- one step's data
 @dataclass
 class Sample:
@@ -165,6 +183,7 @@ class Trainer:
 
         self.cfg, self.rundir, self.out = cfg, run, out
         t = cfg.train
+        self.memory_plan = announce_memory_plan(cfg, out)  # refuses a run that cannot fit, before loading
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
         # ---- task and data
@@ -275,6 +294,7 @@ class Trainer:
         samples, record, t_gen, t_reward, rollouts = self.rollout_phase(step)
         t1 = time.time()
         update_metrics = self.update_phase(samples)
+        release_cached_memory()  # the engine wakes next: hand it what the update's activations held
         self.engine.sync_weights(self.model)
         t2 = time.time()
 
@@ -415,6 +435,7 @@ class Trainer:
                         sums["lp_tokens"] += ntok
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation
         self.scheduler.step()
         denom = max(counted, 1.0)
         out = {
