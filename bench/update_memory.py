@@ -21,6 +21,8 @@ for the same update (vigor_cli/memory_plan.py) and its ratio to the measurement.
 
     python bench/update_memory.py            # the table; writes bench/results/update_memory.json
     python bench/update_memory.py --quick    # tiny only
+
+bench/update_memory_results.json keeps a compact copy of one run (2 shared CPU cores).
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ def main() -> None:
             f"{r['update_peak_over_loaded_gib']:.3f}",
             f"{r['plan_gib']:.3f}" if "plan_gib" in r else "", f"{r['plan_over_measured']:.2f}" if "plan_over_measured" in r else "",
         )
-    Console().print(table)
+    Console(width=150).print(table)
     if extrapolated:
         print(f"before, growth per token: {extrapolated['bytes_per_token_per_vocab']:.1f} bytes per vocabulary entry")
     out = Path(args.out)
