@@ -294,6 +294,7 @@ class Trainer:
         samples, record, t_gen, t_reward, rollouts = self.rollout_phase(step)
         t1 = time.time()
         update_metrics = self.update_phase(samples)
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation
         release_cached_memory()  # the engine wakes next: hand it what the update's activations held
         self.engine.sync_weights(self.model)
         t2 = time.time()
@@ -435,7 +436,6 @@ class Trainer:
                         sums["lp_tokens"] += ntok
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation
         self.scheduler.step()
         denom = max(counted, 1.0)
         out = {
