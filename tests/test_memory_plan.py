@@ -269,3 +269,18 @@ def test_plan_within_25_percent_of_measured_peak_rss_on_the_tiny_model(tmp_path)
     got = measured["update_peak_over_loaded_gib"]
     assert got > 0.2  # a real update of 8192 tokens allocates hundreds of MB
     assert abs(estimate - got) / got <= 0.25, (estimate, got)
+
+
+def test_gradient_checkpointing_auto_is_on_for_hub_models_on_cuda_only():
+    from vigor_cli.models import gradient_checkpointing_on, load_policy
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    hub = ModelConfig(name_or_path="Qwen/Qwen2.5-1.5B")
+    assert ModelConfig().gradient_checkpointing == "auto"
+    assert gradient_checkpointing_on(hub, cuda) is True
+    assert gradient_checkpointing_on(hub, cpu) is False
+    assert gradient_checkpointing_on(ModelConfig(name_or_path="tiny"), cuda) is False
+    assert gradient_checkpointing_on(ModelConfig(name_or_path="tiny", gradient_checkpointing=True), cpu) is True
+    assert gradient_checkpointing_on(ModelConfig(name_or_path="x", gradient_checkpointing=False), cuda) is False
+    model = load_policy(ModelConfig(name_or_path="tiny", lora={"enabled": False}))[0]
+    assert not model.is_gradient_checkpointing  # the tiny model on CPU: unchanged

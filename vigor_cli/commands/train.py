@@ -97,6 +97,7 @@ def _dry_run(cfg, console) -> None:
     for note in plan.notes:
         console.print(f"[yellow]{note}[/]")
     memory_plan.check(plan)  # exit 2 with the keys to change
-    if plan.device == "cuda":
-        console.print(f"[bold]fits[/]: peak {plan.peak / memory_plan.GIB:.1f} GiB of "
+    if plan.available is not None:
+        verdict = "fits" if plan.device == "cuda" else "CPU run (not refused)"
+        console.print(f"[bold]{verdict}[/]: peak {plan.peak / memory_plan.GIB:.1f} GiB of "
                       f"{plan.available / memory_plan.GIB:.1f} GiB ({plan.source})", highlight=False)
