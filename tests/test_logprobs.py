@@ -163,3 +163,33 @@ def test_no_vocabulary_sized_tensor_beyond_one_chunk(full_model):
     run("old", lambda: full_logprobs(full_model, batch, DEVICE, 1.0))
     assert largest["new"] <= chunk
     assert largest["old"] >= n_tokens
+
+
+def test_gradient_checkpointing_gives_the_same_values_and_gradients():
+    """The default on CUDA ('auto'): checkpointed decoder layers + chunked head == reference."""
+    torch.manual_seed(0)
+    model = load_policy(ModelConfig(name_or_path="tiny", gradient_checkpointing=True,
+                                    lora={"enabled": True, "r": 4, "alpha": 8}))[0]
+    assert model.is_gradient_checkpointing
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    _compare(model, 5, 1.0, seed=5)
+
+
+def test_lora_on_an_untied_output_layer():
+    """A LoRA-wrapped head (target_modules includes lm_head) is applied as a module per chunk."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=263, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False))
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "lm_head"]))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    grads = _compare(model, 3, 0.7, seed=6)
+    assert any("lm_head" in n for n in grads)
