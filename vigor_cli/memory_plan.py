@@ -259,7 +259,8 @@ def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None,
     elif master:
         plan.items.append(Item("resident", "policy weights", shape.params * 4, "float32 master weights (autocast to 16-bit)"))
     else:
-        plan.items.append(Item("resident", "policy weights", shape.params * act, f"{shape.params / 1e9:.2f}B x {act} bytes"))
+        count = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
+        plan.items.append(Item("resident", "policy weights", shape.params * act, f"{count} x {act} bytes"))
     trainable = shape.lora_params if lora else shape.params
     train_bytes = 4 if (lora or master or act == 4) else act
     if lora:
