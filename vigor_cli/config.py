@@ -12,7 +12,7 @@ as YAML, so ``--set allocation.alpha=0.25`` gives a float and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -70,7 +70,20 @@ class ModelConfig(_Section):
         description="Passed to the chat template as enable_thinking (Qwen3 and other templates "
         "with a thinking switch); None leaves the template's default (Qwen3: thinking on).",
     )
-    gradient_checkpointing: bool = Field(False, description="Trade compute for activation memory.")
+    gradient_checkpointing: bool | Literal["auto"] = Field(
+        "auto",
+        description="Recompute each layer's activations in backward instead of keeping them "
+        "(about 1/30 of the activation memory for a third more compute). 'auto': on when the "
+        "policy trains on CUDA and is not the bundled tiny model, off otherwise.",
+    )
+    fp32_master_weights: bool = Field(
+        True,
+        description="Full fine-tuning (lora.enabled=false) with a 16-bit dtype: keep the trained "
+        "weights and AdamW's states in float32 and run the forward under autocast in the 16-bit "
+        "dtype, so small updates (lr 1e-5) are not rounded away. false: train the 16-bit "
+        "weights directly (half the memory; most lr 1e-5 updates of bf16 weights round to "
+        "nothing). LoRA adapters are float32 either way (peft).",
+    )
     cpu_threads: int = Field(
         0,
         ge=0,
@@ -218,8 +231,12 @@ class EngineConfig(_Section):
         description="hf engine: rows per generate call are bounded so that rows x "
         "(prompt + max_new_tokens) stays under this.",
     )
-    gpu_memory_utilization: float = Field(
-        0.35, gt=0, lt=1, description="vllm: share of GPU memory the engine may take."
+    gpu_memory_utilization: Annotated[float, Field(gt=0, lt=1)] | Literal["auto"] = Field(
+        0.35,
+        description="vllm: share of the GPU's memory the engine takes for its bf16 weights, "
+        "working memory and KV cache (it sleeps, holding none of it, during the update). "
+        "'auto': what is free once the policy is loaded, less AdamW's states and 1 GiB + 5% "
+        "headroom, capped at 0.9 (vigor_cli/memory_plan.py; `vigor train --dry-run` shows it).",
     )
     max_model_len: Optional[int] = Field(
         None, description="vllm: context length; default task.max_prompt_tokens + "
@@ -287,6 +304,15 @@ class GRPOConfig(_Section):
         description="Token budget of one forward/backward micro-batch; gradients accumulate "
         "so the loss is the same as one big batch.",
     )
+    logits_chunk_tokens: int = Field(
+        512,
+        ge=0,
+        description="Completion positions per output-layer chunk: log-probs and entropies are "
+        "computed on completion positions only, this many at a time under checkpointing, so "
+        "no [tokens, vocabulary] float32 tensor exists (about 20 bytes x this x vocabulary at "
+        "the chunk's peak). 0: the full logits at every position (the old path; about 10.6 "
+        "bytes per token per vocabulary entry).",
+    )
 
 
 # --------------------------------------------------------------------------- loop
@@ -314,6 +340,13 @@ class TrainConfig(_Section):
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     run_name: Optional[str] = Field(
         None, description="Run directory name; default <date>-<task>-<strategy>-s<seed>."
+    )
+    gpu_memory_gib: Optional[float] = Field(
+        None,
+        gt=0,
+        description="GPU memory (GiB) the memory plan assumes instead of the visible GPU's free "
+        "memory: plans a GPU run on any machine (`vigor train --dry-run --gpu-memory 24`), or "
+        "keeps room for other processes. Unset: torch.cuda.mem_get_info at start.",
     )
     reward_workers: int = Field(
         0, ge=0, description="Processes that compute rewards; 0 = number of CPU cores."

@@ -2,7 +2,10 @@
 
 - ``model.name_or_path: tiny`` resolves to the bundled ``vigor_cli/assets/tiny``.
 - dtype 'auto' is bfloat16 on CUDA and float32 on CPU (CPU kernels for bf16 are
-  slow and its rounding would spoil exact resume checks).
+  slow and its rounding would spoil exact resume checks). Full fine-tuning in a
+  16-bit dtype keeps float32 master weights and autocasts the forward
+  (``model.fp32_master_weights``): pure bf16 AdamW rounds most lr 1e-5 updates away.
+- ``model.gradient_checkpointing: auto`` is on for hub models on CUDA.
 - ``model.lora.enabled`` wraps the model in a peft LoRA adapter (default every
   linear layer); otherwise every weight trains.
 - ``model.load_in_4bit`` loads the frozen base in NF4 through bitsandbytes
@@ -166,6 +169,22 @@ def pick_dtype(cfg: ModelConfig, device: torch.device) -> torch.dtype:
     return getattr(torch, cfg.dtype)
 
 
+def gradient_checkpointing_on(cfg: ModelConfig, device: torch.device) -> bool:
+    """model.gradient_checkpointing resolved: 'auto' is on for a CUDA policy that is not the
+    bundled tiny model (activations of a hub model's micro-batch are tens of GB without it)."""
+    if cfg.gradient_checkpointing != "auto":
+        return bool(cfg.gradient_checkpointing)
+    return device.type == "cuda" and cfg.name_or_path != "tiny"
+
+
+def master_weights_dtype(cfg: ModelConfig, dtype: torch.dtype) -> torch.dtype | None:
+    """The 16-bit compute dtype to autocast to when full fine-tuning keeps float32 master
+    weights (model.fp32_master_weights); None when the weights train in ``dtype`` itself."""
+    if cfg.lora.enabled or cfg.load_in_4bit or not cfg.fp32_master_weights:
+        return None
+    return dtype if dtype in (torch.bfloat16, torch.float16) else None
+
+
 def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
     from transformers import AutoTokenizer
 
@@ -206,6 +225,9 @@ def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tupl
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg, device)
     base_path = resolve_model_path(cfg.name_or_path)
+    autocast_dtype = master_weights_dtype(cfg, dtype)
+    if autocast_dtype is not None:
+        dtype = torch.float32  # the trained copy; the forward autocasts to autocast_dtype
     kwargs: dict[str, Any] = {"dtype": dtype, "revision": cfg.revision}
     if cfg.load_in_4bit:
         kwargs["quantization_config"] = _four_bit_config(dtype)
@@ -222,10 +244,12 @@ def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tupl
     tokenizer = load_tokenizer(cfg, base_path)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    model.vigor_autocast_dtype = autocast_dtype  # read by vigor_cli.logprobs.autocast_for
 
+    checkpointing = gradient_checkpointing_on(cfg, device)
     if cfg.lora.enabled:
-        model = _wrap_lora(model, cfg, adapter_or_weights)
-    if cfg.gradient_checkpointing:
+        model = _wrap_lora(model, cfg, adapter_or_weights, checkpointing)
+    if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):
             model.enable_input_require_grads()
@@ -267,13 +291,11 @@ def _four_bit_config(compute_dtype: torch.dtype) -> Any:
     )
 
 
-def _wrap_lora(model: Any, cfg: ModelConfig, adapter_dir: str | None) -> Any:
+def _wrap_lora(model: Any, cfg: ModelConfig, adapter_dir: str | None, checkpointing: bool) -> Any:
     from peft import LoraConfig, PeftModel, get_peft_model, prepare_model_for_kbit_training
 
     if cfg.load_in_4bit:
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=cfg.gradient_checkpointing
-        )
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=checkpointing)
     if adapter_dir is not None:
         return PeftModel.from_pretrained(model, adapter_dir, is_trainable=True)
     lora = LoraConfig(
@@ -295,6 +317,9 @@ class Reference:
         self.policy = policy
         self.frozen = frozen
         if frozen is not None:
+            compute = getattr(frozen, "vigor_autocast_dtype", None)
+            if compute is not None:  # a frozen copy needs no float32 master weights
+                frozen.to(compute)
             frozen.eval()
             for p in frozen.parameters():
                 p.requires_grad_(False)

@@ -141,6 +141,24 @@ def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
         raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
 
 
+# --------------------------------------------------------------------------- memory
+def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
+    """Print the memory plan (vigor_cli/memory_plan.py) and refuse, exit 2, when it cannot fit."""
+    from vigor_cli import memory_plan
+
+    plan = memory_plan.plan_run(cfg)
+    out.print(memory_plan.render(plan))
+    memory_plan.check(plan)
+    return plan
+
+
+def release_cached_memory() -> None:
+    """Return the CUDA blocks PyTorch's allocator cached during the update: the colocated vLLM
+    engine allocates its weights and KV cache outside that cache when it wakes."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 # --------------------------------------------------------------------------- one step's data
 @dataclass
 class Sample:
@@ -174,6 +192,7 @@ class Trainer:
 
         self.cfg, self.rundir, self.out = cfg, run, out
         t = cfg.train
+        self.memory_plan = announce_memory_plan(cfg, out)  # refuses a run that cannot fit, before loading
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
         # ---- every check that needs no download first (vigor_cli/preflight.py)
@@ -296,6 +315,8 @@ class Trainer:
         samples, record, t_gen, t_reward, rollouts = self.rollout_phase(step)
         t1 = time.time()
         update_metrics = self.update_phase(samples)
+        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation
+        release_cached_memory()  # the engine wakes next: hand it what the update's activations held
         self.engine.sync_weights(self.model)
         t2 = time.time()
 
@@ -494,28 +515,24 @@ class Trainer:
 
     def _logprobs(self, model: Any, samples: list[Sample], rows: list[int], temperature: float):
         """Per-token log-probs and entropies of the rows' completions under ``model``,
-        plus the loss mask ([rows, longest completion]). Sequences are right-padded."""
-        seqs = [self.prompt_ids[samples[i].uid] + samples[i].rollout.token_ids for i in rows]
-        width = max(len(x) for x in seqs)
-        comp_width = max(len(samples[i].rollout.token_ids) for i in rows)
-        pad = self.tokenizer.pad_token_id or 0
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
-        gather_at = torch.zeros((len(rows), comp_width), dtype=torch.long)
-        targets = torch.full((len(rows), comp_width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), comp_width))
-        for k, (i, seq) in enumerate(zip(rows, seqs)):
-            p, c = len(self.prompt_ids[samples[i].uid]), len(samples[i].rollout.token_ids)
-            ids[k, : len(seq)] = torch.tensor(seq)
-            attn[k, : len(seq)] = 1
-            gather_at[k, :c] = torch.arange(p - 1, p - 1 + c)
-            targets[k, :c] = torch.tensor(samples[i].rollout.token_ids)
-            mask[k, :c] = 1.0
-        dev = self.device
-        logits = model(input_ids=ids.to(dev), attention_mask=attn.to(dev)).logits
-        picked = logits.gather(1, gather_at.to(dev).unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-        lp, ent = grpo.selected_token_logprobs(picked, targets.to(dev), temperature)
-        return lp, ent, mask.to(dev)
+        plus the loss mask ([rows, longest completion]). Sequences are right-padded.
+
+        Only completion positions reach the output layer, ``grpo.logits_chunk_tokens`` at
+        a time (vigor_cli/logprobs.py); 0 there computes the full-vocabulary logits at
+        every position, as before."""
+        from vigor_cli import logprobs
+
+        batch = logprobs.make_batch(
+            [self.prompt_ids[samples[i].uid] for i in rows],
+            [samples[i].rollout.token_ids for i in rows],
+            self.tokenizer.pad_token_id or 0,
+        )
+        chunk = self.cfg.grpo.logits_chunk_tokens
+        if chunk > 0:
+            lp, ent = logprobs.completion_logprobs(model, batch, self.device, temperature, chunk)
+        else:
+            lp, ent = logprobs.full_logprobs(model, batch, self.device, temperature)
+        return lp, ent, batch.mask.to(self.device)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, step: int) -> float:

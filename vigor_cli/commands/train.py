@@ -62,6 +62,8 @@ def train(
     run_name: Optional[str] = typer.Option(None, "--run-name", help="train.run_name."),
     resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override any key: --set grpo.beta=0.01 (repeatable)."),
+    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not."),
 ) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (VIGOR)."""
     from vigor_cli.config import build_config
@@ -74,10 +76,13 @@ def train(
             "--prompts-per-step": prompts_per_step, "--seed": seed, "--engine": engine,
             "--output-dir": output_dir, "--run-name": run_name, "--set": set_ or None,
             "--load-in-4bit": load_in_4bit or None, "--device": device,
+            "--gpu-memory": gpu_memory,
         }
         given = [flag for flag, value in others.items() if value is not None]
         if given:
             raise UserError(f"--resume continues the saved config; drop {', '.join(given)} (only --steps may change)")
+        if dry_run:
+            return _dry_run(build_config(Path(resume) / "config.yaml"), console)
         summary = run_training(resume=resume, steps=steps, out=console)
     else:
         overrides = {
@@ -92,9 +97,12 @@ def train(
             "model.device": device,
             "train.output_dir": output_dir,
             "train.run_name": run_name,
+            "train.gpu_memory_gib": gpu_memory,
         }
         path = resolve_config(config) if config is not None else default_config_file(model, task)
         cfg = build_config(path, overrides=overrides, sets=set_)
+        if dry_run:
+            return _dry_run(cfg, console)
         summary = run_training(cfg, out=console)
 
     start, final = summary["start_accuracy"], summary["final_accuracy"]
@@ -104,3 +112,18 @@ def train(
         highlight=False,
     )
     console.print(f"[bold]run directory[/] {summary['run_dir']}", highlight=False)
+
+
+def _dry_run(cfg, console) -> None:
+    """`--dry-run`: the memory plan and the verdict; nothing is loaded or written."""
+    from vigor_cli import memory_plan
+
+    plan = memory_plan.plan_run(cfg)
+    console.print(memory_plan.render(plan))
+    for note in plan.notes:
+        console.print(f"[yellow]{note}[/]")
+    memory_plan.check(plan)  # exit 2 with the keys to change
+    if plan.available is not None:
+        verdict = "fits" if plan.device == "cuda" else "CPU run (not refused)"
+        console.print(f"[bold]{verdict}[/]: peak {plan.peak / memory_plan.GIB:.1f} GiB of "
+                      f"{plan.available / memory_plan.GIB:.1f} GiB ({plan.source})", highlight=False)

@@ -235,6 +235,9 @@ class VLLMEngine(RolloutEngine):
                 "token, which the weight check allows for)[/yellow]"
             )
         max_len = cfg.engine.max_model_len or _context_length(cfg, model)
+        from vigor_cli.memory_plan import engine_utilization
+
+        utilization = engine_utilization(cfg, model)  # 'auto' sized from the memory free now
         _external_launcher_env()
         trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
         free_before = _cuda_free_bytes()
@@ -244,7 +247,7 @@ class VLLMEngine(RolloutEngine):
             revision=cfg.model.revision,
             dtype="bfloat16",
             seed=cfg.train.seed,
-            gpu_memory_utilization=cfg.engine.gpu_memory_utilization,
+            gpu_memory_utilization=utilization,
             max_model_len=max_len,
             enable_sleep_mode=True,
             enable_prefix_caching=True,
@@ -263,7 +266,7 @@ class VLLMEngine(RolloutEngine):
             self._memory["gpu_total_gib"] = torch.cuda.mem_get_info()[1] / GIB
         console.print("vllm engine memory: " + ", ".join(
             f"{k.removesuffix('_gib')} {v:.2f} GiB" for k, v in self._memory.items()
-        ) + f" (engine.gpu_memory_utilization={cfg.engine.gpu_memory_utilization})")
+        ) + f" (engine.gpu_memory_utilization={utilization})")
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:

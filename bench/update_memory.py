@@ -1,0 +1,230 @@
+"""Peak memory of one GRPO update, before and after completion-only chunked log-probs.
+
+Each variant runs in a child process (one forward + backward + AdamW step on one
+micro-batch, the update's real code: vigor_cli.logprobs and vigor_cli.grpo) and reports
+its peak resident memory from the kernel (VmHWM, reset just before the update) minus the
+resident memory just before it (model loaded: what the update itself allocates, AdamW's
+states included). Two models:
+
+- ``tiny``: the bundled 0.8M-parameter Qwen2 (vocabulary 263), configs/tiny-math.yaml's
+  shape (micro-batch 8192 tokens, 48-token prompts + 16-token completions);
+- ``qwen2-152k``: a Qwen2-shaped model built from a config with random weights (no
+  download): vocabulary 151936 as Qwen2.5/Qwen3, hidden 256, 2 layers, float32 on CPU;
+  rows of a 128-token prompt + 896-token completion.
+
+'before' is the previous path (``grpo.logits_chunk_tokens: 0``: logits at every position and
+the whole vocabulary), 'after' the chunked one (512 positions per chunk). The configs'
+micro-batch is 16384 tokens; on this 24 GiB machine (shared) the 'before' arm of the
+152k model is run at 1024, 2048 and 3072 tokens and its growth per token extrapolated to
+16384 (marked so); 'after' runs at 3072 and 16384. Each row also shows the memory plan's estimate
+for the same update (vigor_cli/memory_plan.py) and its ratio to the measurement.
+
+    python bench/update_memory.py            # the table; writes bench/results/update_memory.json
+    python bench/update_memory.py --quick    # tiny only
+
+bench/update_memory_results.json keeps a compact copy of one run (2 shared CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GIB = float(1 << 30)
+QWEN2_152K = dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  tie_word_embeddings=True)
+SHAPES = {"tiny": (48, 16), "qwen2-152k": (128, 896)}  # prompt, completion tokens per row
+
+
+def _status(key: str) -> int:
+    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def _reset_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def model_dir(name: str, workdir: Path) -> str:
+    """A directory holding the variant's model (config.json + weights)."""
+    if name == "tiny":
+        from vigor_cli.models import TINY_DIR
+
+        return str(TINY_DIR)
+    path = workdir / name
+    if not (path / "config.json").is_file():
+        import torch
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        torch.manual_seed(0)
+        Qwen2ForCausalLM(Qwen2Config(**QWEN2_152K)).save_pretrained(path)
+    return str(path)
+
+
+def run_config(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int):
+    from vigor_cli.config import build_config
+
+    return build_config(sets=[
+        f"model.name_or_path={model_path}", "model.lora.enabled=false", f"model.gradient_checkpointing={str(checkpointing).lower()}",
+        f"grpo.micro_batch_tokens={tokens}", f"grpo.logits_chunk_tokens={chunk}",
+        f"task.max_prompt_tokens={prompt}", f"sampling.max_new_tokens={completion}", "engine.kind=hf",
+    ])
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """One update in this process; returns the measurements (run in a child)."""
+    import gc
+    import random
+
+    import torch
+
+    from vigor_cli import grpo, logprobs
+    from vigor_cli.models import load_policy, trainable_parameters
+
+    torch.set_num_threads(1)
+    rss_imports = _status("VmRSS")
+    cfg = run_config(args.model_path, args.tokens, args.chunk, args.checkpointing, args.prompt, args.completion)
+    model, tokenizer, device = load_policy(cfg.model)
+    vocab = model.config.vocab_size
+    rows = max(1, args.tokens // (args.prompt + args.completion))
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, vocab) for _ in range(args.prompt)] for _ in range(rows)]
+    completions = [[rng.randrange(3, vocab) for _ in range(args.completion)] for _ in range(rows)]
+    batch = logprobs.make_batch(prompts, completions, tokenizer.pad_token_id or 0)
+    params = trainable_parameters(model)
+    optimizer = torch.optim.AdamW(params, lr=1e-5)
+    advantages = torch.tensor([rng.choice([-1.0, 1.0]) for _ in range(rows)])
+    totals = grpo.StepTotals(tokens=int(batch.mask.sum()), sequences=rows, max_new_tokens=args.completion)
+    gc.collect()
+    rss_before = _status("VmRSS")
+    exact = _reset_peak()
+
+    if args.chunk > 0:
+        lp, _ = logprobs.completion_logprobs(model, batch, device, 1.0, args.chunk)
+    else:
+        lp, _ = logprobs.full_logprobs(model, batch, device, 1.0)
+    loss, _, _ = grpo.clipped_policy_loss(lp, lp.detach(), advantages, 0.2, 0.28)
+    grpo.aggregate(loss, batch.mask, totals, "dapo").backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+    peak = _status("VmHWM")
+    return {
+        "rows": rows, "padded_tokens": rows * (args.prompt + args.completion),
+        "completion_tokens": int(batch.mask.sum()), "vocab": vocab,
+        "params": sum(p.numel() for p in model.parameters()),
+        "rss_imports_gib": rss_imports / GIB, "rss_before_update_gib": rss_before / GIB,
+        "peak_gib": peak / GIB, "update_peak_over_imports_gib": (peak - rss_imports) / GIB,
+        "update_peak_over_loaded_gib": (peak - rss_before) / GIB, "peak_reset": exact,
+    }
+
+
+def measure(model: str, tokens: int, chunk: int, checkpointing: bool, workdir: Path) -> dict:
+    """Run one variant in a child process; add the memory plan's estimate for it."""
+    prompt, completion = SHAPES[model]
+    path = model_dir(model, workdir)
+    cmd = [sys.executable, __file__, "--worker", "--model-path", path, "--tokens", str(tokens),
+           "--chunk", str(chunk), "--prompt", str(prompt), "--completion", str(completion)]
+    if checkpointing:
+        cmd.append("--checkpointing")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"model": model, "tokens": tokens, "chunk": chunk, "error": proc.stderr.strip().splitlines()[-1:]}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result.update(model=model, tokens=tokens, chunk=chunk, checkpointing=checkpointing)
+    result["plan_gib"] = plan_estimate(path, tokens, chunk, checkpointing, prompt, completion) / GIB
+    result["plan_over_measured"] = result["plan_gib"] / result["update_peak_over_loaded_gib"]
+    return result
+
+
+def plan_estimate(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int) -> float:
+    """The memory plan's bytes allocated by this update on CPU (AdamW states, gradients,
+    activations, output-layer chunk; the loaded weights are already in the RSS before it)."""
+    from vigor_cli import memory_plan
+
+    cfg = run_config(model_path, tokens, chunk, checkpointing, prompt, completion)
+    plan = memory_plan.make_plan(cfg, memory_plan.model_shape(cfg.model), "cpu", None, None, "bench")
+    return plan.allocated_by_update()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model-path")
+    ap.add_argument("--tokens", type=int)
+    ap.add_argument("--chunk", type=int)
+    ap.add_argument("--prompt", type=int)
+    ap.add_argument("--completion", type=int)
+    ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="tiny model only")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "update_memory.json"))
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return
+
+    from rich.console import Console
+    from rich.table import Table
+
+    workdir = ROOT / "bench" / "results" / "models"
+    workdir.mkdir(parents=True, exist_ok=True)
+    variants = [("tiny", 8192, 0, False), ("tiny", 8192, 512, False)]
+    if not args.quick:
+        variants += [("qwen2-152k", t, 0, False) for t in (1024, 2048, 3072)]
+        variants += [("qwen2-152k", 3072, 512, False), ("qwen2-152k", 16384, 512, False),
+                     ("qwen2-152k", 16384, 512, True)]
+    rows = []
+    for model, tokens, chunk, ckpt in variants:
+        r = measure(model, tokens, chunk, ckpt, workdir)
+        rows.append(r)
+        print(json.dumps({k: r.get(k) for k in ("model", "tokens", "chunk", "update_peak_over_loaded_gib", "plan_gib", "error")}), flush=True)
+
+    before = [r for r in rows if r["model"] == "qwen2-152k" and r["chunk"] == 0 and "error" not in r]
+    extrapolated = None
+    if len(before) >= 2:
+        a, b = before[0], before[-1]
+        per_token = (b["update_peak_over_loaded_gib"] - a["update_peak_over_loaded_gib"]) / (b["tokens"] - a["tokens"])
+        extrapolated = {
+            "model": "qwen2-152k", "tokens": 16384, "chunk": 0, "extrapolated": True,
+            "update_peak_over_loaded_gib": b["update_peak_over_loaded_gib"] + per_token * (16384 - b["tokens"]),
+            "bytes_per_token_per_vocab": per_token * GIB / a["vocab"],
+        }
+
+    table = Table(title="memory one update allocates: peak RSS over the RSS before it (CPU, float32, child process per row)")
+    for col in ("model", "micro-batch tokens", "log-probs", "checkpointing", "completion tokens",
+                "update peak GiB", "plan GiB", "plan / measured"):
+        table.add_column(col, justify="right" if "GiB" in col or "tokens" in col or "/" in col else "left")
+    for r in rows + ([extrapolated] if extrapolated else []):
+        if "error" in r:
+            table.add_row(r["model"], str(r["tokens"]), "full" if r["chunk"] == 0 else "chunked", "", "", "error", "", "")
+            continue
+        table.add_row(
+            r["model"], str(r["tokens"]) + (" (extrapolated)" if r.get("extrapolated") else ""),
+            "before: full" if r["chunk"] == 0 else f"after: chunks of {r['chunk']}",
+            "on" if r.get("checkpointing") else "off", str(r.get("completion_tokens", "")),
+            f"{r['update_peak_over_loaded_gib']:.3f}",
+            f"{r['plan_gib']:.3f}" if "plan_gib" in r else "", f"{r['plan_over_measured']:.2f}" if "plan_over_measured" in r else "",
+        )
+    Console(width=150).print(table)
+    if extrapolated:
+        print(f"before, growth per token: {extrapolated['bytes_per_token_per_vocab']:.1f} bytes per vocabulary entry")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "extrapolated_before_16384": extrapolated}, indent=1))
+    print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+"""GPU memory plan of a run, from the model's config.json alone, before anything loads.
+
+``vigor train --dry-run`` prints it and exits; every run prints it first and refuses
+(exit 2, naming the keys to change) when a phase cannot fit. The model is built on
+PyTorch's ``meta`` device (shapes, no weights, no memory) to count parameters and
+the linear layers LoRA and 4-bit act on.
+
+One GPU holds the trainer and the colocated engine; the engine sleeps (weights and
+KV cache released) while the trainer updates. Three phases:
+
+- ``resident``: what the trainer holds all run long: policy weights (16-bit, float32
+  master weights for full fine-tuning, or NF4 for 4-bit, whose other tensors
+  peft's ``prepare_model_for_kbit_training`` casts to float32), LoRA adapters
+  (float32), AdamW's two states per trained parameter, a frozen reference copy
+  (full fine-tuning with ``grpo.beta > 0``).
+- ``generate``: resident + the engine: vLLM takes ``engine.gpu_memory_utilization``
+  x GPU memory for its bf16 weights, its own working memory and the KV cache
+  (the rest); the hf engine the KV cache of one generate call.
+- ``update``: resident + gradients + the activations of one micro-batch
+  (``grpo.micro_batch_tokens`` padded tokens; all of them, or with gradient
+  checkpointing each layer's input plus one layer recomputed) + one output-layer
+  chunk (``grpo.logits_chunk_tokens`` positions x vocabulary) + what a sleeping
+  engine keeps.
+
+Activation bytes per token per layer follow the tensors a Qwen2/Llama decoder
+layer saves for backward under transformers (RMSNorm's float32 copy and output,
+q/k/v after rotary, the key/value heads repeated for grouped-query attention,
+attention output and its copy, gate/up/SiLU/product of the MLP); they were
+checked against measured peak RSS on CPU (tests/test_memory_plan.py,
+bench/update_memory.py). The vLLM side (its working memory, what a level-2 sleep
+keeps) are assumptions from its documentation, not measured here: no GPU ran
+this code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+GIB = float(1 << 30)
+
+NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)
+"""bitsandbytes NF4 with double quantisation: 4 bits, an 8-bit absmax per 64 weights,
+a float32 scale per 256 blocks."""
+
+VLLM_WORKING_BYTES = 1.5 * GIB
+"""vLLM's memory besides weights and KV cache (profile-run activations, sampler logits,
+CUDA graphs): an assumption, not measured here."""
+
+VLLM_ASLEEP_BYTES = 1.0 * GIB
+"""What a sleeping vLLM still holds (CUDA graphs, its allocator's cache): an assumption."""
+
+MARGIN_BYTES = 1.0 * GIB
+MARGIN_SHARE = 0.05
+"""Headroom kept free: 1 GiB + 5% of the GPU (allocator fragmentation, kernels' workspaces)."""
+
+AUTO_UTILIZATION_CAP = 0.9
+
+GPU_CLASSES = {"24 GB": 23.5, "48 GB": 44.5, "80 GB": 79.0}
+"""Free GiB after the CUDA context on the GPU classes the shipped configs name (RTX 4090 /
+L4-class, L40S (A6000: 47.5), A100/H100 80 GB)."""
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the plan needs from a model's config (counted on the meta device)."""
+
+    name: str
+    params: int
+    quantizable_params: int  # weights of the decoder's linear layers (NF4 under 4-bit)
+    lora_params: int  # adapter parameters for the run's LoRA config (0 without LoRA)
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    max_positions: int | None
+    lora_targets: int  # adapted linear layers per decoder layer
+
+
+def _lora_matches(path: str, targets: str | list[str], head_path: str) -> bool:
+    if path == head_path:
+        return False  # peft's 'all-linear' leaves the output layer out
+    if isinstance(targets, str):
+        return targets == "all-linear" or path.split(".")[-1] == targets
+    return path.split(".")[-1] in targets or path in targets
+
+
+def model_shape(model_cfg: Any) -> ModelShape:
+    """Count parameters from config.json (local path, 'tiny' or hub id; no weights loaded)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from vigor_cli.errors import UserError
+    from vigor_cli.models import quiet_transformers, resolve_model_path
+
+    quiet_transformers()
+    path = resolve_model_path(model_cfg.name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(path, revision=model_cfg.revision)
+    except (OSError, ValueError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(
+            f"model.name_or_path={model_cfg.name_or_path}: cannot read its config.json for the "
+            f"memory plan ({first}); pass a local directory that has it"
+        ) from None
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    head = model.get_output_embeddings()
+    head_path = next((n for n, m in model.named_modules() if m is head), "")
+    params = sum(p.numel() for p in model.parameters())
+    quantizable = lora = 0
+    adapted: set[str] = set()
+    for path_, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and path_ != head_path:
+            quantizable += module.weight.numel()
+            if model_cfg.lora.enabled and _lora_matches(path_, model_cfg.lora.target_modules, head_path):
+                lora += model_cfg.lora.r * (module.in_features + module.out_features)
+                adapted.add(path_.split(".")[-1])
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = int(text.num_attention_heads)
+    hidden = int(text.hidden_size)
+    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    return ModelShape(
+        name=str(model_cfg.name_or_path),
+        params=params,
+        quantizable_params=quantizable,
+        lora_params=lora,
+        vocab=int(text.vocab_size),
+        hidden=hidden,
+        layers=int(text.num_hidden_layers),
+        heads=heads,
+        kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+        head_dim=head_dim,
+        intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
+        max_positions=getattr(text, "max_position_embeddings", None),
+        lora_targets=len(adapted),
+    )
+
+
+# --------------------------------------------------------------------------- the arithmetic
+def layer_activation_bytes(s: ModelShape, act: int, stream: int, lora_r: int = 0) -> float:
+    """Bytes one decoder layer saves for backward per token (no checkpointing).
+
+    ``act`` is the activations' element size, ``stream`` the residual stream's. Under
+    4-bit both are 4: peft's ``prepare_model_for_kbit_training`` casts embeddings and
+    norms to float32, and bitsandbytes layers return their input's dtype.
+    """
+    q = s.heads * s.head_dim
+    kv = s.kv_heads * s.head_dim
+    norms = 2 * (4 + stream) * s.hidden  # RMSNorm: float32 copy of its input + normalised output
+    qkv = act * (q + 2 * kv)  # q and k after rotary, v
+    repeat = act * 2 * q if s.kv_heads < s.heads else 0  # GQA: key/value repeated to every head
+    attention = act * 2 * q + 4 * s.heads  # output (+ log-sum-exp) and o_proj's contiguous input
+    mlp = act * 4 * s.intermediate  # gate, up, SiLU(gate), product
+    adapters = 4 * lora_r * s.lora_targets  # LoRA's rank-r intermediates (float32)
+    return norms + qkv + repeat + attention + mlp + adapters
+
+
+def logits_chunk_bytes(vocab: int, chunk: int, head_bytes: int) -> float:
+    """Peak of one output-layer chunk (backward's recompute): the head's output, its float32
+    copy, logsumexp's exponentials, the float32 gradient and its cast: about 18 bytes
+    per vocabulary entry at 16-bit, 16 at float32 (measured on CPU: bench/update_memory.py)."""
+    return chunk * vocab * (head_bytes + (4 if head_bytes < 4 else 0) + 12)
+
+
+@dataclass
+class Item:
+    phase: str
+    name: str
+    bytes: float
+    note: str = ""
+
+
+@dataclass
+class Plan:
+    """Per-phase estimates against the GPU's memory; :attr:`problems` empty when it fits."""
+
+    model: str
+    device: str
+    available: float | None  # bytes usable now (free GPU memory, or the override)
+    total: float | None  # the GPU's size (for gpu_memory_utilization)
+    source: str  # where ``available`` came from
+    items: list[Item] = field(default_factory=list)
+    engine: str = "hf"
+    engine_utilization: float | None = None
+    kv_sequences: float | None = None  # max-length sequences the vLLM KV cache holds
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def phase(self, name: str) -> float:
+        """Peak bytes of a phase (each phase includes the resident memory)."""
+        resident = sum(i.bytes for i in self.items if i.phase == "resident")
+        if name == "resident":
+            return resident
+        return resident + sum(i.bytes for i in self.items if i.phase == name)
+
+    @property
+    def margin(self) -> float:
+        return MARGIN_BYTES + MARGIN_SHARE * (self.total or 0.0) if self.device == "cuda" else 0.0
+
+    def allocated_by_update(self) -> float:
+        """Bytes the update allocates beyond the loaded weights: AdamW states (created at the
+        first step), gradients, activations, the output-layer chunk (what bench/update_memory.py
+        measures as peak RSS over the RSS before the update)."""
+        loaded = sum(i.bytes for i in self.items if i.phase == "resident" and i.name != "AdamW states")
+        return self.phase("update") - loaded - sum(i.bytes for i in self.items if i.name == "vLLM asleep")
+
+    @property
+    def peak(self) -> float:
+        return max(self.phase("generate"), self.phase("update"))
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict:
+        return {
+            "model": self.model, "device": self.device, "available_gib": _gib(self.available),
+            "total_gib": _gib(self.total), "source": self.source, "engine": self.engine,
+            "engine_gpu_memory_utilization": self.engine_utilization,
+            "kv_cache_max_length_sequences": self.kv_sequences,
+            "phases_gib": {p: _gib(self.phase(p)) for p in ("resident", "generate", "update")},
+            "items": [{"phase": i.phase, "name": i.name, "gib": _gib(i.bytes), "note": i.note} for i in self.items],
+            "margin_gib": _gib(self.margin), "fits": self.fits, "problems": self.problems, "notes": self.notes,
+        }
+
+
+def _gib(x: float | None) -> float | None:
+    return None if x is None else round(x / GIB, 3)
+
+
+def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None, total: float | None,
+              source: str, vllm_present: bool = True) -> Plan:
+    """The arithmetic: a plan for ``cfg`` on ``device`` ('cuda' or 'cpu') with ``available``
+    bytes (None: unknown, no verdict)."""
+    from vigor_cli.models import gradient_checkpointing_on
+
+    import torch
+
+    m, g = cfg.model, cfg.grpo
+    plan = Plan(model=shape.name, device=device, available=available, total=total, source=source)
+    four_bit = m.load_in_4bit
+    act = 2 if (m.dtype == "auto" and device == "cuda") or m.dtype in ("bfloat16", "float16") else 4
+    if four_bit:
+        act = 4  # peft upcasts embeddings and norms to float32; bitsandbytes returns its input's dtype
+    lora = m.lora.enabled
+    master = not lora and not four_bit and m.fp32_master_weights and act == 2
+    stream = head_bytes = act
+
+    # ---- resident
+    if four_bit:
+        other = shape.params - shape.quantizable_params
+        plan.items.append(Item("resident", "policy weights", shape.quantizable_params * NF4_BYTES_PER_PARAM + other * 4,
+                               f"NF4 linear layers + {other / 1e6:.0f}M float32 (embeddings, head, norms)"))
+    elif master:
+        plan.items.append(Item("resident", "policy weights", shape.params * 4, "float32 master weights (autocast to 16-bit)"))
+    else:
+        count = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
+        plan.items.append(Item("resident", "policy weights", shape.params * act, f"{count} x {act} bytes"))
+    trainable = shape.lora_params if lora else shape.params
+    train_bytes = 4 if (lora or master or act == 4) else act
+    if lora:
+        plan.items.append(Item("resident", "LoRA adapters", trainable * 4, f"{trainable / 1e6:.1f}M float32, r={m.lora.r}"))
+    plan.items.append(Item("resident", "AdamW states", 2 * trainable * train_bytes, "2 per trained parameter"))
+    if not lora and g.beta > 0:
+        plan.items.append(Item("resident", "KL reference copy", shape.params * act, "frozen, compute dtype"))
+
+    # ---- generate
+    max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    if shape.max_positions:
+        max_len = min(max_len, int(shape.max_positions))
+    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2  # bf16 keys and values
+    kind = cfg.engine.kind
+    if kind == "auto":
+        kind = "vllm" if device == "cuda" and vllm_present else "hf"
+    plan.engine = kind
+    if kind == "vllm":
+        engine_weights = shape.params * 2
+        util = cfg.engine.gpu_memory_utilization
+        if util == "auto":
+            if available is None or total is None:
+                util = None
+            else:
+                util = min(AUTO_UTILIZATION_CAP, (available - plan.phase("resident") - plan.margin) / total)
+                util = math.floor(util * 100) / 100
+        plan.engine_utilization = util
+        budget = util * total if (util is not None and total is not None) else engine_weights + VLLM_WORKING_BYTES
+        kv = budget - engine_weights - VLLM_WORKING_BYTES
+        plan.kv_sequences = kv / (kv_per_token * max_len) if kv_per_token else None
+        plan.items.append(Item("generate", "vLLM weights", engine_weights, "bf16 copy (LoRA merged, 4-bit dequantised)"))
+        plan.items.append(Item("generate", "vLLM working memory", VLLM_WORKING_BYTES, "assumed"))
+        plan.items.append(Item("generate", "vLLM KV cache", max(kv, 0.0),
+                               f"{plan.kv_sequences:.1f} sequences of {max_len} tokens" if plan.kv_sequences is not None else ""))
+        if util is not None and total is not None and kv < kv_per_token * max_len:
+            plan.problems.append(
+                f"the vLLM engine's share ({util:.2f} x {total / GIB:.1f} GiB) holds its bf16 weights "
+                f"({engine_weights / GIB:.1f} GiB) + working memory but not the KV cache of one "
+                f"{max_len}-token sequence ({kv_per_token * max_len / GIB:.2f} GiB): raise "
+                "engine.gpu_memory_utilization (or 'auto'), or lower sampling.max_new_tokens / engine.max_model_len"
+            )
+        if util is not None and available is not None:
+            at_build = available - sum(i.bytes for i in plan.items if i.phase == "resident" and i.name != "AdamW states")
+            if util * (total or 0) > at_build:
+                plan.problems.append(
+                    f"vLLM starts only if {util:.2f} x {total / GIB:.1f} GiB is free after the policy "
+                    f"loads ({at_build / GIB:.1f} GiB): lower engine.gpu_memory_utilization (or 'auto')"
+                )
+    else:
+        rows = max(1, cfg.engine.gen_batch_tokens // (cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens))
+        kv_hf = cfg.engine.gen_batch_tokens * kv_per_token * act / 2
+        plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={cfg.engine.gen_batch_tokens}"))
+        plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (act + 8), f"{rows} rows"))
+
+    # ---- update
+    tokens = g.micro_batch_tokens
+    checkpointing = gradient_checkpointing_on(m, torch.device(device))
+    per_layer = layer_activation_bytes(shape, act, stream, m.lora.r if lora else 0)
+    if checkpointing:
+        activations = tokens * (shape.layers * stream * shape.hidden + per_layer)
+        how = f"checkpointed: {shape.layers} layer inputs + 1 layer"
+    else:
+        activations = tokens * shape.layers * per_layer
+        how = f"{shape.layers} layers x {per_layer / 1024:.0f} KiB per token"
+    width = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + min(width, tokens))  # final norm, kept rows, mask
+    transient = tokens * act * 4 * (shape.hidden + shape.intermediate)  # one layer's gradients in flight
+    plan.items.append(Item("update", "gradients", trainable * train_bytes, ""))
+    plan.items.append(Item("update", "activations", activations + outside + transient,
+                           f"{tokens} tokens (grpo.micro_batch_tokens), {how}"))
+    chunk = g.logits_chunk_tokens
+    if chunk > 0:
+        plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), head_bytes),
+                               f"{min(chunk, tokens)} positions x {shape.vocab} vocabulary"))
+    else:
+        plan.items.append(Item("update", "full logits", tokens * shape.vocab * 10.6,
+                               "grpo.logits_chunk_tokens=0: every position x vocabulary, ~10.6 bytes each"))
+    if kind == "vllm":
+        plan.items.append(Item("update", "vLLM asleep", VLLM_ASLEEP_BYTES, f"sleep level {cfg.engine.sleep_level}; assumed"))
+
+    # ---- verdict
+    if available is None:
+        plan.notes.append("no GPU memory to plan against: set --gpu-memory GIB (train.gpu_memory_gib)")
+        return plan
+    room = available - plan.margin
+    if plan.phase("update") > room:
+        keys = ["grpo.micro_batch_tokens"]
+        if not checkpointing:
+            keys.append("model.gradient_checkpointing=true")
+        if chunk == 0 or chunk > 512:
+            keys.append("grpo.logits_chunk_tokens")
+        if not lora:
+            keys.append("model.lora.enabled=true")
+        elif not four_bit and device == "cuda":
+            keys.append("model.load_in_4bit=true")
+        plan.problems.append(
+            f"the update needs {plan.phase('update') / GIB:.1f} GiB of {room / GIB:.1f} GiB: change "
+            + ", ".join(keys)
+        )
+    if kind != "vllm" and plan.phase("generate") > room:
+        plan.problems.append(
+            f"generation needs {plan.phase('generate') / GIB:.1f} GiB of {room / GIB:.1f} GiB: lower engine.gen_batch_tokens"
+        )
+    if kind == "vllm" and plan.engine_utilization is not None and plan.phase("resident") + plan.engine_utilization * total > room + 1e-9 * room:
+        plan.problems.append(
+            f"generation needs {(plan.phase('resident') + plan.engine_utilization * total) / GIB:.1f} GiB "
+            f"(trainer {plan.phase('resident') / GIB:.1f} + engine {plan.engine_utilization:.2f} x {total / GIB:.1f}) "
+            f"of {room / GIB:.1f} GiB: lower engine.gpu_memory_utilization (or 'auto')"
+        )
+    return plan
+
+
+# --------------------------------------------------------------------------- the machine
+def gpu_memory(cfg: Any, mem_get_info: Callable[[], tuple[int, int]] | None = None) -> tuple[str, float | None, float | None, str]:
+    """(device, available bytes, total bytes, source): the override, else the visible GPU, else CPU."""
+    import torch
+
+    override = cfg.train.gpu_memory_gib
+    if override is not None:
+        return "cuda", override * GIB, override * GIB, f"train.gpu_memory_gib={override:g}"
+    if mem_get_info is None and torch.cuda.is_available():
+        mem_get_info = torch.cuda.mem_get_info
+    if mem_get_info is not None:
+        try:
+            free, total = mem_get_info()
+            return "cuda", float(free), float(total), "torch.cuda.mem_get_info (free now)"
+        except Exception as e:  # CUDA present but unusable: the device choice reports it
+            return "cpu", None, None, f"CUDA unusable ({type(e).__name__})"
+    return "cpu", _cpu_available(), None, "MemAvailable (CPU run)"
+
+
+def _cpu_available() -> float | None:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def plan_run(cfg: Any, mem_get_info: Callable[[], tuple[int, int]] | None = None) -> Plan:
+    """The plan for a run config on this machine (or against ``train.gpu_memory_gib``)."""
+    import importlib.util
+
+    device, available, total, source = gpu_memory(cfg, mem_get_info)
+    shape = model_shape(cfg.model)
+    plan = make_plan(cfg, shape, device, available, total, source,
+                     vllm_present=cfg.train.gpu_memory_gib is not None or importlib.util.find_spec("vllm") is not None)
+    if device == "cpu":
+        plan.problems = []  # a CPU run is not refused on an estimate
+    return plan
+
+
+def engine_utilization(cfg: Any, model: Any, mem_get_info: Callable[[], tuple[int, int]] | None = None) -> float:
+    """``engine.gpu_memory_utilization`` as vLLM takes it: the number, or for 'auto' what the
+    GPU has free now (policy loaded) minus the AdamW states still to come and the margin."""
+    from vigor_cli.errors import UserError
+
+    util = cfg.engine.gpu_memory_utilization
+    if util != "auto":
+        return float(util)
+    if mem_get_info is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("engine.gpu_memory_utilization=auto needs a visible CUDA GPU")
+        mem_get_info = torch.cuda.mem_get_info
+    free, total = mem_get_info()
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = sum(2 * p.numel() * (4 if p.element_size() < 4 else p.element_size()) for p in trained)
+    share = (free - optimizer - MARGIN_BYTES - MARGIN_SHARE * total) / total
+    share = math.floor(min(AUTO_UTILIZATION_CAP, share) * 100) / 100
+    if share <= 0.05:
+        raise UserError(
+            f"engine.gpu_memory_utilization=auto: only {free / GIB:.1f} GiB of {total / GIB:.1f} GiB is free "
+            "after loading the policy; use a smaller model, model.load_in_4bit, or a larger GPU"
+        )
+    return share
+
+
+# --------------------------------------------------------------------------- output
+def render(plan: Plan) -> Any:
+    """The plan as a rich table."""
+    from rich.table import Table
+
+    head = f"memory plan: {plan.model} on {plan.device}"
+    if plan.available is not None:
+        head += f", {plan.available / GIB:.1f} GiB available ({plan.source})"
+    table = Table(title=head, title_justify="left")
+    table.add_column("phase")
+    table.add_column("what")
+    table.add_column("GiB", justify="right")
+    table.add_column("note")
+    for phase in ("resident", "generate", "update"):
+        for item in (i for i in plan.items if i.phase == phase):
+            table.add_row(phase, item.name, f"{item.bytes / GIB:.2f}", item.note)
+        if phase != "resident":
+            table.add_row(phase, "[bold]peak (with resident)[/]", f"[bold]{plan.phase(phase) / GIB:.2f}[/]", "", end_section=True)
+        else:
+            table.add_row("", "", "", "", end_section=True)
+    if plan.available is not None and plan.device == "cuda":
+        util = f"engine.gpu_memory_utilization {plan.engine_utilization}" if plan.engine == "vllm" else f"engine {plan.engine}"
+        table.caption = (f"{util}; headroom kept {plan.margin / GIB:.1f} GiB; "
+                         + ("fits" if plan.fits else "DOES NOT FIT"))
+    return table
+
+
+def check(plan: Plan) -> None:
+    """Refuse a plan that does not fit: one line naming the keys to change (exit 2)."""
+    from vigor_cli.errors import UserError
+
+    if plan.problems:
+        raise UserError("memory plan: " + "; ".join(plan.problems))
+
