@@ -23,26 +23,39 @@ MATH_SETS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olym
 
 @pytest.fixture
 def nothing_loads(monkeypatch, tmp_path):
-    """Model, tokenizer and hub loading fail the test; the shared math-eval fallback is empty."""
-    import vigor_cli.verifiers.math_answers as math_answers
-
+    """Model, tokenizer and hub loading fail the test."""
     def fail(*a, **k):
         pytest.fail("loaded a model, tokenizer or hub dataset before the config check")
 
     for name in ("load_policy", "load_tokenizer"):
         monkeypatch.setattr(models, name, fail)
     monkeypatch.setattr(loading, "load_hub", fail)
-    monkeypatch.setattr(math_answers, "DEFAULT_DATA_DIR", tmp_path / "no-shared-data")
 
 
 @pytest.mark.parametrize("config", ["qwen2.5-1.5b-math-vigor.yaml", "qwen2.5-1.5b-math-grpo.yaml"])
 def test_1_5b_eval_sets_must_resolve_before_anything_loads(vigor, nothing_loads, tmp_path, config):
-    code, out, err = vigor("train", "--config", str(CONFIGS / config), "--output-dir", str(tmp_path / "runs"))
+    only_math500 = _math_dir(tmp_path, ["math500"])
+    code, out, err = vigor("train", "--config", str(CONFIGS / config), "--output-dir", str(tmp_path / "runs"),
+                           "--set", f"task.data_dir={only_math500}")
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1
-    assert "aime24" in lines[0] and "task.data_dir" in lines[0] and "math500," not in lines[0]
+    assert "aime24" in lines[0] and "task.data_dir" in lines[0] and "math500." not in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_1_5b_eval_sets_resolve_from_the_shipped_files(nothing_loads):
+    """Without task.data_dir the six sets come from the package; a lost file is named."""
+    cfg = build_config(CONFIGS / "qwen2.5-1.5b-math-vigor.yaml")
+    check_static(cfg)
+
+
+def test_a_lost_shipped_file_is_named(nothing_loads, monkeypatch, tmp_path):
+    import vigor_cli.verifiers.math_answers as math_answers
+
+    monkeypatch.setattr(math_answers, "DEFAULT_DATA_DIR", _math_dir(tmp_path, ["math500"]))
+    with pytest.raises(UserError, match=r"aime24.jsonl.*missing from the files shipped"):
+        check_static(build_config(CONFIGS / "qwen2.5-1.5b-math-vigor.yaml"))
 
 
 def _math_dir(tmp_path, sets):

@@ -59,14 +59,11 @@ def _math_sources(cfg: Any) -> None:
         raise UserError(f"task.eval_sets: unknown math evaluation set {unknown[0]!r}; valid: {', '.join(KNOWN)}")
     where = Path(t.data_dir).expanduser() if t.data_dir is not None else Path(DEFAULT_DATA_DIR)
     missing = [n for n in (t.eval_sets or ["math500"]) if not (where / f"{n}.jsonl").is_file()]
-    if t.data_dir is None:
-        missing = [n for n in missing if n != "math500"]  # the hub serves MATH500 alone
     if missing:
         files = ", ".join(f"{n}.jsonl" for n in missing)
-        if t.data_dir is None:
-            raise UserError(f"task.eval_sets: {', '.join(missing)} need local files ({files}); "
-                            "put them in a directory and pass --set task.data_dir=DIR "
-                            "(only math500 can come from the hub)")
+        if t.data_dir is None:  # the package ships all seven files: an install lost them
+            raise UserError(f"task.eval_sets: {files} missing from the files shipped in {where}; "
+                            "reinstall vigor or pass --set task.data_dir=DIR")
         raise UserError(f"task.data_dir={t.data_dir}: missing {files} for task.eval_sets")
 
 

@@ -192,7 +192,6 @@ class Trainer:
 
         self.cfg, self.rundir, self.out = cfg, run, out
         t = cfg.train
-        self.memory_plan = announce_memory_plan(cfg, out)  # refuses a run that cannot fit, before loading
         torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
 
         # ---- every check that needs no download first (vigor_cli/preflight.py)
@@ -200,6 +199,9 @@ class Trainer:
         from vigor_cli.preflight import check_static, check_tokenizer
 
         check_static(cfg)
+        # The plan reads the model's config.json (a small download for a hub id); it refuses a
+        # run that cannot fit before any weights load.
+        self.memory_plan = announce_memory_plan(cfg, out)
 
         # ---- task and data, training and evaluation sets, before the model downloads
         self.task = get_task(cfg.task, workers=t.reward_workers)
