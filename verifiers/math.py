@@ -201,19 +201,21 @@ _ANSWER_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:and|or)\s*\}|\\(?:quad|qquad)
 _FINAL_ANSWER = re.compile(r"final answer is", re.IGNORECASE)
 _BETWEEN_MARKUP = re.compile(r"\\(?:text|mathrm|textbf)\s*\{([^{}]*)\}|\\[()\[\]]|\\q?quad|\\[,;: ]|\$")
 _SEPARATOR = re.compile(r"\b(?:and|or)\b|[,;]")
+_PURE_SEPARATOR = re.compile(r"[\s,;.]*(?:\b(?:and|or)\b)?[\s,;.]*")
 MAX_WORDS_BETWEEN_BOXES = 4
 """Boxes are one answer list when what lies between them is short: under 10 characters, or
 a separator (",", ";", "and", "or") among at most this many words (under 70 characters)."""
 
 
-def _joined_boxes(text: str) -> list[str]:
+def _joined_boxes(text: str, pure: bool = False) -> list[str]:
     """The last box and the boxes before it that Math-Verify would read as one answer list.
 
     Math-Verify joins a box with the one before it when fewer than 10 characters lie
     between them, or fewer than 70 with a separator. Here the second case also needs at
     most :data:`MAX_WORDS_BETWEEN_BOXES` words ("\\boxed{1} papers and \\boxed{2} bins" is
     a list; "\\boxed{1} and and and or thus but \\boxed{2}" is not). Repeated neighbours
-    count once.
+    count once. ``pure``: only boxes with nothing but separators between them
+    ("\\boxed{1} or \\boxed{2}", "\\boxed{1}, \\boxed{2}").
     """
     spans = boxed_spans(text)
     if not spans:
@@ -221,7 +223,11 @@ def _joined_boxes(text: str) -> list[str]:
     items = [spans[-1][2]]
     for (_, end, content), (start, _, _) in zip(reversed(spans[:-1]), reversed(spans[1:])):
         between = text[end:start]
-        if len(between) >= 10:
+        if pure:
+            plain = _BETWEEN_MARKUP.sub(lambda m: " " + (m.group(1) or "") + " ", between)
+            if not _PURE_SEPARATOR.fullmatch(plain):
+                break
+        elif len(between) >= 10:
             plain = _BETWEEN_MARKUP.sub(lambda m: " " + (m.group(1) or "") + " ", between)
             words = re.findall(r"[A-Za-z]+|\(\w\)", plain)
             if len(between) >= 70 or not _SEPARATOR.search(plain) or len(words) > MAX_WORDS_BETWEEN_BOXES:
@@ -244,9 +250,11 @@ def _several_parts(gold: str, gold_parsed: list) -> bool:
 def _extract_answer(completion: str, several: bool = False) -> tuple[list, str]:
     """(parsed answer, its text) of a completion.
 
-    - ``several`` (the gold has several parts): boxes written as one list ("\\boxed{1} and
-      \\boxed{2}", see :func:`_joined_boxes`) are read as one set of answers, as Math-Verify
-      reads them.
+    - Boxes written as one list are read as one set of answers, as Math-Verify reads them:
+      when the gold has several parts (``several``), boxes with a short text between them
+      ("\\boxed{1} and \\boxed{2}", "\\boxed{1} papers and \\boxed{2} bins"; see
+      :func:`_joined_boxes`); otherwise only boxes with nothing but a separator between
+      them ("\\boxed{4} or \\boxed{5}": a hedge, which then matches no single gold).
     - Otherwise the last ``\\boxed{}`` is the answer (a correction after an earlier box
       wins), unless a "final answer is ..." follows it; without a box, Math-Verify's own
       extraction (LaTeX, then plain expressions) over the whole completion.
@@ -254,13 +262,12 @@ def _extract_answer(completion: str, several: bool = False) -> tuple[list, str]:
     text = _prepare(completion)
     spans = boxed_spans(text)
     if spans:
-        if several:
-            items = _joined_boxes(text)
-            if len(items) > 1:
-                answer = ", ".join(items)
-                parsed = _parse_boxed(answer)
-                if parsed:
-                    return parsed, answer
+        items = _joined_boxes(text, pure=not several)
+        if len(items) > 1:  # a list of answers; against a one-part gold, a hedge that fails
+            answer = ", ".join(items)
+            parsed = _parse_boxed(answer)
+            if parsed:
+                return parsed, answer
         tail = text[spans[-1][1] :]
         if _FINAL_ANSWER.search(tail):
             parsed = _math_verify().parse(tail, parsing_timeout=None)
@@ -362,12 +369,73 @@ def _compare(gold: str, gold_parsed: list, answer: str, pred_parsed: list, probl
     return True, "correct"
 
 
+_PLAIN_NUMBER = re.compile(
+    r"(-?)(?:(\d{1,60})|(\d{0,60}\.\d{1,60})|(\d{1,60})\s*/\s*(\d{1,60})"
+    r"|\\[dt]?frac\s*\{\s*(\d{1,60})\s*\}\s*\{\s*(\d{1,60})\s*\})"
+)
+"""``12``, ``-0.5``, ``3/4``, ``\\frac{3}{4}``: numbers whose value needs no parser."""
+
+
+def _plain_value(text: str):
+    """The exact value (Fraction) of a plain number, or None for anything else."""
+    from fractions import Fraction
+
+    m = _PLAIN_NUMBER.fullmatch(text.strip())
+    if not m:
+        return None
+    sign, integer, decimal, num, den, fnum, fden = m.groups()
+    if integer is not None:
+        value = Fraction(int(integer))
+    elif decimal is not None:
+        value = Fraction(decimal)
+    else:
+        n, d = (num, den) if num is not None else (fnum, fden)
+        if int(d) == 0:
+            return None
+        value = Fraction(int(n), int(d))
+    return -value if sign else value
+
+
+def _fast_grade(gold: str, completion: str) -> MathVerdict | None:
+    """The verdict without Math-Verify when it is certain, else None.
+
+    Only for a plain-number gold and a completion whose answer (its last box, with no
+    "final answer is" after it) is a plain number: exactly equal values are correct (as
+    Math-Verify finds them); two exact numbers without a decimal point that differ are
+    wrong (the exact-value guard's verdict). Anything else (a decimal that differs, which
+    Math-Verify compares to 6 digits) goes to the full grader.
+    """
+    g = _plain_value(gold)
+    if g is None:
+        return None
+    spans = boxed_spans(completion)
+    if not spans or not _balanced(completion):
+        return None
+    start, end, box = spans[-1]
+    if "'" in completion[start:end] or _FINAL_ANSWER.search(completion, end):
+        return None
+    if len(spans) > 1 and len(_joined_boxes(completion, pure=True)) > 1:
+        return None  # "\\boxed{4} or \\boxed{5}": a list, for the full grader
+    p = _plain_value(box)
+    if p is None:
+        return None
+    shown_gold, shown_pred = str(g), str(p)
+    if g == p:
+        return MathVerdict(1.0, "correct", shown_gold, shown_pred)
+    if "." not in gold and "." not in box:
+        return MathVerdict(0.0, "wrong answer", shown_gold, shown_pred)
+    return None
+
+
 def grade(gold: str, completion: str, problem: str | None = None) -> MathVerdict:
     """Grade one completion against one gold answer in this process (no time limit).
 
     ``problem`` (optional) is the question's text: when it asks for a percentage, a bare
     gold ``20`` also matches ``20\\%``.
     """
+    quick = _fast_grade(gold, completion)
+    if quick is not None:
+        return quick
     gold_parsed = _parse_gold(gold)
     if not gold_parsed:
         return MathVerdict(0.0, "error: gold answer does not parse", "", "")
@@ -520,6 +588,9 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
         gold = tuple(str(g) for g in pair[0]) if isinstance(pair[0], (list, tuple)) else str(pair[0])
         problem = pair[2] if len(pair) > 2 and pair[2] is not None else None
         items.append((i, gold, str(pair[1]), None if problem is None else str(problem)))
+    quick = [_fast_grade(gold, completion) if isinstance(gold, str) else None for _, gold, completion, _ in items]
+    if all(v is not None for v in quick):
+        return quick  # type: ignore[return-value]  # plain numbers: no import, no child
     _math_verify()  # the children inherit it
     ctx = mp.get_context("fork")
     results: list[MathVerdict] = []
