@@ -1,17 +1,23 @@
-"""Math answer rewards: Math-Verify equivalence, guarded, time-bounded in worker processes.
+"""Math answer rewards: Math-Verify equivalence, repaired and guarded, time-bounded.
 
 How one completion is graded (:func:`grade`):
 
-1. The answer is the content of the last ``\\boxed{}`` of the completion; when there is
-   none (or it does not parse) Math-Verify's own extraction over the whole completion
-   (LaTeX, then plain expressions) is used.
-2. Gold and answer are parsed by Math-Verify as ``\\boxed{...}`` and compared with
+1. Plain numbers on both sides (``12``, ``-0.5``, ``3/4``, ``\\frac{3}{4}``) are compared
+   exactly without Math-Verify when the verdict is certain (:func:`_fast_grade`).
+2. The answer: boxes written as one list ("\\boxed{1} and \\boxed{2}") are one set of
+   answers, as Math-Verify reads them, when the gold has several parts; otherwise the
+   last ``\\boxed{}`` (a bare list of boxes is a hedge and matches no one-part gold), unless
+   a "final answer is ..." follows it; without a box, Math-Verify's own extraction (LaTeX,
+   then plain expressions) over the whole completion. See :func:`_extract_answer`.
+3. Gold and answer are parsed by Math-Verify as ``\\boxed{...}`` and compared with
    ``verify(gold, answer)`` (gold first: the relation is not symmetric). Golds are
-   parsed once per worker process and cached.
-3. Guards veto the known wrong accepts of Math-Verify 0.9 where a cheap check exists:
+   parsed once per process and cached. Before parsing, what Math-Verify 0.9 misreads is
+   rewritten (:func:`_prepare`): ``\\mathrm{e}``/``\\mathrm{i}`` (dropped as units) become
+   ``e``/``i``; primes after a letter (``E'``, ``f'(x)``, dropped) become ``^{\\prime}``;
+   digit groups split by spaces (``1 000``, read as ``1*0``) are joined; a mixed number
+   (``3128 1/2``, read as ``3128*1/2``) becomes ``3128\\frac{1}{2}``.
+4. Guards veto the known wrong accepts of Math-Verify 0.9 where a cheap check exists:
 
-   - ``\\mathrm{e}`` / ``\\mathrm{i}`` are dropped as units ("2\\mathrm{e}" parses as 2):
-     they are rewritten to ``e`` / ``i`` before parsing.
    - extraction that stops early inside ``\\mathrm{...}`` / ``\\text{...}``
      ("\\frac{3}{\\mathrm{x}}" is read as the string "\\frac{3}{"; two such truncated
      strings compare equal): a parse whose matched text has unbalanced braces is redone
@@ -20,8 +26,9 @@ How one completion is graded (:func:`grade`):
      sides are exact rationals (integers, fractions, factorials, integer powers; no
      decimal point) they must be exactly equal.
    - a percent sign dropped (``5\\%`` accepted for gold ``5``): an answer with a percent
-     sign against a gold without one is read as x/100. The cost: "by what percent ...?"
-     with a bare gold "10" rejects "10\\%" (one MATH-500 problem).
+     sign against a gold without one is read as x/100, unless the problem's text (the
+     optional ``problem`` argument) asks for a percentage ("What percent ...?"): then
+     ``20\\%`` also matches a gold ``20``.
    - a number-base subscript dropped (``1011_3`` accepted for gold ``1011_2``): when both
      carry a base, the values in those bases decide (so ``11_{10}`` matches ``1011_2``).
      A bare answer ("1011") against a gold with a base keeps Math-Verify's digit match.
@@ -32,7 +39,9 @@ outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None`
 has already imported sympy and Math-Verify; a worker that passes the limit on one item is
 killed at once (a replacement starts when there is more work), that item scores 0 with
 reason ``timeout``, and its unfinished items go to other workers. Exceptions (also MemoryError under the workers' address-space
-limit) score 0 with reason ``error: ...``. Nothing raises or hangs.
+limit) score 0 with reason ``error: ...``. Nothing raises or hangs. For a few cases
+from a single-threaded program (``vigor verify math``), :func:`grade_forked` grades in a
+child forked from the caller under the same limit, without starting a pool.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from fractions import Fraction
 from multiprocessing.connection import wait
 from typing import Sequence, Union
 
@@ -239,10 +249,8 @@ def _joined_boxes(text: str, pure: bool = False) -> list[str]:
 
 def _several_parts(gold: str, gold_parsed: list) -> bool:
     """Whether a gold answer has several parts (a list of answers, a set of solutions)."""
-    import sympy
-
     first = gold_parsed[0] if gold_parsed else None
-    if isinstance(first, sympy.FiniteSet) and len(first) > 1:
+    if type(first).__name__ == "FiniteSet" and len(first) > 1:
         return True
     return len(split_top_level(_ANSWER_SEPARATORS.sub(",", gold), (",", ";"))) > 1
 
@@ -378,8 +386,6 @@ _PLAIN_NUMBER = re.compile(
 
 def _plain_value(text: str):
     """The exact value (Fraction) of a plain number, or None for anything else."""
-    from fractions import Fraction
-
     m = _PLAIN_NUMBER.fullmatch(text.strip())
     if not m:
         return None
