@@ -567,3 +567,12 @@ def test_cli_few_cases_start_no_worker_pool(monkeypatch, capsys):
     monkeypatch.setattr(vmath.MathVerifier, "_spawn", no_pool)
     code, out, _ = _cli(["verify", "math", "--gold", r"\sqrt{2}", "--pred", r"\boxed{\sqrt2}", "--json"], capsys)
     assert code == 0 and json.loads(out)["reward"] == 1.0
+
+
+def test_boxed_spans_locate_each_box():
+    from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans
+
+    text = r"a \boxed{1} b \fbox{\frac{1}{2}} c \boxed 7. d \boxed{x"
+    spans = boxed_spans(text)
+    assert [content for _, _, content in spans] == all_boxed(text) == ["1", r"\frac{1}{2}", "7"]
+    assert [text[start:end] for start, end, _ in spans] == [r"\boxed{1}", r"\fbox{\frac{1}{2}}", r"\boxed 7."]
