@@ -132,10 +132,12 @@ def agreement() -> dict:
     return {"per_source": dict(rows), "undisputed": total, "disputed": disputed, "all_labels": all_labels}
 
 
-def _wall(cmd: list[str], runs: int) -> dict:
+def _wall(cmd: list[str], runs: int, cpu_counted: bool = True) -> dict:
     """Wall seconds of a command from a fresh process (min and median of ``runs``), and the
     CPU seconds (user + system) of the command and its children: on a busy machine the
-    CPU time is what the wall time would be on an idle one (the work is sequential)."""
+    CPU time is what the wall time would be on an idle one (the work is sequential).
+    ``cpu_counted=False`` where the work runs in processes nobody waits for (a forkserver
+    and its workers outlive the command's accounting): no CPU figure then."""
     import resource
 
     times, cpu = [], []
@@ -149,7 +151,7 @@ def _wall(cmd: list[str], runs: int) -> dict:
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}")
     return {"min_s": round(min(times), 3), "median_s": round(statistics.median(times), 3),
-            "cpu_median_s": round(statistics.median(cpu), 3)}
+            "cpu_median_s": round(statistics.median(cpu), 3) if cpu_counted else None}
 
 
 def one_case_latency(runs: int) -> list[tuple[str, dict]]:
@@ -164,7 +166,7 @@ def one_case_latency(runs: int) -> list[tuple[str, dict]]:
         ("vigor verify math --gold '\\sqrt{2}' --pred '\\boxed{\\sqrt2}'", _wall([py, "-m", "vigor_cli", "verify", "math", "--gold", r"\sqrt{2}", "--pred", r"\boxed{\sqrt2}"], runs)),
         ("python: import vigor_cli.cli", _wall([py, "-c", "import vigor_cli.cli"], runs)),
         ("python: import math_verify", _wall([py, "-c", "import math_verify"], runs)),
-        ("python: one case, worker pool (the old way)", _wall([py, "-c", pool], runs)),
+        ("python: one case, worker pool (the old way)", _wall([py, "-c", pool], runs, cpu_counted=False)),
         ("python: one case, grade_forked (the CLI's way)", _wall([py, "-c", forked], runs)),
     ]
 
@@ -267,7 +269,8 @@ def main() -> None:
     for col in ("command", "wall min s", "wall median s", "CPU median s"):
         one.add_column(col, justify="left" if col == "command" else "right")
     for name, t in latency_one:
-        one.add_row(name, f"{t['min_s']:.2f}", f"{t['median_s']:.2f}", f"{t['cpu_median_s']:.2f}")
+        cpu = "n/a" if t["cpu_median_s"] is None else f"{t['cpu_median_s']:.2f}"
+        one.add_row(name, f"{t['min_s']:.2f}", f"{t['median_s']:.2f}", cpu)
     console.print(one)
     load = os.getloadavg()[0]
     table = Table(title=f"math verifier throughput: MATH-500 golds x 4 predictions ({os.cpu_count()} cores, load {load:.1f})")
