@@ -576,3 +576,11 @@ def test_boxed_spans_locate_each_box():
     spans = boxed_spans(text)
     assert [content for _, _, content in spans] == all_boxed(text) == ["1", r"\frac{1}{2}", "7"]
     assert [text[start:end] for start, end, _ in spans] == [r"\boxed{1}", r"\fbox{\frac{1}{2}}", r"\boxed 7."]
+
+
+def test_question_is_another_name_for_problem(capsys):
+    problem = "What percent of the people of Mathopolis are children?"
+    assert grade("20", r"\boxed{20\%}", question=problem).reward == 1.0
+    assert grade_any(["20", "30"], r"\boxed{20\%, 30\%}", question=problem).reward == 1.0
+    code, out, _ = _cli(["verify", "math", "--gold", "20", "--pred", r"\boxed{20\%}", "--question", problem, "--json"], capsys)
+    assert code == 0 and json.loads(out)["reward"] == 1.0

@@ -433,12 +433,13 @@ def _fast_grade(gold: str, completion: str) -> MathVerdict | None:
     return None
 
 
-def grade(gold: str, completion: str, problem: str | None = None) -> MathVerdict:
+def grade(gold: str, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
     """Grade one completion against one gold answer in this process (no time limit).
 
-    ``problem`` (optional) is the question's text: when it asks for a percentage, a bare
-    gold ``20`` also matches ``20\\%``.
+    ``problem`` (optional; ``question`` is the same) is the question's text: when it asks
+    for a percentage, a bare gold ``20`` also matches ``20\\%``.
     """
+    problem = problem if problem is not None else question
     quick = _fast_grade(gold, completion)
     if quick is not None:
         return quick
@@ -463,7 +464,7 @@ def _answer_items(completion: str, count: int) -> list[str] | None:
     return items
 
 
-def grade_multi(golds: Sequence[str], completion: str, problem: str | None = None) -> MathVerdict:
+def grade_multi(golds: Sequence[str], completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
     """Grade a problem with several answers (OlympiadBench ``is_multiple_answer``).
 
     Rule: the answers are the last ``\\boxed{}`` split at top-level commas (also ';',
@@ -474,6 +475,7 @@ def grade_multi(golds: Sequence[str], completion: str, problem: str | None = Non
     answers). Without any box, the golds joined by commas are graded as one answer.
     """
     golds = list(golds)
+    problem = problem if problem is not None else question
     if len(golds) == 1:
         return grade(golds[0], completion, problem)
     joined = ", ".join(golds)
@@ -498,8 +500,9 @@ def grade_multi(golds: Sequence[str], completion: str, problem: str | None = Non
     return MathVerdict(1.0, "correct", joined[:SHOW_CHARS], shown)
 
 
-def grade_any(gold: Gold, completion: str, problem: str | None = None) -> MathVerdict:
+def grade_any(gold: Gold, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
     """grade() for one gold string, grade_multi() for a list of golds."""
+    problem = problem if problem is not None else question
     if isinstance(gold, str):
         return grade(gold, completion, problem)
     return grade_multi(list(gold), completion, problem)
@@ -683,8 +686,8 @@ class MathVerifier:
 
     # -- public API ---------------------------------------------------------------------
 
-    def score(self, gold: Gold, completion: str, problem: str | None = None) -> MathVerdict:
-        return self.score_many([(gold, completion, problem)])[0]
+    def score(self, gold: Gold, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
+        return self.score_many([(gold, completion, problem if problem is not None else question)])[0]
 
     def score_many(self, pairs: Sequence[tuple]) -> list[MathVerdict]:
         """Verdicts for (gold, completion) or (gold, completion, problem) tuples, in order,

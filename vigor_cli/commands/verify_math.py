@@ -48,7 +48,7 @@ def _read_cases(path: Path) -> list[tuple[object, str, Optional[str]]]:
 def verify_math(
     gold: Optional[str] = typer.Option(None, "--gold", help="Gold answer (LaTeX, e.g. '\\frac12')."),
     pred: Optional[str] = typer.Option(None, "--pred", help="Prediction: an answer or a whole completion."),
-    problem: Optional[str] = typer.Option(None, "--problem", help="The question's text (optional): a question that asks for a percentage lets a bare gold 20 match 20\\%."),
+    problem: Optional[str] = typer.Option(None, "--problem", "--question", help="The question's text (optional): a question that asks for a percentage lets a bare gold 20 match 20\\%."),
     input: Optional[Path] = typer.Option(None, "--input", help="JSONL file of cases with fields gold, pred and optionally problem."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per case instead of a table."),
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds allowed per case."),
