@@ -1,17 +1,23 @@
-"""Math answer rewards: Math-Verify equivalence, guarded, time-bounded in worker processes.
+"""Math answer rewards: Math-Verify equivalence, repaired and guarded, time-bounded.
 
 How one completion is graded (:func:`grade`):
 
-1. The answer is the content of the last ``\\boxed{}`` of the completion; when there is
-   none (or it does not parse) Math-Verify's own extraction over the whole completion
-   (LaTeX, then plain expressions) is used.
-2. Gold and answer are parsed by Math-Verify as ``\\boxed{...}`` and compared with
+1. Plain numbers on both sides (``12``, ``-0.5``, ``3/4``, ``\\frac{3}{4}``) are compared
+   exactly without Math-Verify when the verdict is certain (:func:`_fast_grade`).
+2. The answer: boxes written as one list ("\\boxed{1} and \\boxed{2}") are one set of
+   answers, as Math-Verify reads them, when the gold has several parts; otherwise the
+   last ``\\boxed{}`` (a bare list of boxes is a hedge and matches no one-part gold), unless
+   a "final answer is ..." follows it; without a box, Math-Verify's own extraction (LaTeX,
+   then plain expressions) over the whole completion. See :func:`_extract_answer`.
+3. Gold and answer are parsed by Math-Verify as ``\\boxed{...}`` and compared with
    ``verify(gold, answer)`` (gold first: the relation is not symmetric). Golds are
-   parsed once per worker process and cached.
-3. Guards veto the known wrong accepts of Math-Verify 0.9 where a cheap check exists:
+   parsed once per process and cached. Before parsing, what Math-Verify 0.9 misreads is
+   rewritten (:func:`_prepare`): ``\\mathrm{e}``/``\\mathrm{i}`` (dropped as units) become
+   ``e``/``i``; primes after a letter (``E'``, ``f'(x)``, dropped) become ``^{\\prime}``;
+   digit groups split by spaces (``1 000``, read as ``1*0``) are joined; a mixed number
+   (``3128 1/2``, read as ``3128*1/2``) becomes ``3128\\frac{1}{2}``.
+4. Guards veto the known wrong accepts of Math-Verify 0.9 where a cheap check exists:
 
-   - ``\\mathrm{e}`` / ``\\mathrm{i}`` are dropped as units ("2\\mathrm{e}" parses as 2):
-     they are rewritten to ``e`` / ``i`` before parsing.
    - extraction that stops early inside ``\\mathrm{...}`` / ``\\text{...}``
      ("\\frac{3}{\\mathrm{x}}" is read as the string "\\frac{3}{"; two such truncated
      strings compare equal): a parse whose matched text has unbalanced braces is redone
@@ -20,8 +26,9 @@ How one completion is graded (:func:`grade`):
      sides are exact rationals (integers, fractions, factorials, integer powers; no
      decimal point) they must be exactly equal.
    - a percent sign dropped (``5\\%`` accepted for gold ``5``): an answer with a percent
-     sign against a gold without one is read as x/100. The cost: "by what percent ...?"
-     with a bare gold "10" rejects "10\\%" (one MATH-500 problem).
+     sign against a gold without one is read as x/100, unless the problem's text (the
+     optional ``problem`` argument) asks for a percentage ("What percent ...?"): then
+     ``20\\%`` also matches a gold ``20``.
    - a number-base subscript dropped (``1011_3`` accepted for gold ``1011_2``): when both
      carry a base, the values in those bases decide (so ``11_{10}`` matches ``1011_2``).
      A bare answer ("1011") against a gold with a base keeps Math-Verify's digit match.
@@ -32,7 +39,9 @@ outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None`
 has already imported sympy and Math-Verify; a worker that passes the limit on one item is
 killed at once (a replacement starts when there is more work), that item scores 0 with
 reason ``timeout``, and its unfinished items go to other workers. Exceptions (also MemoryError under the workers' address-space
-limit) score 0 with reason ``error: ...``. Nothing raises or hangs.
+limit) score 0 with reason ``error: ...``. Nothing raises or hangs. For a few cases
+from a single-threaded program (``vigor verify math``), :func:`grade_forked` grades in a
+child forked from the caller under the same limit, without starting a pool.
 """
 
 from __future__ import annotations
@@ -45,10 +54,11 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from fractions import Fraction
 from multiprocessing.connection import wait
 from typing import Sequence, Union
 
-from vigor_cli.verifiers.math_answers import all_boxed, last_boxed, split_top_level
+from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans, last_boxed, split_top_level
 
 Gold = Union[str, Sequence[str]]
 """One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
@@ -110,6 +120,43 @@ _BASE_NUMBER = re.compile(r"([0-9A-Z]*[0-9][0-9A-Z]*)_\{?(\d{1,2})\}?")
 """``1011_2``, ``4210_{5}``, ``1A_{11}``: digits (at least one 0-9, letters upper case) and a base."""
 
 
+_PRIME = re.compile(r"(?<=[A-Za-z])('+)(?![A-Za-z])")
+"""``E'``, ``f'(x)``, ``y''``: primes after a letter (not "let's", not 5' feet)."""
+_THOUSANDS = re.compile(r"(?<![\d.,^_])(\d{1,3})((?:(?:\\,|\\ |\\;|~| )\d{3})+)(?![\d])")
+"""``1 000``, ``12\\,345\\,678``: groups of three digits after a space (or thin space)."""
+_THOUSANDS_SEP = re.compile(r"\\,|\\ |\\;|~| ")
+_MIXED = re.compile(r"(?<![\w.\\/^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\w./])")
+"""``3128 1/2``: a whole number and a proper fraction."""
+
+
+def _mixed(m: re.Match) -> str:
+    whole, num, den = m.group(1), int(m.group(2)), int(m.group(3))
+    if not 0 < num < den:
+        return m.group(0)
+    return f"{whole}\\frac{{{num}}}{{{den}}}"
+
+
+def _prepare(text: str) -> str:
+    """Rewrite what Math-Verify 0.9 misreads before it parses (gold and completion alike).
+
+    - ``\\mathrm{e}`` / ``\\mathrm{i}`` -> ``e`` / ``i`` (else dropped as units);
+    - ``E'`` -> ``E^{\\prime}`` (else the prime is dropped: ``f'(x)`` read as ``f(x)``);
+    - ``1 000`` -> ``1000`` (else read as the product ``1*0``);
+    - ``3128 1/2`` -> ``3128\\frac{1}{2}`` (a mixed number; else ``3128*1/2``).
+    """
+    text = _ROMAN_CONSTANT.sub(r"\1", text)
+    if text.rstrip().endswith("\\}") and not _balanced(text):  # "\\boxed{185\\}": a stray backslash
+        closed = text.rstrip()[:-2] + "}"
+        if _balanced(closed):
+            text = closed
+    if "'" in text:
+        text = _PRIME.sub(lambda m: "^{" + "\\prime" * len(m.group(1)) + "}", text)
+    text = _THOUSANDS.sub(lambda m: m.group(1) + _THOUSANDS_SEP.sub("", m.group(2)), text)
+    if "/" in text:
+        text = _MIXED.sub(_mixed, text)
+    return text
+
+
 def _balanced(text: str) -> bool:
     depth = 0
     for i, c in enumerate(text):
@@ -122,11 +169,15 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
+_TRAILING_BACKSLASH = re.compile(r"(?<!\\)\\\s*$")
+"""A stray backslash closing an answer ("185\\"): dropped, else the parse fails."""
+
+
 def _parse_boxed(answer: str) -> list:
     """Math-Verify parse of one answer's LaTeX (as ``\\boxed{answer}``), guarded against
     dropped ``\\mathrm{e}`` and against extraction stopping inside ``\\mathrm{...}``."""
     mv = _math_verify()
-    text = _ROMAN_CONSTANT.sub(r"\1", answer)
+    text = _TRAILING_BACKSLASH.sub("", _prepare(answer))
     latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0)]
     parsed = mv.parse("\\boxed{" + text + "}", extraction_config=latex_only, parsing_timeout=None)
     if any(isinstance(p, str) and not _balanced(p) for p in parsed) or (not parsed and "\\" in text):
@@ -156,15 +207,87 @@ def _parse_gold(gold: str) -> list:
     return parsed
 
 
-def _extract_answer(completion: str) -> tuple[list, str]:
-    """(parsed answer, its source text): the last boxed answer first, else Math-Verify's extraction."""
-    box = last_boxed(completion)
-    if box:
-        parsed = _parse_boxed(box)
+_ANSWER_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:and|or)\s*\}|\\(?:quad|qquad)|\band\b|\bor\b")
+_FINAL_ANSWER = re.compile(r"final answer is", re.IGNORECASE)
+_BETWEEN_MARKUP = re.compile(r"\\(?:text|mathrm|textbf)\s*\{([^{}]*)\}|\\[()\[\]]|\\q?quad|\\[,;: ]|\$")
+_SEPARATOR = re.compile(r"\b(?:and|or)\b|[,;]")
+_PURE_SEPARATOR = re.compile(r"[\s,;.]*(?:\b(?:and|or)\b)?[\s,;.]*")
+MAX_WORDS_BETWEEN_BOXES = 4
+"""Boxes are one answer list when what lies between them is short: under 10 characters, or
+a separator (",", ";", "and", "or") among at most this many words (under 70 characters)."""
+
+
+def _joined_boxes(text: str, pure: bool = False) -> list[str]:
+    """The last box and the boxes before it that Math-Verify would read as one answer list.
+
+    Math-Verify joins a box with the one before it when fewer than 10 characters lie
+    between them, or fewer than 70 with a separator. Here the second case also needs at
+    most :data:`MAX_WORDS_BETWEEN_BOXES` words ("\\boxed{1} papers and \\boxed{2} bins" is
+    a list; "\\boxed{1} and and and or thus but \\boxed{2}" is not). Repeated neighbours
+    count once. ``pure``: only boxes with nothing but separators between them
+    ("\\boxed{1} or \\boxed{2}", "\\boxed{1}, \\boxed{2}").
+    """
+    spans = boxed_spans(text)
+    if not spans:
+        return []
+    items = [spans[-1][2]]
+    for (_, end, content), (start, _, _) in zip(reversed(spans[:-1]), reversed(spans[1:])):
+        between = text[end:start]
+        if pure:
+            plain = _BETWEEN_MARKUP.sub(lambda m: " " + (m.group(1) or "") + " ", between)
+            if not _PURE_SEPARATOR.fullmatch(plain):
+                break
+        elif len(between) >= 10:
+            plain = _BETWEEN_MARKUP.sub(lambda m: " " + (m.group(1) or "") + " ", between)
+            words = re.findall(r"[A-Za-z]+|\(\w\)", plain)
+            if len(between) >= 70 or not _SEPARATOR.search(plain) or len(words) > MAX_WORDS_BETWEEN_BOXES:
+                break
+        if content != items[0]:
+            items.insert(0, content)
+    return items
+
+
+def _several_parts(gold: str, gold_parsed: list) -> bool:
+    """Whether a gold answer has several parts (a list of answers, a set of solutions)."""
+    first = gold_parsed[0] if gold_parsed else None
+    if type(first).__name__ == "FiniteSet" and len(first) > 1:
+        return True
+    return len(split_top_level(_ANSWER_SEPARATORS.sub(",", gold), (",", ";"))) > 1
+
+
+def _extract_answer(completion: str, several: bool = False) -> tuple[list, str]:
+    """(parsed answer, its text) of a completion.
+
+    - Boxes written as one list are read as one set of answers, as Math-Verify reads them:
+      when the gold has several parts (``several``), boxes with a short text between them
+      ("\\boxed{1} and \\boxed{2}", "\\boxed{1} papers and \\boxed{2} bins"; see
+      :func:`_joined_boxes`); otherwise only boxes with nothing but a separator between
+      them ("\\boxed{4} or \\boxed{5}": a hedge, which then matches no single gold).
+    - Otherwise the last ``\\boxed{}`` is the answer (a correction after an earlier box
+      wins), unless a "final answer is ..." follows it; without a box, Math-Verify's own
+      extraction (LaTeX, then plain expressions) over the whole completion.
+    """
+    text = _prepare(completion)
+    spans = boxed_spans(text)
+    if spans:
+        items = _joined_boxes(text, pure=not several)
+        if len(items) > 1:  # a list of answers; against a one-part gold, a hedge that fails
+            answer = ", ".join(items)
+            parsed = _parse_boxed(answer)
+            if parsed:
+                return parsed, answer
+        tail = text[spans[-1][1] :]
+        if _FINAL_ANSWER.search(tail):
+            parsed = _math_verify().parse(tail, parsing_timeout=None)
+            if parsed and not any(isinstance(p, str) and not _balanced(p) for p in parsed):
+                return parsed, parsed[-1] if isinstance(parsed[-1], str) else tail
+        parsed = _parse_boxed(spans[-1][2])
         if parsed:
-            return parsed, box
-    parsed = _math_verify().parse(completion, parsing_timeout=None)
-    source = parsed[-1] if parsed and isinstance(parsed[-1], str) else completion
+            return parsed, spans[-1][2]
+    parsed = _math_verify().parse(text, parsing_timeout=None)
+    if any(isinstance(p, str) and not _balanced(p) for p in parsed):
+        return [], ""
+    source = parsed[-1] if parsed and isinstance(parsed[-1], str) else text
     return parsed, source
 
 
@@ -202,14 +325,38 @@ def _base_value(text: str) -> int | None:
         return -1  # digits not valid in that base: matches nothing
 
 
-def _guard(gold: str, gold_parsed: list, answer: str, pred_parsed: list) -> str | None:
+_ASKS_PERCENT = re.compile(
+    r"\b(?:what|which)\s+(?:\w+\s+){0,3}?percent(?:age)?s?\b"
+    r"|\bhow\s+many\s+percent\b"
+    r"|\b(?:as|in|into)\s+(?:a\s+)?percent(?:age)?s?\b"
+    r"|\bpercent(?:age)?\s+(?:is|was|are|were|will|would|does|did|do|of)\b[^.?!]*\?"
+    r"|\(\s*in\s*\\?%\s*\)",
+    re.IGNORECASE,
+)
+"""A question that asks for a percentage: "What percent of ...?", "by what percentage",
+"Express your answer as a percent", "(in %)". A percentage only mentioned in the
+statement ("20% of the students ...") does not count."""
+
+
+def asks_for_percent(problem: str | None) -> bool:
+    """Whether the problem text asks for its answer as a percentage."""
+    return bool(problem) and _ASKS_PERCENT.search(problem) is not None
+
+
+def _guard(gold: str, gold_parsed: list, answer: str, pred_parsed: list, problem: str | None = None) -> str | None:
     """Name of the guard that rejects an answer Math-Verify accepted, or None."""
     mv = _math_verify()
     if _PERCENT.search(answer) and not _PERCENT.search(gold):
         as_fraction = _PERCENT.sub(r"\\cdot\\frac{1}{100}", answer)
         fraction_parsed = _parse_boxed(as_fraction)
         if not fraction_parsed or not mv.verify(gold_parsed, fraction_parsed, timeout_seconds=None):
-            return "percent"
+            if not asks_for_percent(problem):
+                return "percent"
+            # "What percent ...?" with gold 20: "20\\%" is the same answer, "0.2\\%" is not.
+            bare = _parse_boxed(_PERCENT.sub("", answer))
+            if not bare or not mv.verify(gold_parsed, bare, timeout_seconds=None):
+                return "percent"
+            return _guard(gold, gold_parsed, _PERCENT.sub("", answer), bare)  # the number itself
     if _PERCENT.search(gold):
         return None  # "50\\%" is both 50 and 1/2: Math-Verify's percent rule decides
     g_exact, p_exact = _exact_rational(gold_parsed), _exact_rational(pred_parsed)
@@ -218,31 +365,92 @@ def _guard(gold: str, gold_parsed: list, answer: str, pred_parsed: list) -> str 
     return None
 
 
-def _compare(gold: str, gold_parsed: list, answer: str, pred_parsed: list) -> tuple[bool, str]:
+def _compare(gold: str, gold_parsed: list, answer: str, pred_parsed: list, problem: str | None = None) -> tuple[bool, str]:
     g_base, p_base = _base_value(gold), _base_value(answer)
     if g_base is not None and p_base is not None:  # 1011_2 vs 11_{10}: compare the values
         return (True, "correct") if g_base == p_base and g_base >= 0 else (False, "wrong answer (number base)")
     if not _math_verify().verify(gold_parsed, pred_parsed, timeout_seconds=None):
         return False, "wrong answer"
-    vetoed = _guard(gold, gold_parsed, answer, pred_parsed)
+    vetoed = _guard(gold, gold_parsed, answer, pred_parsed, problem)
     if vetoed:
         return False, f"wrong answer ({vetoed} guard)"
     return True, "correct"
 
 
-def grade(gold: str, completion: str) -> MathVerdict:
-    """Grade one completion against one gold answer in this process (no time limit)."""
+_PLAIN_NUMBER = re.compile(
+    r"(-?)(?:(\d{1,60})|(\d{0,60}\.\d{1,60})|(\d{1,60})\s*/\s*(\d{1,60})"
+    r"|\\[dt]?frac\s*\{\s*(\d{1,60})\s*\}\s*\{\s*(\d{1,60})\s*\})"
+)
+"""``12``, ``-0.5``, ``3/4``, ``\\frac{3}{4}``: numbers whose value needs no parser."""
+
+
+def _plain_value(text: str):
+    """The exact value (Fraction) of a plain number, or None for anything else."""
+    m = _PLAIN_NUMBER.fullmatch(text.strip())
+    if not m:
+        return None
+    sign, integer, decimal, num, den, fnum, fden = m.groups()
+    if integer is not None:
+        value = Fraction(int(integer))
+    elif decimal is not None:
+        value = Fraction(decimal)
+    else:
+        n, d = (num, den) if num is not None else (fnum, fden)
+        if int(d) == 0:
+            return None
+        value = Fraction(int(n), int(d))
+    return -value if sign else value
+
+
+def _fast_grade(gold: str, completion: str) -> MathVerdict | None:
+    """The verdict without Math-Verify when it is certain, else None.
+
+    Only for a plain-number gold and a completion whose answer (its last box, with no
+    "final answer is" after it) is a plain number: exactly equal values are correct (as
+    Math-Verify finds them); two exact numbers without a decimal point that differ are
+    wrong (the exact-value guard's verdict). Anything else (a decimal that differs, which
+    Math-Verify compares to 6 digits) goes to the full grader.
+    """
+    g = _plain_value(gold)
+    if g is None:
+        return None
+    spans = boxed_spans(completion)
+    if not spans or not _balanced(completion):
+        return None
+    start, end, box = spans[-1]
+    if "'" in completion[start:end] or _FINAL_ANSWER.search(completion, end):
+        return None
+    if len(spans) > 1 and len(_joined_boxes(completion, pure=True)) > 1:
+        return None  # "\\boxed{4} or \\boxed{5}": a list, for the full grader
+    p = _plain_value(box)
+    if p is None:
+        return None
+    shown_gold, shown_pred = str(g), str(p)
+    if g == p:
+        return MathVerdict(1.0, "correct", shown_gold, shown_pred)
+    if "." not in gold and "." not in box:
+        return MathVerdict(0.0, "wrong answer", shown_gold, shown_pred)
+    return None
+
+
+def grade(gold: str, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
+    """Grade one completion against one gold answer in this process (no time limit).
+
+    ``problem`` (optional; ``question`` is the same) is the question's text: when it asks
+    for a percentage, a bare gold ``20`` also matches ``20\\%``.
+    """
+    problem = problem if problem is not None else question
+    quick = _fast_grade(gold, completion)
+    if quick is not None:
+        return quick
     gold_parsed = _parse_gold(gold)
     if not gold_parsed:
         return MathVerdict(0.0, "error: gold answer does not parse", "", "")
-    pred_parsed, answer = _extract_answer(completion)
+    pred_parsed, answer = _extract_answer(completion, _several_parts(gold, gold_parsed))
     if not pred_parsed:
         return MathVerdict(0.0, "no answer found", _show(gold_parsed), "")
-    ok, reason = _compare(gold, gold_parsed, answer, pred_parsed)
+    ok, reason = _compare(gold, gold_parsed, answer, pred_parsed, problem)
     return MathVerdict(1.0 if ok else 0.0, reason, _show(gold_parsed), _show(pred_parsed))
-
-
-_ANSWER_SEPARATORS = re.compile(r"\\text\s*\{\s*(?:and|or)\s*\}|\\(?:quad|qquad)|\band\b|\bor\b")
 
 
 def _answer_items(completion: str, count: int) -> list[str] | None:
@@ -256,7 +464,7 @@ def _answer_items(completion: str, count: int) -> list[str] | None:
     return items
 
 
-def grade_multi(golds: Sequence[str], completion: str) -> MathVerdict:
+def grade_multi(golds: Sequence[str], completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
     """Grade a problem with several answers (OlympiadBench ``is_multiple_answer``).
 
     Rule: the answers are the last ``\\boxed{}`` split at top-level commas (also ';',
@@ -267,12 +475,13 @@ def grade_multi(golds: Sequence[str], completion: str) -> MathVerdict:
     answers). Without any box, the golds joined by commas are graded as one answer.
     """
     golds = list(golds)
+    problem = problem if problem is not None else question
     if len(golds) == 1:
-        return grade(golds[0], completion)
+        return grade(golds[0], completion, problem)
     joined = ", ".join(golds)
     items = _answer_items(completion, len(golds))
     if items is None:
-        verdict = grade(joined, completion)
+        verdict = grade(joined, completion, problem)
         verdict.gold_parsed = joined[:SHOW_CHARS]
         return verdict
     parsed_items = [(item, _parse_boxed(item)) for item in items]
@@ -284,18 +493,19 @@ def grade_multi(golds: Sequence[str], completion: str) -> MathVerdict:
         gold_parsed = _parse_gold(gold)
         if not gold_parsed:
             return MathVerdict(0.0, f"error: gold answer {gold!r} does not parse", joined[:SHOW_CHARS], shown)
-        match = next((i for i in unused if parsed_items[i][1] and _compare(gold, gold_parsed, *parsed_items[i])[0]), None)
+        match = next((i for i in unused if parsed_items[i][1] and _compare(gold, gold_parsed, *parsed_items[i], problem)[0]), None)
         if match is None:
             return MathVerdict(0.0, f"wrong answer (no answer matches {gold!r})"[:SHOW_CHARS], joined[:SHOW_CHARS], shown)
         unused.remove(match)
     return MathVerdict(1.0, "correct", joined[:SHOW_CHARS], shown)
 
 
-def grade_any(gold: Gold, completion: str) -> MathVerdict:
+def grade_any(gold: Gold, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
     """grade() for one gold string, grade_multi() for a list of golds."""
+    problem = problem if problem is not None else question
     if isinstance(gold, str):
-        return grade(gold, completion)
-    return grade_multi(list(gold), completion)
+        return grade(gold, completion, problem)
+    return grade_multi(list(gold), completion, problem)
 
 
 # --------------------------------------------------------------------------------------
@@ -312,7 +522,7 @@ def _limit_memory(extra: int) -> None:
 
 
 def _worker_main(conn, extra_memory: int) -> None:
-    """Grade chunks of (index, gold, completion) sent on ``conn``; one reply per item, in order.
+    """Grade chunks of (index, gold, completion[, problem]) sent on ``conn``; one reply per item, in order.
 
     One reply per item (not per chunk) lets the parent time each item separately.
     """
@@ -332,20 +542,88 @@ def _worker_main(conn, extra_memory: int) -> None:
             return
         if chunk is None:
             return
-        for index, gold, completion in chunk:
-            try:
-                v = grade_any(gold, completion)
-                reply = (index, v.reward, v.reason, v.gold_parsed, v.pred_parsed)
-            except BaseException as e:  # noqa: BLE001 - RecursionError, MemoryError, sympy bugs
-                try:
-                    detail = str(e)[:120]
-                except Exception:  # noqa: BLE001 - str() of a sympy object can fail too
-                    detail = ""
-                reply = (index, 0.0, f"error: {type(e).__name__}: {detail}", "", "")
+        for item in chunk:
+            reply = _grade_reply(item)
             try:
                 conn.send(reply)
             except (BrokenPipeError, OSError):
                 return
+
+
+def _grade_reply(item: tuple) -> tuple:
+    """(index, reward, reason, gold_parsed, pred_parsed) for one (index, gold, completion[, problem])."""
+    index = item[0]
+    try:
+        gold, completion = item[1], item[2]
+        problem = item[3] if len(item) > 3 else None
+        v = grade_any(gold, completion, problem)
+        return (index, v.reward, v.reason, v.gold_parsed, v.pred_parsed)
+    except BaseException as e:  # noqa: BLE001 - RecursionError, MemoryError, sympy bugs
+        try:
+            detail = str(e)[:120]
+        except Exception:  # noqa: BLE001 - str() of a sympy object can fail too
+            detail = ""
+        return (index, 0.0, f"error: {type(e).__name__}: {detail}", "", "")
+
+
+def _forked_child(conn, items: list, extra_memory: int) -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _limit_memory(extra_memory)
+    except (OSError, ValueError):
+        pass
+    for item in items:
+        try:
+            conn.send(_grade_reply(item))
+        except (BrokenPipeError, OSError):
+            return
+
+
+def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: int = WORKER_EXTRA_MEMORY) -> list[MathVerdict]:
+    """Grade a few (gold, completion[, problem]) cases without a worker pool: Math-Verify is
+    imported here, and a child forked from this process grades the cases one after another.
+
+    The limit is enforced: a case that takes longer than ``timeout_s`` gets reason
+    ``timeout``, its child is killed, and a fresh child goes on with the cases after it.
+    No forkserver and no pool start, so one case costs the import plus milliseconds. For
+    single-threaded callers (the CLI); a threaded program should use :class:`MathVerifier`.
+    """
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    items = []
+    for i, pair in enumerate(pairs):
+        gold = tuple(str(g) for g in pair[0]) if isinstance(pair[0], (list, tuple)) else str(pair[0])
+        problem = pair[2] if len(pair) > 2 and pair[2] is not None else None
+        items.append((i, gold, str(pair[1]), None if problem is None else str(problem)))
+    quick = [_fast_grade(gold, completion) if isinstance(gold, str) else None for _, gold, completion, _ in items]
+    if all(v is not None for v in quick):
+        return quick  # type: ignore[return-value]  # plain numbers: no import, no child
+    _math_verify()  # the children inherit it
+    ctx = mp.get_context("fork")
+    results: list[MathVerdict] = []
+    while len(results) < len(items):
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_forked_child, args=(child, items[len(results) :], extra_memory), daemon=True)
+        proc.start()
+        child.close()
+        try:
+            while len(results) < len(items):
+                if not parent.poll(timeout_s):
+                    results.append(MathVerdict(0.0, "timeout"))
+                    break
+                try:
+                    _, reward, reason, gp, pp = parent.recv()
+                except (EOFError, OSError):
+                    results.append(MathVerdict(0.0, "error: worker process died"))
+                    break
+                results.append(MathVerdict(reward, reason, gp, pp))
+        finally:
+            proc.kill()
+            proc.join(timeout=5)
+            parent.close()
+    return results
 
 
 class _Worker:
@@ -365,7 +643,7 @@ class _Worker:
                 "a math verifier worker did not start (is the main module guarded by "
                 "`if __name__ == '__main__':`?)"
             )
-        self.items: deque = deque()  # (index, gold, completion) sent and not yet answered
+        self.items: deque = deque()  # (index, gold, completion, problem) sent and not yet answered
         self.item_started = 0.0
 
     def kill(self) -> None:
@@ -408,18 +686,21 @@ class MathVerifier:
 
     # -- public API ---------------------------------------------------------------------
 
-    def score(self, gold: Gold, completion: str) -> MathVerdict:
-        return self.score_many([(gold, completion)])[0]
+    def score(self, gold: Gold, completion: str, problem: str | None = None, *, question: str | None = None) -> MathVerdict:
+        return self.score_many([(gold, completion, problem if problem is not None else question)])[0]
 
-    def score_many(self, pairs: Sequence[tuple[Gold, str]]) -> list[MathVerdict]:
-        """Verdicts for (gold, completion) pairs, in order, graded in parallel."""
+    def score_many(self, pairs: Sequence[tuple]) -> list[MathVerdict]:
+        """Verdicts for (gold, completion) or (gold, completion, problem) tuples, in order,
+        graded in parallel (``problem``: the question's text, or None; see :func:`grade`)."""
         items = []
-        for i, (gold, completion) in enumerate(pairs):
+        for i, pair in enumerate(pairs):
+            gold, completion = pair[0], pair[1]
+            problem = pair[2] if len(pair) > 2 and pair[2] is not None else None
             if isinstance(gold, (list, tuple)):
                 gold = tuple(str(g) for g in gold)
             else:
                 gold = str(gold)
-            items.append((i, gold, str(completion)))
+            items.append((i, gold, str(completion), None if problem is None else str(problem)))
         if not items:
             return []
         with self._lock:

@@ -51,8 +51,9 @@ class MathRecord:
     meta: dict = field(default_factory=dict)
 
 
-def all_boxed(text: str) -> list[str]:
-    """Contents of every closed ``\\boxed{...}`` (or ``\\fbox{...}``) in order, braces matched.
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every closed ``\\boxed{...}`` (or ``\\fbox{...}``) in order,
+    braces matched; ``text[start:end]`` is the whole box.
 
     ``\\boxed 5`` (one token after a space, no braces) counts too; an unclosed box is skipped.
     """
@@ -68,13 +69,21 @@ def all_boxed(text: str) -> list[str]:
                 elif c == "}" and text[j - 1] != "\\":
                     depth -= 1
                     if depth == 0:
-                        found.append(text[i + 1 : j].strip())
+                        found.append((m.start(), j + 1, text[i + 1 : j].strip()))
                         break
         elif m.group(1):
             token = re.match(r"[^\s$]+", text[i:])
             if token:
-                found.append(token.group(0).rstrip("."))
+                found.append((m.start(), i + token.end(), token.group(0).rstrip(".")))
     return found
+
+
+def all_boxed(text: str) -> list[str]:
+    """Contents of every closed ``\\boxed{...}`` (or ``\\fbox{...}``) in order, braces matched.
+
+    ``\\boxed 5`` (one token after a space, no braces) counts too; an unclosed box is skipped.
+    """
+    return [content for _, _, content in boxed_spans(text)]
 
 
 def last_boxed(text: str) -> str | None:

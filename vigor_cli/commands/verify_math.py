@@ -12,8 +12,14 @@ from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
 
 
-def _read_cases(path: Path) -> list[tuple[object, str]]:
-    """(gold, pred) pairs from a JSONL file; gold may be a string, a number or a list of strings."""
+FORKED_MAX_CASES = 32
+"""Up to this many cases are graded in a child forked from the command (no worker pool to start:
+one case takes about the import of Math-Verify); more go to a pool of worker processes."""
+
+
+def _read_cases(path: Path) -> list[tuple[object, str, Optional[str]]]:
+    """(gold, pred, problem) from a JSONL file; gold may be a string, a number or a list of
+    strings; ``problem`` (the question's text) is optional."""
     cases = []
     for i, row in iter_jsonl(path, "a JSON object with fields gold and pred"):
         for key in ("gold", "pred"):
@@ -30,7 +36,10 @@ def _read_cases(path: Path) -> list[tuple[object, str]]:
             raise UserError(f"{path}:{i}: field 'gold' must be a string or a list of strings")
         if not isinstance(pred, (str, int, float)) or isinstance(pred, bool):
             raise UserError(f"{path}:{i}: field 'pred' must be a string")
-        cases.append((gold, str(pred)))
+        problem = row.get("problem")
+        if problem is not None and not isinstance(problem, str):
+            raise UserError(f"{path}:{i}: field 'problem' must be a string")
+        cases.append((gold, str(pred), problem))
     if not cases:
         raise UserError(f"{path}: no cases")
     return cases
@@ -39,32 +48,36 @@ def _read_cases(path: Path) -> list[tuple[object, str]]:
 def verify_math(
     gold: Optional[str] = typer.Option(None, "--gold", help="Gold answer (LaTeX, e.g. '\\frac12')."),
     pred: Optional[str] = typer.Option(None, "--pred", help="Prediction: an answer or a whole completion."),
-    input: Optional[Path] = typer.Option(None, "--input", help="JSONL file of cases with fields gold and pred."),
+    problem: Optional[str] = typer.Option(None, "--problem", "--question", help="The question's text (optional): a question that asks for a percentage lets a bare gold 20 match 20\\%."),
+    input: Optional[Path] = typer.Option(None, "--input", help="JSONL file of cases with fields gold, pred and optionally problem."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per case instead of a table."),
     timeout: float = typer.Option(5.0, "--timeout", help="Seconds allowed per case."),
 ) -> None:
     """Grade answers with the math reward verifier (Math-Verify plus guards).
 
-    The answer is the prediction's last \\boxed{} (else Math-Verify's extraction). Prints the verdict, the reason and both parsed forms. In --input files, a list of golds is a problem with several answers.
+    The answer is the prediction's last \\boxed{} (several boxes written as one list when the gold has several parts; else Math-Verify's extraction). Prints the verdict, the reason and both parsed forms. In --input files, a list of golds is a problem with several answers.
     """
-    if input is not None and (gold is not None or pred is not None):
-        raise UserError("give either --input or --gold with --pred, not both")
+    if input is not None and (gold is not None or pred is not None or problem is not None):
+        raise UserError("give either --input or --gold with --pred (and --problem), not both")
     if input is None:
         if gold is None or pred is None:
             raise UserError("give --gold and --pred (or --input cases.jsonl)")
-        cases: list[tuple[object, str]] = [(gold, pred)]
+        cases: list[tuple[object, str, Optional[str]]] = [(gold, pred, problem)]
     else:
         cases = _read_cases(input)
     if timeout <= 0:
         raise UserError("--timeout must be positive")
 
-    from vigor_cli.verifiers.math import MathVerifier
+    from vigor_cli.verifiers.math import MathVerifier, grade_forked
 
-    with MathVerifier(timeout_s=timeout) as verifier:
-        verdicts = verifier.score_many(cases)  # type: ignore[arg-type]
+    if len(cases) <= FORKED_MAX_CASES:
+        verdicts = grade_forked(cases, timeout_s=timeout)
+    else:
+        with MathVerifier(timeout_s=timeout) as verifier:
+            verdicts = verifier.score_many(cases)
 
     if as_json:
-        for (g, p), v in zip(cases, verdicts):
+        for (g, p, _), v in zip(cases, verdicts):
             print(json.dumps({"gold": g, "pred": p, "reward": v.reward, "reason": v.reason,
                               "gold_parsed": v.gold_parsed, "pred_parsed": v.pred_parsed}, ensure_ascii=False))
         return

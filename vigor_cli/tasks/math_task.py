@@ -54,7 +54,8 @@ class MathScored(Task):
         return self._verifier
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
-        verdicts = self._math_verifier().score_many([(e.answer, c) for e, c in zip(examples, completions)])
+        # The question goes along: "What percent ...?" lets a bare gold 20 match 20\%.
+        verdicts = self._math_verifier().score_many([(e.answer, c, e.question) for e, c in zip(examples, completions)])
         return [Score(float(v.reward), v.reason, {"pred": v.pred_parsed}) for v in verdicts]
 
     def close(self) -> None:
