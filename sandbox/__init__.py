@@ -24,7 +24,9 @@ Layers, outermost first:
   ``__main__`` script.
 """
 
-from vigor_cli.sandbox.limits import NOBODY_UID, Limits
-from vigor_cli.sandbox.pool import Job, RunResult, SandboxError, SandboxPool
+from vigor_cli.sandbox.limits import NOBODY_UID, SANDBOX_UID_BASE, Limits
+from vigor_cli.sandbox.pool import (Job, RunResult, SandboxError, SandboxPool, WeakSandboxError,
+                                    isolation_level)
 
-__all__ = ["Job", "Limits", "NOBODY_UID", "RunResult", "SandboxError", "SandboxPool"]
+__all__ = ["Job", "Limits", "NOBODY_UID", "RunResult", "SANDBOX_UID_BASE", "SandboxError",
+           "SandboxPool", "WeakSandboxError", "isolation_level"]

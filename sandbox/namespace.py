@@ -34,7 +34,10 @@ import sys
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWIPC = 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+_CLONE_NEWPID = 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+_MNT_DETACH = 2
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_TMP_SIZE = "512m"
@@ -144,7 +147,7 @@ def _cover_with_tmpfs(path: str, keep: list[str]) -> None:
 
 
 def isolate_fork_server(uid: int) -> dict:
-    """Enter new network and mount namespaces (see the module doc). Never raises: the
+    """Enter new network, IPC and mount namespaces (see the module doc). Never raises: the
     returned report says what worked, with the reasons for what did not."""
     report: dict = {"network_namespace": False, "ipc_namespace": False, "mount_namespace": False,
                     "private_tmp": [],
@@ -190,3 +193,66 @@ def isolate_fork_server(uid: int) -> dict:
             except OSError:
                 pass
     return report
+
+
+# --------------------------------------------------------------------------- per worker, per job
+def enter_pid_namespace() -> None:
+    """Make the next child of this process the init (pid 1) of a new PID namespace: the
+    zygote, whose children then see no process outside it. Raises OSError."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def mount_private_proc() -> None:
+    """Mount, over /proc, a procfs of the caller's PID namespace that shows a process only to
+    its own uid (hidepid=invisible). Call from the namespace's init. Raises OSError."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
+
+
+def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int) -> None:
+    """A fresh tmpfs at ``path`` owned by ``uid``: one job's directory. Raises OSError."""
+    _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+           f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid}")
+
+
+def unmount(path: str) -> None:
+    """Detach the mount at ``path``: whatever a program left there (a directory chain
+    thousands deep, a full disk) is freed at once, without walking it. Raises OSError."""
+    _check(_libc.umount2(path.encode(), _MNT_DETACH), f"umount {path}")
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` and everything below it without recursion (in Python or the kernel's
+    path length): descend by directory descriptor, climb back through "..". For trees a
+    dead program left where no per-job tmpfs could be mounted. Never follows symlinks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        os.unlink(path)
+        return
+    names: list[str] = []
+    try:
+        while True:
+            descended = False
+            with os.scandir(fd) as entries:
+                listing = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for name, is_dir in listing:
+                if is_dir:
+                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd, descended = child, True
+                    names.append(name)
+                    break
+                os.unlink(name, dir_fd=fd)
+            if descended:
+                continue
+            if not names:
+                break
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)

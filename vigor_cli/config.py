@@ -105,6 +105,12 @@ class TaskConfig(_Section):
     contest_date_end: Optional[str] = Field(
         None, description="Code task: keep problems with contest_date <= this ISO date."
     )
+    allow_weak_sandbox: bool = Field(
+        False,
+        description="Code tasks: run generated programs even where the sandbox cannot give "
+        "full isolation (no Landlock, not root, no namespaces). Off: such a run stops with an "
+        "error naming what is missing.",
+    )
     code_reward: Literal["full", "fraction"] = Field(
         "full",
         description="Code task reward: 'full' = 1 if every test passes (the paper's full pass "
