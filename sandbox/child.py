@@ -10,11 +10,10 @@ in-process harness grades wrong (``global`` in helpers, ``quit()``,
 last) behave here exactly as under ``python3 solution.py``.
 
 Before user code the child (forked by the worker's zygote, which never held a job's data):
-  1. starts a new session and, when root may, its own IPC namespace (System V objects and
-     POSIX message queues it makes die with it);
+  1. starts a new session (its own process group);
   2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
      memfd, and closes every other descriptor but the Landlock ruleset;
-  3. enters its job directory (a tmpfs of its own), scrubs the environment;
+  3. enters its job directory (on a capped tmpfs, emptied after it), scrubs the environment;
   4. sets rlimits: CPU, address space (own size + headroom), stack, file size,
      open files, processes (counted per uid: each pool slot has its own), no core dumps;
   5. drops to its slot's unprivileged uid/gid (when root), becomes non-dumpable, and
@@ -217,16 +216,11 @@ def _plain(value: object) -> object:
     raise TypeError(type(value).__name__)
 
 
-_CLONE_NEWIPC = 0x08000000
-
-
 def confine(fds: dict, workdir: str, limits: dict, settings: dict) -> str:
     """Steps 1-6 above, in this (forked) process; returns the call arguments (or "").
     Raises on any failure: the caller must then exit without running anything."""
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
-    if settings.get("ipc_per_job") and libc.unshare(_CLONE_NEWIPC) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWIPC)")
     args = ""
     if fds.get("args") is not None:
         with os.fdopen(os.dup(fds["args"]), "rb") as f:

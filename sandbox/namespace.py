@@ -38,6 +38,7 @@ _CLONE_NEWPID = 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 _MNT_DETACH = 2
+_MS_REMOUNT = 32
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_TMP_SIZE = "512m"
@@ -208,9 +209,11 @@ def mount_private_proc() -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
 
 
-def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int) -> None:
-    """A fresh tmpfs at ``path`` owned by ``uid``: one job's directory. Raises OSError."""
-    _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int, remount: bool = False) -> None:
+    """A tmpfs at ``path`` owned by ``uid``, capped in bytes and entries: the worker's job
+    directory (emptied after each job). ``remount``: only change the size. Raises OSError."""
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | (_MS_REMOUNT if remount else 0)
+    _mount("tmpfs", path, "tmpfs", flags,
            f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid}")
 
 
@@ -220,10 +223,11 @@ def unmount(path: str) -> None:
     _check(_libc.umount2(path.encode(), _MNT_DETACH), f"umount {path}")
 
 
-def remove_tree(path: str) -> None:
-    """Remove ``path`` and everything below it without recursion (in Python or the kernel's
-    path length): descend by directory descriptor, climb back through "..". For trees a
-    dead program left where no per-job tmpfs could be mounted. Never follows symlinks."""
+def remove_tree(path: str, keep_top: bool = False) -> None:
+    """Remove ``path`` and everything below it (``keep_top``: only what is below it) without
+    recursion, in Python or in the kernel's path length: descend by directory descriptor,
+    climb back through "..". Never follows symlinks. Only for trees no process is changing
+    (the program that made it is dead)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except FileNotFoundError:
@@ -255,4 +259,29 @@ def remove_tree(path: str) -> None:
             os.rmdir(names.pop(), dir_fd=fd)
     finally:
         os.close(fd)
-    os.rmdir(path)
+    if not keep_top:
+        os.rmdir(path)
+
+
+_libc_ipc = ctypes.CDLL(None, use_errno=True)
+_IPC_RMID = 0
+
+
+def remove_system_v_objects() -> int:
+    """Remove every System V shared-memory segment, message queue and semaphore set of the
+    caller's IPC namespace (the worker's own): what a finished job made dies with it.
+    Returns how many were removed."""
+    removed = 0
+    for table, remove in (("shm", lambda i: _libc_ipc.shmctl(i, _IPC_RMID, None)),
+                          ("msg", lambda i: _libc_ipc.msgctl(i, _IPC_RMID, None)),
+                          ("sem", lambda i: _libc_ipc.semctl(i, 0, _IPC_RMID))):
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and remove(int(fields[1])) == 0:
+                removed += 1
+    return removed

@@ -5,11 +5,12 @@ Two processes per slot:
 * the **server** imports the harness and the prelude modules, sets up the worker's
   namespaces (``sandbox.namespace``), computes the Landlock allow-list and compiles the
   seccomp filter, then serves jobs from its stdin. Per job it mounts a fresh tmpfs as the
-  job directory, writes the program there, puts stdin (and a functional test's arguments)
-  in memfds, and hands them with the output pipes to the zygote; it reads stdout, stderr
-  and status into fixed capture buffers (never more than their caps), kills the child at
-  the wall-clock limit through a pidfd, unmounts the job's tmpfs (whatever the program
-  left there) and answers with plain data.
+  job directory (a tmpfs of the worker's own, capped in size and entries), writes the
+  program there, puts stdin (and a functional test's arguments) in memfds, and hands them
+  with the output pipes to the zygote; it reads stdout, stderr and status into fixed
+  capture buffers (never more than their caps), kills the child at the wall-clock limit
+  through a pidfd, then empties the job directory with a walk that neither recurses nor
+  builds paths, removes the System V objects the job made, and answers with plain data.
 * the **zygote** is forked by the server before any job, so it never held a job's source,
   input or output; it is the init (pid 1) of the slot's own PID namespace and mounts a
   procfs there that shows each program only itself. Per job it receives descriptors and
@@ -39,6 +40,7 @@ import time
 
 from vigor_cli.sandbox import protocol
 from vigor_cli.sandbox.child import confine, import_prelude_modules, run_child
+from vigor_cli.sandbox.limits import Limits
 
 PRELOADED_MODULES = (
     "array", "cmath", "dataclasses", "decimal", "encodings.idna", "enum", "fractions", "hashlib",
@@ -111,7 +113,7 @@ def _probe(settings: dict, workdir: str) -> dict:
     """Fork a throw-away child, confine it as a job's child is confined, and check that each
     layer bites. Runs in the zygote."""
     report: dict = {"uid_switch": False, "seccomp": False, "landlock": False,
-                    "pid_namespace": False, "ipc_per_job": False, "detail": []}
+                    "pid_namespace": False, "detail": []}
     read_fd, write_fd = os.pipe()
     null = os.open(os.devnull, os.O_RDWR)
     pid = os.fork()
@@ -136,7 +138,6 @@ def _probe(settings: dict, workdir: str) -> dict:
                 os._exit(0)
             if settings["drop_uid"]:
                 found["uid_switch"] = os.getuid() == settings["uid"] == os.geteuid()
-            found["ipc_per_job"] = bool(settings.get("ipc_per_job"))
             found["stdlib_readable"] = os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK)
             try:
                 pids = [p for p in os.listdir("/proc") if p.isdigit()]
@@ -297,13 +298,29 @@ class ForkServer:
         parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
         self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
-        self.job_tmpfs = bool(root and isolation.get("mount_namespace")) and "job_tmpfs" not in disable
+        # The job directory: a capped tmpfs of this worker's own (one job at a time),
+        # emptied after each job; a plain folder where no tmpfs can be mounted.
+        self.job_dir = os.path.join(self.base_dir, "job")
+        os.mkdir(self.job_dir, 0o700)
+        self.disk_mb = Limits().disk_mb
+        self.job_tmpfs = False
+        if root and isolation.get("mount_namespace") and "job_tmpfs" not in disable:
+            from vigor_cli.sandbox.namespace import mount_job_tmpfs
+
+            try:
+                mount_job_tmpfs(self.job_dir, uid, self.disk_mb, JOB_INODES)
+                self.job_tmpfs = True
+            except OSError as exc:
+                isolation.setdefault("namespace_detail", []).append(str(exc))
+        if root:
+            os.chown(self.job_dir, uid, uid)
+        # System V objects a job made are removed after it, in the worker's own IPC namespace.
+        self.ipc_cleanup = bool(root and isolation.get("ipc_namespace")) and "ipc_per_job" not in disable
         settings = {
             "seccomp_filter": seccomp_filter,
             "uid": uid,
             "drop_uid": root,
             "seccomp": seccomp_filter is not None and "seccomp" not in disable,
-            "ipc_per_job": root and "ipc_per_job" not in disable,
         }
         rules: list = []
         import vigor_cli
@@ -314,10 +331,7 @@ class ForkServer:
 
             rules = allow_list(self.base_dir, forbidden=(project,))
             settings["landlock_probe"] = os.path.realpath(__file__)
-        probe_dir = os.path.join(self.base_dir, "probe")
-        os.mkdir(probe_dir, 0o700)
-        if root:
-            os.chown(probe_dir, uid, uid)
+        probe_dir = self.job_dir
         pid_namespace = False
         if root and "pid_namespace" not in disable:
             try:
@@ -344,11 +358,12 @@ class ForkServer:
         report = json.loads(hello) if hello else {"detail": ["the zygote died at start"]}
         from vigor_cli.sandbox.namespace import remove_tree
 
-        remove_tree(probe_dir)
+        remove_tree(probe_dir, keep_top=True)
         report["root"] = root
         report["uid"] = uid
         report["pid_namespace"] = bool(report.get("pid_namespace")) and pid_namespace
         report["job_tmpfs"] = self.job_tmpfs
+        report["ipc_per_job"] = self.ipc_cleanup
         report["zygote_pid"] = pid
         if not root:
             report["detail"].append(
@@ -366,9 +381,11 @@ class ForkServer:
             os.waitpid(self.zygote_pid, 0)
         except ChildProcessError:
             pass
-        from vigor_cli.sandbox.namespace import remove_tree
+        from vigor_cli.sandbox.namespace import remove_tree, unmount
 
         try:
+            if self.job_tmpfs:
+                unmount(self.job_dir)
             remove_tree(self.base_dir)
         except OSError:
             pass
@@ -379,17 +396,13 @@ class ForkServer:
         from vigor_cli.sandbox import namespace
 
         self.runs += 1
-        workdir = os.path.join(self.base_dir, "job")
-        os.mkdir(workdir, 0o700)
-        mounted = False
+        workdir = self.job_dir
+        disk_mb = int(job["limits"].get("disk_mb", 64))
+        if self.job_tmpfs and disk_mb != self.disk_mb:
+            namespace.mount_job_tmpfs(workdir, self.uid, disk_mb, JOB_INODES, remount=True)
+            self.disk_mb = disk_mb
         swept, started_ns = {}, time.time_ns()
         try:
-            if self.job_tmpfs:
-                namespace.mount_job_tmpfs(workdir, self.uid, int(job["limits"].get("disk_mb", 64)),
-                                          JOB_INODES)
-                mounted = True
-            elif self.capabilities.get("root"):
-                os.chown(workdir, self.uid, self.uid)
             with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
                       errors="surrogatepass") as f:
                 f.write(job["source"])
@@ -397,14 +410,15 @@ class ForkServer:
                 swept = self._world_writable_mtimes()
             return self._fork_and_watch(job, workdir)
         finally:
-            # Cleanup the program cannot break: it is dead, and neither an unmount nor the
-            # descriptor walk of remove_tree depends on how deep or large its tree is.
-            if mounted:
-                try:
-                    namespace.unmount(workdir)
-                except OSError:
-                    pass  # still mounted: the walk below empties it
-            namespace.remove_tree(workdir)
+            # Cleanup the program cannot break: it is dead, the walk of remove_tree neither
+            # recurses nor builds paths (a chain thousands deep is fine), and the job's tmpfs
+            # caps how much there is to walk.
+            namespace.remove_tree(workdir, keep_top=True)
+            os.chmod(workdir, 0o700)
+            if self.capabilities.get("root"):
+                os.chown(workdir, self.uid, self.uid)
+            if self.ipc_cleanup:
+                namespace.remove_system_v_objects()
             if self.sweep:
                 self._sweep(swept, started_ns)
 

@@ -216,7 +216,7 @@ def hostile_runs():
             zygote_pids = [w.capabilities["zygote_pid"] for w in pool._workers]
             uids = set(pool.capabilities["uids"])
             leftovers = {
-                "run_dirs": [p for root, d in views for p in os.listdir(root + d)],
+                "run_dirs": [p for root, d in views for p in _job_leftovers(root + d)],
                 "tmp_files": [f"{root}{tmp}/{p.name}" for root, _ in views
                               for tmp in ("/tmp", "/var/tmp", "/dev/shm")
                               if os.path.isdir(root + tmp)
@@ -229,6 +229,15 @@ def hostile_runs():
                    "leftovers": leftovers, "pool": pool}
     finally:
         del os.environ["VIGOR_SECRET"]
+
+
+def _job_leftovers(base: str) -> list[str]:
+    """What is left in a worker's base dir: anything but its (emptied) job directory, and
+    anything inside that."""
+    left = [p for p in os.listdir(base) if p != "job"]
+    if os.path.isdir(os.path.join(base, "job")):
+        left += [f"job/{p}" for p in os.listdir(os.path.join(base, "job"))]
+    return left
 
 
 def _children_of(pids: list[int]) -> list[int]:
