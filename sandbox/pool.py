@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -314,8 +313,14 @@ class SandboxPool:
         base_dir = dead.capabilities.get("base_dir")
         if base_dir and not dead.capabilities.get("mount_namespace"):
             # A killed worker could not remove its run directories (in its own mount
-            # namespace they vanished with it).
-            shutil.rmtree(base_dir, ignore_errors=True)
+            # namespace they vanished with it). Not shutil.rmtree: a program's 3000-deep
+            # chain would make it raise RecursionError here, in the grader.
+            from vigor_cli.sandbox.namespace import remove_tree
+
+            try:
+                remove_tree(base_dir)
+            except OSError:
+                pass
         fresh = _Worker(dead.uid, self.options)
         self._workers[self._workers.index(dead)] = fresh
         return fresh
