@@ -6,8 +6,9 @@ When the fork server runs as root and the kernel lets it create namespaces
 * a new **network namespace**: no interface but a loopback that is down, so a
   program reaches no network even if seccomp were missing, and abstract Unix
   sockets of the host are out of reach;
-* a new **IPC namespace**: System V shared memory a program creates dies with the
-  worker instead of outliving the run;
+* a new **IPC namespace**: System V objects a program creates never reach the host
+  or another slot, and the server removes them after each job
+  (:func:`remove_system_v_objects`);
 * a new **mount namespace**, with every mount made private first (nothing
   propagates back to the host), in which:
 
@@ -21,6 +22,11 @@ When the fork server runs as root and the kernel lets it create namespaces
     covers the blocking ancestor (hiding the rest of it), and the binds are
     moved back to their original paths. Paths do not change, so imports and
     tracebacks look as usual.
+
+Then, per worker: :func:`enter_pid_namespace` before the zygote is forked (it becomes
+the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), and
+a capped tmpfs as the job directory (:func:`mount_job_tmpfs`), emptied after each job by
+:func:`remove_tree`, which neither recurses nor builds long paths.
 
 Without the privilege, nothing changes and the pool reports what is missing.
 """
