@@ -212,7 +212,7 @@ def enter_pid_namespace() -> None:
 def mount_private_proc() -> None:
     """Mount, over /proc, a procfs of the caller's PID namespace that shows a process only to
     its own uid (hidepid=invisible). Call from the namespace's init. Raises OSError."""
-    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=invisible")
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=2")  # 2 = invisible (kernels before 5.8 know only the number)
 
 
 def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int, remount: bool = False) -> None:
@@ -273,10 +273,30 @@ _libc_ipc = ctypes.CDLL(None, use_errno=True)
 _IPC_RMID = 0
 
 
+_SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
+
+
+def _system_v_objects_exist() -> bool:
+    """One syscall per kind (counts of existing objects), so the common case costs ~10 us."""
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.shmctl(0, _SHM_INFO, buffer)
+    if buffer[0]:  # shm_info.used_ids
+        return True
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.msgctl(0, _MSG_INFO, buffer)
+    if buffer[0]:  # msginfo.msgpool: queues in use
+        return True
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.semctl(0, 0, _SEM_INFO, buffer)
+    return bool(buffer[7])  # seminfo.semusz: sets in use
+
+
 def remove_system_v_objects() -> int:
     """Remove every System V shared-memory segment, message queue and semaphore set of the
     caller's IPC namespace (the worker's own): what a finished job made dies with it.
     Returns how many were removed."""
+    if not _system_v_objects_exist():
+        return 0
     removed = 0
     for table, remove in (("shm", lambda i: _libc_ipc.shmctl(i, _IPC_RMID, None)),
                           ("msg", lambda i: _libc_ipc.msgctl(i, _IPC_RMID, None)),
