@@ -7,9 +7,11 @@ from dataclasses import asdict, dataclass
 NOBODY_UID = 65534
 """The system's shared unprivileged uid: no longer used for programs (services run as it)."""
 SANDBOX_UID_BASE = 2_000_000_000
-"""When the sandbox runs as root, pool slot ``i`` runs its programs as uid and gid
-``SANDBOX_UID_BASE + i``: no login user, no service and no container range (systemd's
-map leaves 1879048192-2147352575 unassigned) owns them, and no two slots share one."""
+"""When the sandbox runs as root, each pool claims a block of 256 uids from here on (a lock
+per block under /run/vigor-sandbox) and slot ``i`` runs its programs as the block's uid
+``i`` (gid the same): no login user, no service and no container range (systemd's map
+leaves 1879048192-2147352575 unassigned) owns them, and no two slots of any two pools
+running at once share one."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ interpreter start-up stays off the per-test path. The pool lives until
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -36,6 +37,32 @@ ISOLATION_LAYERS = ("seccomp", "landlock", "uid_switch", "pid_namespace", "ipc_p
 REPLY_GRACE_S = 30.0
 """How long past a job's wall-clock limit the pool waits for a worker's answer before it
 declares the worker stuck, replaces it and reports a sandbox error."""
+
+
+UID_BLOCK = 256
+"""Uids a pool claims at once (slots per pool at most): pool ``k`` on this machine runs slot
+``i`` as ``uid + k * UID_BLOCK + i``."""
+UID_LOCK_DIR = "/run/vigor-sandbox"
+"""Where pools hold a lock per claimed block of uids (released when the pool closes or its
+process dies), so two pools running at once never share a uid."""
+
+
+def claim_uid_block(base: int) -> tuple[int, int | None]:
+    """(first uid, lock fd) of a block of ``UID_BLOCK`` uids no other pool on this machine
+    holds. Without root (no uid switch) there is nothing to claim: (base, None)."""
+    if os.geteuid() != 0:
+        return base, None
+    os.makedirs(UID_LOCK_DIR, mode=0o700, exist_ok=True)
+    for block in range(4096):
+        first = base + block * UID_BLOCK
+        fd = os.open(os.path.join(UID_LOCK_DIR, f"uids-{first}.lock"),
+                     os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return first, fd
+        except BlockingIOError:
+            os.close(fd)
+    raise SandboxError(f"every block of sandbox uids from {base} is held by another pool")
 
 
 def isolation_level(capabilities: dict) -> str:
@@ -194,9 +221,10 @@ class _Worker:
 class SandboxPool:
     """Runs :class:`Job` s on ``workers`` fork servers (0: one per CPU core).
 
-    ``uid``: when the pool runs as root, slot ``i`` runs its programs as uid (and gid)
-    ``uid + i``, so nothing scoped to a uid (process counts, priorities, signals) is
-    shared between programs running at the same time. ``disable``: layers to leave off
+    ``uid``: when the pool runs as root, it claims a free block of uids from ``uid`` on
+    (:func:`claim_uid_block`) and slot ``i`` runs its programs as the block's uid ``i``,
+    so nothing scoped to a uid (process counts, priorities, signals) is shared between
+    programs running at the same time, in this pool or any other. ``disable``: layers to leave off
     (for tests and diagnosis: "landlock", "seccomp", "pid_namespace", "ipc_per_job",
     "job_tmpfs"); the pool then reports a weak isolation level.
     Not thread-safe by design beyond a lock: calls from several threads run one
@@ -204,14 +232,17 @@ class SandboxPool:
     """
 
     def __init__(self, workers: int = 0, uid: int = SANDBOX_UID_BASE, disable: Sequence[str] = ()):
-        self.size = workers if workers > 0 else usable_cpus()
-        self.uid = uid
+        self.size = workers if workers > 0 else min(usable_cpus(), UID_BLOCK)
+        if self.size > UID_BLOCK:
+            raise SandboxError(f"a sandbox pool has at most {UID_BLOCK} workers, not {self.size}")
         self.options = {"disable": sorted(disable)}
         self._lock = threading.Lock()
         self._workers: list[_Worker] = []
+        self._uid_lock: int | None = None
+        self.uid, self._uid_lock = claim_uid_block(uid)
         try:
             for slot in range(self.size):
-                self._workers.append(_Worker(uid + slot, self.options))
+                self._workers.append(_Worker(self.uid + slot, self.options))
         except BaseException:
             self.close()
             raise
@@ -330,6 +361,9 @@ class SandboxPool:
         workers, self._workers = self._workers, []
         for worker in workers:
             worker.close()
+        lock, self._uid_lock = getattr(self, "_uid_lock", None), None
+        if lock is not None:  # only now: no program of this pool's uids is left running
+            os.close(lock)
 
     def __enter__(self) -> "SandboxPool":
         return self

@@ -21,7 +21,7 @@ TIMEOUT_S = 2.0
 LIMITS = Limits(timeout_s=TIMEOUT_S, memory_mb=256, stdout_cap=4 * 1024 * 1024)
 SECRET = "vigor-test-secret-4e1f"
 SANDBOX_UID = 2_000_000_000
-"""The first pool slot's uid (slot i runs as SANDBOX_UID + i)."""
+"""Where pools claim their uids (a free block of 256 from here; slot i runs as block + i)."""
 MARKER = f"/tmp/vigor-hostile-{os.getpid()}"
 
 NON_PASS = {"timeout", "memory", "exit", "signal", "output_limit", "compile_error"}
@@ -174,7 +174,7 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
 }
 
 
-def _sandbox_processes(uids: set[int] = frozenset({SANDBOX_UID, SANDBOX_UID + 1})) -> list[int]:
+def _sandbox_processes(uids: set[int]) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -187,14 +187,14 @@ def _sandbox_processes(uids: set[int] = frozenset({SANDBOX_UID, SANDBOX_UID + 1}
     return pids
 
 
-def _sandbox_sockets() -> list[str]:
+def _sandbox_sockets(uids: set[int]) -> list[str]:
     lines = []
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
-        lines += [row for row in rows if int(row.split()[7]) in (SANDBOX_UID, SANDBOX_UID + 1)]
+        lines += [row for row in rows if int(row.split()[7]) in uids]
     return lines
 
 
@@ -226,7 +226,7 @@ def hostile_runs():
                 "zombies": _children_of(zygote_pids),
             }
             yield {"runs": dict(zip(names, runs)), "after": after, "elapsed": elapsed,
-                   "leftovers": leftovers, "pool": pool}
+                   "leftovers": leftovers, "pool": pool, "uids": uids}
     finally:
         del os.environ["VIGOR_SECRET"]
 
@@ -323,7 +323,7 @@ def test_nothing_left_behind(hostile_runs):
         assert not os.path.exists(MARKER + suffix)
     assert not os.path.exists("/etc/vigor-hostile")
     assert not (Path(__file__).resolve().parent / "hostile.txt").exists()
-    uids = {SANDBOX_UID, SANDBOX_UID + 1}
+    uids = hostile_runs["uids"]
     leftover_tmp = [p.name for p in Path("/tmp").iterdir()
                     if p.lstat().st_uid in uids and p.name.startswith("vigor")]
     assert leftover_tmp == []
@@ -332,7 +332,7 @@ def test_nothing_left_behind(hostile_runs):
     assert not uids & set(shm_owners), "shared memory outlived the sandbox"
     with pytest.raises(BlockingIOError):
         LISTENER.accept()  # nobody ever connected
-    assert _sandbox_sockets() == []
+    assert _sandbox_sockets(uids) == []
 
 
 def test_pool_survives_hostile_programs(hostile_runs):
@@ -356,8 +356,9 @@ open('scratch', 'w').write('x')
         first = pool.run_one(Job(program, b"", LIMITS))
         second = pool.run_one(Job(program, b"", LIMITS))
     assert first.outcome == "ok", first.stderr_head
-    assert first.stdout == second.stdout == f"['solution.py'] 0o700 {SANDBOX_UID} {SANDBOX_UID}\n".encode()
-    assert pool.capabilities["uids"] == [SANDBOX_UID]
+    uid = pool.capabilities["uids"][0]
+    assert uid >= SANDBOX_UID and (uid - SANDBOX_UID) % 256 == 0
+    assert first.stdout == second.stdout == f"['solution.py'] 0o700 {uid} {uid}\n".encode()
 
 
 def test_real_file_descriptors_and_stdin():

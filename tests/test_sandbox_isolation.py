@@ -182,6 +182,8 @@ def test_grader_command_line_does_not_reveal_the_problem_file(readable_dir):
     assert attack["full"] == 0.0, ("the program read the answer from the grader's command line",
                                    attack["reason"])
     assert attack["isolation"] == correct["isolation"] == "full"
+    for folder in ("/run/lock", "/var/tmp", "/dev/shm", "/tmp"):
+        assert [p for p in os.listdir(folder) if TOKEN in p] == [], folder
 
 
 DISK_WALK_ATTACK = """
@@ -260,6 +262,7 @@ def test_project_task_code_cannot_be_imported(verifier):
         b"", LIMITS))
     assert reading.outcome == "exit" and b"PermissionError" in reading.stderr, (
         reading.outcome, reading.detail, reading.stdout[:200])
+    _assert_nothing_left(verifier.pool)
 
 
 # --------------------------------------------------------------------------- reading a neighbour
@@ -569,7 +572,9 @@ with CodeVerifier(workers=2, timeout_s=20.0, memory_mb=256) as verifier:
     problem = load_problem(record)
     verifier.grade(problem, "print(1)", "public")           # warm: the harness is loaded
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    verdict = verifier.grade(problem, flood, "public")
+    victim = load_problem(json.loads(sys.argv[2]))
+    verdict, beside = verifier.grade_many([(problem, flood, "public"),
+                                           (victim, sys.argv[3], "public")])
     after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     workers = []
     for w in verifier.pool._workers:
@@ -577,7 +582,7 @@ with CodeVerifier(workers=2, timeout_s=20.0, memory_mb=256) as verifier:
             if line.startswith("VmHWM:"):
                 workers.append(int(line.split()[1]))
 print(json.dumps({"before_kb": before, "after_kb": after, "workers_kb": workers,
-                  "statuses": [t.status for t in verdict.tests]}))
+                  "statuses": [t.status for t in verdict.tests], "victim": beside.full}))
 """
 
 
@@ -585,11 +590,13 @@ def test_output_just_under_the_cap_does_not_grow_the_grader():
     """Four tests printing just under 32 MiB each: the grader's peak memory grows by at most
     its stated bound (see README), not by the sum of the outputs."""
     record = _record("flood", [(f"{i}\n", "1\n") for i in range(4)])
-    out = subprocess.run([sys.executable, "-c", AMPLIFY, json.dumps(record)], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", AMPLIFY, json.dumps(record), json.dumps(VICTIM),
+                          VICTIM_SOLUTION], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     numbers = json.loads(out.stdout.strip().splitlines()[-1])
     assert numbers["statuses"] == ["wrong_answer"] * 4
+    assert numbers["victim"] == 1.0, "the concurrent correct program failed"
     grown_mb = (numbers["after_kb"] - numbers["before_kb"]) / 1024
     assert grown_mb < 24, f"the grader grew by {grown_mb:.0f} MiB reading program output"
     assert max(numbers["workers_kb"]) / 1024 < 120, numbers["workers_kb"]

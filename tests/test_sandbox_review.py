@@ -335,3 +335,16 @@ def test_deep_tree_without_a_job_tmpfs_is_removed_too():
         worker = pool._workers[0]
         base = f"/proc/{worker.process.pid}/root{worker.capabilities['base_dir']}"
         assert os.listdir(base) == ["job"] and os.listdir(base + "/job") == []
+
+
+def test_two_pools_running_at_once_never_share_a_uid():
+    """Each pool claims its own block of uids (a lock held while it lives): programs of two
+    pools (two trainings, a test run beside a benchmark) share no uid-scoped limit."""
+    with SandboxPool(workers=2) as first, SandboxPool(workers=1) as second:
+        assert not set(first.capabilities["uids"]) & set(second.capabilities["uids"])
+        runs = [p.run_one(Job("import os; print(os.getuid())", b"", LIMITS)) for p in (first, second)]
+        assert int(runs[0].stdout) in first.capabilities["uids"]
+        assert int(runs[1].stdout) == second.capabilities["uids"][0]
+        held = second.capabilities["uids"][0]
+    with SandboxPool(workers=1) as third:  # blocks are released on close
+        assert third.capabilities["uids"][0] <= held
