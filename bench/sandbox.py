@@ -1,12 +1,18 @@
 """Sandbox throughput: tests per second on 2 workers, fork server vs a fresh python3 per test.
 
-Two workloads, each run by (a) `SandboxPool(workers=2)` (fork server, full
-confinement: rlimits, uid drop, seccomp, temp dir) and (b) the baseline: a
-fresh `python3` process per test, two at a time, with no confinement at all.
-The baseline is also run with `python3 -I -S` (no site import: the cheapest
-possible interpreter start) to show the floor a per-test interpreter cannot beat.
+Two workloads, each run by (a) `SandboxPool(workers=2)` (zygote per worker, full
+isolation: Landlock, seccomp, a uid per slot, PID/IPC/network/mount namespaces, a
+tmpfs per job, rlimits) and (b) the baseline: a fresh `python3` process per test,
+two at a time, with no confinement at all. The baseline is also run with
+`python3 -I -S` (no site import: the cheapest possible interpreter start) to show
+the floor a per-test interpreter cannot beat.
 
-    python bench/sandbox.py [--tests 200]
+`--compare DIR` also measures the sandbox of another checkout (e.g. the version
+before issue 12: `git archive <commit> | tar -x -C DIR`) in the same run, the
+two pools taking turns round by round, so the cost of the isolation is a ratio
+measured side by side on the same (noisy, shared) machine.
+
+    python bench/sandbox.py [--tests 200] [--rounds 3] [--compare DIR]
 
 Prints a table and writes bench/results/sandbox.json.
 """
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +35,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from vigor_cli.sandbox import Job, Limits, SandboxPool  # noqa: E402
 
 WORKERS = 2
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
@@ -72,16 +78,6 @@ _FUNCTIONAL_HARNESS = (
 )
 
 
-def run_pool(cases: list[tuple], pool: SandboxPool) -> float:
-    jobs = [Job(src, stdin, Limits(timeout_s=10), func_name=fn, args_json=args)
-            for src, stdin, fn, args in cases]
-    started = time.perf_counter()
-    results = pool.run(jobs)
-    elapsed = time.perf_counter() - started
-    assert all(r.outcome in ("ok", "exit") for r in results), [r.outcome for r in results]
-    return elapsed
-
-
 def run_baseline(cases: list[tuple], python_flags: list[str]) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         paths = []
@@ -105,48 +101,125 @@ def run_baseline(cases: list[tuple], python_flags: list[str]) -> float:
         return time.perf_counter() - started
 
 
+_POOL_RUNNER = """
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+from vigor_cli.sandbox import Job, Limits, SandboxPool
+workloads = json.loads(sys.stdin.read())
+def cpu_s(pool):
+    # CPU of every process of the pool: this one, each fork server, each zygote, and the
+    # reaped children (counted in their reaper's cutime/cstime).
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for worker in pool._workers:
+        for pid in (worker.process.pid, worker.capabilities.get("zygote_pid")):
+            if pid:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                total += sum(int(x) for x in fields[11:15]) / ticks
+    return total
+with SandboxPool(workers=int(sys.argv[2])) as pool:
+    warm = [Job("print(input()[::-1])", b"x\\n", Limits(timeout_s=10))] * 10
+    pool.run(warm)
+    out, cpu = {}, {}
+    for name, cases in workloads.items():
+        jobs = [Job(src, stdin.encode("latin-1"), Limits(timeout_s=10), func_name=fn, args_json=args)
+                for src, stdin, fn, args in cases]
+        cpu_before = cpu_s(pool)
+        started = time.perf_counter()
+        results = pool.run(jobs)
+        out[name] = time.perf_counter() - started
+        cpu[name] = cpu_s(pool) - cpu_before
+        assert all(r.outcome in ("ok", "exit") for r in results), [r.outcome for r in results]
+    caps = pool.capabilities
+    level = getattr(pool, "isolation", "seccomp+uid (before issue 12)")
+print(json.dumps({"seconds": out, "cpu_seconds": cpu, "isolation": level}))
+"""
+
+
+def run_pool_at(checkout: Path, workloads: dict) -> dict:
+    """Time each workload on a fresh 2-worker pool of the sandbox in ``checkout``."""
+    payload = {name: [(src, stdin.decode("latin-1"), fn, args) for src, stdin, fn, args in cases]
+               for name, cases in workloads.items()}
+    done = subprocess.run([sys.executable, "-c", _POOL_RUNNER, str(checkout), str(WORKERS)],
+                          input=json.dumps(payload), capture_output=True, text=True, timeout=900,
+                          cwd=str(checkout))
+    if done.returncode != 0:
+        raise SystemExit(f"the pool at {checkout} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=200, help="tests per workload")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds (median reported)")
+    parser.add_argument("--compare", type=Path, default=None,
+                        help="another checkout whose sandbox is measured side by side")
     options = parser.parse_args()
     n = options.tests
     workloads = {
         "trivial stdin": [TRIVIAL] * n,
         "realistic mix": [REALISTIC[i % len(REALISTIC)] for i in range(n)],
     }
-    rows = []
-    with SandboxPool(workers=WORKERS) as pool:
-        run_pool([TRIVIAL] * 10, pool)  # warm up the workers
-        for name, cases in workloads.items():
-            pool_s = run_pool(cases, pool)
-            base_s = run_baseline(cases, [])
-            floor_s = run_baseline(cases, ["-I", "-S"])
-            rows.append({
-                "workload": name, "tests": len(cases),
-                "sandbox_tests_per_s": len(cases) / pool_s,
-                "fresh_python3_tests_per_s": len(cases) / base_s,
-                "fresh_python3_minimal_tests_per_s": len(cases) / floor_s,
-                "speedup_vs_fresh_python3": base_s / pool_s,
-                "speedup_vs_minimal_python3": floor_s / pool_s,
-            })
-        capabilities = pool.capabilities
+    here = Path(__file__).resolve().parents[1]
+    versions = {"this checkout": here}
+    if options.compare is not None:
+        versions["compared checkout"] = options.compare.resolve()
+    seconds: dict[str, dict[str, list[float]]] = {v: {w: [] for w in workloads} for v in versions}
+    cpu: dict[str, dict[str, list[float]]] = {v: {w: [] for w in workloads} for v in versions}
+    levels = {}
+    for _ in range(options.rounds):
+        for version, checkout in versions.items():
+            measured = run_pool_at(checkout, workloads)
+            levels[version] = measured["isolation"]
+            for name, value in measured["seconds"].items():
+                seconds[version][name].append(value)
+                cpu[version][name].append(measured["cpu_seconds"][name])
+    baselines = {name: (run_baseline(cases, []), run_baseline(cases, ["-I", "-S"]))
+                 for name, cases in workloads.items()}
 
-    table = Table(title=f"Sandbox throughput, {WORKERS} workers, {os.cpu_count()} CPUs "
-                  f"(seccomp={capabilities['seccomp']}, uid switch={capabilities['uid_switch']})")
-    for column in ("workload", "tests", "sandbox tests/s", "fresh python3 tests/s",
-                   "python3 -I -S tests/s", "speedup", "speedup vs -I -S"):
+    rows = []
+    for name, cases in workloads.items():
+        base_s, floor_s = baselines[name]
+        row = {"workload": name, "tests": len(cases),
+               "fresh_python3_tests_per_s": len(cases) / base_s,
+               "fresh_python3_minimal_tests_per_s": len(cases) / floor_s}
+        for version in versions:
+            pool_s = statistics.median(seconds[version][name])
+            key = "sandbox" if version == "this checkout" else "compared"
+            row[f"{key}_tests_per_s"] = len(cases) / pool_s
+            row[f"{key}_rounds_tests_per_s"] = [len(cases) / s for s in seconds[version][name]]
+            row[f"{key}_speedup_vs_fresh_python3"] = base_s / pool_s
+            row[f"{key}_cpu_ms_per_test"] = 1000 * statistics.median(cpu[version][name]) / len(cases)
+        if "compared_tests_per_s" in row:
+            row["slowdown_vs_compared"] = 1 - row["sandbox_tests_per_s"] / row["compared_tests_per_s"]
+            row["cpu_cost_vs_compared"] = (row["sandbox_cpu_ms_per_test"]
+                                           / row["compared_cpu_ms_per_test"] - 1)
+        rows.append(row)
+
+    table = Table(title=f"Sandbox throughput, {WORKERS} workers, {os.cpu_count()} CPUs, median of "
+                  f"{options.rounds} rounds; this checkout: isolation {levels['this checkout']}")
+    columns = ["workload", "tests", "sandbox tests/s", "speedup vs python3", "CPU ms/test"]
+    if options.compare is not None:
+        columns += ["compared tests/s", "compared CPU ms/test", "slower (wall)", "more CPU"]
+    columns += ["fresh python3 tests/s", "python3 -I -S tests/s"]
+    for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(row["workload"], str(row["tests"]), f"{row['sandbox_tests_per_s']:.1f}",
-                      f"{row['fresh_python3_tests_per_s']:.1f}",
-                      f"{row['fresh_python3_minimal_tests_per_s']:.1f}",
-                      f"{row['speedup_vs_fresh_python3']:.2f}x",
-                      f"{row['speedup_vs_minimal_python3']:.2f}x")
-    Console().print(table)
+        cells = [row["workload"], str(row["tests"]), f"{row['sandbox_tests_per_s']:.1f}",
+                 f"{row['sandbox_speedup_vs_fresh_python3']:.2f}x",
+                 f"{row['sandbox_cpu_ms_per_test']:.2f}"]
+        if options.compare is not None:
+            cells += [f"{row['compared_tests_per_s']:.1f}", f"{row['compared_cpu_ms_per_test']:.2f}",
+                      f"{100 * row['slowdown_vs_compared']:+.1f}%",
+                      f"{100 * row['cpu_cost_vs_compared']:+.1f}%"]
+        cells += [f"{row['fresh_python3_tests_per_s']:.1f}",
+                  f"{row['fresh_python3_minimal_tests_per_s']:.1f}"]
+        table.add_row(*cells)
+    Console(width=160).print(table)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     payload = {"workers": WORKERS, "cpus": os.cpu_count(), "python": sys.version.split()[0],
-               "capabilities": {k: capabilities[k] for k in ("seccomp", "uid_switch", "root")},
-               "rows": rows}
+               "rounds": options.rounds, "isolation": levels,
+               "load_average_1m": os.getloadavg()[0], "rows": rows}
     RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
     print(json.dumps(payload))
 

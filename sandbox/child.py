@@ -9,15 +9,18 @@ in-process harness grades wrong (``global`` in helpers, ``quit()``,
 ``os.write(1, ...)``, ``open(0).read()``, a ``__main__`` block that is not
 last) behave here exactly as under ``python3 solution.py``.
 
-Before user code the child:
-  1. starts a new session (its own process group, killed whole at the end);
-  2. moves its pipes onto fds 0-3 and closes every other descriptor;
-  3. enters the fresh temp dir, scrubs the environment;
+Before user code the child (forked by the worker's zygote, which never held a job's data):
+  1. starts a new session (its own process group);
+  2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
+     memfd, and closes every other descriptor but the Landlock ruleset;
+  3. enters its job directory (on a capped tmpfs, emptied after it), scrubs the environment;
   4. sets rlimits: CPU, address space (own size + headroom), stack, file size,
-     open files, no core dumps;
-  5. drops to the unprivileged uid/gid (when root), becomes non-dumpable, and
-     asks to be killed if the fork server dies;
-  6. installs the seccomp filter (compiled once by the fork server, its own pid patched in).
+     open files, processes (counted per uid: each pool slot has its own), no core dumps;
+  5. drops to its slot's unprivileged uid/gid (when root), becomes non-dumpable, and
+     asks to be killed if its parent (the zygote) dies;
+  6. enforces the Landlock allow-list (``sandbox.landlock``), then installs the seccomp
+     filter (compiled once, its own pid patched in).
+Any step that fails ends the child with exit code 125 (a sandbox error, never a verdict).
 
 Status channel: fd 3 carries one JSON line from the harness (never from the
 verifier's expected answers, which the child never sees): ``{"compile_error":
@@ -114,7 +117,8 @@ def _set_limits(limits: dict) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_size_mb"] * mb,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"],) * 2)
     # Processes + threads of the sandbox uid, machine-wide: a backstop against fork bombs
-    # should seccomp be missing (root ignores it, so it only bites after the uid drop).
+    # should seccomp be missing (root ignores it, so it only bites after the uid drop). Each
+    # pool slot has a uid of its own, so a program can exhaust only its own count.
     resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC_LIMIT, _NPROC_LIMIT))
     stack = limits["stack_mb"] * mb
     resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
@@ -153,7 +157,7 @@ def _print_user_traceback(exc: BaseException) -> None:
     """The traceback CPython would print (through ``sys.excepthook``, whose C printer keeps
     the last 1000 frames of a deep recursion fast), minus this harness's own frames."""
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and tb.tb_frame.f_globals is globals():
         tb = tb.tb_next
     try:
         sys.excepthook(type(exc), exc, tb)
@@ -212,29 +216,59 @@ def _plain(value: object) -> object:
     raise TypeError(type(value).__name__)
 
 
+def confine(fds: dict, workdir: str, limits: dict, settings: dict) -> str:
+    """Steps 1-6 above, in this (forked) process; returns the call arguments (or "").
+    Raises on any failure: the caller must then exit without running anything."""
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = ""
+    if fds.get("args") is not None:
+        with os.fdopen(os.dup(fds["args"]), "rb") as f:
+            f.seek(0)
+            args = f.read().decode("utf-8", "surrogatepass")
+    # The zygote keeps its own descriptors above 64, so none of these targets is one of them.
+    for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
+                       (STATUS_FD, fds["status"])):
+        os.dup2(fd, target)
+    ruleset_fd = settings.get("landlock_fd")
+    keep = STATUS_FD + 1
+    if ruleset_fd is not None:
+        os.dup2(ruleset_fd, keep)
+        ruleset_fd = keep
+        keep += 1
+    os.closerange(keep, 1 << 20)
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
+                       "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    _set_limits(limits)
+    if settings["drop_uid"]:
+        _drop_privileges(settings["uid"])
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # Die with the zygote (set after the uid change, which clears it).
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != settings["parent_pid"]:
+        raise OSError("the zygote is gone")
+    if ruleset_fd is not None:
+        from vigor_cli.sandbox.landlock import restrict_self
+
+        restrict_self(ruleset_fd)
+        os.close(ruleset_fd)
+    if settings["seccomp"]:
+        settings["seccomp_filter"].load(os.getpid())
+    return args
+
+
 def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
-    """Confine this (forked) process and run ``job``'s program. Never returns."""
+    """Confine this (forked) process and run ``job``'s program. Never returns.
+
+    ``job``: ``{"limits": {...}, "call": func_name or None}``; the program is
+    ``workdir/solution.py``, written by the fork server."""
     try:
-        os.setsid()
-        for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
-                           (STATUS_FD, fds["status"])):
-            os.dup2(fd, target)
-        os.closerange(STATUS_FD + 1, 1 << 20)
-        os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
-                           "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
-        _set_limits(job["limits"])
-        if settings["drop_uid"]:
-            _drop_privileges(settings["uid"])
-        libc = ctypes.CDLL(None)
-        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-        # Die with the fork server (set after the uid change, which clears it).
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != settings["server_pid"]:
-            os._exit(125)
-        if settings["seccomp"]:
-            settings["seccomp_filter"].load(os.getpid())
+        args = confine(fds, workdir, job["limits"], settings)
+        script = os.path.join(workdir, "solution.py")
+        with open(script, "rb") as f:
+            source = f.read().decode("utf-8", "surrogatepass")
     except BaseException:
         os._exit(125)  # the sandbox could not be set up: never run the program unconfined
 
@@ -247,7 +281,6 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
                                   encoding="utf-8", errors="backslashreplace", line_buffering=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-    script = os.path.join(workdir, "solution.py")
     sys.argv = [script]
     sys.path[0] = workdir
     atexit._clear()
@@ -264,7 +297,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     sys.modules["__main__"] = main
 
     try:
-        compiled = compile(job["source"], script, "exec", dont_inherit=True)
+        compiled = compile(source, script, "exec", dont_inherit=True)
     except BaseException as exc:  # SyntaxError, ValueError (NUL bytes), MemoryError, ...
         _print_user_traceback(exc)
         try:
@@ -276,7 +309,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     try:
         exec(compiled, main.__dict__)
         if job.get("call") is not None:
-            _call_solution(main.__dict__, job["call"]["func_name"], job["call"]["args"])
+            _call_solution(main.__dict__, job["call"], args)
         code = 0
     except SystemExit as exc:
         code = _exit_code(exc)

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 NOBODY_UID = 65534
-"""The unprivileged uid (and gid) a child drops to when the sandbox runs as root."""
+"""The system's shared unprivileged uid: no longer used for programs (services run as it)."""
+SANDBOX_UID_BASE = 2_000_000_000
+"""When the sandbox runs as root, each pool claims a block of 256 uids from here on (a lock
+per block under /run/vigor-sandbox) and slot ``i`` runs its programs as the block's uid
+``i`` (gid the same): no login user, no service and no container range (systemd's map
+leaves 1879048192-2147352575 unassigned) owns them, and no two slots of any two pools
+running at once share one."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,8 @@ class Limits:
     """Bytes of standard output kept; past this the program is killed (output limit)."""
     stderr_cap: int = 64 * 1024
     """Bytes of standard error kept; the rest is read and dropped (the program goes on)."""
+    disk_mb: int = 64
+    """Size of the job directory (a tmpfs of its own, with at most 4096 entries)."""
 
     def cpu_limit_s(self) -> int:
         """The RLIMIT_CPU soft limit in whole seconds."""

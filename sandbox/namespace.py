@@ -6,8 +6,9 @@ When the fork server runs as root and the kernel lets it create namespaces
 * a new **network namespace**: no interface but a loopback that is down, so a
   program reaches no network even if seccomp were missing, and abstract Unix
   sockets of the host are out of reach;
-* a new **IPC namespace**: System V shared memory a program creates dies with the
-  worker instead of outliving the run;
+* a new **IPC namespace**: System V objects a program creates never reach the host
+  or another slot, and the server removes them after each job
+  (:func:`remove_system_v_objects`);
 * a new **mount namespace**, with every mount made private first (nothing
   propagates back to the host), in which:
 
@@ -22,6 +23,11 @@ When the fork server runs as root and the kernel lets it create namespaces
     moved back to their original paths. Paths do not change, so imports and
     tracebacks look as usual.
 
+Then, per worker: :func:`enter_pid_namespace` before the zygote is forked (it becomes
+the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), and
+a capped tmpfs as the job directory (:func:`mount_job_tmpfs`), emptied after each job by
+:func:`remove_tree`, which neither recurses nor builds long paths.
+
 Without the privilege, nothing changes and the pool reports what is missing.
 """
 
@@ -34,7 +40,11 @@ import sys
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWIPC = 0x08000000
-_MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+_CLONE_NEWPID = 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
+_MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
+_MNT_DETACH = 2
+_MS_REMOUNT = 32
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_TMP_SIZE = "512m"
@@ -144,7 +154,7 @@ def _cover_with_tmpfs(path: str, keep: list[str]) -> None:
 
 
 def isolate_fork_server(uid: int) -> dict:
-    """Enter new network and mount namespaces (see the module doc). Never raises: the
+    """Enter new network, IPC and mount namespaces (see the module doc). Never raises: the
     returned report says what worked, with the reasons for what did not."""
     report: dict = {"network_namespace": False, "ipc_namespace": False, "mount_namespace": False,
                     "private_tmp": [],
@@ -190,3 +200,114 @@ def isolate_fork_server(uid: int) -> dict:
             except OSError:
                 pass
     return report
+
+
+# --------------------------------------------------------------------------- per worker, per job
+def enter_pid_namespace() -> None:
+    """Make the next child of this process the init (pid 1) of a new PID namespace: the
+    zygote, whose children then see no process outside it. Raises OSError."""
+    _check(_libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def mount_private_proc() -> None:
+    """Mount, over /proc, a procfs of the caller's PID namespace that shows a process only to
+    its own uid (hidepid=invisible). Call from the namespace's init. Raises OSError."""
+    _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=2")  # 2 = invisible (kernels before 5.8 know only the number)
+
+
+def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int, remount: bool = False) -> None:
+    """A tmpfs at ``path`` owned by ``uid``, capped in bytes and entries: the worker's job
+    directory (emptied after each job). ``remount``: only change the size. Raises OSError."""
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | (_MS_REMOUNT if remount else 0)
+    _mount("tmpfs", path, "tmpfs", flags,
+           f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid}")
+
+
+def unmount(path: str) -> None:
+    """Detach the mount at ``path``: whatever a program left there (a directory chain
+    thousands deep, a full disk) is freed at once, without walking it. Raises OSError."""
+    _check(_libc.umount2(path.encode(), _MNT_DETACH), f"umount {path}")
+
+
+def remove_tree(path: str, keep_top: bool = False) -> None:
+    """Remove ``path`` and everything below it (``keep_top``: only what is below it) without
+    recursion, in Python or in the kernel's path length: descend by directory descriptor,
+    climb back through "..". Never follows symlinks. Only for trees no process is changing
+    (the program that made it is dead)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        os.unlink(path)
+        return
+    names: list[str] = []
+    try:
+        while True:
+            descended = False
+            with os.scandir(fd) as entries:
+                listing = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+            for name, is_dir in listing:
+                if is_dir:
+                    child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    os.close(fd)
+                    fd, descended = child, True
+                    names.append(name)
+                    break
+                os.unlink(name, dir_fd=fd)
+            if descended:
+                continue
+            if not names:
+                break
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    if not keep_top:
+        os.rmdir(path)
+
+
+_libc_ipc = ctypes.CDLL(None, use_errno=True)
+_IPC_RMID = 0
+
+
+_SHM_INFO, _MSG_INFO, _SEM_INFO = 14, 12, 19
+
+
+def _system_v_objects_exist() -> bool:
+    """One syscall per kind (counts of existing objects), so the common case costs ~10 us."""
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.shmctl(0, _SHM_INFO, buffer)
+    if buffer[0]:  # shm_info.used_ids
+        return True
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.msgctl(0, _MSG_INFO, buffer)
+    if buffer[0]:  # msginfo.msgpool: queues in use
+        return True
+    buffer = (ctypes.c_int * 32)()
+    _libc_ipc.semctl(0, 0, _SEM_INFO, buffer)
+    return bool(buffer[7])  # seminfo.semusz: sets in use
+
+
+def remove_system_v_objects() -> int:
+    """Remove every System V shared-memory segment, message queue and semaphore set of the
+    caller's IPC namespace (the worker's own): what a finished job made dies with it.
+    Returns how many were removed."""
+    if not _system_v_objects_exist():
+        return 0
+    removed = 0
+    for table, remove in (("shm", lambda i: _libc_ipc.shmctl(i, _IPC_RMID, None)),
+                          ("msg", lambda i: _libc_ipc.msgctl(i, _IPC_RMID, None)),
+                          ("sem", lambda i: _libc_ipc.semctl(i, 0, _IPC_RMID))):
+        try:
+            with open(f"/proc/sysvipc/{table}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 1 and remove(int(fields[1])) == 0:
+                removed += 1
+    return removed

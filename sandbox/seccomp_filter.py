@@ -11,7 +11,10 @@ action is ALLOW; the rules deny, with an errno the program sees as an
   ``execve``/``execveat`` (the program is Python; nothing else may run);
 * other processes: ``kill`` and ``tgkill`` of any pid but the child's own,
   ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_open``,
-  ``pidfd_send_signal``;
+  ``pidfd_send_signal``; signals the kernel would send on the program's behalf
+  (``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``ioctl`` ``FIOSETOWN``/
+  ``SIOCSPGRP``); priorities of anything but itself (``setpriority`` and
+  ``ioprio_set`` only for the calling process: no ``PRIO_USER``/``PRIO_PGRP``);
 * the machine: ``mount``, ``umount2``, ``unshare``, ``setns``, ``reboot``,
   ``swapon``, ``swapoff``, ``init_module``, ``finit_module``, ``delete_module``,
   ``kexec_load``, ``bpf``, ``perf_event_open``, ``keyctl``, ``add_key``,
@@ -84,6 +87,11 @@ program cannot lower a sibling's limits or starve it (glibc's setrlimit is prlim
 
 _SELF_ONLY_ARG1 = ("setpriority", "ioprio_set")
 """Syscalls whose second argument names the target (who): allowed only with 0 (the caller)."""
+_PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
+"""...and whose first argument says what kind of target: only a process (never a process
+group or a whole uid, which ``who == 0`` would make every program of the same uid)."""
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
 
 
 def build_filter(own_pid: int):
@@ -103,6 +111,12 @@ def build_filter(own_pid: int):
         filt.add_rule(deny, name, sc.Arg(0, sc.NE, 0))
     for name in _SELF_ONLY_ARG1:
         filt.add_rule(deny, name, sc.Arg(1, sc.NE, 0))
+    filt.add_rule(deny, "setpriority", sc.Arg(0, sc.NE, _PRIO_PROCESS))
+    filt.add_rule(deny, "ioprio_set", sc.Arg(0, sc.NE, _IOPRIO_WHO_PROCESS))
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+        filt.add_rule(deny, "fcntl", sc.Arg(1, sc.EQ, command))
+    for request in (_FIOSETOWN, _SIOCSPGRP):
+        filt.add_rule(deny, "ioctl", sc.Arg(1, sc.EQ, request))
     for name in _DENIED_OUTRIGHT:
         filt.add_rule(deny, name)
     return filt

@@ -1,43 +1,62 @@
 """The fork server: one per pool slot, started fresh (never forked from the trainer).
 
-It imports the harness and the prelude modules once, probes whether the uid
-switch and seccomp work, then serves jobs from its stdin: per job it forks a
-child (:mod:`sandbox.child`) in a fresh temp dir, feeds its stdin from a memfd,
-reads stdout/stderr/status with byte caps, kills the whole process group at the
-wall-clock limit or on exit, reaps it with its resource usage, removes the temp
-dir and any file the child left in the world-writable directories, and answers
-with plain data. Start-up cost is paid once per worker, not per test.
+Two processes per slot:
+
+* the **server** imports the harness and the prelude modules, sets up the worker's
+  namespaces (``sandbox.namespace``), computes the Landlock allow-list and compiles the
+  seccomp filter, then serves jobs from its stdin. Per job it mounts a fresh tmpfs as the
+  job directory (a tmpfs of the worker's own, capped in size and entries), writes the
+  program there, puts stdin (and a functional test's arguments) in memfds, and hands them
+  with the output pipes to the zygote; it reads stdout, stderr and status into fixed
+  capture buffers (never more than their caps), kills the child at the wall-clock limit
+  through a pidfd, then empties the job directory with a walk that neither recurses nor
+  builds paths, removes the System V objects the job made, and answers with plain data.
+* the **zygote** is forked by the server before any job, so it never held a job's source,
+  input or output; it is the init (pid 1) of the slot's own PID namespace and mounts a
+  procfs there that shows each program only itself. Per job it receives descriptors and
+  limits (never data), forks the child (``sandbox.child``), passes its pidfd to the server,
+  reaps it and reports its exit status and resource usage. A program cannot signal it
+  (another uid, seccomp, Landlock's signal scope, and pid 1 ignores SIGKILL from inside).
+
+Start-up cost is paid once per worker, not per test.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import fcntl
 import gc
 import importlib
 import json
+import mmap
 import os
 import select
-import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
 
 from vigor_cli.sandbox import protocol
-from vigor_cli.sandbox.child import import_prelude_modules, run_child
+from vigor_cli.sandbox.child import confine, import_prelude_modules, run_child
+from vigor_cli.sandbox.limits import Limits
 
 PRELOADED_MODULES = (
     "array", "cmath", "dataclasses", "decimal", "encodings.idna", "enum", "fractions", "hashlib",
     "numbers", "os", "queue", "struct", "threading", "time", "numpy", "sortedcontainers",
 )
 """Imported by the fork server (when installed) on top of the LiveCodeBench prelude: children
-start with them loaded, and they stay importable even where the sandbox uid cannot read the
-Python installation (e.g. a pyenv under /root, mode 0700)."""
+start with them loaded. ``numpy`` and ``sortedcontainers`` are the only third-party packages
+the Landlock allow-list lets a program read."""
 
 WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue")
-"""Where an unprivileged child can still create files; swept for its leftovers."""
+"""Where an unprivileged child could create files without Landlock; swept in that case."""
 
+JOB_INODES = 4096
+"""Files and directories a program may create in its job directory (a tmpfs per job)."""
 _READ_CHUNK = 1 << 16
+_ZYGOTE_REPORT_S = 10.0
 
 
 def _compile_filter() -> tuple[object | None, str]:
@@ -50,41 +69,102 @@ def _compile_filter() -> tuple[object | None, str]:
         return None, f"{type(exc).__name__}: {exc}"
 
 
-def _probe(uid: int, seccomp_filter, filter_error: str) -> dict:
-    """Fork a throw-away child, confine it, and check that the confinement bites."""
-    root = os.geteuid() == 0
+# --------------------------------------------------------------------------- capture buffers
+class _Capture:
+    """One output stream read into a fixed buffer: at most ``cap`` bytes are kept, one more
+    is read to know the cap was passed. The buffer (an anonymous mapping) is reused and
+    grows only to the largest cap asked for, so a program's output never grows the server
+    beyond the caps."""
+
+    def __init__(self) -> None:
+        self.buffer = mmap.mmap(-1, mmap.PAGESIZE)
+        self.cap = self.size = 0
+        self.over = False
+
+    def reset(self, cap: int) -> None:
+        if cap + 1 > len(self.buffer):
+            self.buffer.close()
+            self.buffer = mmap.mmap(-1, cap + 1)
+        self.cap, self.size, self.over = cap, 0, False
+
+    def read_from(self, fd: int) -> int:
+        """Read what is there: bytes read (0 at end of file), -1 if it would block."""
+        if self.size > self.cap:  # already over: read and drop
+            try:
+                return len(os.read(fd, _READ_CHUNK))
+            except BlockingIOError:
+                return -1
+        with memoryview(self.buffer) as view:
+            try:
+                got = os.readv(fd, [view[self.size:self.cap + 1]])
+            except BlockingIOError:
+                return -1
+        self.size += got
+        if self.size > self.cap:
+            self.over = True
+        return got
+
+    def view(self) -> memoryview:
+        return memoryview(self.buffer)[:min(self.size, self.cap)]
+
+
+# --------------------------------------------------------------------------- the zygote
+def _probe(settings: dict, workdir: str) -> dict:
+    """Fork a throw-away child, confine it as a job's child is confined, and check that each
+    layer bites. Runs in the zygote."""
+    report: dict = {"uid_switch": False, "seccomp": False, "landlock": False,
+                    "pid_namespace": False, "detail": []}
     read_fd, write_fd = os.pipe()
+    null = os.open(os.devnull, os.O_RDWR)
     pid = os.fork()
     if pid == 0:
-        report = {"uid_switch": False, "seccomp": False, "detail": []}
+        found: dict = {"detail": []}
         try:
-            os.close(read_fd)
-            if root:
-                try:
-                    os.setgroups([])
-                    os.setresgid(uid, uid, uid)
-                    os.setresuid(uid, uid, uid)
-                    report["uid_switch"] = os.getuid() == uid and os.geteuid() == uid
-                except OSError as exc:
-                    report["detail"].append(f"uid switch to {uid} failed: {exc}")
-            else:
-                report["detail"].append(
-                    f"not running as root (uid {os.getuid()}): programs keep this user's rights"
-                )
-            stdlib = os.path.dirname(os.__file__)
-            if not os.access(stdlib, os.R_OK | os.X_OK):
-                report["detail"].append(
-                    f"uid {os.getuid()} cannot read {stdlib}: programs can import only the "
-                    "modules the fork server preloads (grant search permission on the "
-                    "directories above it to fix)"
-                )
-            report["stdlib_readable"] = os.access(stdlib, os.R_OK | os.X_OK)
+            pipe_inode = os.fstat(write_fd).st_ino
+            fds = {"stdin": null, "stdout": null, "stderr": null, "status": write_fd}
+            limits = {"cpu_limit_s": 5, "file_size_mb": 1, "open_files": 64, "stack_mb": 64,
+                      "memory_mb": 256}
             try:
-                import socket
-
-                if seccomp_filter is None:
-                    raise OSError(filter_error)
-                seccomp_filter.load(os.getpid())
+                confine(fds, workdir, limits, settings)
+            except BaseException as exc:
+                found["detail"].append(f"confinement failed: {type(exc).__name__}: {exc}")
+                for fd in (3, write_fd):
+                    try:
+                        if os.fstat(fd).st_ino == pipe_inode:
+                            os.write(fd, json.dumps(found).encode())
+                            break
+                    except OSError:
+                        pass
+                os._exit(0)
+            if settings["drop_uid"]:
+                found["uid_switch"] = os.getuid() == settings["uid"] == os.geteuid()
+            found["stdlib_readable"] = os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK)
+            try:
+                pids = [p for p in os.listdir("/proc") if p.isdigit()]
+                found["pid_namespace"] = os.getppid() == 1 and pids == [str(os.getpid())]
+            except OSError as exc:
+                found["detail"].append(f"cannot list /proc: {exc}")
+            if settings.get("landlock_fd") is not None:
+                denied = 0
+                for path, mode in ((settings["landlock_probe"], "rb"),
+                                   ("/dev/shm/vigor-landlock-probe", "wb")):
+                    try:
+                        open(path, mode).close()
+                    except PermissionError:
+                        denied += 1
+                    except OSError:
+                        pass
+                try:
+                    open(os.__file__, "rb").close()
+                    open(os.path.join(workdir, "probe"), "wb").close()
+                    readable = True
+                except OSError as exc:
+                    readable = False
+                    found["detail"].append(f"Landlock hides what programs need: {exc}")
+                found["landlock"] = denied == 2 and readable
+                if denied != 2:
+                    found["detail"].append("Landlock loaded but did not deny a read or a write")
+            if settings["seccomp"]:
                 denied = 0
                 try:
                     socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
@@ -97,126 +177,307 @@ def _probe(uid: int, seccomp_filter, filter_error: str) -> dict:
                     os.waitpid(child, 0)
                 except PermissionError:
                     denied += 1
-                report["seccomp"] = denied == 2
+                found["seccomp"] = denied == 2
                 if denied != 2:
-                    report["detail"].append("seccomp filter loaded but did not deny socket/fork")
-            except Exception as exc:  # OSError from prctl, or no compiled filter
-                report["detail"].append(f"seccomp unavailable: {exc}")
-            os.write(write_fd, json.dumps(report).encode())
+                    found["detail"].append("seccomp filter loaded but did not deny socket/fork")
+            os.write(3, json.dumps(found).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
+    os.close(null)
     data = b""
     while chunk := os.read(read_fd, 4096):
         data += chunk
     os.close(read_fd)
     os.waitpid(pid, 0)
     try:
-        report = json.loads(data)
+        found = json.loads(data)
     except ValueError:
-        report = {"uid_switch": False, "seccomp": False, "detail": ["probe child crashed"]}
-    report["root"] = root
-    report["uid"] = uid
+        found = {"detail": ["probe child crashed"]}
+    report["detail"] += found.pop("detail", [])
+    report.update(found)
     return report
 
 
-class ForkServer:
-    """Serves jobs one at a time; each job is one fresh child process."""
+def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str) -> None:
+    """The zygote's life: set up /proc and Landlock, report, then fork one child per request."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the server
+    sock = _high_fd_socket(sock)
+    settings = dict(settings, parent_pid=os.getpid())
+    detail: list[str] = []
+    pid_namespace = os.getpid() == 1
+    if pid_namespace:
+        try:
+            from vigor_cli.sandbox.namespace import mount_private_proc
 
-    def __init__(self, uid: int):
+            mount_private_proc()
+        except OSError as exc:
+            detail.append(f"could not mount a private /proc: {exc}")
+    ruleset = None
+    if rules:
+        try:
+            from vigor_cli.sandbox.landlock import build_ruleset
+
+            ruleset = build_ruleset(rules)
+            ruleset.fd = _to_high_fd(ruleset.fd)
+            settings["landlock_fd"] = ruleset.fd
+            settings["landlock_abi"] = ruleset.abi
+        except OSError as exc:
+            detail.append(f"Landlock unavailable: {exc}")
+    report = _probe(settings, probe_dir)
+    report["detail"] = detail + report["detail"]
+    report["landlock_abi"] = settings.get("landlock_abi", 0)
+    sock.send(json.dumps(report).encode())
+    gc.freeze()
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 4096, 8)
+        except OSError:
+            break
+        if not message:
+            break
+        request = json.loads(message)
+        names = request["fds"]
+        fdmap = dict(zip(names, fds))
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            sock.send(json.dumps({"error": f"fork: {exc}"}).encode())
+            continue
+        if pid == 0:
+            sock.close()
+            run_child(request, request["workdir"], fdmap, settings)
+            os._exit(125)  # unreachable: run_child never returns
+        for fd in fds:
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        socket.send_fds(sock, [b'{"started": true}'], [pidfd])
+        os.close(pidfd)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        try:  # whatever is left of its group (only possible were seccomp missing)
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        _, status, usage = os.wait4(pid, 0)
+        while True:  # orphans re-parented to this init
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        sock.send(json.dumps({"status": status, "cpu_s": usage.ru_utime + usage.ru_stime,
+                              "max_rss_kb": usage.ru_maxrss}).encode())
+    if ruleset is not None:
+        ruleset.close()
+
+
+def _to_high_fd(fd: int) -> int:
+    """Move ``fd`` to 64 or above, out of the way of the child's fds 0-4."""
+    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
+    os.close(fd)
+    return high
+
+
+def _high_fd_socket(sock: socket.socket) -> socket.socket:
+    high = _to_high_fd(sock.detach())
+    return socket.socket(fileno=high)
+
+
+# --------------------------------------------------------------------------- the server
+class ForkServer:
+    """Serves jobs one at a time; each job is one fresh child of the zygote."""
+
+    def __init__(self, uid: int, isolation: dict, disable: set[str], keep_fds: tuple[int, ...]):
         self.uid = uid
+        root = os.geteuid() == 0
         seccomp_filter, filter_error = _compile_filter()
-        self.capabilities = _probe(uid, seccomp_filter, filter_error)
-        self.settings = {
-            "seccomp_filter": seccomp_filter,
-            "uid": uid,
-            "drop_uid": self.capabilities["uid_switch"],
-            "seccomp": self.capabilities["seccomp"],
-            "server_pid": os.getpid(),
-        }
-        # tmpfs when there is one: a run's mkdir/write/rmtree costs ~0.1 ms there against
-        # ~3 ms on disk, and a program can already write to /dev/shm anyway.
+        # tmpfs when there is one: the worker's own /dev/shm in its mount namespace.
         shm = "/dev/shm"
         parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
         self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
+        # The job directory: a capped tmpfs of this worker's own (one job at a time),
+        # emptied after each job; a plain folder where no tmpfs can be mounted.
+        self.job_dir = os.path.join(self.base_dir, "job")
+        os.mkdir(self.job_dir, 0o700)
+        self.disk_mb = Limits().disk_mb
+        self.job_tmpfs = False
+        if root and isolation.get("mount_namespace") and "job_tmpfs" not in disable:
+            from vigor_cli.sandbox.namespace import mount_job_tmpfs
+
+            try:
+                mount_job_tmpfs(self.job_dir, uid, self.disk_mb, JOB_INODES)
+                self.job_tmpfs = True
+            except OSError as exc:
+                isolation.setdefault("namespace_detail", []).append(str(exc))
+        if root:
+            os.chown(self.job_dir, uid, uid)
+        # System V objects a job made are removed after it, in the worker's own IPC namespace.
+        self.ipc_cleanup = bool(root and isolation.get("ipc_namespace")) and "ipc_per_job" not in disable
+        settings = {
+            "seccomp_filter": seccomp_filter,
+            "uid": uid,
+            "drop_uid": root,
+            "seccomp": seccomp_filter is not None and "seccomp" not in disable,
+        }
+        rules: list = []
+        import vigor_cli
+
+        project = os.path.dirname(os.path.dirname(os.path.realpath(vigor_cli.__file__)))
+        if "landlock" not in disable:
+            from vigor_cli.sandbox.landlock import allow_list
+
+            rules = allow_list(self.base_dir, forbidden=(project,))
+            settings["landlock_probe"] = os.path.realpath(__file__)
+        probe_dir = self.job_dir
+        pid_namespace = False
+        if root and "pid_namespace" not in disable:
+            try:
+                from vigor_cli.sandbox.namespace import enter_pid_namespace
+
+                enter_pid_namespace()
+                pid_namespace = True
+            except OSError as exc:
+                isolation.setdefault("namespace_detail", []).append(str(exc))
+        server_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                server_sock.close()
+                for fd in keep_fds:
+                    os.close(fd)
+                _zygote_main(zygote_sock, settings, rules, probe_dir)
+            finally:
+                os._exit(0)
+        zygote_sock.close()
+        self.zygote_pid = pid
+        self.sock = server_sock
+        hello = self.sock.recv(65536)
+        report = json.loads(hello) if hello else {"detail": ["the zygote died at start"]}
+        from vigor_cli.sandbox.namespace import remove_tree
+
+        remove_tree(probe_dir, keep_top=True)
+        report["root"] = root
+        report["uid"] = uid
+        report["pid_namespace"] = bool(report.get("pid_namespace")) and pid_namespace
+        report["job_tmpfs"] = self.job_tmpfs
+        report["ipc_per_job"] = self.ipc_cleanup
+        report["zygote_pid"] = pid
+        if not root:
+            report["detail"].append(
+                f"not running as root (uid {os.getuid()}): programs keep this user's rights")
+        if seccomp_filter is None:
+            report["detail"].append(f"seccomp unavailable: {filter_error}")
+        self.capabilities = report
+        self.sweep = not report.get("landlock") and report.get("uid_switch")
+        self.stdout, self.stderr, self.status = _Capture(), _Capture(), _Capture()
         self.runs = 0
 
     def close(self) -> None:
-        shutil.rmtree(self.base_dir, ignore_errors=True)
+        self.sock.close()
+        try:
+            os.waitpid(self.zygote_pid, 0)
+        except ChildProcessError:
+            pass
+        from vigor_cli.sandbox.namespace import remove_tree, unmount
+
+        try:
+            if self.job_tmpfs:
+                unmount(self.job_dir)
+            remove_tree(self.base_dir)
+        except OSError:
+            pass
 
     # ------------------------------------------------------------------ one job
-    def run(self, job: dict) -> dict:
+    def run(self, job: dict) -> tuple[dict, dict]:
+        """(reply, sections) for one job."""
+        from vigor_cli.sandbox import namespace
+
         self.runs += 1
-        workdir = os.path.join(self.base_dir, f"run-{self.runs}")
-        os.mkdir(workdir, 0o700)
-        with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
-                  errors="surrogatepass") as f:
-            f.write(job["source"])
-        if self.settings["drop_uid"]:
-            os.chown(workdir, self.uid, self.uid)
-        swept = self._world_writable_mtimes()
-        started_ns = time.time_ns()
+        workdir = self.job_dir
+        disk_mb = int(job["limits"].get("disk_mb", 64))
+        if self.job_tmpfs and disk_mb != self.disk_mb:
+            namespace.mount_job_tmpfs(workdir, self.uid, disk_mb, JOB_INODES, remount=True)
+            self.disk_mb = disk_mb
+        swept, started_ns = {}, time.time_ns()
         try:
+            with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
+                      errors="surrogatepass") as f:
+                f.write(job["source"])
+            if self.sweep:
+                swept = self._world_writable_mtimes()
             return self._fork_and_watch(job, workdir)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
-            self._sweep(swept, started_ns)
+            # Cleanup the program cannot break: it is dead, the walk of remove_tree neither
+            # recurses nor builds paths (a chain thousands deep is fine), and the job's tmpfs
+            # caps how much there is to walk.
+            namespace.remove_tree(workdir, keep_top=True)
+            os.chmod(workdir, 0o700)
+            if self.capabilities.get("root"):
+                os.chown(workdir, self.uid, self.uid)
+            if self.ipc_cleanup:
+                namespace.remove_system_v_objects()
+            if self.sweep:
+                self._sweep(swept, started_ns)
 
-    def _fork_and_watch(self, job: dict, workdir: str) -> dict:
+    def _fork_and_watch(self, job: dict, workdir: str) -> tuple[dict, dict]:
         limits = job["limits"]
+        passed: dict[str, int] = {}
         stdin_fd = os.memfd_create("stdin")
+        passed["stdin"] = stdin_fd
         data = memoryview(job["stdin"])
         while data:
             data = data[os.write(stdin_fd, data):]
         os.lseek(stdin_fd, 0, os.SEEK_SET)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        status_r, status_w = os.pipe()
+        if job.get("call") is not None:
+            args_fd = os.memfd_create("args")
+            passed["args"] = args_fd
+            protocol._write_all(args_fd, job["call"]["args"].encode("utf-8", "surrogatepass"))
+        out_r, passed["stdout"] = os.pipe()
+        err_r, passed["stderr"] = os.pipe()
+        status_r, passed["status"] = os.pipe()
+        request = {"fds": list(passed), "workdir": workdir,
+                   "limits": limits, "call": (job.get("call") or {}).get("func_name")}
         start = time.monotonic()
-        pid = os.fork()
-        if pid == 0:
-            run_child(job, workdir,
-                      {"stdin": stdin_fd, "stdout": out_w, "stderr": err_w, "status": status_w},
-                      self.settings)
-            os._exit(125)  # unreachable: run_child never returns
-        for fd in (stdin_fd, out_w, err_w, status_w):
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], list(passed.values()))
+        finally:
+            for fd in passed.values():
+                os.close(fd)
+        message, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
+        answer = json.loads(message) if message else {"error": "the zygote died"}
+        if "error" in answer or not fds:
+            for fd in (out_r, err_r, status_r, *fds):
+                os.close(fd)
+            raise OSError(errno.ECHILD, answer.get("error", "no pidfd from the zygote"))
+        pidfd = fds[0]
 
-        caps = {out_r: limits["stdout_cap"], err_r: limits["stderr_cap"],
-                status_r: limits["stdout_cap"]}
-        kept = {out_r: bytearray(), err_r: bytearray(), status_r: bytearray()}
-        over = {out_r: False, err_r: False, status_r: False}
+        captures = {out_r: self.stdout, err_r: self.stderr, status_r: self.status}
+        self.stdout.reset(limits["stdout_cap"])
+        self.stderr.reset(limits["stderr_cap"])
+        self.status.reset(limits["stdout_cap"])
         poller = select.poll()
-        for fd in kept:
+        for fd in captures:
             os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
-        open_fds = set(kept)
+        open_fds = set(captures)
         deadline = start + limits["timeout_s"]
-        exited = timed_out = output_limited = False
+        exited = timed_out = False
+
+        def output_limited() -> bool:
+            return self.stdout.over or self.status.over
 
         def read_some(fd: int) -> bool:
-            """Read what is there; False when nothing was (end of file or would block)."""
-            nonlocal output_limited
-            try:
-                chunk = os.read(fd, _READ_CHUNK)
-            except BlockingIOError:
-                return False
-            if not chunk:
+            got = captures[fd].read_from(fd)
+            if got == 0:
                 poller.unregister(fd)
                 open_fds.discard(fd)
-                return False
-            room = caps[fd] - len(kept[fd])
-            kept[fd] += chunk[:max(room, 0)]
-            if len(chunk) > room:
-                over[fd] = True
-                if fd != err_r:
-                    output_limited = True
-            return True
+            return got > 0
 
-        while not exited and not output_limited:
+        while not exited and not output_limited():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
@@ -227,33 +488,36 @@ class ForkServer:
                 elif fd in open_fds:
                     read_some(fd)
         wall = time.monotonic() - start
-        # Kill whatever is left (the group, then the pid in case setsid never ran).
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError):
-                pass
-        _, status, usage = os.wait4(pid, 0)
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        ready, _, _ = select.select([self.sock], [], [], _ZYGOTE_REPORT_S)
+        report = json.loads(self.sock.recv(4096) or b"{}") if ready else {}
+        if "status" not in report:
+            os.close(pidfd)
+            raise OSError(errno.ETIMEDOUT, "the zygote did not report the child's exit")
         # The child is gone: drain what it wrote last (stopping at end of file, or when a
-        # pipe would block because something outside the group still holds its write end).
+        # pipe would block because something outside it still holds its write end).
         for fd in list(open_fds):
-            while not output_limited and read_some(fd):
+            while not output_limited() and read_some(fd):
                 pass
         for fd in (out_r, err_r, status_r, pidfd):
             os.close(fd)
-        return {
+        status = report["status"]
+        reply = {
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "timed_out": timed_out,
-            "output_limited": output_limited,
-            "stdout": bytes(kept[out_r]),
-            "stderr": bytes(kept[err_r]),
-            "stderr_truncated": over[err_r],
-            "status": bytes(kept[status_r]),
+            "output_limited": output_limited(),
+            "stderr_truncated": self.stderr.over,
             "wall_s": wall,
-            "cpu_s": usage.ru_utime + usage.ru_stime,
-            "max_rss_kb": usage.ru_maxrss,
+            "cpu_s": report["cpu_s"],
+            "max_rss_kb": report["max_rss_kb"],
         }
+        sections = {"stdout": self.stdout.view(), "stderr": self.stderr.view(),
+                    "status": self.status.view()}
+        return reply, sections
 
     # ------------------------------------------------------------------ leftovers
     @staticmethod
@@ -267,9 +531,10 @@ class ForkServer:
         return mtimes
 
     def _sweep(self, before: dict, started_ns: int) -> None:
-        """Remove entries the child created (owned by the sandbox uid, made after it started)."""
-        if not self.settings["drop_uid"]:
-            return
+        """Without Landlock: remove entries the child created (owned by its uid, made after
+        it started) in the world-writable folders."""
+        from vigor_cli.sandbox.namespace import remove_tree
+
         for path, mtime in before.items():
             try:
                 if os.stat(path).st_mtime_ns == mtime:
@@ -283,7 +548,7 @@ class ForkServer:
                     if info.st_uid != self.uid or info.st_ctime_ns < started_ns - 1_000_000_000:
                         continue
                     if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
+                        remove_tree(entry.path)
                     else:
                         os.unlink(entry.path)
                 except OSError:
@@ -295,24 +560,25 @@ def main() -> None:
     # No PDEATHSIG here: it fires when the *thread* that started the worker ends. A dead
     # pool closes the request pipe instead, and the loop below ends at end of file.
     uid = int(sys.argv[2]) if len(sys.argv) > 2 else 65534
+    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    disable = set(options.get("disable", []))
     import_prelude_modules()
     for name in PRELOADED_MODULES:
         try:
             importlib.import_module(name)
         except ImportError:
             pass
-    try:  # import before the namespaces change what the file system shows
-        importlib.import_module("vigor_cli.sandbox.seccomp_filter")
-    except ImportError:
-        pass  # reported by the probe, with the reason
-    isolation = {}
+    for name in ("vigor_cli.sandbox.seccomp_filter", "vigor_cli.sandbox.landlock",
+                 "vigor_cli.sandbox.namespace"):
+        try:  # import before the namespaces change what the file system shows
+            importlib.import_module(name)
+        except ImportError:
+            pass  # reported by the probe, with the reason
+    isolation: dict = {}
     if os.geteuid() == 0:
         from vigor_cli.sandbox.namespace import isolate_fork_server
 
         isolation = isolate_fork_server(uid)  # before the server makes its dirs in /dev/shm
-    server = ForkServer(uid)
-    server.capabilities["detail"].extend(isolation.pop("namespace_detail", []))
-    server.capabilities.update(isolation)
     requests, replies = sys.stdin.fileno(), sys.stdout.fileno()
     # Keep the protocol pipes away from fds 0/1 so nothing else writes into them.
     requests, replies = os.dup(requests), os.dup(replies)
@@ -320,6 +586,9 @@ def main() -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)
     gc.freeze()  # the imported harness stays shared copy-on-write with every child
+    server = ForkServer(uid, isolation, disable, keep_fds=(requests, replies))
+    server.capabilities["detail"].extend(isolation.pop("namespace_detail", []))
+    server.capabilities.update(isolation)
     try:
         protocol.send(replies, {"hello": {**server.capabilities, "base_dir": server.base_dir}})
         while True:
@@ -327,10 +596,16 @@ def main() -> None:
             if job is None:
                 break
             try:
-                reply = server.run(job)
-            except OSError as exc:
-                reply = {"internal_error": f"{type(exc).__name__}: {exc}"}
-            protocol.send(replies, reply)
+                reply, sections = server.run(job)
+            except Exception as exc:  # a sandbox fault, reported as such (never a verdict)
+                reply, sections = {"internal_error": f"{type(exc).__name__}: {exc}"}, None
+            try:
+                protocol.send(replies, reply, sections)
+            finally:
+                for view in (sections or {}).values():
+                    view.release()
+            if "internal_error" in reply and not _zygote_alive(server):
+                break  # the pool sees the end of file and replaces this worker
     except (BrokenPipeError, KeyboardInterrupt):
         pass
     except OSError as exc:
@@ -338,3 +613,10 @@ def main() -> None:
             raise
     finally:
         server.close()
+
+
+def _zygote_alive(server: ForkServer) -> bool:
+    try:
+        return os.waitpid(server.zygote_pid, os.WNOHANG)[0] == 0
+    except ChildProcessError:
+        return False

@@ -160,8 +160,9 @@ def test_lcb_contest_window_and_test_pass_rate(tmp_path):
     results = json.loads(out.read_text())
     entry = results["sets"]["lcb-v6"]
     assert entry["kind"] == "code" and entry["metrics"]["problems"] == 1  # the 2025 problem only
-    # the first public test is "3 / 1 2 3" -> 6: printing 6 passes it and fails the rest
-    entry["samples"][0]["completion"] = "```python\nprint(6)\n```"
+    # evaluation grades the private tests; the first is "1 / -7" -> -7: printing -7 passes
+    # it and fails the rest
+    entry["samples"][0]["completion"] = "```python\nprint(-7)\n```"
     entry["samples"][1]["completion"] = (
         "```python\nimport sys\nfrom decimal import Decimal\nd = sys.stdin.read().split()\n"
         "print(sum(Decimal(x) for x in d[1:]))\n```")

@@ -20,7 +20,8 @@ from vigor_cli.sandbox import Job, Limits, SandboxPool
 TIMEOUT_S = 2.0
 LIMITS = Limits(timeout_s=TIMEOUT_S, memory_mb=256, stdout_cap=4 * 1024 * 1024)
 SECRET = "vigor-test-secret-4e1f"
-SANDBOX_UID = 65534
+SANDBOX_UID = 2_000_000_000
+"""Where pools claim their uids (a free block of 256 from here; slot i runs as block + i)."""
 MARKER = f"/tmp/vigor-hostile-{os.getpid()}"
 
 NON_PASS = {"timeout", "memory", "exit", "signal", "output_limit", "compile_error"}
@@ -107,7 +108,8 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
         s.bind("\\0vigor-hostile")
         s.listen()
         """, {"exit"}, None),
-    "write_outside_tmp": (f"open('{MARKER}', 'w').write('left behind')", {"ok"}, ""),
+    # refused by Landlock (the job directory is the only place a program may write)
+    "write_outside_tmp": (f"open('{MARKER}', 'w').write('left behind')", {"exit"}, None),
     "write_system_file": ("open('/etc/vigor-hostile', 'w').write('x')", {"exit"}, None),
     "write_into_repo": (f"open('{Path(__file__).resolve().parent}/hostile.txt', 'w')",
                         {"exit"}, None),
@@ -172,27 +174,27 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
 }
 
 
-def _sandbox_processes() -> list[int]:
+def _sandbox_processes(uids: set[int]) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 for line in (entry / "status").read_text().splitlines():
-                    if line.startswith("Uid:") and line.split()[1] == str(SANDBOX_UID):
+                    if line.startswith("Uid:") and int(line.split()[1]) in uids:
                         pids.append(int(entry.name))
             except OSError:
                 pass
     return pids
 
 
-def _sandbox_sockets() -> list[str]:
+def _sandbox_sockets(uids: set[int]) -> list[str]:
     lines = []
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             rows = Path(f"/proc/net/{table}").read_text().splitlines()[1:]
         except OSError:
             continue
-        lines += [row for row in rows if row.split()[7] == str(SANDBOX_UID)]
+        lines += [row for row in rows if int(row.split()[7]) in uids]
     return lines
 
 
@@ -210,21 +212,32 @@ def hostile_runs():
             # Each worker's view of the file system (its own mount namespace, if any).
             views = [(f"/proc/{w.process.pid}/root", w.capabilities["base_dir"])
                      for w in pool._workers]
-            worker_pids = [w.process.pid for w in pool._workers]
+            # The fork server's one child is its zygote; jobs are the zygote's children.
+            zygote_pids = [w.capabilities["zygote_pid"] for w in pool._workers]
+            uids = set(pool.capabilities["uids"])
             leftovers = {
-                "run_dirs": [p for root, d in views for p in os.listdir(root + d)],
+                "run_dirs": [p for root, d in views for p in _job_leftovers(root + d)],
                 "tmp_files": [f"{root}{tmp}/{p.name}" for root, _ in views
                               for tmp in ("/tmp", "/var/tmp", "/dev/shm")
                               if os.path.isdir(root + tmp)
                               for p in Path(root + tmp).iterdir()
-                              if p.lstat().st_uid == SANDBOX_UID],
-                "children": [pid for pid in _sandbox_processes()],
-                "zombies": _children_of(worker_pids),
+                              if p.lstat().st_uid in uids],
+                "children": [pid for pid in _sandbox_processes(uids)],
+                "zombies": _children_of(zygote_pids),
             }
             yield {"runs": dict(zip(names, runs)), "after": after, "elapsed": elapsed,
-                   "leftovers": leftovers, "pool": pool}
+                   "leftovers": leftovers, "pool": pool, "uids": uids}
     finally:
         del os.environ["VIGOR_SECRET"]
+
+
+def _job_leftovers(base: str) -> list[str]:
+    """What is left in a worker's base dir: anything but its (emptied) job directory, and
+    anything inside that."""
+    left = [p for p in os.listdir(base) if p != "job"]
+    if os.path.isdir(os.path.join(base, "job")):
+        left += [f"job/{p}" for p in os.listdir(os.path.join(base, "job"))]
+    return left
 
 
 def _children_of(pids: list[int]) -> list[int]:
@@ -262,7 +275,7 @@ def test_fork_server_namespaces():
         run = pool.run_one(Job(program, b"", LIMITS))
         assert run.outcome == "ok" and run.stdout == b"['lo']\n", run.stderr_head
         made = pool.run_one(Job(f"open('/tmp/{Path(MARKER).name}-ns', 'w').write('x')", b"", LIMITS))
-        assert made.outcome == "ok"
+        assert made.outcome == "exit" and b"PermissionError" in made.stderr  # Landlock
         assert not os.path.exists(f"{MARKER}-ns")
 
 
@@ -276,6 +289,9 @@ def test_any_installed_module_imports_and_roots_home_is_hidden():
         for exposed in pool.capabilities.get("exposed_import_dirs", []):
             top = "/" + exposed.strip("/").split("/")[0]
             listing = pool.run_one(Job(f"import os; print(os.listdir({top!r}))", b"", LIMITS))
+            if listing.outcome == "exit":  # Landlock: not even listed
+                assert b"PermissionError" in listing.stderr
+                continue
             assert listing.outcome == "ok"
             visible = eval(listing.stdout)  # a list of names printed by our own program
             assert set(visible) <= {exposed[len(top) + 1:].split("/")[0]}
@@ -307,14 +323,16 @@ def test_nothing_left_behind(hostile_runs):
         assert not os.path.exists(MARKER + suffix)
     assert not os.path.exists("/etc/vigor-hostile")
     assert not (Path(__file__).resolve().parent / "hostile.txt").exists()
+    uids = hostile_runs["uids"]
     leftover_tmp = [p.name for p in Path("/tmp").iterdir()
-                    if p.lstat().st_uid == SANDBOX_UID and p.name.startswith("vigor")]
+                    if p.lstat().st_uid in uids and p.name.startswith("vigor")]
     assert leftover_tmp == []
-    shm_owners = [line.split()[7] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
-    assert str(SANDBOX_UID) not in shm_owners, "shared memory outlived the sandbox"
+    shm_owners = [int(line.split()[7])
+                  for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    assert not uids & set(shm_owners), "shared memory outlived the sandbox"
     with pytest.raises(BlockingIOError):
         LISTENER.accept()  # nobody ever connected
-    assert _sandbox_sockets() == []
+    assert _sandbox_sockets(uids) == []
 
 
 def test_pool_survives_hostile_programs(hostile_runs):
@@ -338,7 +356,9 @@ open('scratch', 'w').write('x')
         first = pool.run_one(Job(program, b"", LIMITS))
         second = pool.run_one(Job(program, b"", LIMITS))
     assert first.outcome == "ok", first.stderr_head
-    assert first.stdout == second.stdout == f"['solution.py'] 0o700 {SANDBOX_UID} {SANDBOX_UID}\n".encode()
+    uid = pool.capabilities["uids"][0]
+    assert uid >= SANDBOX_UID and (uid - SANDBOX_UID) % 256 == 0
+    assert first.stdout == second.stdout == f"['solution.py'] 0o700 {uid} {uid}\n".encode()
 
 
 def test_real_file_descriptors_and_stdin():

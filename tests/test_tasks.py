@@ -123,7 +123,7 @@ def test_tiny_code_records_are_lcb_format_and_reference_solutions_pass():
 def test_tiny_code_eval_uses_all_tests_and_train_public():
     train, held = tiny_code.split(0)
     assert {e.meta["tests"] for e in train} == {"public"}
-    assert {e.meta["tests"] for e in held} == {"all"}
+    assert {e.meta["tests"] for e in held} == {"private"}
 
 
 # --------------------------------------------------------------------------- math
@@ -224,7 +224,7 @@ def test_code_task_loads_lcb_jsonl_and_grades_public_vs_all():
     train = task.train_examples()
     evals = task.eval_examples()
     assert [e.answer["question_id"] for e in train] == ["abc900_a", "9001", "2050A"]
-    assert {e.meta["tests"] for e in train} == {"public"} and {e.meta["tests"] for e in evals} == {"all"}
+    assert {e.meta["tests"] for e in train} == {"public"} and {e.meta["tests"] for e in evals} == {"private"}
     prompt = task.render_prompt(train[1], None)
     assert "class Solution:" in prompt and "Question: Given nums and k" in prompt
     assert "stdin" in task.render_prompt(train[0], None)
@@ -237,7 +237,7 @@ def test_code_task_loads_lcb_jsonl_and_grades_public_vs_all():
     finally:
         task.close()
     assert [s.reward for s in scores] == [1.0, 1.0, 1.0, 0.0]
-    assert len(scores[3].details["tests"]) == 3  # public + two base64/zlib/pickle private tests
+    assert len(scores[3].details["tests"]) == 2  # evaluation: the two base64/zlib/pickle private tests
 
 
 def test_code_contest_date_window():

@@ -2,7 +2,25 @@
 
 Rewards: ``full`` is 1.0 iff every selected test passes (the paper's full pass
 rate); ``fraction`` is the share of tests that pass (the average test pass
-rate). Training uses the public tests, evaluation all of them.
+rate). Training uses the public tests; evaluation the private ones (the paper's
+protocol), or all of them on request.
+
+Isolation: the verifier refuses to run programs on a pool weaker than full
+isolation (Landlock, seccomp, a uid per slot, PID/IPC/network/mount namespaces,
+a tmpfs per job) unless ``allow_weak_sandbox=True``; every verdict records the
+level it ran under. A test the sandbox itself failed on is ``sandbox_error``,
+never a wrong answer: callers that train on rewards must stop on it.
+
+Memory: each test's output cap follows its expected output (four times its size
+plus 64 KiB, at least 1 MiB, at most ``Limits.stdout_cap``), and each run is
+judged as it arrives and its output dropped, so the grader holds at most one
+capped output per worker at a time.
+
+Reference programs: a record whose metadata carries ``reference_solution`` has
+it graded once, the first time the problem is seen; if it fails (a test that
+hangs, a broken expected output), the problem is reported once and its
+submissions are scored 0 without running, instead of every rollout paying the
+time limit.
 
 Grading choice: every test is graded (not stopped at the first failure as the
 upstream harness does), because ``fraction`` needs them all; the tests run in
@@ -25,17 +43,21 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+import sys
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from typing import Iterable
 
-from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool
+from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool, WeakSandboxError
 from vigor_cli.verifiers.lcb import Problem, ProblemError, TestCase, load_problem
 
 __all__ = [
     "CodeVerdict", "CodeVerifier", "Problem", "ProblemError", "TestCase", "TestVerdict",
     "extract_code", "load_problem", "outputs_match",
 ]
+
+OUTPUT_CAP_FLOOR = 1 << 20
+"""The smallest stdout cap a test gets, whatever its expected output's size."""
 
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)```", re.DOTALL)
 
@@ -91,7 +113,8 @@ def _short(text: str, limit: int = 80) -> str:
 @dataclass
 class TestVerdict:
     status: str
-    """pass | wrong_answer | time_limit | runtime_error | memory_limit | compile_error | skipped"""
+    """pass | wrong_answer | time_limit | runtime_error | memory_limit | compile_error | skipped
+    | sandbox_error (the sandbox failed: no verdict on the program)"""
     stderr_head: str = ""
     detail: str = ""
     wall_s: float = 0.0
@@ -114,15 +137,24 @@ class CodeVerdict:
     """'passed N/N', or the first failing test's status and detail, or why nothing ran."""
     flag: str | None = None
     """Set for problems in LiveCodeBench's ERRATA (several answers accepted, interactive,
-    broken tests): the score is unreliable and evaluation should report or drop it."""
+    broken tests), or whose reference solution fails: the score is unreliable and
+    evaluation should report or drop it."""
+    isolation: str = ""
+    """The sandbox's isolation level the tests ran under ('full', or 'weak (no ...)')."""
 
     @property
     def passed(self) -> int:
         return sum(t.status == "pass" for t in self.tests)
 
+    @property
+    def sandbox_errors(self) -> list[TestVerdict]:
+        """Tests the sandbox failed to run (no verdict on the program)."""
+        return [t for t in self.tests if t.status == "sandbox_error"]
+
     def to_dict(self) -> dict:
         return {"full": self.full, "fraction": self.fraction, "reason": self.reason,
-                "flag": self.flag, "tests": [t.to_dict() for t in self.tests]}
+                "flag": self.flag, "isolation": self.isolation,
+                "tests": [t.to_dict() for t in self.tests]}
 
 
 _OUTCOME_STATUS = {
@@ -132,7 +164,7 @@ _OUTCOME_STATUS = {
     "exit": "runtime_error",
     "signal": "runtime_error",
     "output_limit": "wrong_answer",
-    "sandbox_error": "runtime_error",
+    "sandbox_error": "sandbox_error",
     "skipped": "skipped",
 }
 
@@ -181,23 +213,37 @@ class CodeVerifier:
 
     ``workers``: sandbox fork servers (0: one per core). ``timeout_s`` and
     ``memory_mb``: per-test wall-clock limit and address-space headroom.
-    Call from one thread (the pool serialises concurrent calls).
+    ``allow_weak_sandbox``: run programs even when the pool's isolation is not
+    full (otherwise :class:`WeakSandboxError`). Call from one thread (the pool
+    serialises concurrent calls).
     """
 
     def __init__(self, workers: int = 0, timeout_s: float = 6.0, memory_mb: int = 512,
-                 stop_at_first_failure: bool = False, pool: SandboxPool | None = None):
+                 stop_at_first_failure: bool = False, pool: SandboxPool | None = None,
+                 allow_weak_sandbox: bool = False):
         self.limits = Limits(timeout_s=timeout_s, memory_mb=memory_mb)
         self.stop_at_first_failure = stop_at_first_failure
         self._own_pool = pool is None
         self.pool = pool if pool is not None else SandboxPool(workers)
+        self.isolation = self.pool.isolation
+        if self.isolation != "full" and not allow_weak_sandbox:
+            self.close()
+            raise WeakSandboxError(
+                f"the sandbox's isolation is {self.isolation}: refusing to run untrusted "
+                "programs (they could read datasets or the expected outputs); fix the cause "
+                f"({'; '.join(self.pool.capabilities.get('detail', [])) or 'see the warning above'}) "
+                "or opt in to the weaker sandbox (--allow-weak-sandbox, task.allow_weak_sandbox)")
+        self._references: dict[str, str | None] = {}
+        """question_id -> None (its reference solution passes) or why it fails."""
 
     def grade(self, problem: Problem, solution_code: str | None, tests: str = "public") -> CodeVerdict:
-        """Run ``solution_code`` on the problem's ``tests`` ('public' or 'all')."""
+        """Run ``solution_code`` on the problem's ``tests`` ('public', 'private' or 'all')."""
         return self.grade_many([(problem, solution_code, tests)])[0]
 
     def grade_many(self, items: Iterable[tuple[Problem, str | None, str]]) -> list[CodeVerdict]:
         """Grade many (problem, code, tests) triples in parallel on the pool, in order."""
         items = list(items)
+        self._check_references([problem for problem, _, _ in items])
         verdicts: list[CodeVerdict | None] = [None] * len(items)
         jobs: list[Job] = []
         owners: list[tuple[int, int]] = []  # job -> (item, test index)
@@ -207,6 +253,12 @@ class CodeVerifier:
             selected.append(cases)
             if not cases:
                 raise ProblemError(f"problem {problem.question_id}: no {which} tests to grade")
+            broken = self._references.get(problem.question_id)
+            if broken is not None:
+                verdicts[item_index] = CodeVerdict(
+                    0.0, 0.0, [TestVerdict("skipped", detail=broken, testtype=c.testtype)
+                               for c in cases], reason=f"not run: {broken}")
+                continue
             if code is None or not code.strip():
                 verdicts[item_index] = CodeVerdict(
                     0.0, 0.0, [TestVerdict("compile_error", detail="no program", testtype=c.testtype)
@@ -218,16 +270,17 @@ class CodeVerifier:
 
         failed_at: dict[int, int] = {}  # item -> lowest failing test index seen
         compile_failed: set[int] = set()
+        judged: dict[int, TestVerdict] = {}
 
         def on_result(job_index: int, run: RunResult) -> None:
             item_index, test_index = owners[job_index]
+            verdict = judge(selected[item_index][test_index], run)
+            judged[job_index] = verdict
+            run.stdout = run.stderr = b""  # judged: the grader keeps no program output
             if run.outcome == "compile_error":
                 compile_failed.add(item_index)
-            if run.outcome != "ok" or self.stop_at_first_failure:
-                # A wrong answer is only known after judging; judge eagerly in stop mode.
-                status = judge(selected[item_index][test_index], run).status
-                if status != "pass":
-                    failed_at[item_index] = min(failed_at.get(item_index, test_index), test_index)
+            if verdict.status != "pass":
+                failed_at[item_index] = min(failed_at.get(item_index, test_index), test_index)
 
         def skip(job_index: int) -> bool:
             item_index, test_index = owners[job_index]
@@ -240,7 +293,7 @@ class CodeVerifier:
         per_item: dict[int, list[TestVerdict]] = {}
         for job_index, run in enumerate(runs):
             item_index, test_index = owners[job_index]
-            verdict = judge(selected[item_index][test_index], run)
+            verdict = judged.get(job_index) or judge(selected[item_index][test_index], run)
             if item_index in compile_failed and verdict.status == "skipped":
                 verdict.status, verdict.detail = "compile_error", "the program does not compile"
             if self.stop_at_first_failure and failed_at.get(item_index, test_index) < test_index:
@@ -250,13 +303,46 @@ class CodeVerifier:
         for item_index, tests in per_item.items():
             verdicts[item_index] = _summarise(tests)
         for item_index, (problem, _, _) in enumerate(items):
-            verdicts[item_index].flag = problem.errata
+            verdicts[item_index].flag = problem.errata or (
+                f"reference solution fails: {self._references[problem.question_id]}"
+                if self._references.get(problem.question_id) else None)
+            verdicts[item_index].isolation = self.isolation
         return verdicts  # type: ignore[return-value]
 
+    def _check_references(self, problems: list[Problem]) -> None:
+        """Grade, once per problem, the reference solution its record carries (if any)."""
+        fresh: dict[str, Problem] = {}
+        for problem in problems:
+            reference = problem.metadata.get("reference_solution")
+            if (isinstance(reference, str) and reference.strip()
+                    and problem.question_id not in self._references):
+                fresh.setdefault(problem.question_id, problem)
+        if not fresh:
+            return
+        jobs, owners = [], []
+        for qid, problem in fresh.items():
+            self._references[qid] = None
+            for index, case in enumerate(problem.tests("all")):
+                jobs.append(self._job(problem, problem.metadata["reference_solution"], case))
+                owners.append((qid, index, case))
+        runs = self.pool.run(jobs)
+        for (qid, index, case), run in zip(owners, runs):
+            status = judge(case, run).status
+            if status == "sandbox_error":
+                self._references.pop(qid, None)  # not the reference's fault: ask again later
+            elif status != "pass" and self._references.get(qid) is None:
+                self._references[qid] = f"its reference solution gets {status} on test {index + 1}"
+                sys.stderr.write(f"vigor: problem {qid}: {self._references[qid]} "
+                                 f"({run.detail or 'wrong output'}); its submissions score 0 "
+                                 "without running\n")
+
     def _job(self, problem: Problem, code: str, case: TestCase) -> Job:
+        expected = len(case.output.encode("utf-8", "surrogatepass"))
+        cap = min(self.limits.stdout_cap, max(OUTPUT_CAP_FLOOR, 4 * expected + 65536))
+        limits = replace(self.limits, stdout_cap=cap)
         if case.testtype == "functional":
-            return Job(code, b"", self.limits, func_name=problem.func_name, args_json=case.input)
-        return Job(code, case.input.encode("utf-8"), self.limits)
+            return Job(code, b"", limits, func_name=problem.func_name, args_json=case.input)
+        return Job(code, case.input.encode("utf-8"), limits)
 
     def close(self) -> None:
         if self._own_pool:

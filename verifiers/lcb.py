@@ -18,6 +18,9 @@ import zlib
 from dataclasses import dataclass, field
 
 TEST_TYPES = ("stdin", "functional")
+MAX_DECOMPRESSED_BYTES = 1 << 30
+"""The most a ``private_test_cases`` blob may decompress to (1 GiB; the largest release_v6
+record is far below): a zlib bomb is a bad record, not an out-of-memory crash."""
 
 ERRATA = {
     **dict.fromkeys(
@@ -78,12 +81,15 @@ class Problem:
         return ERRATA.get(self.question_id) or ERRATA.get(self.title)
 
     def tests(self, which: str = "public") -> list[TestCase]:
-        """'public' (training default) or 'all' (public then private; evaluation)."""
+        """'public' (the training reward), 'private' (evaluation, the paper's protocol;
+        a problem without private tests falls back to its public ones) or 'all'."""
         if which == "public":
             return list(self.public_tests)
+        if which == "private":
+            return list(self.private_tests or self.public_tests)
         if which == "all":
             return list(self.public_tests) + list(self.private_tests)
-        raise ValueError(f"tests must be 'public' or 'all', not {which!r}")
+        raise ValueError(f"tests must be 'public', 'private' or 'all', not {which!r}")
 
 
 def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
@@ -100,11 +106,14 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
         except ValueError as exc:
             raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON ({exc})") from None
     try:
-        packed = zlib.decompress(base64.b64decode(stripped, validate=True))
+        packed = _bounded_decompress(base64.b64decode(stripped, validate=True))
     except (binascii.Error, ValueError, zlib.error) as exc:
         raise ProblemError(
             f"problem {qid}: field {field_name} is neither JSON nor base64/zlib data ({exc})"
         ) from None
+    if packed is None:
+        raise ProblemError(f"problem {qid}: field {field_name} decompresses to more than "
+                           f"{MAX_DECOMPRESSED_BYTES >> 20} MiB (refused as a zlib bomb)")
     try:
         inner = safe_unpickle(packed)
     except Exception as exc:  # UnpicklingError, EOFError, ... : any failure is a bad record
@@ -120,6 +129,20 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
     except ValueError as exc:
         raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON inside its "
                            f"pickle ({exc})") from None
+
+
+def _bounded_decompress(data: bytes) -> bytes | None:
+    """zlib-decompress ``data``, or None once the output would pass the cap."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, MAX_DECOMPRESSED_BYTES)
+    if inflater.unconsumed_tail:
+        return None
+    out += inflater.flush()
+    if len(out) > MAX_DECOMPRESSED_BYTES:
+        return None
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out
 
 
 def _check_tests(raw: object, qid: str, field_name: str, func_name: str | None) -> list[TestCase]:

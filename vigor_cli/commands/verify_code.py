@@ -71,18 +71,23 @@ def verify_code(
                                  "(one record, or pick one with --question-id)."),
     solution: Path = typer.Option(..., "--solution", help="The program (.py), or a completion "
                                   "whose last ```python block is the program."),
-    tests: str = typer.Option("public", "--tests", help="Which tests: public or all."),
+    tests: str = typer.Option("public", "--tests", help="Which tests: public (the training "
+                              "reward), private (evaluation) or all."),
     question_id: Optional[str] = typer.Option(None, "--question-id", help="Record to use in a .jsonl."),
     timeout_s: float = typer.Option(6.0, "--timeout", help="Per-test wall-clock limit, seconds."),
     memory_mb: int = typer.Option(512, "--memory-mb", help="Per-test memory headroom, MiB."),
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
+    allow_weak_sandbox: bool = typer.Option(
+        False, "--allow-weak-sandbox", help="Run the program even if the sandbox cannot give "
+        "full isolation (no Landlock, not root, no namespaces); the verdict records the level."),
 ) -> None:
     """Run a program on a LiveCodeBench problem's tests in the sandbox; print each test and the reward."""
+    from vigor_cli.sandbox import WeakSandboxError
     from vigor_cli.verifiers.code import CodeVerifier
     from vigor_cli.verifiers.lcb import ProblemError, load_problem
 
-    if tests not in ("public", "all"):
-        raise UserError(f"--tests must be 'public' or 'all', not {tests!r}")
+    if tests not in ("public", "private", "all"):
+        raise UserError(f"--tests must be 'public', 'private' or 'all', not {tests!r}")
     record = _read_record(problem, question_id)
     try:
         parsed = load_problem(record)
@@ -91,7 +96,12 @@ def verify_code(
     code = _read_program(solution)
     if not parsed.tests(tests):
         raise UserError(f"{problem}: problem {parsed.question_id} has no {tests} tests (try --tests all)")
-    with CodeVerifier(workers=0, timeout_s=timeout_s, memory_mb=memory_mb) as verifier:
+    try:
+        verifier = CodeVerifier(workers=0, timeout_s=timeout_s, memory_mb=memory_mb,
+                                allow_weak_sandbox=allow_weak_sandbox)
+    except WeakSandboxError as exc:
+        raise UserError(str(exc)) from None
+    with verifier:
         verdict = verifier.grade(parsed, code, tests)
 
     if as_json:
@@ -119,3 +129,5 @@ def verify_code(
         console.print(f"[yellow]flagged by LiveCodeBench's ERRATA: {verdict.flag}[/]")
     console.print(f"reward: full = [bold]{verdict.full:g}[/], fraction = [bold]"
                   f"{verdict.fraction:.3f}[/] ({verdict.reason})", highlight=False)
+    style = "green" if verdict.isolation == "full" else "bold red"
+    console.print(f"isolation: [{style}]{verdict.isolation}[/]", highlight=False)

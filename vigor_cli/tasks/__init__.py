@@ -5,7 +5,7 @@
 - ``tiny-math``: two-operand arithmetic, ``\\boxed{}`` answers, real math verifier;
 - ``tiny-code``: one-line stdin programs as LiveCodeBench records, real sandbox;
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
-- ``code``: LiveCodeBench v6, public tests for reward, all tests for evaluation.
+- ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def _tiny_math(cfg: Any, workers: int) -> Task:
 def _tiny_code(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_code import TinyCodeTask
 
-    return TinyCodeTask(split_seed=cfg.split_seed, reward=cfg.code_reward, workers=workers)
+    return TinyCodeTask(split_seed=cfg.split_seed, reward=cfg.code_reward, workers=workers,
+                        allow_weak_sandbox=cfg.allow_weak_sandbox)
 
 
 def _math(cfg: Any, workers: int) -> Task:

@@ -1,7 +1,9 @@
 """code: LiveCodeBench v6 problems, graded by the real code verifier in the sandbox.
 
 Training examples are rewarded on their public tests; evaluation examples
-are graded on all tests (public and private), as LiveCodeBench reports.
+are graded on their private tests, the paper's protocol. Programs run only in a
+fully isolated sandbox unless ``task.allow_weak_sandbox`` is set, and a test the
+sandbox itself failed on stops the run with one clear error (never a silent 0).
 Problems come from the release files of ``livecodebench/code_generation_lite``
 (``task.lcb_release``, default ``release_v6`` = ``test.jsonl`` .. ``test6.jsonl``),
 downloaded as plain files with ``huggingface_hub`` and read as JSONL (the
@@ -63,9 +65,10 @@ def code_instruction(record: dict) -> str:
 class CodeTaskBase(Task):
     """Scoring shared by code tasks: extract the program, grade it in the sandbox."""
 
-    def __init__(self, reward: str = "full", workers: int = 0):
+    def __init__(self, reward: str = "full", workers: int = 0, allow_weak_sandbox: bool = False):
         self.reward_kind = reward
         self.workers = workers
+        self.allow_weak_sandbox = allow_weak_sandbox
         self._verifier = None
         self._problems: dict[str, Any] = {}
 
@@ -85,10 +88,15 @@ class CodeTaskBase(Task):
         return self._problems[example.uid]
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        from vigor_cli.sandbox import WeakSandboxError
         from vigor_cli.verifiers.code import CodeVerifier, extract_code
 
         if self._verifier is None:
-            self._verifier = CodeVerifier(workers=self.workers)
+            try:
+                self._verifier = CodeVerifier(workers=self.workers,
+                                              allow_weak_sandbox=self.allow_weak_sandbox)
+            except WeakSandboxError as exc:
+                raise UserError(f"{self.name}: {exc}") from None
         scores: list[Score | None] = [None] * len(completions)
         jobs, where = [], []
         for i, (ex, text) in enumerate(zip(examples, completions)):
@@ -98,9 +106,19 @@ class CodeTaskBase(Task):
                 continue
             jobs.append((self._problem(ex), code, ex.meta.get("tests", "public")))
             where.append(i)
-        for i, v in zip(where, self._verifier.grade_many(jobs) if jobs else []):
+        verdicts = self._verifier.grade_many(jobs) if jobs else []
+        failed = [(i, v) for i, v in zip(where, verdicts) if v.sandbox_errors]
+        if failed:
+            count = sum(len(v.sandbox_errors) for _, v in failed)
+            first = failed[0][1].sandbox_errors[0].detail or "no detail"
+            raise UserError(
+                f"{self.name}: the sandbox failed on {count} test(s) of {len(failed)} "
+                f"completion(s) (first: {first}); stopping instead of scoring them 0. "
+                "Check that the sandbox works: vigor verify code --problem ... --solution ...")
+        for i, v in zip(where, verdicts):
             reward = float(v.full) if self.reward_kind == "full" else float(v.fraction)
-            scores[i] = Score(reward, v.reason, {"fraction": v.fraction, "tests": v.tests})
+            scores[i] = Score(reward, v.reason, {"fraction": v.fraction, "tests": v.tests,
+                                                 "isolation": v.isolation})
         return scores  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -199,12 +217,14 @@ def load_lcb(path: str | None, what: str, flag: str, release: str = LCB_VERSION)
 
 
 class CodeTask(CodeTaskBase):
-    """LiveCodeBench v6: the same problems serve training (public tests) and evaluation (all)."""
+    """LiveCodeBench v6: the same problems serve training (public tests) and evaluation
+    (private tests)."""
 
     name = "code"
 
     def __init__(self, cfg: Any, workers: int = 0):
-        super().__init__(reward=cfg.code_reward, workers=workers)
+        super().__init__(reward=cfg.code_reward, workers=workers,
+                         allow_weak_sandbox=getattr(cfg, "allow_weak_sandbox", False))
         self.cfg = cfg
         self._records: list[dict] | None = None
 
@@ -231,7 +251,7 @@ class CodeTask(CodeTaskBase):
             raise UserError(f"code has one evaluation set, 'livecodebench'; got {name!r}")
         path = self._eval_path() or self.cfg.train_path
         rows = self._load(path, "--set task.data_dir=DIR (the release's test*.jsonl, or code.jsonl) or task.train_path=FILE.jsonl")
-        return self._examples(rows, "test", "all")
+        return self._examples(rows, "test", "private")
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         plain = code_instruction(example.answer) + "\n\n"

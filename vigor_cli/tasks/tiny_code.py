@@ -5,7 +5,7 @@ with a parameter; its statement is short and its reference solution one line
 of Python. Records carry every LiveCodeBench field (tests as JSON lists of
 ``{"input", "output", "testtype": "stdin"}``), so the real code verifier
 grades them in the real sandbox exactly as it grades LiveCodeBench: public
-tests for the reward, all tests for evaluation.
+tests for the reward, private tests for evaluation.
 
 The split is deterministic in ``split_seed``, like tiny-math's.
 """
@@ -91,7 +91,7 @@ def split(split_seed: int) -> tuple[list[Example], list[Example]]:
             for i, r in enumerate(rows)
         ]
 
-    return make("train", records[HELD_OUT_SIZE:], "public"), make("test", records[:HELD_OUT_SIZE], "all")
+    return make("train", records[HELD_OUT_SIZE:], "public"), make("test", records[:HELD_OUT_SIZE], "private")
 
 
 def plain_prompt(question: str) -> str:
@@ -105,8 +105,9 @@ def target_completion(solution: str) -> str:
 class TinyCodeTask(CodeTaskBase):
     name = "tiny-code"
 
-    def __init__(self, split_seed: int = 0, reward: str = "full", workers: int = 0):
-        super().__init__(reward=reward, workers=workers)
+    def __init__(self, split_seed: int = 0, reward: str = "full", workers: int = 0,
+                 allow_weak_sandbox: bool = False):
+        super().__init__(reward=reward, workers=workers, allow_weak_sandbox=allow_weak_sandbox)
         self.train, self.held_out = split(split_seed)
 
     def train_examples(self) -> list[Example]:
