@@ -136,6 +136,7 @@ class TaskConfig(_Section):
         description="Code task: LiveCodeBench release whose files are read (release_v1..release_v6 "
         "are cumulative: test.jsonl..test6.jsonl; v1..v6 one file each), from the hub repository "
         "livecodebench/code_generation_lite or from a local folder holding those files.",
+    )
     allow_weak_sandbox: bool = Field(
         False,
         description="Code tasks: run generated programs even where the sandbox cannot give "
