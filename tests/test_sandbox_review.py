@@ -9,6 +9,7 @@ import base64
 import functools
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -120,8 +121,9 @@ def test_private_tests_that_decompress_past_the_cap_are_refused(monkeypatch):
         load_problem(record)
     assert lcb.MAX_DECOMPRESSED_BYTES == 1 << 20
     small = _record("small", [("1\n", "1\n")])
-    small["private_test_cases"] = lcb.encode_private_tests(
-        [{"input": "2\n", "output": "2\n", "testtype": "stdin"}])
+    # The release format: base64(zlib(pickle(<JSON text>))).
+    tests_json = json.dumps([{"input": "2\n", "output": "2\n", "testtype": "stdin"}])
+    small["private_test_cases"] = base64.b64encode(zlib.compress(pickle.dumps(tests_json))).decode()
     assert load_problem(small).private_tests[0].output == "2\n"
     truncated = _record("cut", [("1\n", "1\n")])
     truncated["private_test_cases"] = base64.b64encode(zlib.compress(b"x" * 1000)[:-6]).decode()
