@@ -4,8 +4,9 @@ Every arm is a real Trainer (bundled tiny model, configs/tiny-math.yaml, 32 prom
 step, one reward worker, one torch thread, as bench/efficiency.py's timing). Steps run
 interleaved (grpo, vigor, auto, grpo, ...) so machine load hits every arm alike; the
 first step of each arm is a warm-up. Per arm: medians over steps of wall and process CPU
-seconds per rollout, and the trainer's own generate / reward / update split, each also
-as a ratio to grpo's. Arms ending in ``-nodedupe`` run with the trainer's per-step
+seconds per rollout, the same CPU plus the reward workers' (``cpu_all``: the step's
+whole CPU work, which load changes far less than wall time), and the trainer's own
+generate / reward / update split, each also as a ratio to grpo's. Arms ending in ``-nodedupe`` run with the trainer's per-step
 grading cache off (every completion graded even when the same prompt already produced
 the same text this step), the way the trainer worked before it.
 
@@ -32,7 +33,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 DEFAULT_ARMS = "grpo,vigor,auto,grpo-nodedupe,vigor-nodedupe,auto-nodedupe"
-KEYS = ("wall", "cpu", "generate", "reward", "update")
+KEYS = ("wall", "cpu", "cpu_all", "generate", "reward", "update")
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def worker_cpu(trainer) -> float:
+    """CPU seconds used so far by the task's reward worker processes (Linux /proc; 0 elsewhere).
+    With the trainer's own process time this is the step's whole CPU work, which machine
+    load changes far less than wall time."""
+    verifier = getattr(trainer.task, "_verifier", None)
+    total = 0.0
+    for w in getattr(verifier, "_pool", []) or []:
+        try:
+            fields = Path(f"/proc/{w.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+        except (OSError, IndexError, ValueError, AttributeError):
+            pass
+    return total
 
 
 def build(arm: str, workdir: Path, prompts: int):
@@ -60,11 +77,13 @@ def timing(arms: list[str], steps: int, prompts: int, workdir: Path) -> dict:
     rows: dict[str, list[dict]] = {arm: [] for arm in arms}
     for step in range(1, steps + 2):
         for arm, tr in trainers.items():
+            k0 = worker_cpu(tr)
             w0, c0 = time.perf_counter(), time.process_time()
             m = tr.train_step(step).metrics
             wall, cpu = time.perf_counter() - w0, time.process_time() - c0
             if step > 1:
-                rows[arm].append({"wall": wall, "cpu": cpu, "generate": m["time/generate"],
+                rows[arm].append({"wall": wall, "cpu": cpu, "cpu_all": cpu + worker_cpu(tr) - k0,
+                                  "generate": m["time/generate"],
                                   "reward": m["time/reward"], "update": m["time/update"],
                                   "rollouts": m["rollouts/step"]})
     for tr in trainers.values():
@@ -94,7 +113,7 @@ def main() -> None:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     with tempfile.TemporaryDirectory() as tmp:
         result = timing(arms, args.steps, args.prompts, Path(tmp))
-    console = Console()
+    console = Console(width=140)
     table = Table(title=f"ms per rollout, interleaved, median of {args.steps} steps, {args.prompts} prompts/step "
                   f"(ratio to grpo with the same grading; load {result['load_average'][0]:.1f})")
     table.add_column("arm")
