@@ -309,3 +309,14 @@ def test_auto_errors():
     from vigor_cli.config import ConfigError, build_config
     with pytest.raises(ConfigError, match="auto_max_rollouts"):
         build_config(sets=["allocation.strategy=auto", "allocation.auto_max_rollouts=1"])
+
+
+def test_every_strategy_is_registered_everywhere():
+    from typing import get_args
+
+    from vigor_cli.allocation import STRATEGIES
+    from vigor_cli.config import AllocationConfig as A
+
+    assert set(get_args(A.model_fields["strategy"].annotation)) == set(STRATEGIES)
+    for name in STRATEGIES:  # the registry builds each one from the config
+        assert make_allocator(cfg(name), 4, seed=0).name == name
