@@ -60,12 +60,12 @@ def build(arm: str, workdir: Path, prompts: int):
     from vigor_cli.runs import RunDir
     from vigor_cli.trainer import Trainer
 
-    strategy, _, variant = arm.partition("-")
+    strategy = arm.removesuffix("-nodedupe")
     sets = ["model.name_or_path=tiny", f"train.prompts_per_step={prompts}", f"train.output_dir={workdir}",
             f"train.run_name=timing-{arm}", "train.reward_workers=1", f"allocation.strategy={strategy}"]
     cfg = build_config(default_config_file(None, "tiny-math"), sets=sets)
     trainer = Trainer(cfg, RunDir.planned(cfg).make(cfg), None, Console(file=open(os.devnull, "w")))
-    trainer.dedupe_scoring = variant != "nodedupe"
+    trainer.dedupe_scoring = not arm.endswith("-nodedupe")
     return trainer
 
 
