@@ -114,6 +114,25 @@ def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
                 f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
                 f"train.prompts_per_step ({a.m0} x {t.prompts_per_step} = {first_round})"
             )
+    if a.strategy in ("knapsack", "auto"):
+        from vigor_cli.allocation.auto import census_width
+
+        budget = a.budget if a.budget is not None else a.group_size * t.prompts_per_step
+        if a.strategy == "knapsack":
+            first, what = a.knapsack_min * t.prompts_per_step, (
+                f"allocation.knapsack_min x train.prompts_per_step ({a.knapsack_min} x {t.prompts_per_step}")
+        else:
+            width = census_width(a.auto_width, t.prompts_per_step)
+            first, what = a.auto_census * width, (
+                f"allocation.auto_census x ceil(allocation.auto_width x train.prompts_per_step) "
+                f"({a.auto_census} x {width}")
+            if n_train is not None and width > n_train:
+                raise UserError(
+                    f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {width} "
+                    f"prompts exceeds the {n_train} training prompts"
+                )
+        if budget < first:
+            raise UserError(f"allocation.budget ({budget}) is below the first round's {what} = {first})")
     if (n_train is not None and a.strategy == "dapo"
             and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train):
         raise UserError(
@@ -262,6 +281,10 @@ class Trainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
         )
 
+        self.dedupe_scoring = True
+        """Grade each distinct (prompt, completion) of a step once (see _score); the timing
+        bench turns it off to measure what it saves."""
+
         # ---- counters (checkpointed)
         self.step = 0
         self.rollouts_total = 0
@@ -365,6 +388,7 @@ class Trainer:
         self.data.new_step()
         self.allocator.start_step(step, self.data.draw)
         pool: dict[str, list[Sample]] = defaultdict(list)
+        graded: dict[tuple[str, str], Any] = {}  # (uid, completion text) -> its Score, this step
         t_gen = t_reward = 0.0
         round_index = 0
         while requests := self.allocator.ask():
@@ -378,7 +402,7 @@ class Trainer:
             outs = self.engine.generate([self.prompt_ids[r.uid] for r in requests], [r.n for r in requests], params)
             t1 = time.time()
             flat = [(r.uid, ro) for r, ros in zip(requests, outs) for ro in ros]
-            scores = self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
+            scores = self._score(flat, graded)
             t_reward += time.time() - t1
             t_gen += t1 - t0
             told: dict[str, list[float]] = defaultdict(list)
@@ -396,16 +420,29 @@ class Trainer:
         every = [s for group in pool.values() for s in group]
         return samples, result.record, t_gen, t_reward, every
 
+    def _score(self, flat: list[tuple[str, Rollout]], graded: dict[tuple[str, Any], Any]) -> list:
+        """Scores of (uid, rollout) pairs. A reward is a function of the example and the
+        completion text alone, so each distinct (uid, text) of the step is graded once
+        (``graded`` carries them across the step's rounds): sampled completions repeat
+        often, more so when a strategy gives one prompt many rollouts, and each repeat
+        would cost a verifier call (a sandbox run for code)."""
+        if not self.dedupe_scoring:
+            return self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
+        keys = [(uid, ro.text) for uid, ro in flat]
+        new = list(dict.fromkeys(k for k in keys if k not in graded))
+        if new:
+            graded.update(zip(new, self.task.score([self.examples[u] for u, _ in new], [t for _, t in new])))
+        return [graded[k] for k in keys]
+
     # ------------------------------------------------------------------ GRPO update
     def update_phase(self, samples: list[Sample]) -> dict[str, float]:
         """mu passes of the clipped GRPO loss over the step's samples, in token-budget
         micro-batches whose gradients add up to the whole step's gradient."""
         g, temp = self.cfg.grpo, self.cfg.sampling.temperature or 1.0
         masks = [0.0 if (g.mask_truncated and s.rollout.truncated) else 1.0 for s in samples]
-        totals = grpo.StepTotals(
-            tokens=int(sum(len(s.rollout.token_ids) * m for s, m in zip(samples, masks))),
-            sequences=int(sum(1 for m in masks if m)),
-            max_new_tokens=self.cfg.sampling.max_new_tokens,
+        totals = grpo.step_totals(
+            [s.uid for s in samples], [len(s.rollout.token_ids) for s in samples], masks,
+            self.cfg.sampling.max_new_tokens,
         )
         # Rows with zero advantage (or masked out) add exactly zero loss and gradient when
         # there is no KL term: skip their forward pass but keep them in the normalisers.
@@ -442,7 +479,7 @@ class Trainer:
                             ref_cache[bi] = self._logprobs(ref, samples, b, temp)[0]
                     kl = grpo.kl_k3(lp, ref_cache[bi])
                     tok_loss = tok_loss + g.beta * kl
-                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg)
+                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg, rows=b)
                 loss.backward()
                 if pass_index == 0:
                     n = float(mask.sum())
