@@ -49,14 +49,16 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         err_console.print("aborted")
         sys.exit(130)
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
+    except Exception as e:
+        # Click's usage errors (an unknown flag, a bad value) arrive here in non-standalone mode.
+        # Recent typer releases vendor click, so match the shape, not the click class.
+        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
+            ctx = getattr(e, "ctx", None)
+            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            err_console.print(f"[bold red]error:[/] {e.format_message()}{where}", highlight=False,
+                              soft_wrap=True)
+            sys.exit(2 if e.exit_code == 2 else e.exit_code)
         raise
-
 
 if __name__ == "__main__":
     main()
