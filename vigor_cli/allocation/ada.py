@@ -108,20 +108,7 @@ class ReinforceAdaAllocator(RoundAllocator):
         if self._last or not self._active:
             return []
         self._t += 1
-        remaining = self.budget - self._spent
-        m, active = self.round_size, self._active
-        if len(active) * m <= remaining:
-            counts = {uid: m for uid in active}
-        else:
-            base, extra = divmod(remaining, len(active))
-            lucky = set(self.rng.sample(active, extra))
-            counts = {uid: base + (uid in lucky) for uid in active}
-            self._last = True
-            self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
-        self._spent += sum(counts.values())
-        if self._t == self.rounds or self._spent >= self.budget:
-            self._last = True
-        return [Request(uid, n) for uid, n in counts.items() if n > 0]
+        return self._even_round(self._active, self.round_size, self.rounds)
 
     def _after_round(self, uids: list[str]) -> None:
         still = []

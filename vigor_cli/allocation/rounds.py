@@ -75,6 +75,28 @@ class RoundAllocator(Allocator):
         self.rng = random.Random(seed)
         self._in_step = False
 
+    def _even_round(self, active: list[str], m: int, max_rounds: int) -> list[Request]:
+        """Ask ``m`` rollouts for every prompt in ``active``, within the step's budget.
+
+        Shared by the strategies that grow their prompts in equal rounds under a hard budget
+        (``self.budget``, ``self._spent``, ``self._t``, ``self._last``, ``self._cut``). A round
+        that would overspend is cut: what is left is spread evenly, the extras go to a seeded
+        random few, and it is the last round. So is round ``max_rounds``, and any round that
+        uses up the budget: after it nobody could get more rollouts."""
+        remaining = self.budget - self._spent
+        if len(active) * m <= remaining:
+            counts = {uid: m for uid in active}
+        else:
+            base, extra = divmod(remaining, len(active))
+            lucky = set(self.rng.sample(active, extra))
+            counts = {uid: base + (uid in lucky) for uid in active}
+            self._last = True
+            self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
+        self._spent += sum(counts.values())
+        if self._t == max_rounds or self._spent >= self.budget:
+            self._last = True
+        return [Request(uid, n) for uid, n in counts.items() if n > 0]
+
     # ------------------------------------------------------------------ protocol
     def start_step(self, step: int, draw: DrawFn) -> None:
         if self._in_step:

@@ -74,23 +74,8 @@ class VigorAllocator(RoundAllocator):
     def _next_round(self) -> list[Request]:
         if self._last:
             return []
-        remaining = self.budget - self._spent
         self._t += 1
-        m = rollouts_in_round(self.m0, self.gamma, self._t)
-        active = self._active
-        if len(active) * m <= remaining:
-            counts = {uid: m for uid in active}
-        else:
-            # Cut round: spend exactly what is left, evenly, extras to a seeded random few.
-            base, extra = divmod(remaining, len(active))
-            lucky = set(self.rng.sample(active, extra))
-            counts = {uid: base + (uid in lucky) for uid in active}
-            self._last = True
-            self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
-        self._spent += sum(counts.values())
-        if self._t == self.rounds or self._spent >= self.budget:
-            self._last = True  # no selection after this round: nobody would get more rollouts
-        return [Request(uid, n) for uid, n in counts.items() if n > 0]
+        return self._even_round(self._active, rollouts_in_round(self.m0, self.gamma, self._t), self.rounds)
 
     def _after_round(self, uids: list[str]) -> None:
         if self._last:
