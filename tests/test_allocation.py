@@ -362,7 +362,10 @@ def test_tell_must_answer_exactly_what_was_asked():
         alloc.finish()
 
 
-@pytest.mark.parametrize("strategy", ["vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods"])
+@pytest.mark.parametrize(
+    "strategy",
+    ["vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods", "knapsack", "reinforce-ada", "auto"],
+)
 def test_state_dict_round_trip_continues_identically(strategy):
     cfg = vigor(strategy=strategy, gen_batch_multiplier=2)
     first = make_allocator(cfg, 8, seed=11)
@@ -380,6 +383,10 @@ def test_state_dict_round_trip_continues_identically(strategy):
         assert a.record == b.record and a.groups == b.groups
     if strategy == "greso":
         assert state["history"] and "p_easy" in state
+    if strategy in ("knapsack", "auto"):  # per-prompt reward history crosses steps
+        assert state["history"] and all(len(h) <= 16 for h in state["history"].values())
+    if strategy == "auto":
+        assert len(state["moments"]) == 2
 
 
 def test_state_of_another_strategy_is_refused():

@@ -76,6 +76,39 @@ def test_aggregations():
     assert float(grpo.aggregate(loss, mask, totals, "dr_grpo")) == pytest.approx(10 / (2 * 4))
 
 
+def test_prompt_mean_by_hand_with_unequal_groups():
+    # prompt a: three rollouts of 2, 1 and 3 loss tokens; prompt b: one rollout of 2 tokens
+    # (its second token masked out); prompt c: one rollout whose only row is masked (a
+    # truncated completion under mask_truncated): c has no loss tokens and does not count.
+    loss = torch.tensor([[1.0, 2.0, 0.0], [4.0, 0.0, 0.0], [3.0, 3.0, 6.0], [5.0, 7.0, 9.0], [8.0, 8.0, 8.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    uids = ["a", "a", "a", "b", "c"]
+    totals = grpo.step_totals(uids, [2, 1, 3, 2, 3], [1, 1, 1, 1, 0], max_new_tokens=3)
+    assert (totals.tokens, totals.sequences) == (8, 4)
+    mask = mask * torch.tensor([[1], [1], [1], [1], [0]])
+    # a: (1 + 2 + 4 + 3 + 3 + 6) / 6 tokens = 19/6; b: (5 + 7) / 2 = 6; two prompts
+    expected = (19 / 6 + 6) / 2
+    assert float(grpo.aggregate(loss, mask, totals, "prompt_mean")) == pytest.approx(expected)
+    # the same step under dapo weighs prompt a by its 6 tokens of 8 instead of one half
+    assert float(grpo.aggregate(loss, mask, totals, "dapo")) == pytest.approx((19 + 12) / 8)
+    # a micro-batch is its share of the step: rows 1 and 3 alone
+    part = grpo.aggregate(loss[[1, 3]], mask[[1, 3]], totals, "prompt_mean", rows=[1, 3])
+    assert float(part) == pytest.approx((4 / 6 + 12 / 2) / 2)
+
+
+def test_prompt_mean_weighs_prompts_not_rollouts():
+    # prompt a has 30 one-token rollouts of loss 1, prompt b two of loss 3: each prompt
+    # weighs one half, so the loss is (1 + 3) / 2 however many rollouts a has
+    uids = ["a"] * 30 + ["b"] * 2
+    loss = torch.tensor([[1.0]] * 30 + [[3.0]] * 2)
+    mask = torch.ones(32, 1)
+    totals = grpo.step_totals(uids, [1] * 32, [1] * 32, max_new_tokens=1)
+    assert float(grpo.aggregate(loss, mask, totals, "prompt_mean")) == pytest.approx(2.0)
+    assert float(grpo.aggregate(loss, mask, totals, "dapo")) == pytest.approx(36 / 32)
+    with pytest.raises(ValueError, match="row_weights"):
+        grpo.aggregate(loss, mask, grpo.StepTotals(32, 32, 1), "prompt_mean")
+
+
 def test_token_budget_batches():
     assert grpo.token_budget_batches([3, 5, 2, 6], 10) == [[0, 1], [2], [3]]
     assert grpo.token_budget_batches([20, 1], 10) == [[0], [1]]  # a long row gets its own batch
@@ -95,12 +128,14 @@ def test_micro_batches_leave_loss_and_gradient_unchanged(how):
         mask[i, :n] = 1
     old = torch.randn(rows, width) * 0.1 - 2.4
     adv = torch.tensor([1.0, -0.5, 0.3, 0.0, -1.2, 0.7])
-    totals = grpo.StepTotals(tokens=int(mask.sum()), sequences=rows, max_new_tokens=width)
+    uids = ["a", "b", "a", "c", "a", "b"]  # unequal groups, interleaved across micro-batches
+    totals = grpo.step_totals(uids, lengths, [1] * rows, max_new_tokens=width)
+    assert totals.tokens == int(mask.sum())
 
     def step_loss(idx):
         lp, _ = grpo.selected_token_logprobs(head(feats[idx]), targets[idx])
         tok, _, _ = grpo.clipped_policy_loss(lp, old[idx], adv[idx], 0.2, 0.28)
-        return grpo.aggregate(tok, mask[idx], totals, how)
+        return grpo.aggregate(tok, mask[idx], totals, how, rows=idx)
 
     full = step_loss(list(range(rows)))
     full.backward()

@@ -118,9 +118,10 @@ def test_learning_mode_reaches_its_target():
 def test_cli_default_runs_and_prints_a_table():
     out = run_cli("--steps", "5")
     assert out.returncode == 0, out.stderr
-    for name in ("vigor", "grpo", "dapo", "greso", "pods", "random"):
+    for name in ("vigor", "grpo", "dapo", "greso", "pods", "random", "knapsack", "reinforce-ada", "auto"):
         assert name in out.stdout
     assert "signal" in out.stdout
+    assert "auto chose" in out.stdout
 
 
 def test_cli_json_and_parameters():
@@ -131,6 +132,26 @@ def test_cli_json_and_parameters():
     assert summary["allocation"]["alpha"] == 0.25 and summary["tests"] == 4
     # 16 x 2, 4 x 4, 1 x 8 under the default cap of 8 x 16
     assert summary["strategies"]["vigor"]["rollouts_per_round"] == [32, 16, 8]
+
+
+@pytest.mark.parametrize(
+    "law, plan",
+    [
+        ("beta:8,8", "wide"),  # every prompt near 1/2: flat variances
+        ("beta:2,2", "wide"),
+        ("pareto:1.5", "deep"),  # the paper's heavy tail: most prompts near 0 or 1
+        ("mix:0.45,0.45,1,1", "deep"),  # 90 % of prompts never or always solved
+    ],
+)
+def test_cli_auto_goes_wide_on_flat_laws_and_deep_on_heavy_tails(law, plan):
+    out = run_cli("--json", "--strategy", "auto,grpo", "--pass-rates", law, "--steps", "8", "--prompts", "32")
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["strategies"]["auto"]["decisions"] == {plan: 8}
+    auto, grpo = summary["strategies"]["auto"], summary["strategies"]["grpo"]
+    assert auto["rollouts_per_step"] == grpo["rollouts_per_step"] == 256  # same budget
+    if plan == "deep":  # concentration pays in signal per rollout where the tail is heavy
+        assert auto["signal_per_rollout"] > 1.3 * grpo["signal_per_rollout"]
 
 
 @pytest.mark.parametrize(

@@ -114,10 +114,13 @@ class TaskConfig(_Section):
 
 # --------------------------------------------------------------------------- allocation
 class AllocationConfig(_Section):
-    strategy: Literal["vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty"] = Field(
+    strategy: Literal[
+        "vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty", "knapsack", "reinforce-ada", "auto"
+    ] = Field(
         "vigor",
-        description="Rollout allocation strategy (shared/notes/algorithms.md). 'random' and "
-        "'difficulty' are VIGOR's ablations.",
+        description="Rollout allocation strategy (vigor_cli/allocation/README.md). 'random' and "
+        "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
+        "Reinforce-Ada, 'auto' a census round then a wide or deep plan chosen by expected signal.",
     )
     # VIGOR (and its ablations)
     rounds: int = Field(4, ge=1, description="VIGOR: number of allocation rounds T.")
@@ -131,9 +134,9 @@ class AllocationConfig(_Section):
     budget: Optional[int] = Field(
         None,
         ge=1,
-        description="VIGOR/random/difficulty: cap on rollouts per step, never exceeded (the "
-        "round that would overspend is cut; see allocation/README.md). Default: group_size x "
-        "prompts per step, the budget of GRPO with group_size.",
+        description="vigor, random, difficulty, knapsack, reinforce-ada, auto: cap on rollouts "
+        "per step, never exceeded (see allocation/README.md). Default: group_size x prompts per "
+        "step, the budget of GRPO with group_size.",
     )
     # GRPO / DAPO / GRESO
     group_size: int = Field(
@@ -173,6 +176,64 @@ class AllocationConfig(_Section):
     # PODS
     pods_n: int = Field(16, ge=2, description="PODS: rollouts generated per prompt.")
     pods_m: int = Field(8, ge=1, description="PODS: rollouts per prompt kept for the update.")
+    # Knapsack-RL
+    knapsack_min: int = Field(
+        2, ge=1, description="knapsack: rollouts every prompt gets in round 1 (the source's min_n)."
+    )
+    knapsack_max: int = Field(
+        128, ge=1, description="knapsack: most rollouts one prompt may get in a step (the source's max_n)."
+    )
+    knapsack_history: int = Field(
+        16,
+        ge=0,
+        description="knapsack: a prompt's latest rewards from earlier steps that inform its pass "
+        "rate (the source's window of 16); 0 = this step's round 1 only.",
+    )
+    knapsack_prior_a: float = Field(
+        1.0, gt=0, description="knapsack: Beta prior of pass rates, a (with prior_b: Beta(1, 1) = uniform)."
+    )
+    knapsack_prior_b: float = Field(1.0, gt=0, description="knapsack: Beta prior of pass rates, b.")
+    # Reinforce-Ada
+    ada_round_size: int = Field(
+        4,
+        ge=1,
+        description="reinforce-ada: new rollouts per active prompt per round (the source's M is 8, "
+        "with no budget cap).",
+    )
+    ada_rounds: int = Field(4, ge=1, description="reinforce-ada: most sampling rounds per step (N).")
+    ada_keep: int = Field(
+        4, ge=1, description="reinforce-ada: rollouts per prompt in the update (n), balanced by class."
+    )
+    ada_positive_threshold: float = Field(
+        0.7, ge=0, lt=1, description="reinforce-ada: a rollout is positive iff its reward > this."
+    )
+    ada_exit: Literal["balanced", "positive"] = Field(
+        "balanced",
+        description="reinforce-ada: a prompt stops sampling once it holds floor(n/2) positives and "
+        "the rest negatives ('balanced', the paper's main variant) or one positive ('positive').",
+    )
+    # auto
+    auto_width: float = Field(
+        2.0,
+        gt=0,
+        description="auto: census prompts = ceil(this x prompts per step); the wide plan spreads "
+        "the budget over all of them.",
+    )
+    auto_census: int = Field(2, ge=1, description="auto: rollouts per census prompt (round 1).")
+    auto_margin: float = Field(
+        1.25,
+        gt=0,
+        description="auto: go deep only when the deep plan's expected signal is at least this x "
+        "the wide plan's.",
+    )
+    auto_max_rollouts: int = Field(
+        32, ge=1, description="auto: most rollouts one prompt may get in a step (deep plan)."
+    )
+    auto_history: int = Field(
+        16,
+        ge=0,
+        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate.",
+    )
 
 
 # --------------------------------------------------------------------------- sampling
@@ -225,10 +286,12 @@ class EngineConfig(_Section):
 
 # --------------------------------------------------------------------------- GRPO
 class GRPOConfig(_Section):
-    loss_agg: Literal["dapo", "grpo", "dr_grpo"] = Field(
+    loss_agg: Literal["dapo", "grpo", "dr_grpo", "prompt_mean"] = Field(
         "dapo",
         description="Loss aggregation: 'dapo' token sum / tokens in step; 'grpo' mean of "
-        "per-sequence token means; 'dr_grpo' sum / (sequences x max_new_tokens).",
+        "per-sequence token means; 'dr_grpo' sum / (sequences x max_new_tokens); "
+        "'prompt_mean' mean over prompts of each prompt's token mean over all its rollouts "
+        "(every prompt weighs the same, however many rollouts it got).",
     )
     scale_rewards: Literal["group", "batch", "none"] = Field(
         "group",
@@ -301,6 +364,16 @@ class RunConfig(_Section):
         if a.strategy == "pods" and a.pods_m > a.pods_n:
             raise ValueError(
                 f"allocation.pods_m ({a.pods_m}) must be <= allocation.pods_n ({a.pods_n})"
+            )
+        if a.strategy == "knapsack" and a.knapsack_max < a.knapsack_min:
+            raise ValueError(
+                f"allocation.knapsack_max ({a.knapsack_max}) must be >= allocation.knapsack_min "
+                f"({a.knapsack_min})"
+            )
+        if a.strategy == "auto" and a.auto_max_rollouts < a.auto_census:
+            raise ValueError(
+                f"allocation.auto_max_rollouts ({a.auto_max_rollouts}) must be >= "
+                f"allocation.auto_census ({a.auto_census})"
             )
         if self.model.load_in_4bit and not self.model.lora.enabled:
             raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")

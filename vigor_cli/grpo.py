@@ -5,7 +5,7 @@ the config uses (``grpo.scale_rewards``, ``grpo.loss_agg``), the way verl's
 ``core_algos`` does it: adding one touches one place. Nothing here knows about
 models, engines or allocators; the trainer feeds tensors in.
 
-Conventions (shared/notes/algorithms.md, "GRPO update"):
+Conventions:
 
 - Groups are keyed by prompt uid and may have any size >= 1. Group statistics
   use the population standard deviation (defined for a group of one, whose
@@ -15,9 +15,10 @@ Conventions (shared/notes/algorithms.md, "GRPO update"):
   ('none', Dr. GRPO: A = r - group mean).
 - Per-token loss: -min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) with
   rho = exp(logp - logp_old), plus beta * k3 KL to the reference.
-- Aggregations take step-wide normalisers (:class:`StepTotals`), so a loss
-  summed over micro-batches equals the loss of the whole step at once: gradient
-  accumulation leaves the loss unchanged.
+- Aggregations take step-wide normalisers (:class:`StepTotals`, built by
+  :func:`step_totals` before micro-batching) and the micro-batch's row indices in
+  the step, so a loss summed over micro-batches equals the loss of the whole step
+  at once: gradient accumulation leaves the loss unchanged.
 """
 
 from __future__ import annotations
@@ -132,9 +133,31 @@ class StepTotals:
     """Completions in the whole step."""
     max_new_tokens: int
     """The completion length limit (Dr. GRPO's constant)."""
+    row_weights: tuple[float, ...] = ()
+    """``prompt_mean``: per step row, 1 / (prompts x loss tokens of the row's prompt); 0 for a
+    row without loss tokens. Built by :func:`step_totals`."""
 
 
-AggFn = Callable[[torch.Tensor, torch.Tensor, StepTotals], torch.Tensor]
+def step_totals(
+    uids: Sequence[str], lengths: Sequence[int], masks: Sequence[float], max_new_tokens: int
+) -> StepTotals:
+    """The normalisers of a step whose rows have these prompt uids, completion lengths and
+    0/1 loss masks (a masked row, e.g. a truncated one, has no loss tokens)."""
+    tokens = [int(n * m) for n, m in zip(lengths, masks)]
+    per_group: dict[str, int] = {}
+    for uid, t in zip(uids, tokens):
+        per_group[uid] = per_group.get(uid, 0) + t
+    prompts = sum(1 for t in per_group.values() if t > 0)
+    weights = tuple(1.0 / (prompts * per_group[u]) if t > 0 else 0.0 for u, t in zip(uids, tokens))
+    return StepTotals(
+        tokens=sum(tokens),
+        sequences=sum(1 for m in masks if m),
+        max_new_tokens=max_new_tokens,
+        row_weights=weights,
+    )
+
+
+AggFn = Callable[[torch.Tensor, torch.Tensor, StepTotals, Sequence[int]], torch.Tensor]
 LOSS_AGGREGATIONS: dict[str, AggFn] = {}
 
 
@@ -147,31 +170,52 @@ def register_aggregation(name: str) -> Callable[[AggFn], AggFn]:
 
 
 @register_aggregation("dapo")
-def agg_token_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+def agg_token_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, rows: Sequence[int]) -> torch.Tensor:
     """DAPO: sum over every token of the step / tokens in the step (long answers weigh more)."""
     return (token_loss * mask).sum() / max(totals.tokens, 1)
 
 
 @register_aggregation("grpo")
-def agg_sequence_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+def agg_sequence_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, rows: Sequence[int]) -> torch.Tensor:
     """GRPO: mean over sequences of each sequence's token mean."""
     per_seq = (token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_seq.sum() / max(totals.sequences, 1)
 
 
 @register_aggregation("dr_grpo")
-def agg_constant_norm(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+def agg_constant_norm(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, rows: Sequence[int]) -> torch.Tensor:
     """Dr. GRPO: token sum / (sequences x max_new_tokens), no length bias."""
     return (token_loss * mask).sum() / max(totals.sequences * totals.max_new_tokens, 1)
 
 
+@register_aggregation("prompt_mean")
+def agg_prompt_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, rows: Sequence[int]) -> torch.Tensor:
+    """Each prompt weighs the same: mean over the step's prompts of the token mean over all
+    of the prompt's rollouts (DAPO's token mean within a prompt). A prompt with 30 rollouts
+    weighs as much as one with 2."""
+    if len(totals.row_weights) <= max(rows, default=-1):
+        raise ValueError("prompt_mean needs StepTotals.row_weights for every row (use step_totals)")
+    w = torch.tensor([totals.row_weights[i] for i in rows], dtype=token_loss.dtype, device=token_loss.device)
+    return ((token_loss * mask).sum(-1) * w).sum()
+
+
 def aggregate(
-    token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals, how: str = "dapo"
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    totals: StepTotals,
+    how: str = "dapo",
+    rows: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """This micro-batch's share of the step loss under aggregation ``how``."""
+    """This micro-batch's share of the step loss under aggregation ``how``.
+
+    ``rows`` are the micro-batch's row indices in the step (the order of
+    :func:`step_totals`' inputs); default: the whole step, in order.
+    """
     if how not in LOSS_AGGREGATIONS:
         raise ValueError(f"unknown loss_agg {how!r}; known: {sorted(LOSS_AGGREGATIONS)}")
-    return LOSS_AGGREGATIONS[how](token_loss, mask.to(token_loss.dtype), totals)
+    if rows is None:
+        rows = range(token_loss.shape[0])
+    return LOSS_AGGREGATIONS[how](token_loss, mask.to(token_loss.dtype), totals, rows)
 
 
 # --------------------------------------------------------------------------- micro-batches

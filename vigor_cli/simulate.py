@@ -32,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from vigor_cli.allocation import STRATEGIES, make_allocator
+from vigor_cli.allocation.estimate import pareto_eta
 from vigor_cli.allocation.rounds import ceil_fraction
 from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
@@ -143,13 +144,6 @@ def _file_law(spec: str, path_text: str) -> PassRateLaw:
     return PassRateLaw(spec, lambda rng, n: rng.choice(rates, n), fixed=rates)
 
 
-def pareto_eta(k: float, rounds: int, alpha: float, gamma: float) -> float:
-    """The paper's gain under Pareto(k) variances: sum (gamma alpha^(1-1/k))^i / sum (alpha gamma)^i."""
-    top = sum((gamma * alpha ** (1 - 1 / k)) ** i for i in range(rounds))
-    bottom = sum((alpha * gamma) ** i for i in range(rounds))
-    return top / bottom
-
-
 # --------------------------------------------------------------------------- runs
 @dataclass
 class SimSettings:
@@ -194,6 +188,7 @@ class StrategyOutcome:
     weighted: float = 0.0
     weighted_uniform: float = 0.0
     weighted_oracle: float = 0.0
+    decisions: dict[str, int] = field(default_factory=dict)  # auto: steps per decision
     rollouts_to_target: int | None = None
     steps_to_target: int | None = None
     final_mean_pass_rate: float | None = None
@@ -280,6 +275,9 @@ def run_strategy(
         rec = result.record
         out.steps += 1
         out.rollouts += rec["totals"]["rollouts"]
+        decision = (rec["totals"].get("auto") or {}).get("decision")
+        if decision:
+            out.decisions[decision] = out.decisions.get(decision, 0) + 1
         out.used += rec["totals"]["used"]
         for i, rnd in enumerate(rec["rounds"]):
             if i == len(out.per_round):
@@ -397,6 +395,8 @@ def _summarise(o: StrategyOutcome, law: PassRateLaw, cfg: AllocationConfig, s: S
             row["pareto"]["eta_oracle_ranking"] = round(float(o.weighted_oracle / o.weighted_uniform), 4)
             eta = pareto_eta(law.pareto_k, cfg.rounds, cfg.alpha, cfg.gamma)
             row["pareto"].update(eta_closed_form=round(eta, 4), speedup_closed_form=round(eta ** (1 / 3), 4))
+    if o.decisions:
+        row["decisions"] = dict(sorted(o.decisions.items()))
     if s.learn:
         row["rollouts_to_target"] = o.rollouts_to_target
         row["steps_to_target"] = o.steps_to_target

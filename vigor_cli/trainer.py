@@ -112,6 +112,25 @@ def validate_config(cfg: RunConfig, n_train: int) -> None:
                 f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
                 f"train.prompts_per_step ({a.m0} x {t.prompts_per_step} = {first_round})"
             )
+    if a.strategy in ("knapsack", "auto"):
+        from vigor_cli.allocation.auto import census_width
+
+        budget = a.budget if a.budget is not None else a.group_size * t.prompts_per_step
+        if a.strategy == "knapsack":
+            first, what = a.knapsack_min * t.prompts_per_step, (
+                f"allocation.knapsack_min x train.prompts_per_step ({a.knapsack_min} x {t.prompts_per_step}")
+        else:
+            width = census_width(a.auto_width, t.prompts_per_step)
+            first, what = a.auto_census * width, (
+                f"allocation.auto_census x ceil(allocation.auto_width x train.prompts_per_step) "
+                f"({a.auto_census} x {width}")
+            if width > n_train:
+                raise UserError(
+                    f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {width} "
+                    f"prompts exceeds the {n_train} training prompts"
+                )
+        if budget < first:
+            raise UserError(f"allocation.budget ({budget}) is below the first round's {what} = {first})")
     if a.strategy == "dapo" and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train:
         raise UserError(
             f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "
@@ -358,10 +377,9 @@ class Trainer:
         micro-batches whose gradients add up to the whole step's gradient."""
         g, temp = self.cfg.grpo, self.cfg.sampling.temperature or 1.0
         masks = [0.0 if (g.mask_truncated and s.rollout.truncated) else 1.0 for s in samples]
-        totals = grpo.StepTotals(
-            tokens=int(sum(len(s.rollout.token_ids) * m for s, m in zip(samples, masks))),
-            sequences=int(sum(1 for m in masks if m)),
-            max_new_tokens=self.cfg.sampling.max_new_tokens,
+        totals = grpo.step_totals(
+            [s.uid for s in samples], [len(s.rollout.token_ids) for s in samples], masks,
+            self.cfg.sampling.max_new_tokens,
         )
         # Rows with zero advantage (or masked out) add exactly zero loss and gradient when
         # there is no KL term: skip their forward pass but keep them in the normalisers.
@@ -395,7 +413,7 @@ class Trainer:
                             ref_cache[bi] = self._logprobs(ref, samples, b, temp)[0]
                     kl = grpo.kl_k3(lp, ref_cache[bi])
                     tok_loss = tok_loss + g.beta * kl
-                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg)
+                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg, rows=b)
                 loss.backward()
                 if pass_index == 0:
                     n = float(mask.sum())

@@ -1,6 +1,6 @@
 """DAPO's dynamic sampling and GRESO's pre-rollout skipping (which then fills the same way).
 
-DAPO (shared/notes/algorithms.md): draw a generation batch of
+DAPO: draw a generation batch of
 ceil(gen_batch_multiplier x prompts_per_step) fresh prompts, give each G rollouts,
 keep the groups whose rewards are not all equal, and repeat until prompts_per_step
 groups are kept; surplus groups of the last batch are dropped in draw order (the

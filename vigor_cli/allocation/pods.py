@@ -1,6 +1,6 @@
 """PODS (policy optimisation with down-sampling): generate n, train on the max-variance m.
 
-The subset search (shared/notes/algorithms.md): sort the n rewards; for i = 0..m try
+The subset search: sort the n rewards; for i = 0..m try
 the i largest plus the (m - i) smallest and keep the subset with the largest
 population variance. Equal rewards are ordered by a seeded random key, and ties
 between values of i are broken by a seeded random choice, so which rollouts are

@@ -1,6 +1,6 @@
 """VIGOR (variance-guided online rollout allocation) and its two ablations.
 
-Per step (shared/notes/algorithms.md)::
+Per step::
 
     every prompt starts active with m = m0 new rollouts
     for t in 1..T:

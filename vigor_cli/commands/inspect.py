@@ -65,6 +65,8 @@ def step_summary(summary: dict) -> Any:
     grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal)")
     grid.add_row("kept vs dropped", f"mean pool variance {_num(summary['mean_var_kept'])} kept vs "
                  f"{_num(summary['mean_var_dropped'])} dropped, at each selection")
+    if summary.get("decision"):
+        grid.add_row("auto", summary["decision_reason"] or summary["decision"])
     return grid
 
 
@@ -177,13 +179,22 @@ def inspect_allocation(
         "prompts that got most; zero-var = share of prompts with all rewards equal)",
         title_justify="left",
     )
+    decided = any(row.get("decision") for row in summaries)
     for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var kept",
-                "var drop", "max"):
+                "var drop", "max", *(("plan",) if decided else ())):
         o.add_column(col, justify="right")
     for row in overview:
         o.add_row(
             str(row["step"]), str(row["prompts"]), str(row["rollouts"]), str(row["used"]),
             _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
             _num(row["mean_var_kept"]), _num(row["mean_var_dropped"]), str(row["max_per_prompt"]),
+            *((row.get("decision") or "-",) if decided else ()),
         )
     console.print(o)
+    if decided:
+        counts = {}
+        for row in summaries:
+            if row.get("decision"):
+                counts[row["decision"]] = counts.get(row["decision"], 0) + 1
+        console.print("auto's plan per step: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                      + " (plan column; the reason is under each step's table)")

@@ -20,6 +20,9 @@ so prompts GRESO skipped before rollout are counted apart):
   those it dropped (VIGOR keeps the largest, so kept >= dropped).
 - top-10% share: the share of the step's rollouts spent on the 10 % of
   prompts (at least one) that got the most; uniform GRPO gives 10 %.
+- decision (``auto`` only): the plan it chose for the step, ``wide`` or ``deep``,
+  and its reason (expected signal of both plans, census zero-variance share,
+  fitted tail index), from the record's ``totals.auto``.
 """
 
 from __future__ import annotations
@@ -168,6 +171,7 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
                     if r.kept is False and r.pool_variance is not None]
     totals = sorted((p.total for p in rolled), reverse=True)
     top = max(1, math.ceil(0.1 * n)) if n else 0
+    auto = sa.totals.get("auto") or {}
     return {
         "step": sa.step,
         "strategy": sa.strategy,
@@ -185,6 +189,8 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
         "mean_var_kept": (sum(kept_vars) / len(kept_vars)) if kept_vars else None,
         "mean_var_dropped": (sum(dropped_vars) / len(dropped_vars)) if dropped_vars else None,
         "top10_share": (sum(totals[:top]) / sa.rollouts) if sa.rollouts else None,
+        "decision": auto.get("decision"),
+        "decision_reason": auto.get("reason"),
     }
 
 

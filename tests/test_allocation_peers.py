@@ -1,0 +1,291 @@
+"""knapsack, reinforce-ada and auto: hand-worked steps, their estimators, budgets, state."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+
+import pytest
+
+from test_allocation import Counter, bernoulli, run_step
+from vigor_cli.allocation import make_allocator
+from vigor_cli.allocation.ada import balanced_subset
+from vigor_cli.allocation.auto import AutoAllocator
+from vigor_cli.allocation.estimate import (
+    beta_binomial_pmf,
+    expected_signal,
+    fit_beta_prior,
+    hill_tail_index,
+    knapsack_value,
+    pair_disagreement,
+    pareto_eta,
+)
+from vigor_cli.allocation.knapsack import greedy_knapsack
+from vigor_cli.config import AllocationConfig
+from vigor_cli.errors import UserError
+
+
+def cfg(strategy: str, **kw) -> AllocationConfig:
+    return AllocationConfig(strategy=strategy, **kw)
+
+
+def scripted(table: dict[str, list[float]]):
+    """reward_of(uid, i) reading a per-prompt list of rewards in generation order."""
+    return lambda uid, i: table[uid][i]
+
+
+def fixed_draw(uids: list[str]):
+    return lambda n: uids[:n]
+
+
+# --------------------------------------------------------------------------- estimators
+def test_knapsack_value_is_the_papers_formula():
+    # V(n, p) = (1 - p^n - (1-p)^n) * p (1-p)^2
+    assert knapsack_value(0.5, 2) == pytest.approx(0.5 * 0.125)
+    assert knapsack_value(0.25, 3) == pytest.approx((1 - 0.25**3 - 0.75**3) * 0.25 * 0.75**2)
+    assert knapsack_value(0.0, 8) == 0.0 and knapsack_value(1.0, 8) == 0.0
+    assert knapsack_value(0.3, 1) == 0.0  # one rollout is never a mixed group
+
+
+def test_beta_binomial_and_expected_signal_by_hand():
+    # Beta(2, 2): P(K=0..2 of 2) = 0.3, 0.4, 0.3 (B(2,4)/B(2,2) = (1/20)/(1/6))
+    assert beta_binomial_pmf(2, 2.0, 2.0) == pytest.approx([0.3, 0.4, 0.3])
+    assert sum(beta_binomial_pmf(9, 0.3, 1.7)) == pytest.approx(1.0)
+    # seen 1 of 2 correct, 2 more under Beta(2, 2): sqrt(3), 2, sqrt(3) with those weights
+    assert expected_signal(1, 2, 2, (2.0, 2.0)) == pytest.approx(0.6 * math.sqrt(3) + 0.8)
+    assert expected_signal(1, 2, 0, (2.0, 2.0)) == pytest.approx(1.0)  # sqrt(1 * 1)
+    assert expected_signal(0, 2, 0, (1.0, 3.0)) == 0.0
+
+
+def test_fit_beta_prior_recovers_the_moments():
+    # Beta(2, 6): mean 1/4, E[p(1-p)] = ab / ((a+b)(a+b+1)) = 12 / 72 = 1/6
+    a, b = fit_beta_prior(0.25, 2 * (1 / 6), 2)
+    assert (a, b) == pytest.approx((2.0, 6.0))
+    flat = fit_beta_prior(0.5, 0.5, 2)  # disagreement at its binomial maximum: no spread
+    assert sum(flat) == pytest.approx(1000.0)
+    u = fit_beta_prior(0.5, 0.0, 2)  # never mixed: all mass at 0 and 1
+    assert sum(u) == pytest.approx(0.05)
+    assert fit_beta_prior(0.0, 0.0, 2) == (1.0, 1.0)
+    assert pair_disagreement([1, 0]) == 1.0 and pair_disagreement([1, 1, 0, 0]) == pytest.approx(8 / 12)
+
+
+def test_hill_tail_index_on_pareto_quantiles():
+    for k in (1.2, 2.0, 4.0):
+        values = [(1 - (i + 0.5) / 4000) ** (-1 / k) for i in range(4000)]  # Pareto(k, 1) quantiles
+        assert hill_tail_index(values, tail=0.1) == pytest.approx(k, rel=0.05)
+    assert hill_tail_index([0.25] * 10) == math.inf
+    assert hill_tail_index([0.1, 0.0]) is None
+    assert pareto_eta(1.5, 4, 0.5, 2.0) == pytest.approx(2.28, abs=0.01)
+
+
+# --------------------------------------------------------------------------- knapsack
+@pytest.mark.parametrize("trial", range(12))
+def test_greedy_knapsack_matches_exhaustive_search(trial):
+    rng = random.Random(trial)
+    items = [f"u{i}" for i in range(rng.randint(1, 4))]
+    p = {u: rng.choice([0.05, 0.2, 1 / 3, 0.5, 0.8, 0.97]) for u in items}
+    start = {u: 2 for u in items}
+    cap, budget = rng.randint(3, 7), rng.randint(0, 10)
+    extra = greedy_knapsack(lambda u, n: knapsack_value(p[u], n + 1) - knapsack_value(p[u], n),
+                            items, start, cap, budget, {u: rng.random() for u in items})
+    assert sum(extra.values()) == min(budget, len(items) * (cap - 2))
+    best = max(
+        sum(knapsack_value(p[u], 2 + k) for u, k in zip(items, ks))
+        for ks in itertools.product(range(cap - 1), repeat=len(items))
+        if sum(ks) == min(budget, len(items) * (cap - 2))
+    )
+    assert sum(knapsack_value(p[u], 2 + extra[u]) for u in items) == pytest.approx(best, abs=1e-12)
+
+
+def test_knapsack_step_by_hand():
+    # Round 1: a gets 1,0 -> Beta(1+1, 1+1): p = 1/2; b gets 0,0 -> Beta(1, 3): p = 1/4.
+    # Marginal values V(n+1,p) - V(n,p), V = (1 - p^n - (1-p)^n) p (1-p)^2:
+    #   a: 2->3 0.03125, 3->4 0.015625;  b: 2->3 0.02637, 3->4 0.01648, 4->5 0.01154.
+    # 4 rollouts left: a, b, b, a -> 2 more each.
+    alloc = make_allocator(cfg("knapsack", budget=8), 2, seed=0)
+    table = {"a": [1, 0, 1, 1], "b": [0, 0, 0, 1]}
+    result, asks = run_step(alloc, 0, fixed_draw(["a", "b"]), scripted(table))
+    assert asks == [{"a": 2, "b": 2}, {"a": 2, "b": 2}]
+    rec = result.record
+    notes = {p["uid"]: (p["p_hat"], p["planned"]) for p in rec["prompts"]}
+    assert notes == {"a": (0.5, 4), "b": (0.25, 4)}
+    assert rec["totals"]["rollouts"] == rec["totals"]["budget"] == 8
+    assert result.groups == {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3]}
+    # Step 2: the history (a: 1,0,1,1; b: 0,0,0,1) joins the prior. a answers 1,1 and b 0,0:
+    # a: Beta(1 + 3 + 2, 1 + 1) -> 6/8; b: Beta(1 + 1, 1 + 3 + 2) -> 2/8.
+    alloc.start_step(1, fixed_draw(["a", "b"]))
+    alloc.ask()
+    alloc.tell({"a": [1, 1], "b": [0, 0]})
+    assert [alloc._notes[u]["p_hat"] for u in ("a", "b")] == [0.75, 0.25]
+    # p = 1/4 has the larger value at every n than p = 3/4 (InfoGain 0.14 vs 0.047): b first
+    second = {r.uid: r.n for r in alloc.ask()}
+    assert second["b"] > second.get("a", 0)
+
+
+def test_knapsack_bounds_and_errors():
+    alloc = make_allocator(cfg("knapsack", budget=100, knapsack_max=5), 4, seed=0)
+    result, asks = run_step(alloc, 0, Counter().draw, bernoulli)
+    assert all(len(g) == 5 for g in result.groups.values())  # every prompt at its cap: 20 of 100
+    assert result.record["totals"]["rollouts"] == 20
+    with pytest.raises(UserError, match="knapsack_min"):
+        make_allocator(cfg("knapsack", budget=7), 4, seed=0)
+    with pytest.raises(UserError, match="knapsack_max"):
+        make_allocator(cfg("knapsack", knapsack_max=1), 4, seed=0)
+    from vigor_cli.config import build_config, ConfigError
+    with pytest.raises(ConfigError, match="knapsack_max"):
+        build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack_max=1"])
+
+
+# --------------------------------------------------------------------------- reinforce-ada
+@pytest.mark.parametrize(
+    "positive, keep, variant, resolved, expected",
+    [
+        ([1, 0, 1, 1, 0, 0], 4, "balanced", True, [0, 1, 2, 4]),  # earliest 2 of each class
+        ([1, 1, 1, 0], 4, "balanced", False, [0, 1, 2, 3]),  # one negative: filled by positives
+        ([0, 0, 0, 0, 0], 4, "balanced", False, [0, 1, 2, 3]),  # all negative: earliest 4
+        ([1, 0], 4, "balanced", False, [0, 1]),  # fewer than keep: all
+        ([0, 1, 0, 0, 0, 1, 0, 0], 4, "positive", False, [0, 1, 2, 3]),  # 1 pos + 3 neg (ratio 1/4)
+        ([1, 1, 1, 1, 1, 1, 0, 1], 4, "positive", False, [0, 1, 2, 6]),  # ceil(7/8*4)=4 -> 3 pos + 1 neg
+        ([0, 0, 1, 1, 1], 3, "balanced", True, [0, 1, 2]),  # n = 3: 1 positive, 2 negatives
+    ],
+)
+def test_reinforce_ada_update_subset(positive, keep, variant, resolved, expected):
+    assert balanced_subset([bool(p) for p in positive], keep, variant, resolved) == expected
+
+
+def test_reinforce_ada_step_by_hand():
+    # a always right, b alternates, c always wrong; M = 4, n = 4, budget 40, 4 rounds.
+    table = {"a": [1] * 16, "b": [1, 0] * 8, "c": [0] * 16}
+    alloc = make_allocator(cfg("reinforce-ada", budget=40), 3, seed=0)
+    result, asks = run_step(alloc, 0, fixed_draw(["a", "b", "c"]), scripted(table))
+    # b holds 2 positives and 2 negatives after round 1 and stops; a and c never do
+    assert asks == [{"a": 4, "b": 4, "c": 4}, {"a": 4, "c": 4}, {"a": 4, "c": 4}, {"a": 4, "c": 4}]
+    rec = result.record
+    assert rec["totals"]["rollouts"] == 36 and rec["totals"]["used"] == 12
+    assert rec["totals"]["resolved"] == 1 and rec["totals"]["cut"] is None
+    assert result.groups == {"a": [0, 1, 2, 3], "b": [0, 1, 2, 3], "c": [0, 1, 2, 3]}
+    b = next(p for p in rec["prompts"] if p["uid"] == "b")
+    assert b["rounds"][0]["kept"] is False and b["rounds"][0]["reason"] == "resolved"
+    a = next(p for p in rec["prompts"] if p["uid"] == "a")
+    assert a["rollouts"] == 16 and a["used"] == 4 and a["used_idx"] == [0, 1, 2, 3]
+    # the same step under a budget of 30: round 4 would cost 8 with 2 left -> 1 each, the cap holds
+    alloc = make_allocator(cfg("reinforce-ada", budget=30), 3, seed=0)
+    result, asks = run_step(alloc, 0, fixed_draw(["a", "b", "c"]), scripted(table))
+    assert asks[-1] == {"a": 1, "c": 1}
+    assert result.record["totals"]["rollouts"] == 30
+    assert result.record["totals"]["cut"] == {"round": 4, "planned": 8, "spent": 2}
+
+
+def test_reinforce_ada_balanced_group_and_positive_exit():
+    # d: 0,0,0,1 then 1,1,0,0 -> after round 2 it holds 3 positives, 5 negatives: resolved;
+    # the update takes the earliest 2 of each: positives 3, 4; negatives 0, 1.
+    table = {"d": [0, 0, 0, 1, 1, 1, 0, 0]}
+    result, asks = run_step(make_allocator(cfg("reinforce-ada"), 1, 0), 0, fixed_draw(["d"]), scripted(table))
+    assert [sum(a.values()) for a in asks] == [4, 4]
+    assert result.groups == {"d": [0, 1, 3, 4]}
+    # the 'positive' exit stops at the first positive (round 1 here)
+    alloc = make_allocator(cfg("reinforce-ada", ada_exit="positive"), 1, 0)
+    result, asks = run_step(alloc, 0, fixed_draw(["d"]), scripted(table))
+    assert len(asks) == 1 and result.groups == {"d": [0, 1, 2, 3]}
+
+
+# --------------------------------------------------------------------------- auto
+def census_rewards(kind: str, uid: str, i: int) -> float:
+    """'flat': every prompt near 1/2 (1,0 then alternating); 'heavy': 7 of 8 prompts
+    all-wrong or all-right, one in eight mixed."""
+    k = int(uid[1:])
+    if kind == "flat":
+        return float((i + k) % 2)
+    if k % 8 == 0:
+        return float(i % 2)
+    return float(k % 2)
+
+
+@pytest.mark.parametrize("kind, expected", [("flat", "wide"), ("heavy", "deep")])
+def test_auto_goes_wide_when_flat_and_deep_when_heavy(kind, expected):
+    alloc = make_allocator(cfg("auto"), 16, seed=0)  # census 32 prompts x 2, budget 128
+    result, asks = run_step(alloc, 0, Counter().draw, lambda u, i: census_rewards(kind, u, i))
+    auto = result.record["totals"]["auto"]
+    assert auto["decision"] == expected
+    assert auto["reason"].startswith(expected)
+    assert result.record["totals"]["rollouts"] == 128
+    assert asks[0] == {f"p{i}": 2 for i in range(32)}
+    extra = asks[1]
+    if expected == "wide":
+        assert set(extra.values()) == {2} and len(extra) == 32  # 2 more for every prompt
+        assert auto["census"]["zero_var_share"] == 0.0
+    else:
+        assert set(extra) == {f"p{i}" for i in range(0, 32, 8)}  # only the mixed prompts
+        assert auto["census"]["zero_var_share"] == pytest.approx(28 / 32)
+        assert auto["signal"]["deep"] >= auto["margin"] * auto["signal"]["wide"]
+    json.dumps(result.record, allow_nan=False)  # strict JSON: no inf/nan in the record
+
+
+def test_auto_plan_by_hand():
+    """Two census prompts (mixed x: 1,0; all-wrong y: 0,0), 4 rollouts left, max 32.
+    Prior: mean 1/4, disagreement (1 + 0) / 2 = 1/2: Var(p) = 3/16 - 1/4 < 0 -> no spread,
+    a + b = 1000: Beta(250, 750). Posteriors: x Beta(251, 751), y Beta(250, 752).
+    wide gives 2 + 2; deep puts the 4 where E[n x std] grows most."""
+    alloc = AutoAllocator(1, 0, budget=8, width=2, census=2, margin=1.25, max_rollouts=32, history=0)
+    plan = alloc.plan({"x": [1.0, 0.0], "y": [0.0, 0.0]})
+    rec = plan["record"]
+    assert rec["prior"] == [250.0, 750.0]
+    post = {"x": (251.0, 751.0), "y": (250.0, 752.0)}
+    wide = expected_signal(1, 2, 2, post["x"]) + expected_signal(0, 2, 2, post["y"])
+    assert rec["signal"]["wide"] == pytest.approx(wide, abs=1e-4)
+    best = max(expected_signal(1, 2, k, post["x"]) + expected_signal(0, 2, 4 - k, post["y"]) for k in range(5))
+    assert rec["signal"]["deep"] == pytest.approx(best, abs=1e-4)
+    assert sum(plan["extra"].values()) == 4
+    assert rec["decision"] == ("deep" if best >= 1.25 * wide else "wide")
+
+
+@pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "auto"])
+def test_budget_is_never_exceeded_over_random_settings(strategy):
+    for trial in range(60):
+        rng = random.Random(trial)
+        B = rng.randint(1, 12)
+        extra = {}
+        if strategy == "knapsack":
+            extra = dict(knapsack_min=rng.randint(1, 3), knapsack_max=rng.randint(3, 40))
+            floor = extra["knapsack_min"] * B
+        elif strategy == "reinforce-ada":
+            extra = dict(ada_round_size=rng.randint(1, 8), ada_rounds=rng.randint(1, 6),
+                         ada_keep=rng.randint(1, 6))
+            floor = 1
+        else:
+            extra = dict(auto_width=rng.choice([1.0, 1.5, 2.0, 3.0]), auto_census=rng.randint(1, 3),
+                         auto_max_rollouts=rng.randint(4, 40), auto_margin=rng.choice([0.5, 1.25, 3.0]))
+            floor = extra["auto_census"] * math.ceil(extra["auto_width"] * B - 1e-9)
+        budget = rng.randint(floor, floor + 12 * B)
+        alloc = make_allocator(cfg(strategy, budget=budget, **extra), B, seed=trial)
+        rates = {}
+
+        def reward(uid, i):
+            rate = rates.setdefault(uid, rng.choice([0.0, 1.0, 0.5, rng.random()]))
+            return float(rng.random() < rate)
+
+        sampler = Counter(pool=5 * B)
+        for step in range(3):
+            result, asks = run_step(alloc, step, sampler.draw, reward)
+            spent = sum(sum(a.values()) for a in asks)
+            assert spent == result.record["totals"]["rollouts"] <= budget
+            for uid, idx in result.groups.items():
+                pool = sum(a.get(uid, 0) for a in asks)
+                assert idx == sorted(set(idx)) and all(0 <= i < pool for i in idx)
+            if strategy == "knapsack":
+                per = {u: sum(a.get(u, 0) for a in asks) for u in asks[0]}
+                assert all(extra["knapsack_min"] <= n <= max(extra["knapsack_max"], extra["knapsack_min"]) for n in per.values())
+                if max(per.values()) < extra["knapsack_max"]:
+                    assert spent == budget  # exactly the budget unless every prompt is capped
+            if strategy == "auto":
+                assert max(sum(a.get(u, 0) for a in asks) for u in asks[0]) <= extra["auto_max_rollouts"]
+
+
+def test_auto_errors():
+    with pytest.raises(UserError, match="auto's census"):
+        make_allocator(cfg("auto", budget=10), 4, seed=0)  # census 8 x 2 = 16
+    from vigor_cli.config import ConfigError, build_config
+    with pytest.raises(ConfigError, match="auto_max_rollouts"):
+        build_config(sets=["allocation.strategy=auto", "allocation.auto_max_rollouts=1"])

@@ -1,0 +1,63 @@
+"""knapsack, reinforce-ada and auto in the real trainer (tiny model, tiny-math, verifier)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_trainer import quiet, strip_times, tiny_sets
+from vigor_cli.config import build_config
+from vigor_cli.runs import RunDir
+from vigor_cli.trainer import Trainer, train
+
+
+@pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "auto"])
+def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
+    cfg = build_config(sets=tiny_sets(tmp_path, strategy, f"allocation.strategy={strategy}"))
+    train(cfg, out=quiet())
+    run = RunDir(tmp_path / strategy)
+    rows = [r for r in run.metrics() if "reward/mean" in r]
+    records = [json.loads(line) for line in (run.path / "allocation.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2]
+    for row, rec in zip(rows, records):
+        assert row["rollouts/step"] == rec["totals"]["rollouts"] <= 16  # budget: 4 x 4
+        assert rec["strategy"] == strategy
+    if strategy == "auto":
+        assert all(rec["totals"]["auto"]["decision"] in ("wide", "deep") for rec in records)
+        code, out, _ = vigor("inspect-allocation", str(run.path))
+        assert code == 0
+        assert records[-1]["totals"]["auto"]["reason"][:40] in " ".join(out.split())
+        assert "plan" in out
+    assert (run.latest_checkpoint() / "allocator.json").exists()
+
+
+@pytest.mark.parametrize("strategy", ["auto", "knapsack"])
+def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
+    """The per-prompt reward history (and auto's census moments) cross steps in
+    allocator.json; a run killed after the step-2 checkpoint and resumed writes the same
+    metrics and allocation records as the uninterrupted run."""
+    sets = tiny_sets(tmp_path, "x", "train.steps=4", "train.save_every=2", "train.eval_every=2",
+                     f"allocation.strategy={strategy}")
+    train(build_config(sets=sets + ["train.run_name=whole"]), out=quiet())
+    original = Trainer.train_step
+
+    def crash_at_three(self, step):
+        if step == 3:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", crash_at_three)
+    with pytest.raises(KeyboardInterrupt):
+        train(build_config(sets=sets + ["train.run_name=cut"]), out=quiet())
+    monkeypatch.setattr(Trainer, "train_step", original)
+    state = json.loads((tmp_path / "cut" / "checkpoints" / "step-2" / "allocator.json").read_text())
+    assert state["strategy"] == strategy and state["history"]
+    train(resume=tmp_path / "cut", out=quiet())
+    whole = strip_times(RunDir(tmp_path / "whole").metrics())
+    resumed = strip_times(RunDir(tmp_path / "cut").metrics())
+    assert [r["step"] for r in resumed] == [0, 1, 2, 2, 3, 4, 4]
+    assert resumed == whole
+    cut = (tmp_path / "cut" / "allocation.jsonl").read_text().splitlines()
+    full = (tmp_path / "whole" / "allocation.jsonl").read_text().splitlines()
+    assert [json.loads(x) for x in cut] == [json.loads(x) for x in full]

@@ -1,0 +1,153 @@
+"""Reinforce-Ada (Xiong et al. 2025): sample in rounds until each prompt holds enough
+positive and negative rollouts, then train on a balanced group of ``keep`` of them.
+
+The source (paper v1 Alg. 1 and github:RLHFlow/Reinforce-Ada, the verl trainer's
+multi-round adaptive downsampling), per step:
+
+- round t = 1..N: every still-active prompt gets M new rollouts; a rollout is positive
+  iff its reward > threshold (0.7 in the code);
+- after each round a prompt exits when it holds enough: ``balanced`` (the paper's main
+  variant) needs at least floor(n/2) positives and n - floor(n/2) negatives; ``positive``
+  needs one positive;
+- the update uses n rollouts per prompt: t_pos = min(floor(n/2), #pos),
+  t_neg = min(n - t_pos, #neg); a shortfall is filled from surplus positives, else
+  surplus negatives; within a class the earliest-generated rollouts are taken. A prompt
+  still active after N rounds is treated the same way (``positive`` variant: the source
+  keeps a share of positives proportional to its pass rate, at least one of each class
+  when it can).
+
+Ours (allocation/README.md): a hard per-step budget (default group_size x prompts, the
+source has none: its steps cost 8B to 32B rollouts); a round that would overspend is cut
+to the remaining budget exactly as VIGOR's is (even split, seeded random extras) and is
+the last. Defaults M = 4 (the source's 8 would spend a GRPO budget of 8 per prompt in
+round 1), N = 4, n = 4 (the source's). Unused rollouts count towards the budget. The
+trainer's advantage is GRPO's over the kept group (the source centres on the pass rate
+of all the prompt's rollouts of the step, without a std).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.rounds import RoundAllocator
+from vigor_cli.errors import UserError
+
+AdaExit = Literal["balanced", "positive"]
+
+
+def balanced_subset(positive: list[bool], keep: int, variant: AdaExit = "balanced", resolved: bool = True) -> list[int]:
+    """Indices (ascending) of the rollouts the update uses, the source's rule.
+
+    ``positive[i]`` classifies rollout i (generation order). Earliest of each class first.
+    """
+    pos = [i for i, p in enumerate(positive) if p]
+    neg = [i for i, p in enumerate(positive) if not p]
+    take = min(keep, len(positive))
+    if variant == "positive" and not resolved:
+        ratio = len(pos) / len(positive) if positive else 0.0
+        t_pos = max(min(math.ceil(ratio * keep), take - 1), 1)
+        t_neg = take - t_pos
+    else:
+        t_pos = keep // 2
+        t_neg = keep - t_pos
+    t_pos = min(t_pos, len(pos))
+    t_neg = min(t_neg, len(neg))
+    short = take - t_pos - t_neg
+    if short > 0:
+        if len(pos) > t_pos:
+            t_pos += min(len(pos) - t_pos, short)
+        elif len(neg) > t_neg:
+            t_neg += min(len(neg) - t_neg, short)
+    return sorted(pos[:t_pos] + neg[:t_neg])
+
+
+class ReinforceAdaAllocator(RoundAllocator):
+    """``reinforce-ada``: rounds of M per active prompt until each is resolved, under a cap."""
+
+    name = "reinforce-ada"
+
+    def __init__(
+        self,
+        prompts_per_step: int,
+        seed: int,
+        *,
+        budget: int,
+        round_size: int,
+        rounds: int,
+        keep: int,
+        threshold: float,
+        exit_rule: AdaExit = "balanced",
+    ) -> None:
+        super().__init__(prompts_per_step, seed)
+        if budget < 1:
+            raise UserError(f"allocation.budget must be >= 1 (got {budget})")
+        self.budget, self.round_size, self.rounds = budget, round_size, rounds
+        self.keep, self.threshold, self.exit_rule = keep, threshold, exit_rule
+
+    def _begin(self) -> None:
+        self._active = self._draw(self.prompts_per_step)
+        self._resolved: set[str] = set()
+        self._t = 0
+        self._spent = 0
+        self._last = False
+        self._cut: dict[str, int] | None = None
+
+    def _counts(self, uid: str) -> tuple[int, int]:
+        pos = sum(1 for r in self._rewards[uid] if r > self.threshold)
+        return pos, len(self._rewards[uid]) - pos
+
+    def _enough(self, uid: str) -> bool:
+        pos, neg = self._counts(uid)
+        if self.exit_rule == "positive":
+            return pos >= 1
+        return pos >= self.keep // 2 and neg >= self.keep - self.keep // 2
+
+    def _next_round(self) -> list[Request]:
+        if self._last or not self._active:
+            return []
+        self._t += 1
+        remaining = self.budget - self._spent
+        m, active = self.round_size, self._active
+        if len(active) * m <= remaining:
+            counts = {uid: m for uid in active}
+        else:
+            base, extra = divmod(remaining, len(active))
+            lucky = set(self.rng.sample(active, extra))
+            counts = {uid: base + (uid in lucky) for uid in active}
+            self._last = True
+            self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
+        self._spent += sum(counts.values())
+        if self._t == self.rounds or self._spent >= self.budget:
+            self._last = True
+        return [Request(uid, n) for uid, n in counts.items() if n > 0]
+
+    def _after_round(self, uids: list[str]) -> None:
+        still = []
+        for uid in uids:
+            if self._enough(uid):
+                self._resolved.add(uid)
+                self._mark(uid, False, "resolved")
+            elif self._last:
+                pass  # no further round: "kept" stays null
+            else:
+                still.append(uid)
+                self._mark(uid, True)
+        # Prompts that got no rollout in a cut round stay as they were (not active any more).
+        self._active = [] if self._last else still
+
+    def _groups(self) -> dict[str, list[int]]:
+        groups = {}
+        for uid, pool in self._rewards.items():
+            if not pool:
+                continue
+            positive = [r > self.threshold for r in pool]
+            groups[uid] = balanced_subset(positive, self.keep, self.exit_rule, uid in self._resolved)
+        return groups
+
+    def _budget(self) -> int:
+        return self.budget
+
+    def _extra_totals(self) -> dict[str, Any]:
+        return {"cut": self._cut, "resolved": len(self._resolved)}

@@ -1,0 +1,251 @@
+"""``auto``: measure the step's variance law with a small census, then go wide or deep.
+
+Per step (all ours; README.md in this folder states the choices):
+
+1. **Census.** W = ceil(width x prompts_per_step) prompts get ``census`` rollouts each.
+2. **What it measures.** The census's mean reward and pairwise disagreement (pooled with
+   earlier steps' by an exponential moving average, weight ``MEMORY`` on the past) give an
+   empirical-Bayes Beta(a, b) prior of pass rates (estimate.fit_beta_prior). Each prompt's
+   posterior adds its last ``history`` rewards from earlier steps and its census rewards.
+   Also recorded: the census's zero-variance share and the Hill tail index k of the
+   posterior-mean variances p(1-p), with the closed-form VIGOR gain eta(k) it implies.
+3. **Two plans for the rest of the budget R**, each scored by its expected gradient
+   signal, the quantity `vigor simulate` measures: sum over prompts of
+   E[rollouts x std of rewards] under the posteriors (estimate.expected_signal):
+   - ``wide``: R spread evenly over all W prompts (GRPO-like breadth; with the defaults
+     W = 2B prompts x 4 rollouts, the shape of grpo-wide);
+   - ``deep``: R placed where the expected signal grows most: greedy on the best average
+     gain per rollout over the next 1, 2, 4, 8 or 16 rollouts of a prompt (blocks, since
+     the signal is not concave in rollouts), at most ``max_rollouts`` per prompt. Under a
+     heavy tail this concentrates on the few prompts with both outcomes (VIGOR-like);
+     under a flat law it rescues prompts whose census happened to be all-equal.
+   ``deep`` is chosen when its expected signal is at least ``margin`` x that of ``wide``
+   (the deep plan is fitted to noisy estimates, and breadth has benefits the signal
+   model does not see: distinct prompts, transfer between them).
+4. **Round 2** gives the chosen plan's extra rollouts. The update uses every rollout.
+
+The decision, its reason and the measurements are the record's ``totals.auto``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.estimate import (
+    expected_signal,
+    fit_beta_prior,
+    hill_tail_index,
+    pair_disagreement,
+    pareto_eta,
+    posterior,
+    posterior_mean,
+)
+from vigor_cli.allocation.knapsack import update_history
+from vigor_cli.allocation.rounds import RoundAllocator, compact
+from vigor_cli.errors import UserError
+
+MEMORY = 0.5
+"""Weight of earlier steps in the census moments (exponential moving average)."""
+BLOCKS = (1, 2, 4, 8, 16)
+"""Block sizes the deep plan's greedy looks ahead over."""
+ETA_SCHEDULE = dict(rounds=4, alpha=0.5, gamma=2.0)
+"""VIGOR's default schedule, for the eta(k) the record reports."""
+
+
+def census_width(width: float, prompts_per_step: int) -> int:
+    """Prompts in the census: ceil(width x prompts_per_step), at least 1."""
+    return max(1, math.ceil(width * prompts_per_step - 1e-9))
+
+
+def _r(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(x, digits)
+
+
+class AutoAllocator(RoundAllocator):
+    """``auto``: a census round, then the wide or the deep plan by expected signal."""
+
+    name = "auto"
+
+    def __init__(
+        self,
+        prompts_per_step: int,
+        seed: int,
+        *,
+        budget: int,
+        width: float,
+        census: int,
+        margin: float,
+        max_rollouts: int,
+        history: int,
+    ) -> None:
+        super().__init__(prompts_per_step, seed)
+        self.width_prompts = census_width(width, prompts_per_step)
+        if budget < census * self.width_prompts:
+            raise UserError(
+                f"allocation.budget ({budget}) is below auto's census: allocation.auto_census x "
+                f"ceil(allocation.auto_width x prompts per step) ({census} x {self.width_prompts} = "
+                f"{census * self.width_prompts})"
+            )
+        if max_rollouts < census:
+            raise UserError(
+                f"allocation.auto_max_rollouts ({max_rollouts}) must be >= allocation.auto_census ({census})"
+            )
+        self.budget, self.census, self.margin = budget, census, margin
+        self.max_rollouts, self.window = max_rollouts, history
+        self.history: dict[str, list[float]] = {}
+        self.moments: list[float] | None = None
+        """[mean reward, pairwise disagreement] of past censuses (moving average)."""
+
+    # ------------------------------------------------------------------ rounds
+    def _begin(self) -> None:
+        self._uids = self._draw(self.width_prompts)
+        self._round = 0
+        self._extra: dict[str, int] = {}
+        self._decision: dict[str, Any] = {}
+
+    def _next_round(self) -> list[Request]:
+        self._round += 1
+        if self._round == 1:
+            return [Request(uid, self.census) for uid in self._uids]
+        if self._round == 2:
+            return [Request(uid, n) for uid, n in self._extra.items() if n > 0]
+        return []
+
+    def _after_round(self, uids: list[str]) -> None:
+        if self._round != 1:
+            return
+        plan = self.plan({uid: self._rewards[uid] for uid in self._uids})
+        self._extra = plan["extra"]
+        self._decision = plan["record"]
+        for uid in self._uids:
+            self._mark(uid, self._extra[uid] > 0)
+            self._notes[uid] = {"p_hat": compact(round(plan["p_hat"][uid], 6))}
+
+    # ------------------------------------------------------------------ the decision
+    def plan(self, census: dict[str, list[float]]) -> dict[str, Any]:
+        """The decision for a census (uid -> its rewards); uses and updates the moments."""
+        uids = list(census)
+        n = self.census
+        rewards = [r for uid in uids for r in census[uid]]
+        mean = sum(rewards) / len(rewards)
+        mixed = sum(pair_disagreement(census[u]) for u in uids) / len(uids)
+        if self.moments is not None:
+            mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
+            mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
+        self.moments = [mean, mixed]
+        prior = fit_beta_prior(mean, mixed, n)
+        post = {u: posterior(posterior(prior, self.history.get(u, [])), census[u]) for u in uids}
+        p_hat = {u: posterior_mean(post[u]) for u in uids}
+        succ = {u: float(sum(census[u])) for u in uids}
+        zero_var = sum(1 for u in uids if min(census[u]) == max(census[u])) / len(uids)
+        k = hill_tail_index([p * (1 - p) for p in p_hat.values()])
+        eta = pareto_eta(k, **ETA_SCHEDULE) if k is not None and math.isfinite(k) and k > 1 else None
+
+        cache: dict[tuple[str, int], float] = {}
+
+        def signal(u: str, extra: int) -> float:
+            key = (u, extra)
+            if key not in cache:
+                cache[key] = expected_signal(succ[u], n, extra, post[u])
+            return cache[key]
+
+        left = self.budget - n * len(uids)
+        room = self.max_rollouts - n
+        wide = self._even(uids, left, room)
+        deep = self._greedy(uids, left, room, signal)
+        s_wide = sum(signal(u, wide[u]) for u in uids)
+        s_deep = sum(signal(u, deep[u]) for u in uids)
+        ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
+        choice = "deep" if ratio >= self.margin else "wide"
+        tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
+        reason = (
+            f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
+            f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
+            f"margin {self.margin:g}); census zero-var {zero_var:.0%}, tail k {tail}"
+            + (f" (eta {eta:.2f})" if eta is not None else "")
+            + f", prior Beta({prior[0]:.2f}, {prior[1]:.2f})"
+        )
+        chosen = deep if choice == "deep" else wide
+        record = {
+            "decision": choice,
+            "reason": reason,
+            "census": {"prompts": len(uids), "rollouts_each": n, "mean_reward": _r(sum(rewards) / len(rewards)),
+                       "zero_var_share": _r(zero_var)},
+            "prior": [_r(prior[0]), _r(prior[1])],
+            "tail_k": _r(k) if k is not None and math.isfinite(k) else None,
+            "tail_flat": bool(k is not None and not math.isfinite(k)),
+            "eta": _r(eta),
+            "signal": {"wide": _r(s_wide), "deep": _r(s_deep), "ratio": _r(ratio) if math.isfinite(ratio) else None},
+            "margin": self.margin,
+            "extra": sum(chosen.values()),
+        }
+        return {"extra": chosen, "record": record, "p_hat": p_hat}
+
+    def _even(self, uids: list[str], left: int, room: int) -> dict[str, int]:
+        """R split evenly; the remainder to a seeded random choice of prompts; cap ``room``."""
+        base, rest = divmod(left, len(uids))
+        if base >= room:
+            return {u: room for u in uids}
+        lucky = set(self.rng.sample(uids, rest))
+        return {u: base + (u in lucky) for u in uids}
+
+    def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
+        """Greedy on the best average signal gain per rollout over the next block."""
+        extra = {u: 0 for u in uids}
+        tie = {u: self.rng.random() for u in uids}
+
+        def best(u: str, budget_left: int) -> tuple[float, int]:
+            j = extra[u]
+            base = signal(u, j)
+            top, size = -1.0, 0
+            for b in BLOCKS:
+                if b > room - j or b > budget_left:
+                    break
+                gain = (signal(u, j + b) - base) / b
+                if gain > top + 1e-12:
+                    top, size = gain, b
+            return top, size
+
+        heap = []
+        for u in uids:
+            g, b = best(u, left)
+            if b:
+                heap.append((-g, tie[u], u, b))
+        heapq.heapify(heap)
+        while left > 0 and heap:
+            _, key, u, b = heapq.heappop(heap)
+            if b > left:  # the budget shrank since this entry was scored
+                g, b = best(u, left)
+                if b:
+                    heapq.heappush(heap, (-g, key, u, b))
+                continue
+            extra[u] += b
+            left -= b
+            g, b = best(u, left)
+            if b:
+                heapq.heappush(heap, (-g, key, u, b))
+        return extra
+
+    # ------------------------------------------------------------------ cross-step
+    def _end_step(self, groups: dict[str, list[int]]) -> None:
+        for uid in self._uids:
+            update_history(self.history, uid, self._rewards[uid], self.window)
+
+    def _budget(self) -> int:
+        return self.budget
+
+    def _extra_totals(self) -> dict[str, Any]:
+        return {"auto": self._decision}
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state.update(history=self.history, moments=self.moments)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.history = {uid: list(h) for uid, h in state["history"].items()}
+        self.moments = None if state.get("moments") is None else list(state["moments"])

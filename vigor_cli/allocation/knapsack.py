@@ -1,0 +1,148 @@
+"""Knapsack-RL (Li et al. 2025): the step's budget split by a knapsack over prompt values.
+
+The source (arXiv 2509.25849 and its public code) gives each prompt of the batch an
+item value V(n, p) = P(a group of n is not all-equal | p) x InfoGain(p), with
+InfoGain(p) = p (1 - p)^2 and p the prompt's pass rate estimated from earlier epochs,
+cost = rollouts, and solves "maximise the sum of values with exactly the step's budget
+of rollouts" with every prompt between min_n = 2 and max_n = 128 rollouts. It allocates
+once, before sampling.
+
+Ours, per step (defaults in config.AllocationConfig, the rest in allocation/README.md):
+
+1. Round 1: every prompt gets ``min_n`` rollouts (the source's starting allocation).
+2. Pass rates: p = mean of the Beta posterior from a Beta(prior_a, prior_b) prior, the
+   prompt's last ``history`` rewards from earlier steps (the source's window of 16),
+   then its round-1 rewards. Never exactly 0 or 1, so every prompt is an item.
+3. The remaining budget, exactly (unless every prompt reaches ``max_n``), goes to the
+   prompts by greedy on the marginal value V(n + 1, p) - V(n, p). Since
+   1 - p^n - (1 - p)^n has decreasing increments in n, each item's value is concave in its
+   rollouts, and greedy on marginal value is an exact solution of this knapsack (the
+   source solves the same problem by dynamic programming; tests check both agree).
+   Equal marginal values are ordered by a seeded random key per prompt.
+4. Round 2: the extra rollouts. The update uses every rollout.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.estimate import knapsack_value, posterior, posterior_mean
+from vigor_cli.allocation.rounds import RoundAllocator, compact
+from vigor_cli.errors import UserError
+
+
+def greedy_knapsack(
+    marginal, items: list[str], start: dict[str, int], cap: int, budget: int, tie: dict[str, float]
+) -> dict[str, int]:
+    """Extra units per item maximising a sum of concave item values with ``budget`` units.
+
+    ``marginal(item, n)`` is the value of going from n to n + 1 units; items start at
+    ``start[item]`` and may not exceed ``cap``. Spends exactly ``budget`` unless every item
+    is at its cap. Ties in marginal value go to the smaller ``tie`` key.
+    """
+    extra = {u: 0 for u in items}
+    heap = [(-marginal(u, start[u]), tie[u], u) for u in items if start[u] < cap]
+    heapq.heapify(heap)
+    left = budget
+    while left > 0 and heap:
+        _, key, u = heapq.heappop(heap)
+        extra[u] += 1
+        left -= 1
+        n = start[u] + extra[u]
+        if n < cap:
+            heapq.heappush(heap, (-marginal(u, n), key, u))
+    return extra
+
+
+def update_history(history: dict[str, list[float]], uid: str, rewards: list[float], window: int) -> None:
+    """Append a step's rewards to the prompt's history, keeping the latest ``window``."""
+    kept = (history.get(uid, []) + [round(r, 6) for r in rewards])[-window:] if window else []
+    if kept:
+        history[uid] = kept
+    else:
+        history.pop(uid, None)
+
+
+class KnapsackAllocator(RoundAllocator):
+    """``knapsack``: min_n each, then the rest of the budget by knapsack on V(n, p)."""
+
+    name = "knapsack"
+
+    def __init__(
+        self,
+        prompts_per_step: int,
+        seed: int,
+        *,
+        budget: int,
+        min_n: int,
+        max_n: int,
+        history: int,
+        prior: tuple[float, float],
+    ) -> None:
+        super().__init__(prompts_per_step, seed)
+        if max_n < min_n:
+            raise UserError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
+        if budget < min_n * prompts_per_step:
+            raise UserError(
+                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min "
+                f"x prompts per step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step})"
+            )
+        self.budget, self.min_n, self.max_n = budget, min_n, max_n
+        self.window, self.prior = history, prior
+        self.history: dict[str, list[float]] = {}
+        """uid -> the latest ``window`` rewards of the prompt from earlier steps."""
+
+    def p_hat(self, uid: str) -> float:
+        """Posterior mean pass rate: prior, then history, then this step's rewards so far."""
+        ab = posterior(posterior(self.prior, self.history.get(uid, [])), self._rewards[uid])
+        return posterior_mean(ab)
+
+    def _begin(self) -> None:
+        self._uids = self._draw(self.prompts_per_step)
+        self._round = 0
+        self._p: dict[str, float] = {}
+
+    def _next_round(self) -> list[Request]:
+        self._round += 1
+        if self._round == 1:
+            return [Request(uid, self.min_n) for uid in self._uids]
+        if self._round == 2:
+            return [Request(uid, n) for uid, n in self._extra.items() if n > 0]
+        return []
+
+    def _after_round(self, uids: list[str]) -> None:
+        if self._round != 1:
+            return
+        self._p = {uid: self.p_hat(uid) for uid in self._uids}
+        tie = {uid: self.rng.random() for uid in self._uids}
+        left = self.budget - self.min_n * len(self._uids)
+        p = self._p
+        self._extra = greedy_knapsack(
+            lambda u, n: knapsack_value(p[u], n + 1) - knapsack_value(p[u], n),
+            self._uids,
+            {u: self.min_n for u in self._uids},
+            self.max_n,
+            left,
+            tie,
+        )
+        for uid in self._uids:
+            self._mark(uid, self._extra[uid] > 0)
+            self._notes[uid] = {"p_hat": compact(p[uid]), "planned": self.min_n + self._extra[uid]}
+
+    def _end_step(self, groups: dict[str, list[int]]) -> None:
+        for uid in self._uids:
+            update_history(self.history, uid, self._rewards[uid], self.window)
+
+    def _budget(self) -> int:
+        return self.budget
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["history"] = self.history
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.history = {uid: list(h) for uid, h in state["history"].items()}
