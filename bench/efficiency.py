@@ -57,6 +57,9 @@ sys.path.insert(0, str(ROOT))
 
 STRATEGIES = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
 BASELINE = "grpo"
+CHILD_NICE = 5
+"""Niceness of every child run (the shared machine's convention for heavy work); start the
+study itself without `nice`, or the children inherit it on top of this."""
 
 ARM_SETS: dict[str, list[str]] = {
     "grpo": ["allocation.strategy=grpo"],
@@ -135,10 +138,10 @@ ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide", "vigor-64", "grpo-64"]
 """Arms that look for why VIGOR wins or loses on the default regime (sized for 32 prompts per step)."""
 
 TASK_SIZES = {
-    "tiny-math": dict(prompts_per_step=32, total_rollouts=256 * 20, eval_every_rollouts=1024),
-    "tiny-code": dict(prompts_per_step=16, total_rollouts=128 * 16, eval_every_rollouts=512),
-    "tiny-facts": dict(prompts_per_step=32, total_rollouts=256 * 20, eval_every_rollouts=1024),
-    "tiny-ladder": dict(prompts_per_step=32, total_rollouts=256 * 20, eval_every_rollouts=1024),
+    "tiny-math": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
+    "tiny-code": dict(prompts_per_step=16, total_rollouts=128 * 12, eval_every_rollouts=512),
+    "tiny-facts": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
+    "tiny-ladder": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
 }
 """Per task: the batch (as in configs/<task>.yaml; 8 rollouts per prompt), each run's total
 rollouts, and the evaluation interval in rollouts."""
@@ -169,6 +172,7 @@ STUDY: list[tuple[str, str, list[str]]] = [
 short has the same seeds everywhere); rows with the same task and regime form one table.
 Issue 7's study (dapo, greso, pods, random, difficulty and the breadth ablations on tiny-math)
 is ISSUE7_STUDY (`--study issue7`)."""
+QUICK_STUDY: list[tuple[str, str, list[str]]] = [("tiny-math", "default", ISSUE11_ARMS)]
 ISSUE7_STUDY: list[tuple[str, str, list[str]]] = [
     ("tiny-math", "default", STRATEGIES),
     ("tiny-math", "peaked", ["grpo", "vigor", "dapo"]),
@@ -176,7 +180,6 @@ ISSUE7_STUDY: list[tuple[str, str, list[str]]] = [
     ("tiny-math", "default", ABLATIONS),
     ("tiny-code", "default", ["grpo", "vigor"]),
 ]
-QUICK_STUDY: list[tuple[str, str, list[str]]] = [("tiny-math", "default", STRATEGIES)]
 
 
 @dataclass
@@ -359,7 +362,7 @@ def recipe_model(recipe: str, models_dir: Path) -> str:
     print(f"building the '{recipe}' starting model: vigor make-tiny --recipe {recipe} (a few CPU minutes)", flush=True)
     with open(log, "w") as f:
         proc = subprocess.run(
-            ["nice", "-n", "10", sys.executable, "-m", "vigor_cli", "make-tiny", "--recipe", recipe, "--out", str(path)],
+            ["nice", "-n", str(CHILD_NICE), sys.executable, "-m", "vigor_cli", "make-tiny", "--recipe", recipe, "--out", str(path)],
             cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=_child_env(),
         )
     if proc.returncode != 0:
@@ -384,7 +387,7 @@ def regime_model(regime: str, models_dir: Path) -> str:
     print(f"building the '{regime}' starting model: vigor make-tiny --target {target} (a few minutes)", flush=True)
     with open(log, "w") as f:
         proc = subprocess.run(
-            ["nice", "-n", "10", sys.executable, "-m", "vigor_cli", "make-tiny", "--out", str(path), "--target", str(target)],
+            ["nice", "-n", str(CHILD_NICE), sys.executable, "-m", "vigor_cli", "make-tiny", "--out", str(path), "--target", str(target)],
             cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=_child_env(),
         )
     if proc.returncode != 0:
@@ -453,7 +456,7 @@ def execute(specs: list[RunSpec], jobs: int, logs_dir: Path, console: Any) -> li
                 shutil.rmtree(spec.run_dir)  # an interrupted run starts again
             Path(spec.run_dir).parent.mkdir(parents=True, exist_ok=True)
             log = open(logs_dir / f"{Path(spec.run_dir).parent.name}-{spec.name}.log", "w")
-            cmd = ["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(asdict(spec))]
+            cmd = ["nice", "-n", str(CHILD_NICE), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(asdict(spec))]
             running.append((spec, subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_child_env()), time.time(), log))
         time.sleep(0.5)
         for item in list(running):
@@ -1151,7 +1154,7 @@ def main(argv: list[str] | None = None) -> int:
         job = {"timing": {"model": models["default"], "arms": timed, "steps": timing_steps,
                           "prompts_per_step": math_cell.prompts_per_step, "workdir": str(out / "timing"), "result": str(timing_path)}}
         with open(out / "logs" / "timing.log", "w") as log:
-            subprocess.run(["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
+            subprocess.run(["nice", "-n", str(CHILD_NICE), sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)],
                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
     if timing_path.is_file():
         results["timing"] = json.loads(timing_path.read_text())
