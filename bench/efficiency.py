@@ -138,13 +138,14 @@ ABLATIONS = ["vigor-T2", "vigor-wide", "grpo-wide", "vigor-64", "grpo-64"]
 """Arms that look for why VIGOR wins or loses on the default regime (sized for 32 prompts per step)."""
 
 TASK_SIZES = {
-    "tiny-math": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
-    "tiny-code": dict(prompts_per_step=16, total_rollouts=128 * 12, eval_every_rollouts=512),
-    "tiny-facts": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
-    "tiny-ladder": dict(prompts_per_step=32, total_rollouts=256 * 16, eval_every_rollouts=1024),
+    "tiny-math": dict(prompts_per_step=32, total_rollouts=256 * 10, eval_every_rollouts=512),
+    "tiny-code": dict(prompts_per_step=16, total_rollouts=128 * 10, eval_every_rollouts=256),
+    "tiny-facts": dict(prompts_per_step=32, total_rollouts=256 * 10, eval_every_rollouts=512),
+    "tiny-ladder": dict(prompts_per_step=32, total_rollouts=256 * 10, eval_every_rollouts=512),
 }
 """Per task: the batch (as in configs/<task>.yaml; 8 rollouts per prompt), each run's total
-rollouts, and the evaluation interval in rollouts."""
+rollouts (10 grpo steps: sized so 6 regimes x 8 arms x 3-5 seeds fit an afternoon on two
+shared cores; issue 7's study ran 30 steps), and the evaluation interval in rollouts."""
 TASK_SETS = {
     "tiny-math": [],
     "tiny-code": ["train.eval_samples=4", "train.eval_temperature=1.0"],
@@ -261,6 +262,7 @@ def run_one(spec: RunSpec) -> dict:
     run = RunDir.planned(cfg)
     trainer = Trainer(cfg, run, None, out)
     run.make(cfg)
+    (run.path / "spec.json").write_text(json.dumps(asdict(spec), indent=1) + "\n")
     started = time.time()
     try:
         trainer.start_accuracy = trainer.evaluate(0)
@@ -441,9 +443,20 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+def finished(spec: RunSpec) -> bool:
+    """A run is done when it wrote summary.json under exactly this spec (a resized study reruns it)."""
+    d = Path(spec.run_dir)
+    if not (d / "summary.json").is_file() or not (d / "spec.json").is_file():
+        return False
+    try:
+        return json.loads((d / "spec.json").read_text()) == asdict(spec)
+    except ValueError:
+        return False
+
+
 def execute(specs: list[RunSpec], jobs: int, logs_dir: Path, console: Any) -> list[dict]:
     """Run every spec without a summary.json as a niced child process, ``jobs`` at a time."""
-    todo = [s for s in specs if not (Path(s.run_dir) / "summary.json").is_file()]
+    todo = [s for s in specs if not finished(s)]
     failures: list[dict] = []
     console.print(f"{len(specs) - len(todo)} of {len(specs)} runs already done; {len(todo)} to run, {jobs} at a time")
     logs_dir.mkdir(parents=True, exist_ok=True)
