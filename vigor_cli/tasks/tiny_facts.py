@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Any
+from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example
+from vigor_cli.tasks.base import Example, Score
 from vigor_cli.tasks.prompts import render
-from vigor_cli.tasks.tiny_math import TinyMathTask
+from vigor_cli.tasks.tiny_math import score_integer_answers, TinyMathTask
 
 FACTS = 256
 """Number of keyed facts (every one is a training prompt and an evaluation item)."""
@@ -72,6 +72,9 @@ class TinyFactsTask(TinyMathTask):
 
             raise UserError(f"tiny-facts has one evaluation set, 'tiny-facts' (its own facts); got {name!r}")
         return list(self.train)
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        return score_integer_answers(self, examples, completions)
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         return render(tokenizer, INSTRUCTION.format(q=example.question), plain_prompt(example.question))

@@ -14,11 +14,11 @@ problems (rung 1 has 100 in all: 40 and 60), drawn without overlap from ``split_
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example
+from vigor_cli.tasks.base import Example, Score
 from vigor_cli.tasks.prompts import render
-from vigor_cli.tasks.tiny_math import INSTRUCTION, TinyMathTask, plain_prompt
+from vigor_cli.tasks.tiny_math import score_integer_answers, INSTRUCTION, TinyMathTask, plain_prompt
 
 RUNGS = [(1, 1), (2, 1), (2, 2), (3, 1), (3, 2), (3, 3)]
 """(digits of the first operand, digits of the second), easiest first; a one-digit operand is 0-9."""
@@ -73,6 +73,9 @@ class TinyLadderTask(TinyMathTask):
 
             raise UserError(f"tiny-ladder has one evaluation set, 'tiny-ladder'; got {name!r}")
         return list(self.held_out)
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        return score_integer_answers(self, examples, completions)
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         return render(tokenizer, INSTRUCTION.format(q=example.question), plain_prompt(example.question))
