@@ -150,7 +150,9 @@ TASK_SETS = {
     "tiny-math": [],
     "tiny-code": ["train.eval_samples=4", "train.eval_temperature=1.0"],
     "tiny-facts": ["train.eval_samples=2", "train.eval_temperature=1.0"],
-    "tiny-ladder": [],
+    # the warmed ladder model is fragile under RL at the default lr 5e-4: on seed 0, grpo lost
+    # 2.5 points of held-out accuracy in 10 steps (0.454 -> 0.429) and gained 7 at 2e-4
+    "tiny-ladder": ["grpo.learning_rate=2e-4"],
 }
 """Per-task overrides: tiny-code's held-out set has only 40 problems and the start model
 solves 33 greedily, so its accuracy is avg@4 at temperature 1 (finer steps, more headroom).
