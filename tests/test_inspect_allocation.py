@@ -94,7 +94,7 @@ def test_cli_tables_json_and_partial_line(tmp_path, vigor):
     assert [s["summary"]["step"] for s in json.loads(out)["steps"]] == [2]
 
 
-@pytest.mark.parametrize("strategy", ["grpo", "dapo", "greso", "pods"])
+@pytest.mark.parametrize("strategy", ["grpo", "dapo", "greso", "pods", "knapsack", "reinforce-ada", "auto"])
 def test_other_strategies(tmp_path, strategy, vigor):
     run = write_allocation_run(tmp_path / "run", strategy, steps=2)
     steps, _ = load_allocation(run, yaml.safe_load((run / "config.yaml").read_text()))
@@ -108,8 +108,24 @@ def test_other_strategies(tmp_path, strategy, vigor):
     if strategy in ("dapo", "greso"):
         assert summary["used"] == 16 * 8  # the train batch, filled with non-zero-variance groups
         assert summary["rollouts"] >= summary["used"]
+    if strategy in ("knapsack", "auto", "reinforce-ada"):
+        assert summary["rollouts"] <= summary["budget"] == 128 and summary["budget_is_cap"]
+    if strategy == "reinforce-ada":
+        # resolved early (4 of them used), or out of rounds or budget: 4 of its rollouts used
+        assert all(p.status.startswith(("resolved@", "used 4/")) for p in steps[-1].prompts)
+        assert any(p.status.startswith("resolved@") for p in steps[-1].prompts)
     code, out, err = vigor("inspect-allocation", str(run))
     assert code == 0, err
+    if strategy == "auto":
+        assert summary["decision"] in ("wide", "deep")
+        flat = " ".join(out.split())
+        assert summary["decision_reason"][:30] in flat and "plan" in flat
+        code, out, err = vigor("inspect-allocation", str(run), "--json")
+        payload = json.loads(out)
+        assert payload["steps"][0]["summary"]["decision"] == summary["decision"]
+        assert payload["overview"][-1]["decision_reason"] == summary["decision_reason"]
+    else:
+        assert summary["decision"] is None
 
 
 def test_bad_input(tmp_path, vigor):

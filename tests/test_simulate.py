@@ -138,20 +138,32 @@ def test_cli_json_and_parameters():
     "law, plan",
     [
         ("beta:8,8", "wide"),  # every prompt near 1/2: flat variances
-        ("beta:2,2", "wide"),
+        ("beta:5,5", "wide"),
         ("pareto:1.5", "deep"),  # the paper's heavy tail: most prompts near 0 or 1
         ("mix:0.45,0.45,1,1", "deep"),  # 90 % of prompts never or always solved
     ],
 )
 def test_cli_auto_goes_wide_on_flat_laws_and_deep_on_heavy_tails(law, plan):
-    out = run_cli("--json", "--strategy", "auto,grpo", "--pass-rates", law, "--steps", "8", "--prompts", "32")
+    # a pool of 64 prompts and auto's census of 2 x 32: every prompt comes back each step
+    out = run_cli("--json", "--strategy", "auto,grpo", "--pass-rates", law, "--steps", "8", "--prompts", "32",
+                  "--pool", "64")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    assert summary["strategies"]["auto"]["decisions"] == {plan: 8}
+    # step 1 is wide under any law: no prompt has come back yet, so depth cannot pay back
+    assert summary["strategies"]["auto"]["decisions"] == ({"wide": 8} if plan == "wide" else {"deep": 7, "wide": 1})
     auto, grpo = summary["strategies"]["auto"], summary["strategies"]["grpo"]
     assert auto["rollouts_per_step"] == grpo["rollouts_per_step"] == 256  # same budget
     if plan == "deep":  # concentration pays in signal per rollout where the tail is heavy
         assert auto["signal_per_rollout"] > 1.3 * grpo["signal_per_rollout"]
+
+
+def test_cli_auto_stays_wide_when_no_prompt_comes_back():
+    """The same heavy tail over a pool of 1024 prompts for 8 steps: no census prompt is
+    ever seen twice, so only what transfers counts, and breadth wins."""
+    out = run_cli("--json", "--strategy", "auto", "--pass-rates", "pareto:1.5", "--steps", "8", "--prompts", "32",
+                  "--pool", "1024")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["strategies"]["auto"]["decisions"] == {"wide": 8}
 
 
 @pytest.mark.parametrize(

@@ -61,3 +61,38 @@ def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     cut = (tmp_path / "cut" / "allocation.jsonl").read_text().splitlines()
     full = (tmp_path / "whole" / "allocation.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in cut] == [json.loads(x) for x in full]
+
+
+def test_each_distinct_completion_is_graded_once_per_step(tmp_path):
+    """The trainer grades each distinct (prompt, completion) of a step once; the rewards,
+    and so every metric and record, are those of grading every completion."""
+    def build(name: str, dedupe: bool) -> Trainer:
+        cfg = build_config(sets=tiny_sets(tmp_path, name, "train.prompts_per_step=8", "allocation.group_size=8"))
+        tr = Trainer(cfg, RunDir(tmp_path / name), None, quiet())
+        tr.dedupe_scoring = dedupe
+        graded = []
+        score = tr.task.score
+
+        def counting(examples, completions):
+            graded.append(len(completions))
+            return score(examples, completions)
+
+        tr.task.score = counting
+        return tr, graded
+
+    (once, n_once), (every, n_every) = build("once", True), build("every", False)
+    generated = 0
+    for step in (1, 2):
+        a, b = once.train_step(step), every.train_step(step)
+        assert a.record == b.record
+        assert strip_times([a.metrics]) == strip_times([b.metrics])
+        assert [(s.uid, s.reward, s.reason) for s in a.samples] == [(s.uid, s.reward, s.reason) for s in b.samples]
+        generated += b.metrics["rollouts/step"]
+    assert sum(n_every) == generated  # without the cache, every completion is graded
+    # VIGOR gives a kept prompt 30 rollouts over 4 rounds: the tiny model repeats itself
+    assert sum(n_once) < sum(n_every)
+    # within a round, the same text is graded once; across rounds, never again
+    texts = {}
+    for s in a.samples:
+        texts.setdefault((s.uid, s.rollout.text), s.reward)
+    assert all(texts[(s.uid, s.rollout.text)] == s.reward for s in a.samples)

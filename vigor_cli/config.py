@@ -232,7 +232,9 @@ class AllocationConfig(_Section):
     auto_history: int = Field(
         16,
         ge=0,
-        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate.",
+        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate; "
+        "a prompt with history counts as seen before, which is what lets depth pay (0: no "
+        "memory, auto scores plans by breadth only).",
     )
 
 

@@ -239,6 +239,10 @@ class Trainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
         )
 
+        self.dedupe_scoring = True
+        """Grade each distinct (prompt, completion) of a step once (see _score); the timing
+        bench turns it off to measure what it saves."""
+
         # ---- counters (checkpointed)
         self.step = 0
         self.rollouts_total = 0
@@ -340,6 +344,7 @@ class Trainer:
         self.data.new_step()
         self.allocator.start_step(step, self.data.draw)
         pool: dict[str, list[Sample]] = defaultdict(list)
+        graded: dict[tuple[str, str], Any] = {}  # (uid, completion text) -> its Score, this step
         t_gen = t_reward = 0.0
         round_index = 0
         while requests := self.allocator.ask():
@@ -353,7 +358,7 @@ class Trainer:
             outs = self.engine.generate([self.prompt_ids[r.uid] for r in requests], [r.n for r in requests], params)
             t1 = time.time()
             flat = [(r.uid, ro) for r, ros in zip(requests, outs) for ro in ros]
-            scores = self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
+            scores = self._score(flat, graded)
             t_reward += time.time() - t1
             t_gen += t1 - t0
             told: dict[str, list[float]] = defaultdict(list)
@@ -370,6 +375,20 @@ class Trainer:
             s.advantage = a
         every = [s for group in pool.values() for s in group]
         return samples, result.record, t_gen, t_reward, every
+
+    def _score(self, flat: list[tuple[str, Rollout]], graded: dict[tuple[str, Any], Any]) -> list:
+        """Scores of (uid, rollout) pairs. A reward is a function of the example and the
+        completion text alone, so each distinct (uid, text) of the step is graded once
+        (``graded`` carries them across the step's rounds): sampled completions repeat
+        often, more so when a strategy gives one prompt many rollouts, and each repeat
+        would cost a verifier call (a sandbox run for code)."""
+        if not self.dedupe_scoring:
+            return self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
+        keys = [(uid, ro.text) for uid, ro in flat]
+        new = list(dict.fromkeys(k for k in keys if k not in graded))
+        if new:
+            graded.update(zip(new, self.task.score([self.examples[u] for u, _ in new], [t for _, t in new])))
+        return [graded[k] for k in keys]
 
     # ------------------------------------------------------------------ GRPO update
     def update_phase(self, samples: list[Sample]) -> dict[str, float]:

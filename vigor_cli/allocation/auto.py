@@ -9,19 +9,27 @@ Per step (all ours; README.md in this folder states the choices):
    posterior adds its last ``history`` rewards from earlier steps and its census rewards.
    Also recorded: the census's zero-variance share and the Hill tail index k of the
    posterior-mean variances p(1-p), with the closed-form VIGOR gain eta(k) it implies.
-3. **Two plans for the rest of the budget R**, each scored by its expected gradient
-   signal, the quantity `vigor simulate` measures: sum over prompts of
-   E[rollouts x std of rewards] under the posteriors (estimate.expected_signal):
+3. **Two plans for the rest of the budget R**, each scored by the expected gradient
+   signal it buys under the posteriors (estimate.expected_signal), weighted by whether
+   depth can pay back:
    - ``wide``: R spread evenly over all W prompts (GRPO-like breadth; with the defaults
      W = 2B prompts x 4 rollouts, the shape of grpo-wide);
-   - ``deep``: R placed where the expected signal grows most: greedy on the best average
-     gain per rollout over the next 1, 2, 4, 8 or 16 rollouts of a prompt (blocks, since
-     the signal is not concave in rollouts), at most ``max_rollouts`` per prompt. Under a
-     heavy tail this concentrates on the few prompts with both outcomes (VIGOR-like);
-     under a flat law it rescues prompts whose census happened to be all-equal.
-   ``deep`` is chosen when its expected signal is at least ``margin`` x that of ``wide``
-   (the deep plan is fitted to noisy estimates, and breadth has benefits the signal
-   model does not see: distinct prompts, transfer between them).
+   - ``deep``: R placed where the score grows most: greedy on the best average gain per
+     rollout over the next 1, 2, 4, 8 or 16 rollouts of a prompt (blocks, since the
+     signal is not concave in rollouts), at most ``max_rollouts`` per prompt.
+   The score of a prompt with n rollouts is  r x E[n x std] + (1 - r) x n_bar x E[std],
+   r = the share of census prompts seen in earlier steps (with history), n_bar = the
+   rollouts per prompt of an even spend. E[n x std] is the signal as `vigor simulate`
+   measures it (each used rollout weighs the same in the loss): depth on a high-variance
+   prompt buys the prompt its own improvement, which pays back when the prompt comes
+   back. E[std] saturates in n: what one prompt adds to the update's direction, which is
+   all a prompt that never returns contributes (through what transfers to others), so
+   with r = 0 breadth wins. Both terms agree on an even plan. Under a heavy tail with
+   prompts that recur the deep plan piles the budget on the few prompts with both
+   outcomes (VIGOR-like); under a flat law it rescues prompts whose census happened to be
+   all-equal and hardly beats the wide plan.
+   ``deep`` is chosen when its score is at least ``margin`` x that of ``wide`` (the deep
+   plan is fitted to noisy estimates).
 4. **Round 2** gives the chosen plan's extra rollouts. The update uses every rollout.
 
 The decision, its reason and the measurements are the record's ``totals.auto``.
@@ -146,7 +154,8 @@ class AutoAllocator(RoundAllocator):
 
         cache: dict[tuple[str, int], float] = {}
 
-        def signal(u: str, extra: int) -> float:
+        def depth(u: str, extra: int) -> float:
+            """E[(census + extra) x std of the prompt's rewards]: the signal the update gets."""
             key = (u, extra)
             if key not in cache:
                 cache[key] = expected_signal(succ[u], n, extra, post[u])
@@ -154,17 +163,26 @@ class AutoAllocator(RoundAllocator):
 
         left = self.budget - n * len(uids)
         room = self.max_rollouts - n
+        revisit = sum(1 for u in uids if self.history.get(u)) / len(uids)
+        n_bar = (n * len(uids) + left) / len(uids)  # rollouts per prompt of a uniform spend
+
+        def value(u: str, extra: int) -> float:
+            """revisit x depth + (1 - revisit) x n_bar x E[std]: equal for a uniform plan."""
+            d = depth(u, extra)
+            return revisit * d + (1 - revisit) * n_bar * d / (n + extra)
+
         wide = self._even(uids, left, room)
-        deep = self._greedy(uids, left, room, signal)
-        s_wide = sum(signal(u, wide[u]) for u in uids)
-        s_deep = sum(signal(u, deep[u]) for u in uids)
+        deep = self._greedy(uids, left, room, value)
+        s_wide = sum(value(u, wide[u]) for u in uids)
+        s_deep = sum(value(u, deep[u]) for u in uids)
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
         choice = "deep" if ratio >= self.margin else "wide"
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
         reason = (
             f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
             f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
-            f"margin {self.margin:g}); census zero-var {zero_var:.0%}, tail k {tail}"
+            f"margin {self.margin:g}); prompts seen before {revisit:.0%}, census zero-var {zero_var:.0%}, "
+            f"tail k {tail}"
             + (f" (eta {eta:.2f})" if eta is not None else "")
             + f", prior Beta({prior[0]:.2f}, {prior[1]:.2f})"
         )
@@ -173,7 +191,7 @@ class AutoAllocator(RoundAllocator):
             "decision": choice,
             "reason": reason,
             "census": {"prompts": len(uids), "rollouts_each": n, "mean_reward": _r(sum(rewards) / len(rewards)),
-                       "zero_var_share": _r(zero_var)},
+                       "zero_var_share": _r(zero_var), "seen_before": _r(revisit)},
             "prior": [_r(prior[0]), _r(prior[1])],
             "tail_k": _r(k) if k is not None and math.isfinite(k) else None,
             "tail_flat": bool(k is not None and not math.isfinite(k)),
@@ -193,7 +211,7 @@ class AutoAllocator(RoundAllocator):
         return {u: base + (u in lucky) for u in uids}
 
     def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
-        """Greedy on the best average signal gain per rollout over the next block."""
+        """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next block."""
         extra = {u: 0 for u in uids}
         tie = {u: self.rng.random() for u in uids}
 

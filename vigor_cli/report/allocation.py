@@ -63,7 +63,9 @@ class PromptAllocation:
     """Rollouts of it in the GRPO update."""
     status: str
     """'kept' (chosen in every selection), 'used' (no selection made), 'dropped@t (reason)',
-    'used k/n' (PODS), 'not used', or 'skipped' (GRESO, before any rollout)."""
+    'resolved@t[, used k/n]' (reinforce-ada: stopped sampling with enough of both
+    outcomes), 'used k/n' (PODS, reinforce-ada), 'not used', or 'skipped' (GRESO, before
+    any rollout)."""
 
     @property
     def rewards(self) -> list[float]:
@@ -103,6 +105,8 @@ def _status(rounds: list[RoundInfo], total: int, used: int, in_update: bool, ski
     if skipped or total == 0:
         return "skipped"
     for r in rounds:
+        if r.kept is False and r.reason == "resolved":  # reinforce-ada: stopped with enough
+            return f"resolved@{r.round}" + (f", used {used}/{total}" if used < total else "")
         if r.kept is False:
             return f"dropped@{r.round}" + (f" ({r.reason})" if r.reason else "")
     if not in_update:
