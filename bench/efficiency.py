@@ -602,6 +602,10 @@ def summarize_arm(measures: list[dict]) -> dict:
         out[f"{axis}_to_target_min"], out[f"{axis}_to_target_max"] = spread(vals)
     finals = [m["final_accuracy"] for m in measures]
     out["final_accuracy_median"] = statistics.median(finals)
+    # mean accuracy over the run's evaluations after the start: a read of the whole curve,
+    # less at the mercy of one lucky or unlucky evaluation than the first crossing
+    means = [statistics.mean(m["curve"]["accuracy"][1:]) for m in measures if len(m["curve"]["accuracy"]) > 1]
+    out["mean_accuracy_median"] = statistics.median(means) if means else None
     out["final_accuracy_min"], out["final_accuracy_max"] = min(finals), max(finals)
     for key in ("seconds_per_rollout", "generate_seconds_per_rollout", "zero_var_frac", "reward_mean",
                 "signal_prompts", "signal_rollouts", "top_prompt_share", "kept_zero_var_share"):
@@ -617,6 +621,9 @@ def add_ratios(arms: dict[str, dict], baseline: str) -> None:
         for axis in ("rollouts", "tokens", "seconds"):
             arm[f"{axis}_speedup"] = ratio(base and base[f"{axis}_to_target_median"], arm[f"{axis}_to_target_median"])
         arm["final_accuracy_delta"] = arm["final_accuracy_median"] - base["final_accuracy_median"] if base else None
+        arm["mean_accuracy_delta"] = (arm["mean_accuracy_median"] - base["mean_accuracy_median"]
+                                      if base and arm.get("mean_accuracy_median") is not None
+                                      and base.get("mean_accuracy_median") is not None else None)
         arm["seconds_per_rollout_ratio"] = (
             arm["seconds_per_rollout_median"] / base["seconds_per_rollout_median"]
             if base and base["seconds_per_rollout_median"] and arm["seconds_per_rollout_median"] else None
@@ -742,6 +749,10 @@ def _num(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _pts(d: float | None) -> str:
+    return "-" if d is None else f"{d * 100:+.1f} pts"
+
+
 def _x(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
@@ -749,8 +760,9 @@ def _x(r: float | None) -> str:
 def markdown_table(cell: dict) -> str:
     lines = [
         "| strategy | reached | rollouts to target: median [min-max] | speed-up | tokens to target | speed-up | "
-        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | s/rollout vs grpo |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | mean accuracy over the run | vs grpo "
+        "| s/rollout vs grpo |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for arm, a in cell["arms"].items():
         lines.append(
@@ -761,6 +773,7 @@ def markdown_table(cell: dict) -> str:
             f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup'])} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
             f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
+            f"| {_num(a.get('mean_accuracy_median'), 3)} | {_pts(a.get('mean_accuracy_delta'))} "
             f"| {_x(a['seconds_per_rollout_ratio'])} |"
         )
     return "\n".join(lines)
@@ -862,6 +875,17 @@ def summary_table(results: dict) -> str:
             tail = [f"{ch['best_arm']} {ch['best_speedup']:.2f}x", yes(ch.get("auto_at_least_grpo")),
                     yes(ch.get("auto_within_10pct_of_best"))]
         lines.append(f"| {_cell_label(key)} | " + " | ".join(row + tail) + " |")
+    return "\n".join(lines)
+
+
+def mean_accuracy_table(results: dict) -> str:
+    """Regime x strategy: mean accuracy over the run minus grpo's, in points (median of seeds)."""
+    cells = results["cells"]
+    arms = list(dict.fromkeys(a for c in cells.values() for a in c["arms"]))
+    lines = ["| regime | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for key, cell in cells.items():
+        row = [_pts(cell["arms"][a].get("mean_accuracy_delta")) if a in cell["arms"] else "-" for a in arms]
+        lines.append(f"| {key} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -987,6 +1011,7 @@ def render_markdown(results: dict) -> str:
     if results["cells"]:
         parts.append("### summary: speed-up in rollouts to target over grpo (median of seeds; seeds reaching the target)\n\n"
                      + summary_table(results) + "\n")
+        parts.append("### mean accuracy over the run, points above grpo (median of seeds)\n\n" + mean_accuracy_table(results) + "\n")
         parts.append("### starting variance laws\n\n" + law_table(results) + "\n")
     if results.get("timing"):
         parts.append("### wall time per rollout\n\n" + timing_table(results["timing"]) + "\n")

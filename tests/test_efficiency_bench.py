@@ -93,6 +93,9 @@ def test_cell_measures_crossings_on_three_axes_and_ratios(tmp_path):
     assert (tmp_path / "plots" / "accuracy_vs_rollouts.png").is_file()
     table = eff.markdown_table(cell)
     assert "| vigor | 3/4 | 100 [100-100] | 3.00x |" in table
+    # mean accuracy after the start: vigor seeds 0-2 (0.6 + 0.62) / 2 = 0.61, seed 3 0.45 -> median 0.61;
+    # grpo (0.5 + 0.7) / 2 = 0.6 -> +1.0 point
+    assert "| 0.610 | +1.0 pts |" in table
     assert "| vigor | 0.25 |" in eff.mechanism_table(cell)
 
 
