@@ -993,12 +993,18 @@ def plot_summary(results: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower right")
         ax.tick_params(labelsize=7)
+        ax.set_xlabel("rollouts", fontsize=7)
         if ch.get("baseline_reached"):
             wins[key] = ch["best_arm"]
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    best = ", ".join(f"{k}: {v}" for k, v in wins.items())
-    fig.suptitle(f"Accuracy vs rollouts, mean of seeds; best arm per regime: {best}", fontsize=9)
+    seeds = max((len(r) for c in cells.values() for r in c["runs"].values()), default=0)
+    counts = {}
+    for v in wins.values():
+        counts[v] = counts.get(v, 0) + 1
+    best = ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    fig.suptitle(f"Held-out accuracy vs cumulative rollouts (mean of {seeds} seeds; dashed: target). "
+                 f"Best arm: {best} of {len(wins)} regimes", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
@@ -1207,6 +1213,7 @@ def main(argv: list[str] | None = None) -> int:
             merged[c.key] = Cell(**asdict(c))
     for c in merged.values():
         dirs = sorted((runs_dir / c.key).glob("*-s*")) if (runs_dir / c.key).is_dir() else []
+        dirs = [d for d in dirs if int(d.name.rsplit("-s", 1)[1]) < plan.seeds]  # only the seeds asked for
         cell = aggregate_cell(dirs, c.arms, plan.target_gain, args.target, out / c.key)
         if cell:
             cell["model"] = _rel(models[c.regime]) if models[c.regime] != "tiny" else "tiny"
