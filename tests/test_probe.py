@@ -66,13 +66,18 @@ def test_recommendation_follows_the_law():
     heavy = [0] * 100 + [8] * 90 + [2, 4, 6, 3, 5] * 13
     flat = [3, 4, 5] * 80
     middle = [0] * 40 + [8] * 30 + [1, 2, 3, 4, 5, 6, 7] * 25
-    for counts, expected in ((heavy, "auto"), (flat, "grpo"), (middle, "auto")):
+    reasons = {}
+    for name, counts in (("heavy", heavy), ("flat", flat), ("middle", middle)):
         law = census(counts, 8)
         sim = probe_cmd.simulate_on(counts, 8, cfg)
         strategy, why = probe_cmd.recommend(law, sim)
-        assert strategy == expected, (counts[:5], law.summary(), why)
-    # without auto in the simulation, a heavy tail falls back to vigor
-    assert probe_cmd.recommend(census(heavy, 8), {"strategies": {}})[0] == "vigor"
+        assert strategy == "auto", (name, law.summary(), why)
+        reasons[name] = why
+    assert "tail is heavy" in reasons["heavy"] and "concentrates" in reasons["heavy"]
+    assert "little to reallocate" in reasons["flat"]
+    assert "moderate" in reasons["middle"] and "goes wide" in reasons["middle"]
+    # without auto the study's evidence leaves grpo
+    assert probe_cmd.recommend(census(heavy, 8), {"strategies": {}})[0] == "grpo"
 
 
 def test_simulation_on_probed_rates_reports_speedups():
