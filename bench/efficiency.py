@@ -955,7 +955,7 @@ def plot_cell(key: str, cell: dict, path: Path) -> Path:
         ax.set_xlabel("cumulative rollouts")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    axes[0].set_ylabel("held-out accuracy" if not key.startswith("tiny-facts") else "recall (avg@4)")
+    axes[0].set_ylabel("held-out accuracy" if not key.startswith("tiny-facts") else "recall of the facts (sampled)")
     fig.suptitle(_finding(key, cell), fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
