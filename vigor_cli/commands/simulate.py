@@ -188,8 +188,9 @@ def _print_table(summary: dict[str, Any]) -> None:
     for name, r in summary["strategies"].items():
         if r.get("decisions"):
             chosen = ", ".join(f"{plan} in {n} steps" for plan, n in r["decisions"].items())
-            console.print(f"{name} chose {chosen} (census, then the plan with the larger expected "
-                          "signal; the reason per step is in its allocation record).")
+            console.print(f"{name} chose {chosen} (a census, then the deep plan when its expected "
+                          "signal, depth weighted by the share of prompts seen before, beats the wide "
+                          "plan's by allocation.auto_margin; the reason per step is in its record).")
     pareto_rows = {n: r["pareto"] for n, r in summary["strategies"].items() if "pareto" in r}
     if pareto_rows:
         pt = Table(title="Gain under the Pareto law (variance-weighted rollouts / uniform spread)",
