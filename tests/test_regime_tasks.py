@@ -53,6 +53,29 @@ def test_facts_are_graded_by_the_math_verifier():
     assert scores[3].reward == 1.0  # not an exact match: the verifier decided it
 
 
+def test_integer_fast_path_only_decides_plain_integer_mismatches(monkeypatch):
+    """A plain-integer boxed answer unlike the gold is wrong without a verifier call; zero-padded,
+    decimal or non-integer answers still reach the verifier, which may accept them."""
+    task = get_task(TaskConfig(name="tiny-ladder"))
+    sent: list[str] = []
+    real = type(task).__mro__[1].score  # TinyMathTask.score: exact match, else the verifier
+
+    def spy(self, examples, completions):
+        sent.extend(completions)
+        return real(self, examples, completions)
+
+    from vigor_cli.tasks.tiny_math import TinyMathTask
+
+    monkeypatch.setattr(TinyMathTask, "score", spy)
+    ex = Example("tiny-ladder/x", "40+5", "45")
+    try:
+        scores = task.score([ex] * 5, ["\\boxed{46}", "\\boxed{-45}", "\\boxed{045}", "\\boxed{45.0}", "\\boxed{45}"])
+    finally:
+        task.close()
+    assert [s.reward for s in scores] == [0.0, 0.0, 1.0, 1.0, 1.0]
+    assert sent == ["\\boxed{045}", "\\boxed{45.0}", "\\boxed{45}"]  # 46 and -45 were decided without it
+
+
 # --------------------------------------------------------------------------- tiny-ladder
 def test_ladder_split_has_every_rung_disjoint_and_correct():
     train, held = tiny_ladder.split(0)

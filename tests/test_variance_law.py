@@ -78,7 +78,8 @@ def test_estimator_edges():
 
 
 def test_closed_form_eta_matches_the_papers_values():
-    # T = 4, alpha = 0.5, gamma = 2 (shared design notes): k -> 1 gives 3.69, 1.5 2.28, 2 1.81, 3 1.46
+    # T = 4, alpha = 0.5, gamma = 2: the paper quotes 3.69 near k = 1, 2.28 at 1.5, 1.81 at 2, 1.46 at 3;
+    # the k = 1 limit itself is (1 + 2 + 4 + 8) / 4
     assert vl.eta_closed_form(1.0) == pytest.approx(3.75, abs=0.01)  # 15/4, the k = 1 limit
     assert vl.eta_closed_form(1.5) == pytest.approx(2.28, abs=0.01)
     assert vl.eta_closed_form(2.0) == pytest.approx(1.81, abs=0.01)
