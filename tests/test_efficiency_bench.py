@@ -93,6 +93,9 @@ def test_cell_measures_crossings_on_three_axes_and_ratios(tmp_path):
     assert (tmp_path / "plots" / "accuracy_vs_rollouts.png").is_file()
     table = eff.markdown_table(cell)
     assert "| vigor | 3/4 | 100 [100-100] | 3.00x |" in table
+    # mean accuracy after the start: vigor seeds 0-2 (0.6 + 0.62) / 2 = 0.61, seed 3 0.45 -> median 0.61;
+    # grpo (0.5 + 0.7) / 2 = 0.6 -> +1.0 point
+    assert "| 0.610 | +1.0 pts |" in table
     assert "| vigor | 0.25 |" in eff.mechanism_table(cell)
 
 
@@ -112,6 +115,74 @@ def test_every_arm_is_a_valid_config():
     for arm, sets in eff.ARM_SETS.items():
         cfg = build_config(default_config_file(None, "tiny-math"), sets=sets)
         assert cfg.allocation.strategy == sets[0].split("=")[1], arm
+    for arm in eff.ISSUE11_ARMS:
+        cfg = build_config(default_config_file(None, "tiny-math"), sets=eff.arm_sets(arm, 32))
+        assert cfg.allocation.strategy in ("grpo", "vigor", "knapsack", "reinforce-ada", "auto")
+    wide = build_config(default_config_file(None, "tiny-math"), sets=["train.prompts_per_step=16", *eff.arm_sets("grpo-wide", 16)])
+    assert (wide.train.prompts_per_step, wide.allocation.group_size) == (32, 4)  # the cell's rollouts on twice its prompts
+    pm = build_config(default_config_file(None, "tiny-math"), sets=eff.arm_sets("vigor-prompt-mean", 32))
+    assert pm.grpo.loss_agg == "prompt_mean"
+    assert build_config(default_config_file(None, "tiny-math"), sets=eff.arm_sets("vigor-scale-none", 32)).grpo.scale_rewards == "none"
+
+
+def _plan(**kw):
+    import argparse
+
+    args = dict(quick=False, study="issue11", tasks=None, regimes=None, arms=None, seeds=None, prompts_per_step=None,
+                total_rollouts=None, eval_every_rollouts=None, jobs=2, target_gain=0.8, sets=[])
+    args.update(kw)
+    return eff.make_plan(argparse.Namespace(**args))
+
+
+def test_the_study_covers_six_regimes_with_eight_arms_seed_by_seed(tmp_path):
+    plan = _plan()
+    assert [c.key for c in plan.cells] == ["tiny-facts", "tiny-ladder", "tiny-math-default", "tiny-math-peaked",
+                                           "tiny-math-flat", "tiny-code-default"]
+    assert all(c.arms == eff.ISSUE11_ARMS for c in plan.cells) and plan.seeds == 5
+    models = {r: "tiny" for r in eff.REGIMES}
+    specs = eff.make_specs(plan, tmp_path, models)
+    assert len(specs) == 6 * 8 * 5
+    # seed-major: every run of seed 0 before any of seed 1, so a study cut short is balanced
+    seeds = [s.seed for s in specs]
+    assert seeds == sorted(seeds)
+    assert specs[0].run_dir.endswith("tiny-facts/grpo-s0")
+    # a task's own regime does not leak onto other tasks
+    assert [c.key for c in _plan(regimes="facts").cells] == ["tiny-facts"]
+    assert [c.key for c in _plan(tasks="tiny-ladder", arms="grpo,auto").cells] == ["tiny-ladder"]
+    assert len(_plan(study="issue7").cells) == 5
+
+
+def _cell_with(tmp_path, arms: dict[str, list[float]]):
+    """Runs whose accuracy reaches 0.7 at the given steps (one list entry per seed)."""
+    for arm, steps in arms.items():
+        for seed, at in enumerate(steps):
+            make_run(tmp_path, f"{arm}-s{seed}", seed, [(0, 0.4), (at, 0.7), (12, 0.72)], strategy=arm.split("-")[0])
+    return eff.aggregate_cell(sorted(tmp_path.iterdir()), list(arms), 0.8, 0.6, tmp_path / "plots")
+
+
+def test_summary_and_checks_name_the_best_arm_and_autos_standing(tmp_path):
+    cell = _cell_with(tmp_path, {"grpo": [6, 6, 6], "grpo-wide": [3, 3, 3], "vigor": [9, 9, 9], "auto": [4, 4, 4]})
+    ch = eff.cell_checks(cell)
+    assert ch["best_arm"] == "grpo-wide" and ch["best_speedup"] == pytest.approx(2.0)
+    assert ch["auto_speedup"] == pytest.approx(1.5) and ch["auto_at_least_grpo"]
+    assert not ch["auto_within_10pct_of_best"]  # 1.5 < 0.9 x 2.0
+    assert ch["best_vigor"] == "vigor" and ch["best_vigor_speedup"] == pytest.approx(2 / 3)
+    table = eff.summary_table({"cells": {"tiny-x": cell}})
+    assert "| tiny-x | 1.00x (3/3) | 2.00x (3/3) | 0.67x (3/3) | 1.50x (3/3) | grpo-wide 2.00x | yes | **no** |" in table
+    path = eff.plot_cell("tiny-x", cell, tmp_path / "panels.png")
+    assert path.is_file()
+    assert all(len(arms) <= 6 for _, arms in eff.PANELS)
+    assert "best grpo-wide 2.00x" in eff._finding("tiny-x", cell) and "auto 1.50x" in eff._finding("tiny-x", cell)
+
+
+def test_law_table_prints_the_census(tmp_path):
+    from vigor_cli.variance_law import census
+
+    law = census([0] * 50 + [16] * 40 + [8] * 10, 16).to_dict()
+    results = {"cells": {"tiny-facts": {"start_distribution": {"variance_law": law}}}}
+    row = eff.law_table(results).splitlines()[-1]
+    assert row.startswith("| tiny-facts | 100 x 16 | 50 / 0 / 0 / 10 / 0 / 40 |")
+    assert f"{law['eta']:.2f}" in row
 
 
 @pytest.mark.slow
@@ -125,11 +196,12 @@ def test_quick_mode_runs_every_strategy_end_to_end(tmp_path):
     assert rc == 0
     results = json.loads((tmp_path / "eff.json").read_text())
     cell = results["cells"]["tiny-math-default"]
-    assert list(cell["arms"]) == eff.STRATEGIES
+    assert list(cell["arms"]) == eff.ISSUE11_ARMS
     for arm, runs in cell["runs"].items():
         assert len(runs) == 2, arm
         for r in runs:
             assert r["rollouts"] >= 192 and r["curve"]["rollouts"][0] == 0
             assert len(r["curve"]["accuracy"]) >= 3  # start + every 64 rollouts
-    assert (out / "tiny-math-default" / "accuracy_vs_tokens.png").is_file()
+    assert (out / "tiny-math-default" / "accuracy_vs_rollouts_panels.png").is_file()
+    assert "starting variance laws" in (tmp_path / "eff.md").read_text()
     assert "| vigor |" in (tmp_path / "eff.md").read_text()

@@ -13,6 +13,7 @@ import typer
 from vigor_cli.commands import eval as eval_cmd
 from vigor_cli.commands import inspect as inspect_cmd
 from vigor_cli.commands import make_tiny as make_tiny_cmd
+from vigor_cli.commands import probe as probe_cmd
 from vigor_cli.commands import report as report_cmd
 from vigor_cli.commands import simulate as simulate_cmd
 from vigor_cli.commands import train as train_cmd
@@ -36,6 +37,7 @@ app.command("report")(report_cmd.report)
 app.command("simulate")(simulate_cmd.simulate)
 app.add_typer(verify_cmd.app, name="verify")
 app.command("make-tiny")(make_tiny_cmd.make_tiny)
+app.command("probe")(probe_cmd.probe)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -99,7 +99,7 @@ class ModelConfig(_Section):
 class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
-        description="Task from the registry: tiny-math, tiny-code, math, code.",
+        description="Task from the registry: tiny-math, tiny-code, tiny-facts, tiny-ladder, math, code.",
     )
     split_seed: int = Field(
         0,

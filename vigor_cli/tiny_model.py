@@ -376,3 +376,113 @@ def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, sampl
             table.add_row(key, json.dumps(value) if isinstance(value, dict) else str(value))
         console.print(table)
     return result
+
+
+# =========================================================================== task warm-ups
+# Starting models for the regimes of bench/efficiency.py: the bundled tiny model, warmed
+# further by supervised training on one task (`vigor make-tiny --recipe facts|ladder`).
+# Deterministic in the seed on one thread; a few CPU minutes; nothing touches rewards.
+
+RECIPES = ("tiny", "facts", "ladder")
+"""`vigor make-tiny --recipe`: the bundled model from scratch, or a task warm-up on top of it."""
+
+FACTS_RECIPE = dict(never=0.3, min_exposure=30, max_exposure=600, lr=3e-3, batch_size=64)
+"""tiny-facts warm-up: 30 % of the facts are never shown; the rest are shown between 30 and
+600 times (log-uniform over a seeded order), all rows shuffled and seen once. Measured on
+seed 0: pass counts out of 16 are 0 for about a third of the facts, 16 or 12-15 for about
+half, and in between for the rest (recipe.json holds the histogram)."""
+LADDER_RECIPE = dict(steps=1000, lr=1e-3, batch_size=64)
+"""tiny-ladder warm-up: batches drawn uniformly from the ladder's training split."""
+
+
+def _sft(model, tokenizer, batches: Sequence[Sequence[tuple[str, str]]], lr: float) -> list[float]:
+    """One AdamW step per batch of (prompt, completion) pairs; loss on completion tokens."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    model.train()
+    losses = []
+    for rows in batches:
+        input_ids, mask, labels = _pad_batch(tokenizer, _encode_pairs(tokenizer, rows))
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+def facts_exposures(seed: int = 0, split_seed: int = 0, never: float = 0.3, min_exposure: int = 30,
+                    max_exposure: int = 600) -> list[int]:
+    """How often the warm-up shows each tiny-facts fact (index = fact index)."""
+    from vigor_cli.tasks import tiny_facts
+
+    n = tiny_facts.FACTS
+    order = list(range(n))
+    random.Random(f"facts-exposure/{seed}/{split_seed}").shuffle(order)
+    counts = [0] * n
+    rest = order[int(never * n):]
+    for j, i in enumerate(rest):
+        counts[i] = max(1, round(min_exposure * (max_exposure / min_exposure) ** (j / max(1, len(rest) - 1))))
+    return counts
+
+
+def warm_task(recipe: str, out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str | Path = TINY_DIR,
+              log: Callable[[str], None] = print) -> dict:
+    """Warm ``base`` (the bundled tiny model) on tiny-facts or tiny-ladder and save it in ``out``,
+    with recipe.json: the settings, the loss curve and the starting pass-count histogram
+    (16 samples per training prompt, temperature 1, graded by the task's real verifier)."""
+    import torch
+
+    from vigor_cli.tasks import tiny_facts, tiny_ladder, tiny_math
+
+    torch.manual_seed(seed)
+    model, tokenizer = load(base)
+    rng = random.Random(seed)
+    started = time.time()
+    if recipe == "facts":
+        settings = dict(FACTS_RECIPE)
+        facts = tiny_facts.all_facts(split_seed)
+        exposures = facts_exposures(seed, split_seed, settings["never"], settings["min_exposure"], settings["max_exposure"])
+        rows = [(tiny_facts.plain_prompt(k), target_completion_boxed(c)) for (k, c), e in zip(facts, exposures) for _ in range(e)]
+        rng.shuffle(rows)
+        bs = settings["batch_size"]
+        batches = [rows[i : i + bs] for i in range(0, len(rows), bs)]
+        task = tiny_facts.TinyFactsTask(split_seed)
+        settings["exposures"] = exposures
+    elif recipe == "ladder":
+        settings = dict(LADDER_RECIPE)
+        task = tiny_ladder.TinyLadderTask(split_seed)
+        pairs = [(tiny_math.plain_prompt(e.question), target_completion_boxed(e.answer)) for e in task.train_examples()]
+        batches = [rng.sample(pairs, settings["batch_size"]) for _ in range(settings["steps"])]
+    else:
+        raise ValueError(f"unknown warm-up recipe {recipe!r}; choose from {RECIPES[1:]}")
+    log(f"{recipe}: {len(batches)} supervised steps on {sum(len(b) for b in batches)} rows from {base}")
+    losses = _sft(model, tokenizer, batches, settings["lr"])
+    seconds = time.time() - started
+    save(model, tokenizer, out)
+    try:
+        examples = task.train_examples()
+        if len(examples) > 256:
+            examples = random.Random(0).sample(examples, 256)
+        rates = pass_rates(task, model, tokenizer, examples, 16, seed=seed, max_new_tokens=12)
+    finally:
+        task.close()
+    counts = [round(r * 16) for r in rates]
+    result = {
+        "recipe": recipe, "seed": seed, "split_seed": split_seed, "base": str(base) if Path(base) != TINY_DIR else "tiny",
+        **settings, "steps": len(batches), "warmup_seconds": round(seconds, 1), "torch_threads": torch.get_num_threads(),
+        "loss_every_50": [round(x, 4) for x in losses[::50]],
+        "start_pass_counts_of_16": counts, "start_histogram": pass_count_histogram(rates, 16),
+        "start_mean_pass_rate": round(sum(rates) / len(rates), 4),
+    }  # fmt: skip
+    (Path(out) / "recipe.json").write_text(json.dumps(result, indent=1) + "\n")
+    log(f"{recipe}: saved {out} in {seconds:.0f} s; starting pass counts of 16 on {len(rates)} training prompts: "
+        f"{result['start_histogram']} (mean {result['start_mean_pass_rate']})")
+    return result
+
+
+def target_completion_boxed(answer: str) -> str:
+    return f"\\boxed{{{answer}}}"

@@ -18,13 +18,22 @@ def make_tiny(
     target: float = typer.Option(TARGET, "--target", help="Stop once sampled accuracy on the training probe reaches this."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads (1 keeps the run bit-reproducible)."),
     measure: bool = typer.Option(True, "--measure/--no-measure", help="Then measure held-out pass rates (16 samples) with the real verifiers."),
+    recipe: str = typer.Option("tiny", "--recipe", help="tiny: the bundled model from its seed; facts / ladder: the bundled model warmed further on tiny-facts / tiny-ladder (the study's low-transfer and ladder regimes)."),
 ) -> None:
     """Build the tiny Qwen2 model and warm it on the tiny tasks' training split (a few CPU minutes)."""
     import torch
 
     from vigor_cli.console import console
-    from vigor_cli.tiny_model import make_tiny as build, measure_asset
+    from vigor_cli.tiny_model import RECIPES, make_tiny as build, measure_asset, warm_task
 
+    if recipe not in RECIPES:
+        raise UserError(f"--recipe: unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    if recipe != "tiny":
+        torch.set_num_threads(threads)
+        warm_task(recipe, out, seed=seed, split_seed=split_seed, log=lambda line: console.print(line, highlight=False))
+        return
     if not 0 < target <= 1:
         raise UserError(f"--target must be in (0, 1], got {target}")
     if out.exists() and not out.is_dir():

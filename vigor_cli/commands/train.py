@@ -50,7 +50,7 @@ def resolve_config(path: Path) -> Path:
 def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
     model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
-    task: Optional[str] = typer.Option(None, "--task", help="task.name: tiny-math, tiny-code, math, code."),
+    task: Optional[str] = typer.Option(None, "--task", help="task.name: tiny-math, tiny-code, tiny-facts, tiny-ladder, math, code."),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="allocation.strategy: vigor, grpo, dapo, greso, pods, random, difficulty, knapsack, reinforce-ada, auto."),
     steps: Optional[int] = typer.Option(None, "--steps", help="train.steps."),
     prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step", help="train.prompts_per_step."),

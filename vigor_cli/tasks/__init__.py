@@ -4,6 +4,8 @@
 
 - ``tiny-math``: two-operand arithmetic, ``\\boxed{}`` answers, real math verifier;
 - ``tiny-code``: one-line stdin programs as LiveCodeBench records, real sandbox;
+- ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
+- ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
 - ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation.
 """
@@ -29,6 +31,18 @@ def _tiny_code(cfg: Any, workers: int) -> Task:
                         allow_weak_sandbox=cfg.allow_weak_sandbox)
 
 
+def _tiny_facts(cfg: Any, workers: int) -> Task:
+    from vigor_cli.tasks.tiny_facts import TinyFactsTask
+
+    return TinyFactsTask(split_seed=cfg.split_seed)
+
+
+def _tiny_ladder(cfg: Any, workers: int) -> Task:
+    from vigor_cli.tasks.tiny_ladder import TinyLadderTask
+
+    return TinyLadderTask(split_seed=cfg.split_seed)
+
+
 def _math(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.math_task import MathTask
 
@@ -44,6 +58,8 @@ def _code(cfg: Any, workers: int) -> Task:
 TASKS: dict[str, Callable[[Any, int], Task]] = {
     "tiny-math": _tiny_math,
     "tiny-code": _tiny_code,
+    "tiny-facts": _tiny_facts,
+    "tiny-ladder": _tiny_ladder,
     "math": _math,
     "code": _code,
 }

@@ -16,6 +16,7 @@ verifier, which stays the judge.
 from __future__ import annotations
 
 import random
+import re
 from typing import Any, Sequence
 
 from vigor_cli.tasks.base import Example, Score
@@ -62,6 +63,30 @@ def plain_prompt(question: str) -> str:
 def target_completion(answer: str) -> str:
     """The completion the warm-up teaches (EOS is appended by the tokenizer step)."""
     return f"\\boxed{{{answer}}}"
+
+
+_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
+
+
+def score_integer_answers(task: "TinyMathTask", examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+    """Like :meth:`TinyMathTask.score`, and a boxed answer that is a plain integer (no sign
+    or zero padding tricks) different from a plain-integer gold is wrong without a verifier
+    call: two different integers are never equal, which is what the verifier would decide.
+    Everything else still goes to the verifier. Used by tiny-facts and tiny-ladder, whose
+    wrong answers are mostly such integers."""
+    verdicts: list[Score | None] = [None] * len(completions)
+    rest = []
+    for i, (ex, text) in enumerate(zip(examples, completions)):
+        boxed = last_boxed(text)
+        if boxed is not None and _INTEGER.fullmatch(boxed) and _INTEGER.fullmatch(ex.answer) and boxed != ex.answer:
+            verdicts[i] = Score(0.0, "wrong answer", {"pred": boxed})
+        else:
+            rest.append(i)
+    if rest:
+        judged = TinyMathTask.score(task, [examples[i] for i in rest], [completions[i] for i in rest])
+        for i, s in zip(rest, judged):
+            verdicts[i] = s
+    return verdicts  # type: ignore[return-value]
 
 
 class TinyMathTask(MathScored):
