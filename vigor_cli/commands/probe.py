@@ -125,7 +125,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
 
 def recommend(law: Any, sim: dict) -> tuple[str, str]:
     """(strategy, why) from the variance law, following the tiny-model study (BENCHMARKS.md):
-    VIGOR's fixed 2/4/8/16 schedule lost to grpo in all six regimes, including the
+    VIGOR's fixed 2/4/8/16 schedule lost to grpo in five of six regimes (a tie on the ladder), including the
     heavy-tailed low-transfer one; spreading a step's rollouts over more prompts (grpo-wide)
     won or tied in most; auto, which measures every step, goes wide on flat laws (the
     grpo-wide shape) and deep only on a heavy tail of prompts it has seen before. So auto
