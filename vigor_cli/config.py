@@ -155,8 +155,10 @@ class AllocationConfig(_Section):
     strategy: Literal[
         "vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty", "knapsack", "reinforce-ada", "auto"
     ] = Field(
-        "vigor",
-        description="Rollout allocation strategy (vigor_cli/allocation/README.md, docs/algorithms.md). 'random' and "
+        "auto",
+        description="Rollout allocation strategy (vigor_cli/allocation/README.md, docs/algorithms.md). "
+        "Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
+        "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
         "Reinforce-Ada, 'auto' a census round then a wide or deep plan chosen by expected signal.",
     )

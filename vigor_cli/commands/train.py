@@ -13,7 +13,7 @@ from vigor_cli.package_data import CONFIGS_DIR
 CONFIGS = CONFIGS_DIR
 """The bundled configs (``vigor_cli/configs``: the repository's ``configs/``, shipped in the wheel)."""
 DEFAULT_CONFIG = CONFIGS / "tiny-math.yaml"
-"""The bundled default (tiny model, tiny-math, VIGOR): what `vigor train` runs with no arguments."""
+"""The bundled default (tiny model, tiny-math, auto allocation): what `vigor train` runs with no arguments."""
 
 
 def bundled_configs() -> list[str]:
@@ -65,7 +65,7 @@ def train(
     gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not."),
 ) -> None:
-    """Train a policy with GRPO, spending rollouts where the reward variance is (VIGOR)."""
+    """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
     from vigor_cli.config import build_config
     from vigor_cli.console import console
     from vigor_cli.trainer import train as run_training
