@@ -415,7 +415,7 @@ def test_equal_fractional_pools_tie_by_seed_not_by_reward_order():
     orders = ([0.1, 0.2, 0.7, 0.3, 0.6, 0.9], [0.1, 0.2, 0.7, 0.3, 0.9, 0.6])
     kept_first = 0
     for seed in range(40):
-        alloc = make_allocator(AllocationConfig(rounds=2, m0=6, gamma=1.0, alpha=0.5), 2, seed)
+        alloc = make_allocator(AllocationConfig(strategy="vigor", rounds=2, m0=6, gamma=1.0, alpha=0.5), 2, seed)
         alloc.start_step(0, lambda n: ["a", "b"][:n])
         requests = alloc.ask()
         alloc.tell({r.uid: orders[i] for i, r in enumerate(requests)})

@@ -109,6 +109,7 @@ def test_trainer_reads_eval_sets_before_the_model(monkeypatch, tmp_path):
     (tmp_path / "train.jsonl").write_text(json.dumps({"problem": "1+1", "answer": "2"}) + "\n")
     cfg = build_config(sets=["task.name=math", f"task.data_dir={d}", "task.eval_sets=[math500]",
                              f"task.train_path={tmp_path / 'train.jsonl'}", "train.prompts_per_step=1",
+                             "allocation.strategy=vigor",  # auto's census needs 2 prompts per step
                              f"train.output_dir={tmp_path / 'runs'}", "engine.kind=hf"])
     with pytest.raises(UserError, match="math500.jsonl:1: missing field"):
         train(cfg)
