@@ -115,12 +115,7 @@ class AutoAllocator(RoundAllocator):
         self._decision: dict[str, Any] = {}
 
     def _next_round(self) -> list[Request]:
-        self._round += 1
-        if self._round == 1:
-            return [Request(uid, self.census) for uid in self._uids]
-        if self._round == 2:
-            return [Request(uid, n) for uid, n in self._extra.items() if n > 0]
-        return []
+        return self._first_then_extra(self.census)
 
     def _after_round(self, uids: list[str]) -> None:
         if self._round != 1:

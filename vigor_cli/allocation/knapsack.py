@@ -105,12 +105,7 @@ class KnapsackAllocator(RoundAllocator):
         self._p: dict[str, float] = {}
 
     def _next_round(self) -> list[Request]:
-        self._round += 1
-        if self._round == 1:
-            return [Request(uid, self.min_n) for uid in self._uids]
-        if self._round == 2:
-            return [Request(uid, n) for uid, n in self._extra.items() if n > 0]
-        return []
+        return self._first_then_extra(self.min_n)
 
     def _after_round(self, uids: list[str]) -> None:
         if self._round != 1:

@@ -97,6 +97,17 @@ class RoundAllocator(Allocator):
             self._last = True
         return [Request(uid, n) for uid, n in counts.items() if n > 0]
 
+    def _first_then_extra(self, first_n: int) -> list[Request]:
+        """Two rounds: ``first_n`` rollouts for each prompt of ``self._uids``, then the extras
+        ``self._extra`` that ``_after_round`` planned from the first round's rewards (knapsack,
+        auto). Uses ``self._round``, set to 0 at the start of each step."""
+        self._round += 1
+        if self._round == 1:
+            return [Request(uid, first_n) for uid in self._uids]
+        if self._round == 2:
+            return [Request(uid, n) for uid, n in self._extra.items() if n > 0]
+        return []
+
     # ------------------------------------------------------------------ protocol
     def start_step(self, step: int, draw: DrawFn) -> None:
         if self._in_step:
