@@ -13,12 +13,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
+from test_sandbox import _job_leftovers
 from vigor_cli.sandbox import Job, Limits, SandboxPool
 from vigor_cli.verifiers.code import CodeVerifier, load_problem
 
@@ -87,15 +87,6 @@ def _assert_nothing_left(pool: SandboxPool, names: tuple[str, ...] = ()) -> None
         assert [r for r in rows if int(r.split()[7 if table != "sem" else 4]) in uids] == []
     for name in names:
         assert not os.path.exists(name), name
-
-
-def _job_leftovers(base: str) -> list[str]:
-    """What is left in a worker's base dir: anything but its (emptied) job directory, and
-    anything inside that."""
-    left = [p for p in os.listdir(base) if p != "job"]
-    if os.path.isdir(os.path.join(base, "job")):
-        left += [f"job/{p}" for p in os.listdir(os.path.join(base, "job"))]
-    return left
 
 
 def _owner(path: Path) -> int:

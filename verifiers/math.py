@@ -58,7 +58,7 @@ from fractions import Fraction
 from multiprocessing.connection import wait
 from typing import Sequence, Union
 
-from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans, last_boxed, split_top_level
+from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans, split_top_level
 
 Gold = Union[str, Sequence[str]]
 """One gold answer, or several (OlympiadBench multi-answer problems: see grade_multi)."""
