@@ -193,7 +193,7 @@ class _Worker:
                "PYTHONPATH": import_path, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
         self.process = subprocess.Popen(
             [sys.executable, "-s", "-c", _WORKER_BOOT, _PACKAGE_PARENT, str(uid),
-             json.dumps(options)],
+             json.dumps({**options, "parent_pid": os.getpid()})],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd="/",
             start_new_session=True,
         )

@@ -291,6 +291,7 @@ class ForkServer:
 
     def __init__(self, uid: int, isolation: dict, disable: set[str], keep_fds: tuple[int, ...]):
         self.uid = uid
+        self.parent_pidfd: int | None = None  # the pool's pidfd, polled during a job (see main)
         root = os.geteuid() == 0
         seccomp_filter, filter_error = _compile_filter()
         # tmpfs when there is one: the worker's own /dev/shm in its mount namespace.
@@ -463,6 +464,8 @@ class ForkServer:
             os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
+        if self.parent_pidfd is not None:
+            poller.register(self.parent_pidfd, select.POLLIN)
         open_fds = set(captures)
         deadline = start + limits["timeout_s"]
         exited = timed_out = False
@@ -485,6 +488,8 @@ class ForkServer:
             for fd, _ in poller.poll(max(1, int(remaining * 1000) + 1)):
                 if fd == pidfd:
                     exited = True
+                elif fd == self.parent_pidfd:
+                    exited = True  # the pool is gone: stop the program now (killed below)
                 elif fd in open_fds:
                     read_some(fd)
         wall = time.monotonic() - start
@@ -558,7 +563,8 @@ class ForkServer:
 def main() -> None:
     """Serve jobs from stdin until it closes (the pool closed or died)."""
     # No PDEATHSIG here: it fires when the *thread* that started the worker ends. A dead
-    # pool closes the request pipe instead, and the loop below ends at end of file.
+    # pool closes the request pipe, and the loop below ends at end of file; a pool that dies
+    # during a job is seen by the lifeline (sandbox.lifeline) at once.
     uid = int(sys.argv[2]) if len(sys.argv) > 2 else 65534
     options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     disable = set(options.get("disable", []))
@@ -587,6 +593,12 @@ def main() -> None:
     os.dup2(null, 1)
     gc.freeze()  # the imported harness stays shared copy-on-write with every child
     server = ForkServer(uid, isolation, disable, keep_fds=(requests, replies))
+    if options.get("parent_pid"):
+        # A pool that dies during a job (SIGKILL included) is seen at once: the job's wait
+        # also polls the pool's pidfd (no thread: the server runs under a thread limit).
+        from vigor_cli.sandbox.lifeline import pidfd
+
+        server.parent_pidfd = pidfd(int(options["parent_pid"]))
     server.capabilities["detail"].extend(isolation.pop("namespace_detail", []))
     server.capabilities.update(isolation)
     try:

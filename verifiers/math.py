@@ -521,14 +521,20 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (size + extra, size + extra))
 
 
-def _worker_main(conn, extra_memory: int) -> None:
+def _worker_main(conn, extra_memory: int, parent_pid: int | None = None) -> None:
     """Grade chunks of (index, gold, completion[, problem]) sent on ``conn``; one reply per item, in order.
 
     One reply per item (not per chunk) lets the parent time each item separately.
+    ``parent_pid``: the process that owns this worker; when it dies (SIGKILL included) the
+    worker dies too, even in the middle of a slow item (its real parent is the forkserver).
     """
     import signal
 
+    from vigor_cli.sandbox.lifeline import die_with
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if parent_pid is not None:
+        die_with(parent_pid)
     try:
         _limit_memory(extra_memory)
     except (OSError, ValueError):
@@ -566,10 +572,14 @@ def _grade_reply(item: tuple) -> tuple:
         return (index, 0.0, f"error: {type(e).__name__}: {detail}", "", "")
 
 
-def _forked_child(conn, items: list, extra_memory: int) -> None:
+def _forked_child(conn, items: list, extra_memory: int, parent_pid: int | None = None) -> None:
     import signal
 
+    from vigor_cli.sandbox.lifeline import die_with
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if parent_pid is not None:
+        die_with(parent_pid)
     try:
         _limit_memory(extra_memory)
     except (OSError, ValueError):
@@ -605,7 +615,8 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
     results: list[MathVerdict] = []
     while len(results) < len(items):
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_forked_child, args=(child, items[len(results) :], extra_memory), daemon=True)
+        proc = ctx.Process(target=_forked_child,
+                           args=(child, items[len(results) :], extra_memory, os.getpid()), daemon=True)
         proc.start()
         child.close()
         try:
@@ -629,7 +640,8 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
 class _Worker:
     def __init__(self, ctx, extra_memory: int):
         self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, extra_memory), daemon=True)
+        self.proc = ctx.Process(target=_worker_main, args=(child, extra_memory, os.getpid()),
+                                daemon=True)
         self.proc.start()
         child.close()
         ready = self.conn.poll(STARTUP_TIMEOUT_S)

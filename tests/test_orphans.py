@@ -1,0 +1,151 @@
+"""Workers die with their parent, whatever killed it (issue 17: leftovers).
+
+The parent is SIGKILLed (no cleanup code of its own runs), and every process it had started
+(sandbox fork servers, their zygotes and the program under test; math verifier workers)
+must be gone within 2 s, although the program under test had a 60 s limit to run out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "lcb"
+
+
+def _children() -> dict[int, list[int]]:
+    """ppid -> pids, for every live (non-zombie) process."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] == "Z":
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def _descendants(pid: int) -> set[int]:
+    tree, found, todo = _children(), set(), [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if state[state.rfind(")") + 2] != "Z":
+            alive.add(pid)
+    return alive
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _kill_and_check(proc: subprocess.Popen, started: set[int]) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 2.0
+    while _alive(started) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _alive(started)
+    for pid in left:  # do not leave them to the next test
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"{len(left)} process(es) outlived their killed parent by 2 s"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
+def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
+    problem = FIXTURES / "stdin_problem.json"
+    solution = tmp_path / "slow.py"
+    solution.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vigor_cli", "verify", "code", "--problem", str(problem),
+         "--solution", str(solution), "--timeout", "60", "--allow-weak-sandbox"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        # The program under test runs once the tree is three deep: the CLI, a fork server,
+        # its zygote and the program (plus the probe's helpers, which come and go).
+        def deep_enough():
+            found = _descendants(proc.pid)
+            depth_three = any(_descendants(c) for c in _children().get(proc.pid, [])
+                              for c in _children().get(c, []))
+            return found if depth_three else set()
+
+        started = _wait_for(deep_enough, 60, "the program under test to start")
+        time.sleep(0.5)
+        started |= _descendants(proc.pid)
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check(proc, started)
+
+
+MATH_PARENT = textwrap.dedent(
+    """
+    import threading, time
+    from vigor_cli.verifiers.math import MathVerifier
+
+    if __name__ == "__main__":
+        verifier = MathVerifier(timeout_s=60, workers=2)
+        verifier.score_many([("2", "\\\\boxed{2}", None), ("x^2", "\\\\boxed{x*x}", None)])
+        # Several seconds of sympy in a worker (expanding a power of a sum), so that the
+        # worker is busy, not waiting on its pipe, when the parent dies.
+        slow = ("x^2+1", "\\\\boxed{(x+y+z+1)^{40}}", None)
+        threading.Thread(target=verifier.score_many, args=([slow],), daemon=True).start()
+        time.sleep(1.0)
+        print("ready", flush=True)
+        time.sleep(120)
+    """
+)
+
+
+def test_math_workers_die_with_a_killed_parent(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(MATH_PARENT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.strip() == "ready", proc.stderr.read()
+        started = _descendants(proc.pid)
+        assert len(started) >= 2  # the forkserver and its workers
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check(proc, started)
