@@ -149,3 +149,27 @@ def test_math_workers_die_with_a_killed_parent(tmp_path):
         proc.kill()
         raise
     _kill_and_check(proc, started)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
+def test_a_killed_training_leaves_no_reward_worker(tmp_path):
+    """tiny-code's rewards run in the sandbox pool: SIGKILL the training after its first
+    logged step (workers busy or idle between steps) and nothing it started survives 2 s.
+    (Slow: a real training. The busy-worker case is the two tests above.)"""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vigor_cli", "train", "--task", "tiny-code", "--steps", "50",
+         "--output-dir", str(tmp_path), "--run-name", "killed"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    metrics = tmp_path / "killed" / "metrics.jsonl"
+    try:
+        _wait_for(lambda: metrics.exists() and metrics.read_text().strip(), 240,
+                  "the first training step")
+        started = _descendants(proc.pid)
+        assert started, "the training started no reward worker"
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check(proc, started)
