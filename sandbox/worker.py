@@ -118,69 +118,8 @@ def _probe(settings: dict, workdir: str) -> dict:
     null = os.open(os.devnull, os.O_RDWR)
     pid = os.fork()
     if pid == 0:
-        found: dict = {"detail": []}
         try:
-            pipe_inode = os.fstat(write_fd).st_ino
-            fds = {"stdin": null, "stdout": null, "stderr": null, "status": write_fd}
-            limits = {"cpu_limit_s": 5, "file_size_mb": 1, "open_files": 64, "stack_mb": 64,
-                      "memory_mb": 256}
-            try:
-                confine(fds, workdir, limits, settings)
-            except BaseException as exc:
-                found["detail"].append(f"confinement failed: {type(exc).__name__}: {exc}")
-                for fd in (3, write_fd):
-                    try:
-                        if os.fstat(fd).st_ino == pipe_inode:
-                            os.write(fd, json.dumps(found).encode())
-                            break
-                    except OSError:
-                        pass
-                os._exit(0)
-            if settings["drop_uid"]:
-                found["uid_switch"] = os.getuid() == settings["uid"] == os.geteuid()
-            found["stdlib_readable"] = os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK)
-            try:
-                pids = [p for p in os.listdir("/proc") if p.isdigit()]
-                found["pid_namespace"] = os.getppid() == 1 and pids == [str(os.getpid())]
-            except OSError as exc:
-                found["detail"].append(f"cannot list /proc: {exc}")
-            if settings.get("landlock_fd") is not None:
-                denied = 0
-                for path, mode in ((settings["landlock_probe"], "rb"),
-                                   ("/dev/shm/vigor-landlock-probe", "wb")):
-                    try:
-                        open(path, mode).close()
-                    except PermissionError:
-                        denied += 1
-                    except OSError:
-                        pass
-                try:
-                    open(os.__file__, "rb").close()
-                    open(os.path.join(workdir, "probe"), "wb").close()
-                    readable = True
-                except OSError as exc:
-                    readable = False
-                    found["detail"].append(f"Landlock hides what programs need: {exc}")
-                found["landlock"] = denied == 2 and readable
-                if denied != 2:
-                    found["detail"].append("Landlock loaded but did not deny a read or a write")
-            if settings["seccomp"]:
-                denied = 0
-                try:
-                    socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-                except PermissionError:
-                    denied += 1
-                try:
-                    child = os.fork()
-                    if child == 0:
-                        os._exit(0)
-                    os.waitpid(child, 0)
-                except PermissionError:
-                    denied += 1
-                found["seccomp"] = denied == 2
-                if denied != 2:
-                    found["detail"].append("seccomp filter loaded but did not deny socket/fork")
-            os.write(3, json.dumps(found).encode())
+            _probe_child(settings, workdir, null, write_fd)
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -197,6 +136,81 @@ def _probe(settings: dict, workdir: str) -> dict:
     report["detail"] += found.pop("detail", [])
     report.update(found)
     return report
+
+
+def _probe_child(settings: dict, workdir: str, null: int, write_fd: int) -> None:
+    """The probe's child: confine, test each layer, write what it found (as JSON) to fd 3."""
+    found: dict = {"detail": []}
+    pipe_inode = os.fstat(write_fd).st_ino
+    fds = {"stdin": null, "stdout": null, "stderr": null, "status": write_fd}
+    limits = {"cpu_limit_s": 5, "file_size_mb": 1, "open_files": 64, "stack_mb": 64,
+              "memory_mb": 256}
+    try:
+        confine(fds, workdir, limits, settings)
+    except BaseException as exc:
+        found["detail"].append(f"confinement failed: {type(exc).__name__}: {exc}")
+        for fd in (3, write_fd):
+            try:
+                if os.fstat(fd).st_ino == pipe_inode:
+                    os.write(fd, json.dumps(found).encode())
+                    break
+            except OSError:
+                pass
+        return
+    if settings["drop_uid"]:
+        found["uid_switch"] = os.getuid() == settings["uid"] == os.geteuid()
+    found["stdlib_readable"] = os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK)
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        found["pid_namespace"] = os.getppid() == 1 and pids == [str(os.getpid())]
+    except OSError as exc:
+        found["detail"].append(f"cannot list /proc: {exc}")
+    if settings.get("landlock_fd") is not None:
+        _probe_landlock(settings, workdir, found)
+    if settings["seccomp"]:
+        _probe_seccomp(found)
+    os.write(3, json.dumps(found).encode())
+
+
+def _probe_landlock(settings: dict, workdir: str, found: dict) -> None:
+    """Landlock must deny reading the project and writing outside the job, and allow the rest."""
+    denied = 0
+    for path, mode in ((settings["landlock_probe"], "rb"), ("/dev/shm/vigor-landlock-probe", "wb")):
+        try:
+            open(path, mode).close()
+        except PermissionError:
+            denied += 1
+        except OSError:
+            pass
+    try:
+        open(os.__file__, "rb").close()
+        open(os.path.join(workdir, "probe"), "wb").close()
+        readable = True
+    except OSError as exc:
+        readable = False
+        found["detail"].append(f"Landlock hides what programs need: {exc}")
+    found["landlock"] = denied == 2 and readable
+    if denied != 2:
+        found["detail"].append("Landlock loaded but did not deny a read or a write")
+
+
+def _probe_seccomp(found: dict) -> None:
+    """The seccomp filter must deny a socket and a fork."""
+    denied = 0
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+    except PermissionError:
+        denied += 1
+    try:
+        child = os.fork()
+        if child == 0:
+            os._exit(0)
+        os.waitpid(child, 0)
+    except PermissionError:
+        denied += 1
+    found["seccomp"] = denied == 2
+    if denied != 2:
+        found["detail"].append("seccomp filter loaded but did not deny socket/fork")
 
 
 def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str) -> None:
@@ -294,27 +308,7 @@ class ForkServer:
         self.parent_pidfd: int | None = None  # the pool's pidfd, polled during a job (see main)
         root = os.geteuid() == 0
         seccomp_filter, filter_error = _compile_filter()
-        # tmpfs when there is one: the worker's own /dev/shm in its mount namespace.
-        shm = "/dev/shm"
-        parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-        self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
-        os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
-        # The job directory: a capped tmpfs of this worker's own (one job at a time),
-        # emptied after each job; a plain folder where no tmpfs can be mounted.
-        self.job_dir = os.path.join(self.base_dir, "job")
-        os.mkdir(self.job_dir, 0o700)
-        self.disk_mb = Limits().disk_mb
-        self.job_tmpfs = False
-        if root and isolation.get("mount_namespace") and "job_tmpfs" not in disable:
-            from vigor_cli.sandbox.namespace import mount_job_tmpfs
-
-            try:
-                mount_job_tmpfs(self.job_dir, uid, self.disk_mb, JOB_INODES)
-                self.job_tmpfs = True
-            except OSError as exc:
-                isolation.setdefault("namespace_detail", []).append(str(exc))
-        if root:
-            os.chown(self.job_dir, uid, uid)
+        self._make_dirs(root, isolation, disable)
         # System V objects a job made are removed after it, in the worker's own IPC namespace.
         self.ipc_cleanup = bool(root and isolation.get("ipc_namespace")) and "ipc_per_job" not in disable
         settings = {
@@ -332,7 +326,6 @@ class ForkServer:
 
             rules = allow_list(self.base_dir, forbidden=(project,))
             settings["landlock_probe"] = os.path.realpath(__file__)
-        probe_dir = self.job_dir
         pid_namespace = False
         if root and "pid_namespace" not in disable:
             try:
@@ -342,30 +335,13 @@ class ForkServer:
                 pid_namespace = True
             except OSError as exc:
                 isolation.setdefault("namespace_detail", []).append(str(exc))
-        server_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                server_sock.close()
-                for fd in keep_fds:
-                    os.close(fd)
-                _zygote_main(zygote_sock, settings, rules, probe_dir)
-            finally:
-                os._exit(0)
-        zygote_sock.close()
-        self.zygote_pid = pid
-        self.sock = server_sock
-        hello = self.sock.recv(65536)
-        report = json.loads(hello) if hello else {"detail": ["the zygote died at start"]}
-        from vigor_cli.sandbox.namespace import remove_tree
-
-        remove_tree(probe_dir, keep_top=True)
+        report = self._start_zygote(settings, rules, keep_fds)
         report["root"] = root
         report["uid"] = uid
         report["pid_namespace"] = bool(report.get("pid_namespace")) and pid_namespace
         report["job_tmpfs"] = self.job_tmpfs
         report["ipc_per_job"] = self.ipc_cleanup
-        report["zygote_pid"] = pid
+        report["zygote_pid"] = self.zygote_pid
         if not root:
             report["detail"].append(
                 f"not running as root (uid {os.getuid()}): programs keep this user's rights")
@@ -375,6 +351,52 @@ class ForkServer:
         self.sweep = not report.get("landlock") and report.get("uid_switch")
         self.stdout, self.stderr, self.status = _Capture(), _Capture(), _Capture()
         self.runs = 0
+
+    def _make_dirs(self, root: bool, isolation: dict, disable: set[str]) -> None:
+        """The worker's base folder, and in it the job folder: a capped tmpfs of this worker's
+        own (one job at a time), emptied after each job; a plain folder where no tmpfs can be
+        mounted."""
+        # tmpfs when there is one: the worker's own /dev/shm in its mount namespace.
+        shm = "/dev/shm"
+        parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+        self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
+        os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
+        self.job_dir = os.path.join(self.base_dir, "job")
+        os.mkdir(self.job_dir, 0o700)
+        self.disk_mb = Limits().disk_mb
+        self.job_tmpfs = False
+        if root and isolation.get("mount_namespace") and "job_tmpfs" not in disable:
+            from vigor_cli.sandbox.namespace import mount_job_tmpfs
+
+            try:
+                mount_job_tmpfs(self.job_dir, self.uid, self.disk_mb, JOB_INODES)
+                self.job_tmpfs = True
+            except OSError as exc:
+                isolation.setdefault("namespace_detail", []).append(str(exc))
+        if root:
+            os.chown(self.job_dir, self.uid, self.uid)
+
+    def _start_zygote(self, settings: dict, rules: list, keep_fds: tuple[int, ...]) -> dict:
+        """Fork the zygote (it probes the confinement in the job folder); its report."""
+        server_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                server_sock.close()
+                for fd in keep_fds:
+                    os.close(fd)
+                _zygote_main(zygote_sock, settings, rules, self.job_dir)
+            finally:
+                os._exit(0)
+        zygote_sock.close()
+        self.zygote_pid = pid
+        self.sock = server_sock
+        hello = self.sock.recv(65536)
+        report = json.loads(hello) if hello else {"detail": ["the zygote died at start"]}
+        from vigor_cli.sandbox.namespace import remove_tree
+
+        remove_tree(self.job_dir, keep_top=True)
+        return report
 
     def close(self) -> None:
         self.sock.close()
@@ -425,6 +447,51 @@ class ForkServer:
 
     def _fork_and_watch(self, job: dict, workdir: str) -> tuple[dict, dict]:
         limits = job["limits"]
+        start = time.monotonic()
+        pidfd, (out_r, err_r, status_r) = self._start_child(job, workdir)
+        captures = {out_r: self.stdout, err_r: self.stderr, status_r: self.status}
+        self.stdout.reset(limits["stdout_cap"])
+        self.stderr.reset(limits["stderr_cap"])
+        self.status.reset(limits["stdout_cap"])
+        for fd in captures:
+            os.set_blocking(fd, False)
+        open_fds = set(captures)
+        timed_out = self._watch(pidfd, captures, open_fds, start + limits["timeout_s"])
+        wall = time.monotonic() - start
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        ready, _, _ = select.select([self.sock], [], [], _ZYGOTE_REPORT_S)
+        report = json.loads(self.sock.recv(4096) or b"{}") if ready else {}
+        if "status" not in report:
+            os.close(pidfd)
+            raise OSError(errno.ETIMEDOUT, "the zygote did not report the child's exit")
+        # The child is gone: drain what it wrote last (stopping at end of file, or when a
+        # pipe would block because something outside it still holds its write end).
+        for fd in list(open_fds):
+            while not self._output_limited() and self._read_some(fd, captures, open_fds):
+                pass
+        for fd in (out_r, err_r, status_r, pidfd):
+            os.close(fd)
+        status = report["status"]
+        reply = {
+            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "timed_out": timed_out,
+            "output_limited": self._output_limited(),
+            "stderr_truncated": self.stderr.over,
+            "wall_s": wall,
+            "cpu_s": report["cpu_s"],
+            "max_rss_kb": report["max_rss_kb"],
+        }
+        sections = {"stdout": self.stdout.view(), "stderr": self.stderr.view(),
+                    "status": self.status.view()}
+        return reply, sections
+
+    def _start_child(self, job: dict, workdir: str) -> tuple[int, tuple[int, int, int]]:
+        """Hand the job's fds to the zygote, which forks the child; (the child's pidfd,
+        (stdout, stderr, status) read ends)."""
         passed: dict[str, int] = {}
         stdin_fd = os.memfd_create("stdin")
         passed["stdin"] = stdin_fd
@@ -440,8 +507,7 @@ class ForkServer:
         err_r, passed["stderr"] = os.pipe()
         status_r, passed["status"] = os.pipe()
         request = {"fds": list(passed), "workdir": workdir,
-                   "limits": limits, "call": (job.get("call") or {}).get("func_name")}
-        start = time.monotonic()
+                   "limits": job["limits"], "call": (job.get("call") or {}).get("func_name")}
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(passed.values()))
         finally:
@@ -453,76 +519,39 @@ class ForkServer:
             for fd in (out_r, err_r, status_r, *fds):
                 os.close(fd)
             raise OSError(errno.ECHILD, answer.get("error", "no pidfd from the zygote"))
-        pidfd = fds[0]
+        return fds[0], (out_r, err_r, status_r)
 
-        captures = {out_r: self.stdout, err_r: self.stderr, status_r: self.status}
-        self.stdout.reset(limits["stdout_cap"])
-        self.stderr.reset(limits["stderr_cap"])
-        self.status.reset(limits["stdout_cap"])
+    def _watch(self, pidfd: int, captures: dict, open_fds: set, deadline: float) -> bool:
+        """Read the child's output until it exits, its output is over the cap, the deadline
+        passes (returns True) or the pool dies (the child is killed right after)."""
         poller = select.poll()
         for fd in captures:
-            os.set_blocking(fd, False)
             poller.register(fd, select.POLLIN)
         poller.register(pidfd, select.POLLIN)
         if self.parent_pidfd is not None:
             poller.register(self.parent_pidfd, select.POLLIN)
-        open_fds = set(captures)
-        deadline = start + limits["timeout_s"]
-        exited = timed_out = False
-
-        def output_limited() -> bool:
-            return self.stdout.over or self.status.over
-
-        def read_some(fd: int) -> bool:
-            got = captures[fd].read_from(fd)
-            if got == 0:
-                poller.unregister(fd)
-                open_fds.discard(fd)
-            return got > 0
-
-        while not exited and not output_limited():
+        while not self._output_limited():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                timed_out = True
-                break
+                return True
             for fd, _ in poller.poll(max(1, int(remaining * 1000) + 1)):
-                if fd == pidfd:
-                    exited = True
-                elif fd == self.parent_pidfd:
-                    exited = True  # the pool is gone: stop the program now (killed below)
-                elif fd in open_fds:
-                    read_some(fd)
-        wall = time.monotonic() - start
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        ready, _, _ = select.select([self.sock], [], [], _ZYGOTE_REPORT_S)
-        report = json.loads(self.sock.recv(4096) or b"{}") if ready else {}
-        if "status" not in report:
-            os.close(pidfd)
-            raise OSError(errno.ETIMEDOUT, "the zygote did not report the child's exit")
-        # The child is gone: drain what it wrote last (stopping at end of file, or when a
-        # pipe would block because something outside it still holds its write end).
-        for fd in list(open_fds):
-            while not output_limited() and read_some(fd):
-                pass
-        for fd in (out_r, err_r, status_r, pidfd):
-            os.close(fd)
-        status = report["status"]
-        reply = {
-            "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "timed_out": timed_out,
-            "output_limited": output_limited(),
-            "stderr_truncated": self.stderr.over,
-            "wall_s": wall,
-            "cpu_s": report["cpu_s"],
-            "max_rss_kb": report["max_rss_kb"],
-        }
-        sections = {"stdout": self.stdout.view(), "stderr": self.stderr.view(),
-                    "status": self.status.view()}
-        return reply, sections
+                if fd in (pidfd, self.parent_pidfd):
+                    return False  # exited, or the pool is gone: stop the program now
+                if fd in open_fds and not self._read_some(fd, captures, open_fds):
+                    if fd not in open_fds:
+                        poller.unregister(fd)
+        return False
+
+    def _output_limited(self) -> bool:
+        return self.stdout.over or self.status.over
+
+    @staticmethod
+    def _read_some(fd: int, captures: dict, open_fds: set) -> bool:
+        """Read what ``fd`` has; at end of file drop it from ``open_fds``. True if it gave bytes."""
+        got = captures[fd].read_from(fd)
+        if got == 0:
+            open_fds.discard(fd)
+        return got > 0
 
     # ------------------------------------------------------------------ leftovers
     @staticmethod
