@@ -103,7 +103,7 @@ class Learner:
         lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
         sums, grad_norm = self._passes(samples, batches, totals, temp)
         self.scheduler.step()
-        denom = max(sums.pop("tokens"), 1.0)
+        denom = max(sums.pop("tokens", 0.0), 1.0)
         return {
             "losses/loss": sums["loss"],
             "losses/clipfrac_low": sums["clip_low"] / denom,
