@@ -158,3 +158,38 @@ def test_sigterm_exits_143_with_the_resume_line(tmp_path):
     assert lines[0].endswith(f"vigor train --resume {tmp_path / 'term'}")
     assert not _left(children)
     assert not _grandchildren(os.getpid()) & children
+
+
+def test_signal_while_loading_stops_at_once(tmp_path, monkeypatch):
+    """Before the first step there is no step to finish: the signal stops the load, the
+    reward workers are closed, and the line says whether there is anything to resume."""
+    import vigor_cli.trainer as trainer_module
+
+    real = trainer_module.Learner
+    closed = []
+
+    def interrupted_load(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "Learner", interrupted_load)
+    real_close = Trainer.close
+    monkeypatch.setattr(Trainer, "close", lambda self: (closed.append(True), real_close(self)))
+    sets = tiny_sets(tmp_path, "new", "train.steps=2")
+    with pytest.raises(TrainingInterrupted) as new:
+        train(build_config(sets=sets), out=quiet())
+    assert new.value.exit_code == 130 and closed == [True]
+    assert new.value.status == "SIGINT: training stopped while loading, before a step; nothing was written"
+    assert not (tmp_path / "new" / "metrics.jsonl").exists()
+
+    monkeypatch.setattr(trainer_module, "Learner", real)
+    _signal_during(monkeypatch, 1)
+    with pytest.raises(TrainingInterrupted):
+        train(build_config(sets=tiny_sets(tmp_path, "old", "train.steps=3")), out=quiet())
+    monkeypatch.undo()
+    monkeypatch.setattr(trainer_module, "Learner", interrupted_load)
+    with pytest.raises(TrainingInterrupted) as resumed:
+        train(resume=tmp_path / "old", out=quiet())
+    assert "while loading" in resumed.value.status
+    assert resumed.value.status.endswith(f"resume with: vigor train --resume {tmp_path / 'old'}")

@@ -237,7 +237,11 @@ def test_bench_study_run_is_a_train_run(tmp_path):
                       sets=["train.prompts_per_step=4", "allocation.group_size=4", "sampling.max_new_tokens=8",
                             "train.eval_limit=8", "allocation.strategy=grpo"],
                       total_rollouts=40, eval_every_rollouts=20, run_dir=str(tmp_path / "runs" / "grpo-s0"))
-    summary = eff.run_one(run)
+    threads = torch.get_num_threads()
+    try:
+        summary = eff.run_one(run)  # sets one torch thread, as a study's child process does
+    finally:
+        torch.set_num_threads(threads)
     steps, evals = _rows(tmp_path / "runs" / "grpo-s0")
     assert [r["rollouts/cumulative"] for r in steps] == [16, 32, 48]
     assert [r["step"] for r in evals] == [0, 2, 3]

@@ -246,8 +246,10 @@ class Trainer:
             self.allocator = self._make_allocator()
             if resume_from is not None:
                 self._load_checkpoint(resume_from)
-        except BaseException:
+        except BaseException as e:
             self.close()  # reward workers already started
+            if isinstance(e, TrainingInterrupted):
+                e.status = self.stop_status(e.signal_name, loading=True)
             raise
         self.session_start = time.time()
 
@@ -393,8 +395,13 @@ class Trainer:
         self.rundir.write_summary(summary)
         return summary
 
-    def stop_status(self, signal_name: str) -> str:
+    def stop_status(self, signal_name: str, loading: bool = False) -> str:
         """The one line a stopped run prints: where it stands and the command that resumes it."""
+        if loading and not (self.rundir.path / "config.yaml").is_file():
+            return f"{signal_name}: training stopped while loading, before a step; nothing was written"
+        if loading:
+            return (f"{signal_name}: training stopped while loading, before a step; run directory "
+                    f"{self.rundir.path}; resume with: {resume_command(self.rundir.path)}")
         t = self.cfg.train
         of = f" of {t.steps}" if t.max_rollouts is None else f" ({self.rollouts_total} of {t.max_rollouts} rollouts)"
         checkpoint = self.rundir.latest_checkpoint()
@@ -647,7 +654,6 @@ def resume_command(run_dir: str | Path) -> str:
     return f"vigor train --resume {shlex.quote(str(run_dir))}"
 
 
-
 def _completions_table(step: int, samples: list[Sample], examples: dict[str, Example]):
     from rich.table import Table
 
@@ -688,36 +694,29 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     the run after the current step with :class:`~vigor_cli.interrupt.TrainingInterrupted`,
     whose ``status`` says where the run stands and how to resume it.
     """
-    out = out or default_console
-    run: RunDir | None = None
     with StopSignals() as signals:
-        try:
-            if resume is not None:
-                from vigor_cli.config import build_config
-
-                run = RunDir.open_existing(resume)
-                cfg = build_config(run.path / "config.yaml")
-                if steps is not None:
-                    cfg.train.steps = steps
-                checkpoint = run.latest_checkpoint()
-                trainer = Trainer(cfg, run, checkpoint, out, signals)
-                run.write_config(cfg)
-                run.cut_logs_after(trainer.step if checkpoint else -1)
-                out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
-            else:
-                assert cfg is not None
-                run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
-                trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
-                run.make(cfg)
-        except TrainingInterrupted as stop:  # while loading: before the first step
-            stop.status = _stopped_while_loading(stop.signal_name, run)
-            raise
-        out.print(f"run directory: {run.path}")
-        return trainer.run()
+        return _train(cfg, resume, out, steps, signals)
 
 
-def _stopped_while_loading(signal_name: str, run: RunDir | None) -> str:
-    if run is not None and (run.path / "config.yaml").is_file():
-        return (f"{signal_name}: training stopped while loading, before a step; run directory {run.path}; "
-                f"resume with: {resume_command(run.path)}")
-    return f"{signal_name}: training stopped while loading, before a step; nothing was written"
+def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: int | None,
+           signals: StopSignals) -> dict:
+    out = out or default_console
+    if resume is not None:
+        from vigor_cli.config import build_config
+
+        run = RunDir.open_existing(resume)
+        cfg = build_config(run.path / "config.yaml")
+        if steps is not None:
+            cfg.train.steps = steps
+        checkpoint = run.latest_checkpoint()
+        trainer = Trainer(cfg, run, checkpoint, out, signals)
+        run.write_config(cfg)
+        run.cut_logs_after(trainer.step if checkpoint else -1)
+        out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+    else:
+        assert cfg is not None
+        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
+        trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
+        run.make(cfg)
+    out.print(f"run directory: {run.path}")
+    return trainer.run()
