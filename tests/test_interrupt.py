@@ -101,12 +101,14 @@ def _cli_sets(tmp_path: Path, *extra: str) -> list[str]:
     return args
 
 
-def _interrupt_cli(tmp_path: Path, name: str, signum: int) -> tuple[subprocess.CompletedProcess, set[int]]:
-    """`python3 -m vigor_cli train` in a subprocess, ``signum`` once step 1 is logged; the
+def _interrupt_cli(tmp_path: Path, name: str, signum: int, group: bool) -> tuple[subprocess.CompletedProcess, set[int]]:
+    """`python3 -m vigor_cli train` in a subprocess, ``signum`` once step 1 is logged (to its
+    whole process group, as Ctrl-C in a terminal does, or to it alone, as `kill` does); the
     result and the child processes it had then."""
     cmd = [sys.executable, "-m", "vigor_cli", "train", "--output-dir", str(tmp_path), "--run-name", name,
            *_cli_sets(tmp_path, "train.reward_workers=2")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     metrics = tmp_path / name / "metrics.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -116,7 +118,10 @@ def _interrupt_cli(tmp_path: Path, name: str, signum: int) -> tuple[subprocess.C
     parents = _processes()
     children = {p for p, pp in parents.items() if pp == proc.pid}
     children |= {p for p, pp in parents.items() if pp in children}
-    proc.send_signal(signum)
+    if group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     out, err = proc.communicate(timeout=300)
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), children
 
@@ -130,7 +135,7 @@ def _left(pids: set[int], wait: float = 2.0) -> set[int]:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_ctrl_c_exits_130_with_the_resume_line_and_resume_matches(tmp_path):
-    result, children = _interrupt_cli(tmp_path, "cut", signal.SIGINT)
+    result, children = _interrupt_cli(tmp_path, "cut", signal.SIGINT, group=True)
     assert result.returncode == 130, result.stderr[-2000:]
     run = tmp_path / "cut"
     lines = [line for line in result.stderr.splitlines() if "--resume" in line]
@@ -151,7 +156,7 @@ def test_ctrl_c_exits_130_with_the_resume_line_and_resume_matches(tmp_path):
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_sigterm_exits_143_with_the_resume_line(tmp_path):
-    result, children = _interrupt_cli(tmp_path, "term", signal.SIGTERM)
+    result, children = _interrupt_cli(tmp_path, "term", signal.SIGTERM, group=False)
     assert result.returncode == 143, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "--resume" in line]
     assert len(lines) == 1 and lines[0].startswith("SIGTERM: training stopped after step ")
