@@ -55,20 +55,25 @@ from typing import Any, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-STRATEGIES = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
+from vigor_cli.allocation import STRATEGIES  # noqa: E402 - after the sys.path line: every registered strategy
+
+ISSUE7_ARMS = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
+"""The strategies issue 7's study compared (every one registered then): a record of that study."""
 BASELINE = "grpo"
 CHILD_NICE = 5
 """Niceness of every child run (the shared machine's convention for heavy work); start the
 study itself without `nice`, or the children inherit it on top of this."""
 
+STRATEGY_SETS: dict[str, list[str]] = {
+    "dapo": ["allocation.gen_batch_multiplier=1"],
+    "greso": ["allocation.gen_batch_multiplier=1"],
+    "pods": ["allocation.pods_n=8", "allocation.pods_m=4"],
+}
+"""Overrides that give a strategy the study's budget (see "Equal budgets" above); a strategy
+not named here runs on the task config's settings."""
+
 ARM_SETS: dict[str, list[str]] = {
-    "grpo": ["allocation.strategy=grpo"],
-    "vigor": ["allocation.strategy=vigor"],
-    "random": ["allocation.strategy=random"],
-    "difficulty": ["allocation.strategy=difficulty"],
-    "dapo": ["allocation.strategy=dapo", "allocation.gen_batch_multiplier=1"],
-    "greso": ["allocation.strategy=greso", "allocation.gen_batch_multiplier=1"],
-    "pods": ["allocation.strategy=pods", "allocation.pods_n=8", "allocation.pods_m=4"],
+    **{name: [f"allocation.strategy={name}", *STRATEGY_SETS.get(name, [])] for name in STRATEGIES},
     # Ablations that look for why VIGOR wins or loses (--arms ...).
     "vigor-agg-grpo": ["allocation.strategy=vigor", "grpo.loss_agg=grpo"],
     "grpo-agg-grpo": ["allocation.strategy=grpo", "grpo.loss_agg=grpo"],
@@ -84,12 +89,11 @@ ARM_SETS: dict[str, list[str]] = {
     "vigor-64": ["allocation.strategy=vigor", "train.prompts_per_step=64"],
     # issue 11: per-prompt loss weighting and the peers
     "vigor-prompt-mean": ["allocation.strategy=vigor", "grpo.loss_agg=prompt_mean"],
-    "knapsack": ["allocation.strategy=knapsack"],
-    "reinforce-ada": ["allocation.strategy=reinforce-ada"],
-    "auto": ["allocation.strategy=auto"],
     "grpo-64": ["allocation.strategy=grpo", "train.prompts_per_step=64"],
 }
-"""Config overrides per arm (``--set`` syntax); the group size 8 and budget come from the task config."""
+"""Config overrides per arm (``--set`` syntax): one arm per registered strategy
+(vigor_cli.allocation.STRATEGIES), then the ablations; the group size 8 and budget come from
+the task config."""
 
 WIDE_ARMS = {"grpo-wide"}
 """Arms that spread the cell's rollouts over twice its prompts (4 per prompt instead of 8)."""
@@ -178,7 +182,7 @@ Issue 7's study (dapo, greso, pods, random, difficulty and the breadth ablations
 is ISSUE7_STUDY (`--study issue7`)."""
 QUICK_STUDY: list[tuple[str, str, list[str]]] = [("tiny-math", "default", ISSUE11_ARMS)]
 ISSUE7_STUDY: list[tuple[str, str, list[str]]] = [
-    ("tiny-math", "default", STRATEGIES),
+    ("tiny-math", "default", ISSUE7_ARMS),
     ("tiny-math", "peaked", ["grpo", "vigor", "dapo"]),
     ("tiny-math", "flat", ["grpo", "vigor", "dapo"]),
     ("tiny-math", "default", ABLATIONS),
@@ -238,60 +242,43 @@ class RunSpec:
 # =========================================================================== one run (child)
 def run_one(spec: RunSpec) -> dict:
     """Train until ``total_rollouts`` rollouts were generated, evaluating every
-    ``eval_every_rollouts``; the trainer's own step, logging and evaluation code does
-    the work, only the stopping and evaluation schedule is by rollouts instead of steps."""
+    ``eval_every_rollouts``: `vigor train`'s own entry point (vigor_cli.trainer.train) with
+    train.max_rollouts and train.eval_every_rollouts, so a study run is a `vigor train` run."""
     import torch
     from rich.console import Console
 
-    from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import Trainer
+    from vigor_cli.trainer import train
 
     torch.set_num_threads(1)
+    run_dir = Path(spec.run_dir)
+    summary = train(study_config(spec), out=Console(file=sys.stdout, width=160, force_terminal=False))
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the study reads the logs only
+    (run_dir / "spec.json").write_text(json.dumps(asdict(spec), indent=1) + "\n")  # marks the run finished
+    return summary
+
+
+def study_config(spec: RunSpec) -> Any:
+    """The run's config: the task's bundled config, the spec's overrides, and the stop and
+    evaluation schedule by rollouts (train.steps only as a bound)."""
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.config import build_config
+
     run_dir = Path(spec.run_dir)
     sets = [
         f"model.name_or_path={spec.model}",
         f"train.seed={spec.seed}",
         f"train.output_dir={run_dir.parent}",
         f"train.run_name={run_dir.name}",
-        "train.steps=100000",  # stopping is by rollouts (below)
+        "train.steps=100000",
+        f"train.max_rollouts={spec.total_rollouts}",
+        "train.eval_every=0",
+        f"train.eval_every_rollouts={spec.eval_every_rollouts}",
+        "train.save_every=0",  # the final checkpoint only
         "train.log_completions_every=0",
         "train.reward_workers=1",
         *spec.sets,
     ]
-    cfg = build_config(default_config_file(None, spec.task), overrides={"task.name": spec.task}, sets=sets)
-    out = Console(file=sys.stdout, width=160, force_terminal=False)
-    run = RunDir.planned(cfg)
-    trainer = Trainer(cfg, run, None, out)
-    run.make(cfg)
-    (run.path / "spec.json").write_text(json.dumps(asdict(spec), indent=1) + "\n")
-    started = time.time()
-    try:
-        trainer.start_accuracy = trainer.evaluate(0)
-        next_eval = spec.eval_every_rollouts
-        while trainer.rollouts_total < spec.total_rollouts:
-            trainer.step += 1
-            log = trainer.train_step(trainer.step)
-            trainer._write_step(log)  # the trainer's metrics line and console line
-            if trainer.rollouts_total >= next_eval or trainer.rollouts_total >= spec.total_rollouts:
-                trainer.last_accuracy = trainer.evaluate(trainer.step)
-                while next_eval <= trainer.rollouts_total:
-                    next_eval += spec.eval_every_rollouts
-        summary = {
-            "run_dir": str(run.path),
-            "start_accuracy": trainer.start_accuracy,
-            "final_accuracy": trainer.last_accuracy,
-            "steps": trainer.step,
-            "rollouts": trainer.rollouts_total,
-            "tokens": trainer.tokens_total,
-            "wall_time": time.time() - started,
-        }
-        run.write_summary(summary)
-        return summary
-    finally:
-        trainer.task.close()
-        trainer.engine.close()
+    return build_config(default_config_file(None, spec.task), overrides={"task.name": spec.task}, sets=sets)
 
 
 def timing(model: str, arms: list[str], steps: int, prompts_per_step: int, workdir: Path) -> dict:
@@ -317,18 +304,19 @@ def timing(model: str, arms: list[str], steps: int, prompts_per_step: int, workd
         shutil.rmtree(workdir / f"timing-{arm}", ignore_errors=True)
         trainers[arm] = Trainer(cfg, RunDir.planned(cfg).make(cfg), None, quiet)
     rows: dict[str, list[dict]] = {arm: [] for arm in arms}
-    for step in range(1, steps + 2):
-        for arm, tr in trainers.items():
-            w0, c0 = time.perf_counter(), time.process_time()
-            log = tr.train_step(step)
-            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-            if step > 1:
-                m = log.metrics
-                rows[arm].append({"wall": wall, "cpu": cpu, "rollouts": m["rollouts/step"],
-                                  "generate": m["time/generate"], "update": m["time/update"]})
-    for tr in trainers.values():
-        tr.task.close()
-        tr.engine.close()
+    try:
+        for step in range(1, steps + 2):
+            for arm, tr in trainers.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                log = tr.train_step(step)
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                if step > 1:
+                    m = log.metrics
+                    rows[arm].append({"wall": wall, "cpu": cpu, "rollouts": m["rollouts/step"],
+                                      "generate": m["time/generate"], "update": m["time/update"]})
+    finally:
+        for tr in trainers.values():
+            tr.close()
     out: dict[str, Any] = {"steps": steps, "prompts_per_step": prompts_per_step, "arms": {}}
     for arm, rs in rows.items():
         out["arms"][arm] = {
@@ -1113,7 +1101,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
             if REGIMES[r].task not in (None, t):
                 continue
             if not any(row[:2] == (t, r) for row in rows):
-                base = next((row[2] for row in rows if row[:2] == (t, "default")), STRATEGIES)
+                base = next((row[2] for row in rows if row[:2] == (t, "default")), list(STRATEGIES))
                 rows.append((t, r, list(base)))
     cells = []
     for t, r, a in rows:
@@ -1194,9 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
     timing_path = out / "timing.json"
     math_cell = next((c for c in plan.cells if c.task == "tiny-math" and c.regime == "default"), None)
     if timing_steps and math_cell and not args.aggregate_only:
-        from vigor_cli.allocation import STRATEGIES as known
-
-        timed = [BASELINE, "vigor"] + (["auto"] if "auto" in known else [])
+        timed = [BASELINE, "vigor"] + (["auto"] if "auto" in STRATEGIES else [])
         console.print(f"timing: {', '.join(timed)} interleaved, {timing_steps} steps each, one process")
         job = {"timing": {"model": models["default"], "arms": timed, "steps": timing_steps,
                           "prompts_per_step": math_cell.prompts_per_step, "workdir": str(out / "timing"), "result": str(timing_path)}}

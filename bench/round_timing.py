@@ -74,20 +74,21 @@ def timing(arms: list[str], steps: int, prompts: int, workdir: Path) -> dict:
     torch.set_num_threads(1)
     trainers = {arm: build(arm, workdir, prompts) for arm in arms}
     rows: dict[str, list[dict]] = {arm: [] for arm in arms}
-    for step in range(1, steps + 2):
-        for arm, tr in trainers.items():
-            k0 = worker_cpu(tr)
-            w0, c0 = time.perf_counter(), time.process_time()
-            m = tr.train_step(step).metrics
-            wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-            if step > 1:
-                rows[arm].append({"wall": wall, "cpu": cpu, "cpu_all": cpu + worker_cpu(tr) - k0,
-                                  "generate": m["time/generate"],
-                                  "reward": m["time/reward"], "update": m["time/update"],
-                                  "rollouts": m["rollouts/step"]})
-    for tr in trainers.values():
-        tr.task.close()
-        tr.engine.close()
+    try:
+        for step in range(1, steps + 2):
+            for arm, tr in trainers.items():
+                k0 = worker_cpu(tr)
+                w0, c0 = time.perf_counter(), time.process_time()
+                m = tr.train_step(step).metrics
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                if step > 1:
+                    rows[arm].append({"wall": wall, "cpu": cpu, "cpu_all": cpu + worker_cpu(tr) - k0,
+                                      "generate": m["time/generate"],
+                                      "reward": m["time/reward"], "update": m["time/update"],
+                                      "rollouts": m["rollouts/step"]})
+    finally:
+        for tr in trainers.values():
+            tr.close()
     out: dict = {"steps": steps, "prompts_per_step": prompts, "load_average": list(os.getloadavg()), "arms": {}}
     for arm, rs in rows.items():
         out["arms"][arm] = {k: statistics.median(r[k] / r["rollouts"] for r in rs) for k in KEYS}

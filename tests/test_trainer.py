@@ -102,13 +102,13 @@ def test_micro_batches_leave_the_update_unchanged(tmp_path):
         return Trainer(cfg, RunDir(tmp_path / f"mb{budget}"), None, quiet())
 
     big, small = build(4096), build(16)
-    samples = big.rollout_phase(1)[0]
+    samples = big.rollout_phase(1).samples
     assert any(s.advantage != 0 for s in samples), "needs a group with reward variance"
-    m_big = big.update_phase(samples)
-    m_small = small.update_phase(samples)
+    m_big = big.learner.update(samples)
+    m_small = small.learner.update(samples)
     assert m_small["losses/loss"] == pytest.approx(m_big["losses/loss"], rel=1e-5, abs=1e-7)
     # gradients of the step (left on the parameters after the optimizer step) agree
-    for p, q in zip(big.model.parameters(), small.model.parameters()):
+    for p, q in zip(big.learner.model.parameters(), small.learner.model.parameters()):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-7)
 
 

@@ -391,12 +391,20 @@ class GRPOConfig(_Section):
 # --------------------------------------------------------------------------- loop
 class TrainConfig(_Section):
     steps: int = Field(100, ge=1, description="Optimizer steps (each one allocation + update).")
+    max_rollouts: Optional[int] = Field(
+        None, ge=1, description="Also stop after the step at which this many rollouts were "
+        "generated in all (an equal-rollout comparison of strategies); unset: stop by steps only."
+    )
     prompts_per_step: int = Field(
         64, ge=1, description="Prompts per step (the batch P that allocation starts from)."
     )
     seed: int = Field(0, description="Seeds data order, sampling, allocation and init.")
     eval_every: int = Field(
         10, ge=0, description="Held-out evaluation every N steps (0: only at start and end)."
+    )
+    eval_every_rollouts: Optional[int] = Field(
+        None, ge=1, description="Also evaluate after each step that takes the rollouts generated "
+        "past a multiple of N; unset: by train.eval_every only."
     )
     eval_samples: int = Field(1, ge=1, description="Samples per held-out problem (avg@n).")
     eval_limit: Optional[int] = Field(

@@ -2,8 +2,9 @@
 
 Read it top to bottom like CleanRL's ppo.py: :func:`train` sets things up and
 runs the loop; :meth:`Trainer.rollout_phase` is the allocation (ask/tell)
-part, :meth:`Trainer.update_phase` the GRPO part, the rest is plumbing (run
-directory, evaluation, checkpoints, console).
+part, :meth:`Trainer.train_step` hands its samples to the
+:class:`~vigor_cli.learner.Learner` (policy, optimizer, the GRPO update), the
+rest is plumbing (stopping, run directory, evaluation, checkpoints, console).
 
 Reproducibility: every random choice is seeded from ``train.seed`` and the
 step (data order per epoch, each generate call, allocation), and the model,
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import shlex
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -29,8 +31,10 @@ from vigor_cli.config import RunConfig
 from vigor_cli.console import console as default_console
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import encode_prompt, evaluate_examples
+from vigor_cli.interrupt import StopSignals, TrainingInterrupted
+from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import Rollout, SamplingParams
-from vigor_cli.rollout.weight_check import EngineWeightsError, WeightCheckSums, judge
+from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.runs import RunDir, write_json_atomic
 from vigor_cli.tasks.base import Example
 
@@ -171,12 +175,6 @@ def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
     return plan
 
 
-def release_cached_memory() -> None:
-    """Return the CUDA blocks PyTorch's allocator cached during the update: the colocated vLLM
-    engine allocates its weights and KV cache outside that cache when it wakes."""
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
 
 # --------------------------------------------------------------------------- one step's data
 @dataclass
@@ -192,6 +190,20 @@ class Sample:
 
 
 @dataclass
+class RolloutBatch:
+    """What a step's allocation rounds produced (:meth:`Trainer.rollout_phase`)."""
+
+    samples: list[Sample]
+    """The groups the allocator kept for the update, advantages set."""
+    generated: list[Sample]
+    """Every rollout generated this step (all are counted and logged, kept or not)."""
+    record: dict
+    """The allocator's record of the step (a line of allocation.jsonl)."""
+    generate_seconds: float = 0.0
+    reward_seconds: float = 0.0
+
+
+@dataclass
 class StepLog:
     """What a step measured; becomes one metrics.jsonl line."""
 
@@ -201,40 +213,73 @@ class StepLog:
 
 
 class Trainer:
-    """Holds the run's state; :func:`train` builds one and calls :meth:`run`."""
+    """The loop: data order, rollout engine, allocation, rewards, logging, evaluation and
+    checkpoint cadence around a :class:`~vigor_cli.learner.Learner` (policy, optimizer,
+    update). :func:`train` builds one and calls :meth:`run`."""
 
-    def __init__(self, cfg: RunConfig, run: RunDir, resume_from: Path | None, out: Any):
-        from vigor_cli.allocation import make_allocator
-        from vigor_cli.models import Reference, load_policy, trainable_parameters
+    def __init__(self, cfg: RunConfig, run: RunDir, resume_from: Path | None, out: Any,
+                 signals: StopSignals | None = None):
         from vigor_cli.rollout import make_engine
-        from vigor_cli.tasks import get_task
 
         self.cfg, self.rundir, self.out = cfg, run, out
-        t = cfg.train
-        torch.manual_seed(t.seed)  # LoRA init and anything else that draws at setup
+        self.signals = signals or StopSignals()
+        """SIGINT/SIGTERM as the loop sees them (vigor_cli/interrupt.py); a bare one never fires."""
+        self.task: Any = None
+        self.engine: Any = None
+        self.dedupe_scoring = True
+        """Grade each distinct (prompt, completion) of a step once (see _score); the timing
+        bench turns it off to measure what it saves."""
+        # ---- counters (checkpointed)
+        self.step = 0
+        self.rollouts_total = 0
+        self.tokens_total = 0
+        self.elapsed_before = 0.0
+        self.start_accuracy: float | None = None
+        self.last_accuracy: float | None = None
+        torch.manual_seed(cfg.train.seed)  # LoRA init and anything else that draws at setup
+        try:
+            self._load_data()
+            self.learner = Learner(cfg, self.tokenizer.pad_token_id, self.prompt_ids, resume_from)
+            self.engine = make_engine(cfg, self.learner.model, self.tokenizer, announce=lambda m: out.print(m))
+            self.learner.watch_engine(self.engine)
+            self._last_check_status = ""
+            self.allocator = self._make_allocator()
+            if resume_from is not None:
+                self._load_checkpoint(resume_from)
+        except BaseException as e:
+            self.close()  # reward workers already started
+            if isinstance(e, TrainingInterrupted):
+                e.status = self.stop_status(e.signal_name, loading=True)
+            raise
+        self.session_start = time.time()
 
-        # ---- every check that needs no download first (vigor_cli/preflight.py)
+    def _load_data(self) -> None:
+        """Every check that needs no download (vigor_cli/preflight.py), the memory plan, the
+        task's training and evaluation sets and the tokenizer, all before any weights load."""
         from vigor_cli.models import load_tokenizer
         from vigor_cli.preflight import check_static, check_tokenizer
+        from vigor_cli.tasks import get_task
 
+        cfg, t = self.cfg, self.cfg.train
         check_static(cfg)
         # The plan reads the model's config.json (a small download for a hub id); it refuses a
         # run that cannot fit before any weights load.
-        self.memory_plan = announce_memory_plan(cfg, out)
-
-        # ---- task and data, training and evaluation sets, before the model downloads
+        self.memory_plan = announce_memory_plan(cfg, self.out)
         self.task = get_task(cfg.task, workers=t.reward_workers)
         train_examples = self.task.train_examples()
         validate_config(cfg, len(train_examples))
-        eval_limit = t.eval_limit
         self.eval_sets: dict[str, list[Example]] = {}
         for name in cfg.task.eval_sets or [None]:
             exs = self.task.eval_examples(name)
-            self.eval_sets[name or cfg.task.name] = exs[:eval_limit] if eval_limit else exs
-
-        # ---- tokenizer (small), its checks and the prompts, before the weights
+            self.eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
         self.tokenizer = load_tokenizer(cfg.model)
-        check_tokenizer(cfg, self.tokenizer, warn=lambda m: out.print(m))
+        check_tokenizer(cfg, self.tokenizer, warn=lambda m: self.out.print(m))
+        self._encode_prompts(train_examples)
+        self.data = DataOrder(list(self.examples), t.seed)
+
+    def _encode_prompts(self, train_examples: list[Example]) -> None:
+        """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped."""
+        cfg = self.cfg
         self.examples: dict[str, Example] = {}
         self.prompt_ids: dict[str, list[int]] = {}
         dropped = 0
@@ -246,78 +291,95 @@ class Trainer:
             self.examples[ex.uid] = ex
             self.prompt_ids[ex.uid] = ids
         if dropped:
-            out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
-        if len(self.examples) < t.prompts_per_step:
+            self.out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
+        if len(self.examples) < cfg.train.prompts_per_step:
             raise UserError(
                 f"only {len(self.examples)} training prompts fit task.max_prompt_tokens="
-                f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({t.prompts_per_step})"
+                f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({cfg.train.prompts_per_step})"
             )
-        self.data = DataOrder(list(self.examples), t.seed)
 
-        # ---- policy, reference, engine
-        self.model, _, self.device = load_policy(cfg.model, str(resume_from) if resume_from else None)
-        self.reference = None
-        if cfg.grpo.beta > 0:
-            if cfg.model.lora.enabled:
-                self.reference = Reference(self.model)
-            else:
-                self.reference = Reference(self.model, load_policy(cfg.model)[0])
-        self.engine = make_engine(cfg, self.model, self.tokenizer, announce=lambda m: out.print(m))
-        self.weight_base = self._weight_check_base()
-        self.weight_check = judge(0.0, 0.0, 0.0, 0, cfg.engine.logprob_check_threshold)
-        self._last_check_status = ""
+    def _make_allocator(self) -> Any:
+        from vigor_cli.allocation import make_allocator
 
-        # ---- allocation and optimisation
         try:
-            self.allocator = make_allocator(cfg.allocation, t.prompts_per_step, t.seed)
+            return make_allocator(self.cfg.allocation, self.cfg.train.prompts_per_step, self.cfg.train.seed)
         except ValueError as e:
             raise UserError(str(e)) from None
-        self.trainable = trainable_parameters(self.model)
-        self.optimizer = torch.optim.AdamW(
-            self.trainable, lr=cfg.grpo.learning_rate, weight_decay=cfg.grpo.weight_decay
-        )
-        warmup = cfg.grpo.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
-        )
 
-        self.dedupe_scoring = True
-        """Grade each distinct (prompt, completion) of a step once (see _score); the timing
-        bench turns it off to measure what it saves."""
-
-        # ---- counters (checkpointed)
-        self.step = 0
-        self.rollouts_total = 0
-        self.tokens_total = 0
-        self.elapsed_before = 0.0
-        self.start_accuracy: float | None = None
-        self.last_accuracy: float | None = None
-        if resume_from is not None:
-            self._load_checkpoint(resume_from)
-        self.session_start = time.time()
+    def close(self) -> None:
+        """Stop the reward workers and the engine (safe to call twice)."""
+        task, engine = self.task, self.engine
+        try:
+            if task is not None:
+                task.close()
+        finally:
+            if engine is not None:
+                engine.close()
 
     # ------------------------------------------------------------------ the loop
-    def run(self) -> dict:
+    def finished(self) -> bool:
+        """train.steps done, or train.max_rollouts generated."""
         t = self.cfg.train
-        if self.step == 0:
-            self.start_accuracy = self.last_accuracy = self.evaluate(0)
-        with _progress(self.out) as progress:
-            bar = progress.add_task("train", total=t.steps, completed=self.step, info="")
-            while self.step < t.steps:
-                self.step += 1
-                log = self.train_step(self.step)
-                self._write_step(log)
-                if t.eval_every and self.step % t.eval_every == 0 and self.step < t.steps:
-                    self.last_accuracy = self.evaluate(self.step)
-                if t.save_every and self.step % t.save_every == 0 and self.step < t.steps:
-                    self.save_checkpoint()
-                m = log.metrics
-                progress.update(
-                    bar,
-                    completed=self.step,
-                    info=f"reward {m['reward/mean']:.3f}  acc {self.last_accuracy or 0:.3f}  "
-                    f"rollouts {self.rollouts_total}",
-                )
+        return self.step >= t.steps or (t.max_rollouts is not None and self.rollouts_total >= t.max_rollouts)
+
+    def run(self) -> dict:
+        """Train until :meth:`finished`, evaluating and checkpointing on schedule; then the
+        final evaluation, checkpoint and summary (returned, and in ``summary.json``). The
+        engine and reward workers are closed however it ends. A signal (vigor_cli/interrupt.py)
+        stops it after the current step with :class:`TrainingInterrupted`."""
+        t = self.cfg.train
+        by_rollouts = t.max_rollouts is not None
+        try:
+            if self.step == 0:
+                self.start_accuracy = self.last_accuracy = self.evaluate(0)
+            with _progress(self.out) as progress:
+                bar = progress.add_task("train", total=t.max_rollouts if by_rollouts else t.steps,
+                                        completed=self.rollouts_total if by_rollouts else self.step, info="")
+                while not self.finished():
+                    with self.signals.deferred():
+                        log = self._step()
+                    progress.update(
+                        bar, completed=self.rollouts_total if by_rollouts else self.step,
+                        info=f"reward {log.metrics['reward/mean']:.3f}  acc {self.last_accuracy or 0:.3f}  "
+                        f"rollouts {self.rollouts_total}",
+                    )
+                    if self.signals.requested and not self.finished():
+                        raise self.signals.interruption()
+            with self.signals.deferred():
+                return self._finish()
+        except TrainingInterrupted as stop:
+            stop.status = self.stop_status(stop.signal_name)
+            raise
+        finally:
+            self.close()
+
+    def _step(self) -> StepLog:
+        """One step, its log lines, and the evaluation and checkpoint due after it (the final
+        ones are :meth:`_finish`'s). After a stop signal an evaluation runs only when a
+        checkpoint follows it (the one a resume continues from)."""
+        t = self.cfg.train
+        before = self.rollouts_total
+        self.step += 1
+        log = self.train_step(self.step)
+        self._write_step(log)
+        if self.finished():
+            return log
+        save = bool(t.save_every and self.step % t.save_every == 0)
+        if self._eval_due(before) and (save or not self.signals.requested):
+            self.last_accuracy = self.evaluate(self.step)
+        if save:
+            self.save_checkpoint()
+        return log
+
+    def _eval_due(self, rollouts_before: int) -> bool:
+        """train.eval_every steps, or the step crossed a multiple of train.eval_every_rollouts."""
+        t = self.cfg.train
+        if t.eval_every and self.step % t.eval_every == 0:
+            return True
+        every = t.eval_every_rollouts
+        return bool(every) and self.rollouts_total // every > rollouts_before // every
+
+    def _finish(self) -> dict:
         final = self.evaluate(self.step) if self.step > 0 and not self._has_eval(self.step) else self.last_accuracy
         self.last_accuracy = final
         self.save_checkpoint()
@@ -331,32 +393,59 @@ class Trainer:
             "wall_time": self.elapsed(),
         }
         self.rundir.write_summary(summary)
-        self.task.close()
-        self.engine.close()
         return summary
 
-    def train_step(self, step: int) -> StepLog:
-        t0 = time.time()
-        samples, record, t_gen, t_reward, rollouts = self.rollout_phase(step)
-        t1 = time.time()
-        update_metrics = self.update_phase(samples)
-        self.optimizer.zero_grad(set_to_none=True)  # gradients are not kept through generation
-        release_cached_memory()  # the engine wakes next: hand it what the update's activations held
-        self.engine.sync_weights(self.model)
-        t2 = time.time()
+    def stop_status(self, signal_name: str, loading: bool = False) -> str:
+        """The one line a stopped run prints: where it stands and the command that resumes it."""
+        if loading and not (self.rundir.path / "config.yaml").is_file():
+            return f"{signal_name}: training stopped while loading, before a step; nothing was written"
+        if loading:
+            return (f"{signal_name}: training stopped while loading, before a step; run directory "
+                    f"{self.rundir.path}; resume with: {resume_command(self.rundir.path)}")
+        t = self.cfg.train
+        of = f" of {t.steps}" if t.max_rollouts is None else f" ({self.rollouts_total} of {t.max_rollouts} rollouts)"
+        checkpoint = self.rundir.latest_checkpoint()
+        saved = f"last checkpoint: {checkpoint.name}" if checkpoint else "no checkpoint yet, a resume starts over"
+        return (f"{signal_name}: training stopped after step {self.step}{of} ({saved}); run directory "
+                f"{self.rundir.path}; resume with: {resume_command(self.rundir.path)}")
 
-        every = rollouts
-        rewards = torch.tensor([s.reward for s in every], dtype=torch.float64)
-        lengths = [len(s.rollout.token_ids) for s in every]
-        tokens = sum(lengths)
-        self.rollouts_total += len(every)
+    def train_step(self, step: int) -> StepLog:
+        """Allocation rounds (generate, score, tell), the update, the weights pushed to the
+        engine; the step's metrics line and allocation record."""
+        t0 = time.time()
+        batch = self.rollout_phase(step)
+        t1 = time.time()
+        update_metrics = self.learner.update(batch.samples)
+        self.learner.release_gradients()  # not kept through generation; the engine wakes next
+        self.engine.sync_weights(self.learner.model)
+        t2 = time.time()
+        tokens = sum(len(s.rollout.token_ids) for s in batch.generated)
+        self.rollouts_total += len(batch.generated)
         self.tokens_total += tokens
-        groups: dict[str, list[float]] = defaultdict(list)
-        for s in samples:
-            groups[s.uid].append(s.reward)
-        zero_var = sum(1 for r in groups.values() if max(r) == min(r))
         metrics = {
             "step": step,
+            **self._batch_metrics(batch, tokens),
+            **update_metrics,
+            "time/generate": batch.generate_seconds,
+            "time/reward": batch.reward_seconds,
+            "time/update": t2 - t1,
+            "time/step": time.time() - t0,
+            "time/elapsed": 0.0,  # filled when written
+        }
+        record = {"step": step, **batch.record}
+        for entry in record.get("prompts", []):
+            entry["text"] = self.examples[entry["uid"]].question[:200]
+        return StepLog(metrics=metrics, samples=batch.samples, record=record)
+
+    def _batch_metrics(self, batch: RolloutBatch, tokens: int) -> dict[str, Any]:
+        every = batch.generated
+        rewards = torch.tensor([s.reward for s in every], dtype=torch.float64)
+        lengths = [len(s.rollout.token_ids) for s in every]
+        groups: dict[str, list[float]] = defaultdict(list)
+        for s in batch.samples:
+            groups[s.uid].append(s.reward)
+        zero_var = sum(1 for r in groups.values() if max(r) == min(r))
+        return {
             "rollouts/step": len(every),
             "rollouts/cumulative": self.rollouts_total,
             "tokens/step": tokens,
@@ -368,22 +457,12 @@ class Trainer:
             "completions/mean_length": tokens / len(every) if every else 0.0,
             "completions/max_length": max(lengths, default=0),
             "completions/truncated_frac": sum(s.rollout.truncated for s in every) / len(every) if every else 0.0,
-            **update_metrics,
-            "time/generate": t_gen,
-            "time/reward": t_reward,
-            "time/update": t2 - t1,
-            "time/step": time.time() - t0,
-            "time/elapsed": 0.0,  # filled when written
         }
-        record = {"step": step, **record}
-        for entry in record.get("prompts", []):
-            entry["text"] = self.examples[entry["uid"]].question[:200]
-        return StepLog(metrics=metrics, samples=samples, record=record)
 
     # ------------------------------------------------------------------ allocation rounds
-    def rollout_phase(self, step: int):
+    def rollout_phase(self, step: int) -> RolloutBatch:
         """Ask the allocator for rollouts round by round, generate and score them, tell it
-        the rewards; return the samples the update uses and every rollout generated."""
+        the rewards; the samples the update uses and every rollout generated."""
         cfg = self.cfg
         self.data.new_step()
         self.allocator.start_step(step, self.data.draw)
@@ -417,8 +496,8 @@ class Trainer:
         advantages = grpo.compute_advantages([s.reward for s in samples], [s.uid for s in samples], cfg.grpo.scale_rewards)
         for s, a in zip(samples, advantages.tolist()):
             s.advantage = a
-        every = [s for group in pool.values() for s in group]
-        return samples, result.record, t_gen, t_reward, every
+        generated = [s for group in pool.values() for s in group]
+        return RolloutBatch(samples, generated, result.record, t_gen, t_reward)
 
     def _score(self, flat: list[tuple[str, Rollout]], graded: dict[tuple[str, Any], Any]) -> list:
         """Scores of (uid, rollout) pairs. A reward is a function of the example and the
@@ -433,145 +512,6 @@ class Trainer:
         if new:
             graded.update(zip(new, self.task.score([self.examples[u] for u, _ in new], [t for _, t in new])))
         return [graded[k] for k in keys]
-
-    # ------------------------------------------------------------------ GRPO update
-    def update_phase(self, samples: list[Sample]) -> dict[str, float]:
-        """mu passes of the clipped GRPO loss over the step's samples, in token-budget
-        micro-batches whose gradients add up to the whole step's gradient."""
-        g, temp = self.cfg.grpo, self.cfg.sampling.temperature or 1.0
-        masks = [0.0 if (g.mask_truncated and s.rollout.truncated) else 1.0 for s in samples]
-        totals = grpo.step_totals(
-            [s.uid for s in samples], [len(s.rollout.token_ids) for s in samples], masks,
-            self.cfg.sampling.max_new_tokens,
-        )
-        # Rows with zero advantage (or masked out) add exactly zero loss and gradient when
-        # there is no KL term: skip their forward pass but keep them in the normalisers.
-        rows = [
-            i for i, s in enumerate(samples)
-            if masks[i] and s.rollout.token_ids and (s.advantage != 0.0 or g.beta > 0)
-        ]
-        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
-        batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
-
-        # Before any optimizer step: do the engine's log-probs track these weights?
-        self.weight_check = self._check_engine_weights(samples, temp)
-
-        # Pass 0's log-probs are the "old" policy of every later pass (mu > 1), and the
-        # reference's log-probs do not change between passes: both are computed once.
-        old_cache: dict[int, torch.Tensor] = {}
-        ref_cache: dict[int, torch.Tensor] = {}
-        lr = self.scheduler.get_last_lr()[0]  # the rate this step's update uses
-
-        sums = defaultdict(float)
-        counted = 0.0
-        grad_norm = 0.0
-        for pass_index in range(g.mu):
-            self.optimizer.zero_grad(set_to_none=True)
-            for bi, b in enumerate(batches):
-                lp, ent, mask = self._logprobs(self.model, samples, b, temp)
-                adv = torch.tensor([samples[i].advantage for i in b], dtype=lp.dtype, device=lp.device)
-                old = old_cache.setdefault(bi, lp.detach())
-                tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high)
-                kl = None
-                if self.reference is not None:
-                    if bi not in ref_cache:
-                        with torch.no_grad(), self.reference.model() as ref:
-                            ref_cache[bi] = self._logprobs(ref, samples, b, temp)[0]
-                    kl = grpo.kl_k3(lp, ref_cache[bi])
-                    tok_loss = tok_loss + g.beta * kl
-                loss = grpo.aggregate(tok_loss, mask, totals, g.loss_agg, rows=b)
-                loss.backward()
-                if pass_index == 0:
-                    n = float(mask.sum())
-                    counted += n
-                    sums["loss"] += float(loss.detach())
-                    sums["clip_low"] += float((low.float() * mask).sum())
-                    sums["clip_high"] += float((high.float() * mask).sum())
-                    sums["entropy"] += float((ent * mask).sum())
-                    if kl is not None:
-                        sums["kl"] += float((kl.detach() * mask).sum())
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
-            self.optimizer.step()
-        self.scheduler.step()
-        denom = max(counted, 1.0)
-        out = {
-            "losses/loss": sums["loss"],
-            "losses/clipfrac_low": sums["clip_low"] / denom,
-            "losses/clipfrac_high": sums["clip_high"] / denom,
-            "losses/kl": sums["kl"] / denom,
-            "losses/entropy": sums["entropy"] / denom,
-            "losses/grad_norm": grad_norm,
-            **self.weight_check.metrics(),
-            "lr": lr,
-        }
-        return out
-
-    # ------------------------------------------------------------------ weight check
-    def _weight_check_base(self) -> Any:
-        """The base model the weight check compares with (None: no check of the base).
-
-        LoRA: the policy with its adapter off (free). Full fine-tuning: the KL
-        reference when grpo.beta > 0; otherwise, for an engine that holds its own
-        copy of the weights (vLLM), a frozen copy of the starting weights (one
-        more copy of the model in memory; engine.weight_check=off avoids it). An
-        engine that samples with the policy module itself cannot hold stale
-        weights and gets no base copy.
-        """
-        from vigor_cli.models import Reference, load_policy
-
-        if self.cfg.engine.weight_check == "off":
-            return None
-        if self.reference is not None:
-            return self.reference
-        if self.cfg.model.lora.enabled:
-            return Reference(self.model)
-        if getattr(self.engine, "shares_policy", False):
-            return None
-        return Reference(self.model, load_policy(self.cfg.model)[0])
-
-    @torch.no_grad()
-    def _check_engine_weights(self, samples: list[Sample], temp: float) -> Any:
-        """Score the step's first engine.weight_check_rows completions three ways (engine,
-        policy, base) with the weights that sampled them; rows of every advantage count, so
-        a step whose groups all tie (garbage weights give all-zero rewards) is checked too."""
-        check = WeightCheckSums()
-        rows = [i for i, s in enumerate(samples) if s.rollout.token_ids][: self.cfg.engine.weight_check_rows]
-        if self.cfg.engine.weight_check == "off" or not rows:
-            return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
-        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
-        for batch in grpo.token_budget_batches(lengths, self.cfg.grpo.micro_batch_tokens):
-            b = [rows[j] for j in batch]
-            policy_lp = self._logprobs(self.model, samples, b, temp)[0].float().cpu()
-            base_lp = None
-            if self.weight_base is not None:
-                with self.weight_base.model() as base:
-                    base_lp = self._logprobs(base, samples, b, temp)[0].float().cpu()
-            for k, i in enumerate(b):
-                engine = samples[i].rollout.logprobs
-                n = len(engine)
-                check.add(engine, policy_lp[k, :n].tolist(), None if base_lp is None else base_lp[k, :n].tolist())
-        return check.result(self.cfg.engine.logprob_check_threshold, self.cfg.sampling.top_p)
-
-    def _logprobs(self, model: Any, samples: list[Sample], rows: list[int], temperature: float):
-        """Per-token log-probs and entropies of the rows' completions under ``model``,
-        plus the loss mask ([rows, longest completion]). Sequences are right-padded.
-
-        Only completion positions reach the output layer, ``grpo.logits_chunk_tokens`` at
-        a time (vigor_cli/logprobs.py); 0 there computes the full-vocabulary logits at
-        every position, as before."""
-        from vigor_cli import logprobs
-
-        batch = logprobs.make_batch(
-            [self.prompt_ids[samples[i].uid] for i in rows],
-            [samples[i].rollout.token_ids for i in rows],
-            self.tokenizer.pad_token_id or 0,
-        )
-        chunk = self.cfg.grpo.logits_chunk_tokens
-        if chunk > 0:
-            lp, ent = logprobs.completion_logprobs(model, batch, self.device, temperature, chunk)
-        else:
-            lp, ent = logprobs.full_logprobs(model, batch, self.device, temperature)
-        return lp, ent, batch.mask.to(self.device)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, step: int) -> float:
@@ -638,7 +578,7 @@ class Trainer:
 
     def _report_weight_check(self, step: int) -> None:
         """Stop (engine.weight_check=error) or warn when the check failed; say when it changes."""
-        wc = self.weight_check
+        wc = self.learner.weight_check
         if wc.failed:
             if self.cfg.engine.weight_check == "error":
                 raise EngineWeightsError(
@@ -652,45 +592,40 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
+        """The learner's weights and state, the allocator, the data position and the loop's
+        counters, published as one checkpoint directory (vigor_cli/runs.py)."""
         from vigor_cli.models import save_policy
 
         tmp = self.rundir.begin_checkpoint(self.step)
-        save_policy(self.model, self.tokenizer, tmp)
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            tmp / "trainer_state.pt",
-        )
+        save_policy(self.learner.model, self.tokenizer, tmp)
+        torch.save({**self.learner.state_dict(), **rng_state()}, tmp / "trainer_state.pt")
         write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
-        write_json_atomic(
-            tmp / "data_state.json",
-            {
-                "step": self.step,
-                "data": self.data.state_dict(),
-                "rollouts_cumulative": self.rollouts_total,
-                "tokens_cumulative": self.tokens_total,
-                "elapsed": self.elapsed(),
-                "start_accuracy": self.start_accuracy,
-                "last_accuracy": self.last_accuracy,
-            },
-        )
+        write_json_atomic(tmp / "data_state.json", self.loop_state())
         return self.rundir.commit_checkpoint(tmp, self.step, self.cfg.train.keep_checkpoints)
 
     def _load_checkpoint(self, path: Path) -> None:
+        """The state :meth:`save_checkpoint` wrote (the weights were loaded with the learner)."""
         import json
 
         state = torch.load(path / "trainer_state.pt", weights_only=True)
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["torch_rng"])
-        if state["cuda_rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.learner.load_state_dict(state)
+        set_rng_state(state)
         self.allocator.load_state_dict(json.loads((path / "allocator.json").read_text()))
-        data = json.loads((path / "data_state.json").read_text())
+        self.load_loop_state(json.loads((path / "data_state.json").read_text()))
+
+    def loop_state(self) -> dict:
+        """The loop's position: step, data order, counters (data_state.json)."""
+        return {
+            "step": self.step,
+            "data": self.data.state_dict(),
+            "rollouts_cumulative": self.rollouts_total,
+            "tokens_cumulative": self.tokens_total,
+            "elapsed": self.elapsed(),
+            "start_accuracy": self.start_accuracy,
+            "last_accuracy": self.last_accuracy,
+        }
+
+    def load_loop_state(self, data: dict) -> None:
         self.data.load_state_dict(data["data"])
         self.step = int(data["step"])
         self.rollouts_total = int(data["rollouts_cumulative"])
@@ -698,6 +633,25 @@ class Trainer:
         self.elapsed_before = float(data["elapsed"])
         self.start_accuracy = data["start_accuracy"]
         self.last_accuracy = data["last_accuracy"]
+
+
+def rng_state() -> dict:
+    """torch's global random state (CPU and every CUDA device), as checkpoints keep it."""
+    return {
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues the run in ``run_dir``."""
+    return f"vigor train --resume {shlex.quote(str(run_dir))}"
 
 
 def _completions_table(step: int, samples: list[Sample], examples: dict[str, Example]):
@@ -736,8 +690,16 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     """Run (or resume) training; returns the summary (also in ``summary.json``).
 
     ``resume`` is a run directory: its saved config is used (``steps`` may extend it)
-    and training continues from its last complete checkpoint.
+    and training continues from its last complete checkpoint. SIGINT and SIGTERM stop
+    the run after the current step with :class:`~vigor_cli.interrupt.TrainingInterrupted`,
+    whose ``status`` says where the run stands and how to resume it.
     """
+    with StopSignals() as signals:
+        return _train(cfg, resume, out, steps, signals)
+
+
+def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: int | None,
+           signals: StopSignals) -> dict:
     out = out or default_console
     if resume is not None:
         from vigor_cli.config import build_config
@@ -747,14 +709,14 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
         if steps is not None:
             cfg.train.steps = steps
         checkpoint = run.latest_checkpoint()
-        trainer = Trainer(cfg, run, checkpoint, out)
+        trainer = Trainer(cfg, run, checkpoint, out, signals)
         run.write_config(cfg)
         run.cut_logs_after(trainer.step if checkpoint else -1)
         out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
     else:
         assert cfg is not None
         run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
-        trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
+        trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
         run.make(cfg)
     out.print(f"run directory: {run.path}")
     return trainer.run()

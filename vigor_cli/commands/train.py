@@ -68,7 +68,6 @@ def train(
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
     from vigor_cli.config import build_config
     from vigor_cli.console import console
-    from vigor_cli.trainer import train as run_training
 
     if resume is not None:
         others = {
@@ -83,7 +82,7 @@ def train(
             raise UserError(f"--resume continues the saved config; drop {', '.join(given)} (only --steps may change)")
         if dry_run:
             return _dry_run(build_config(Path(resume) / "config.yaml"), console)
-        summary = run_training(resume=resume, steps=steps, out=console)
+        summary = _run_training(resume=resume, steps=steps, out=console)
     else:
         overrides = {
             "model.name_or_path": model,
@@ -103,7 +102,7 @@ def train(
         cfg = build_config(path, overrides=overrides, sets=set_)
         if dry_run:
             return _dry_run(cfg, console)
-        summary = run_training(cfg, out=console)
+        summary = _run_training(cfg, out=console)
 
     start, final = summary["start_accuracy"], summary["final_accuracy"]
     console.print(
@@ -112,6 +111,20 @@ def train(
         highlight=False,
     )
     console.print(f"[bold]run directory[/] {summary['run_dir']}", highlight=False)
+
+
+def _run_training(*args, **kwargs):
+    """vigor_cli.trainer.train; a run stopped by SIGINT/SIGTERM prints one line (where it stands,
+    the command that resumes it) and exits 130/143, never 0."""
+    from vigor_cli.console import err_console
+    from vigor_cli.interrupt import TrainingInterrupted
+    from vigor_cli.trainer import train as run_training
+
+    try:
+        return run_training(*args, **kwargs)
+    except TrainingInterrupted as stop:
+        err_console.print(stop.status, markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(stop.exit_code) from None
 
 
 def _dry_run(cfg, console) -> None:
