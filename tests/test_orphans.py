@@ -173,3 +173,29 @@ def test_a_killed_training_leaves_no_reward_worker(tmp_path):
         proc.kill()
         raise
     _kill_and_check(proc, started)
+
+
+def test_math_workers_ride_out_a_group_sigterm(tmp_path):
+    """`kill -TERM -<pgid>` reaches the workers too; the trainer finishes its step on SIGTERM,
+    which needs them, so they ignore it (and still die with the parent, above)."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent(
+        """
+        import os, signal, time
+        from vigor_cli.verifiers.math import MathVerifier
+
+        if __name__ == "__main__":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            verifier = MathVerifier(timeout_s=60, workers=2)
+            verifier.score_many([("2", "\\\\\\\\boxed{2}", None), ("3", "\\\\\\\\boxed{3}", None)])
+            os.killpg(os.getpgid(0), signal.SIGTERM)
+            time.sleep(0.5)
+            v = verifier.score_many([("2", "\\\\\\\\boxed{2}", None), ("x^2", "\\\\\\\\boxed{x*x}", None)])
+            print([r.reward for r in v], verifier.restarts, flush=True)
+            verifier.close()
+        """))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120, start_new_session=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[1.0,", "1.0]", "0"]
