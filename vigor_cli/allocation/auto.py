@@ -52,6 +52,7 @@ from vigor_cli.allocation.estimate import (
     posterior_mean,
 )
 from vigor_cli.allocation.knapsack import update_history
+from vigor_cli.allocation.registry import default_budget, register
 from vigor_cli.allocation.rounds import RoundAllocator, compact
 from vigor_cli.errors import UserError
 
@@ -262,3 +263,35 @@ class AutoAllocator(RoundAllocator):
         super().load_state_dict(state)
         self.history = {uid: list(h) for uid, h in state["history"].items()}
         self.moments = None if state.get("moments") is None else list(state["moments"])
+
+
+# --------------------------------------------------------------------------- registry
+def check_auto(cfg: Any, n_train: int | None) -> None:
+    a, p = cfg.allocation, cfg.train.prompts_per_step
+    if a.auto_max_rollouts < a.auto_census:
+        raise ValueError(
+            f"allocation.auto_max_rollouts ({a.auto_max_rollouts}) must be >= allocation.auto_census ({a.auto_census})"
+        )
+    width = census_width(a.auto_width, p)
+    if n_train is not None and width > n_train:
+        raise ValueError(
+            f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {width} "
+            f"prompts exceeds the {n_train} training prompts; lower either key"
+        )
+    budget, first = default_budget(a, p), a.auto_census * width
+    if budget < first:
+        raise ValueError(
+            f"allocation.budget ({budget}) is below the first round's allocation.auto_census x "
+            f"ceil(allocation.auto_width x train.prompts_per_step) ({a.auto_census} x {width} = {first}); "
+            f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto_census"
+        )
+
+
+@register("auto", budgeted=True, check=check_auto,
+          summary="a census round, then a wide or a deep plan chosen by expected signal")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> AutoAllocator:
+    return AutoAllocator(
+        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
+        width=cfg.auto_width, census=cfg.auto_census, margin=cfg.auto_margin,
+        max_rollouts=cfg.auto_max_rollouts, history=cfg.auto_history,
+    )

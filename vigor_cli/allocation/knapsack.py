@@ -29,6 +29,7 @@ from typing import Any
 
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import knapsack_value, posterior, posterior_mean
+from vigor_cli.allocation.registry import default_budget, register
 from vigor_cli.allocation.rounds import RoundAllocator, compact
 from vigor_cli.errors import UserError
 
@@ -141,3 +142,29 @@ class KnapsackAllocator(RoundAllocator):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.history = {uid: list(h) for uid, h in state["history"].items()}
+
+
+# --------------------------------------------------------------------------- registry
+def check_knapsack(cfg: Any, n_train: int | None) -> None:
+    a, p = cfg.allocation, cfg.train.prompts_per_step
+    if a.knapsack_max < a.knapsack_min:
+        raise ValueError(
+            f"allocation.knapsack_max ({a.knapsack_max}) must be >= allocation.knapsack_min ({a.knapsack_min})"
+        )
+    budget, first = default_budget(a, p), a.knapsack_min * p
+    if budget < first:
+        raise ValueError(
+            f"allocation.budget ({budget}) is below the first round's allocation.knapsack_min x "
+            f"train.prompts_per_step ({a.knapsack_min} x {p} = {first}); raise allocation.budget "
+            f"(or allocation.rollouts_per_prompt) or lower allocation.knapsack_min"
+        )
+
+
+@register("knapsack", budgeted=True, check=check_knapsack,
+          summary="Knapsack-RL: knapsack_min each, then extras by a greedy knapsack on pass-rate estimates")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> KnapsackAllocator:
+    return KnapsackAllocator(
+        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
+        min_n=cfg.knapsack_min, max_n=cfg.knapsack_max, history=cfg.knapsack_history,
+        prior=(cfg.knapsack_prior_a, cfg.knapsack_prior_b),
+    )

@@ -12,7 +12,10 @@ from __future__ import annotations
 import random
 from itertools import accumulate
 
+from typing import Any
+
 from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.registry import register
 from vigor_cli.allocation.rounds import RoundAllocator
 from vigor_cli.errors import UserError
 
@@ -74,3 +77,16 @@ class PodsAllocator(RoundAllocator):
 
     def _budget(self) -> int:
         return self.n * self.prompts_per_step
+
+
+# --------------------------------------------------------------------------- registry
+def check_pods(cfg: Any, n_train: int | None) -> None:
+    a = cfg.allocation
+    if a.pods_m > a.pods_n:
+        raise ValueError(f"allocation.pods_m ({a.pods_m}) must be <= allocation.pods_n ({a.pods_n})")
+
+
+@register("pods", check=check_pods,
+          summary="PODS: allocation.pods_n rollouts per prompt, the max-variance pods_m of them in the update")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> PodsAllocator:
+    return PodsAllocator(prompts_per_step, seed, n=cfg.pods_n, m=cfg.pods_m)
