@@ -17,18 +17,16 @@ import typer
 
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
+from vigor_cli.tasks import EVAL_SETS, eval_task_config
 
-MATH_SETS = ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench", "gsm8k")
-CODE_SETS = ("lcb-v6",)
-TINY_SETS = ("tiny-math", "tiny-code")
-BENCHMARKS = MATH_SETS + CODE_SETS + TINY_SETS
+BENCHMARKS = tuple(EVAL_SETS)  # the task registry's evaluation sets
 
 SAMPLES_PER_CHUNK = 256
 """Samples generated per engine call: the progress bar advances once per chunk."""
 
 
 def benchmark_kind(name: str) -> str:
-    return "code" if name in CODE_SETS or name == "tiny-code" else "math"
+    return EVAL_SETS[name].kind
 
 
 def parse_benchmarks(text: str) -> list[str]:
@@ -46,18 +44,7 @@ def parse_benchmarks(text: str) -> list[str]:
 def task_config_for(benchmark: str, data_dir: Optional[Path], date_start: Optional[str],
                     date_end: Optional[str]) -> Any:
     """The TaskConfig of the task that owns ``benchmark`` and the set name to ask it for."""
-    from vigor_cli.config import TaskConfig
-
-    if benchmark in TINY_SETS:
-        return TaskConfig(name=benchmark), None
-    if benchmark in CODE_SETS:  # the code task has one evaluation set: LiveCodeBench
-        return TaskConfig(
-            name="code",
-            data_dir=str(data_dir) if data_dir else None,
-            contest_date_start=date_start,
-            contest_date_end=date_end,
-        ), None
-    return TaskConfig(name="math", data_dir=str(data_dir) if data_dir else None), benchmark
+    return eval_task_config(benchmark, data_dir, date_start, date_end)
 
 
 class RecordingTask:
