@@ -726,3 +726,20 @@ def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple
             default = field.get_default(call_default_factory=True)
             rows.append((key, default, field.description or ""))
     return rows
+
+
+def known_names(what: Literal["strategy", "engine", "task", "benchmark"]) -> str:
+    """The registered names behind a key, comma-separated, for help texts and messages:
+    strategies (allocation.strategy), engines (engine.kind, 'auto' first), tasks (task.name),
+    benchmarks (`vigor eval --benchmarks`). Read from the registries, never listed here."""
+    if what == "strategy":
+        from vigor_cli.allocation import registry
+
+        return ", ".join(registry.names())
+    if what == "engine":
+        from vigor_cli.rollout import ENGINES
+
+        return ", ".join(["auto", *ENGINES])
+    from vigor_cli.tasks import EVAL_SETS, TASKS
+
+    return ", ".join(TASKS if what == "task" else EVAL_SETS)

@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
+from vigor_cli.config import known_names
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
@@ -135,7 +136,7 @@ def evaluate(
     limit: Optional[int] = typer.Option(None, help="Evaluate the first N problems of each benchmark."),
     contest_date_start: Optional[str] = typer.Option(None, help="lcb-v6: keep problems from this ISO date."),
     contest_date_end: Optional[str] = typer.Option(None, help="lcb-v6: keep problems up to this ISO date."),
-    engine: Optional[str] = typer.Option(None, help="engine.kind: auto, hf, vllm."),
+    engine: Optional[str] = typer.Option(None, help=f"engine.kind: {known_names('engine')}."),
     device: Optional[str] = typer.Option(None, help="model.device: auto, cuda, cpu."),
     output: Optional[Path] = typer.Option(None, help="Write every per-sample verdict and the metrics here (JSON)."),
     rescore: Optional[Path] = typer.Option(None, help="Grade the completions of this results file again; no generation."),
