@@ -743,3 +743,18 @@ def known_names(what: Literal["strategy", "engine", "task", "benchmark"]) -> str
     from vigor_cli.tasks import EVAL_SETS, TASKS
 
     return ", ".join(TASKS if what == "task" else EVAL_SETS)
+
+
+def field_bounds(dotted: str) -> dict[str, float]:
+    """The bounds a key's Field declares, as {'ge'|'gt': low, 'le'|'lt': high} (absent: unbounded
+    that side), for command-line options that set a config key: a flag and its key share bounds."""
+    *sections, name = dotted.split(".")
+    model: Any = RunConfig
+    for part in sections:
+        model = model.model_fields[part].annotation
+    found: dict[str, float] = {}
+    for meta in model.model_fields[name].metadata:
+        for side in ("ge", "gt", "le", "lt"):
+            if getattr(meta, side, None) is not None:
+                found[side] = getattr(meta, side)
+    return found
