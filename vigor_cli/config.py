@@ -586,7 +586,7 @@ class RunConfig(_Section):
         strategy = registry.get(self.allocation.strategy)
         registry.options(self.allocation)
         if strategy.check is not None:
-            strategy.check(self, None)
+            strategy.check(self.allocation, self.train.prompts_per_step, None)
         return self
 
 
@@ -600,12 +600,10 @@ def check_against_data(cfg: RunConfig, n_train: int) -> None:
         raise ConfigError(
             f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'"
         )
-    check = registry.get(cfg.allocation.strategy).check
-    if check is not None:
-        try:
-            check(cfg, n_train)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+    try:
+        registry.check(cfg.allocation, p, n_train)
+    except UserError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- loading

@@ -34,7 +34,7 @@ import numpy as np
 from vigor_cli.allocation import make_allocator, registry
 from vigor_cli.allocation.estimate import pareto_eta
 from vigor_cli.allocation.rounds import ceil_fraction
-from vigor_cli.config import AllocationConfig, RunConfig, TrainConfig
+from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
 
 DEFAULT_LAW = "mix:0.3,0.2,1,1"
@@ -342,14 +342,10 @@ def check_settings(settings: SimSettings, cfg: AllocationConfig) -> None:
     for name in settings.strategies:
         if name not in registry.REGISTRY:
             raise UserError(f"--strategy: unknown strategy {name!r}; use {', '.join(registry.names())} or all")
-        check = registry.get(name).check
-        if check is not None:
-            run = RunConfig.model_construct(allocation=cfg.model_copy(update={"strategy": name}),
-                                            train=TrainConfig.model_construct(prompts_per_step=settings.prompts))
-            try:
-                check(run, None)
-            except ValueError as e:
-                raise UserError(f"--strategy {name}: {e}".replace("train.prompts_per_step", "--prompts")) from None
+        try:
+            registry.check(cfg.model_copy(update={"strategy": name}), settings.prompts)
+        except UserError as e:
+            raise UserError(f"--strategy {name}: {e}".replace("train.prompts_per_step", "--prompts")) from None
     for key, (low, high) in SETTING_BOUNDS.items():
         value = getattr(settings, key)
         if value is not None and not (isinstance(value, (int, float)) and low <= value <= high):

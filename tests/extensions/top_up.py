@@ -53,9 +53,8 @@ class TopUpAllocator(RoundAllocator):
         return self.budget
 
 
-def check(cfg: Any, n_train: int | None) -> None:
+def check(a: Any, p: int, n_train: int | None) -> None:
     """Round 1 must fit in the budget; the message names the keys to change."""
-    a, p = cfg.allocation, cfg.train.prompts_per_step
     first = options(a).first
     if first * p > default_budget(a, p):
         raise ValueError(

@@ -217,9 +217,8 @@ class GresoAllocator(DynamicSamplingAllocator):
 
 
 # --------------------------------------------------------------------------- registry
-def check_generation_batch(cfg: Any, n_train: int | None) -> None:
+def check_generation_batch(a: Any, p: int, n_train: int | None) -> None:
     """DAPO's generation batch must fit in the training set (it draws distinct prompts)."""
-    a, p = cfg.allocation, cfg.train.prompts_per_step
     if n_train is not None and math.ceil(a.gen_batch_multiplier * p) > n_train:
         raise ValueError(
             f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "

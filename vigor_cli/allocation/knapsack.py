@@ -30,8 +30,7 @@ from typing import Any
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import knapsack_value, posterior, posterior_mean
 from vigor_cli.allocation.registry import default_budget, register
-from vigor_cli.allocation.rounds import RoundAllocator, compact
-from vigor_cli.errors import UserError
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
 
 
 def greedy_knapsack(
@@ -83,17 +82,23 @@ class KnapsackAllocator(RoundAllocator):
         prior: tuple[float, float],
     ) -> None:
         super().__init__(prompts_per_step, seed)
-        if max_n < min_n:
-            raise UserError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
-        if budget < min_n * prompts_per_step:
-            raise UserError(
-                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min "
-                f"x prompts per step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step})"
-            )
+        self.rules(budget, min_n, max_n, prompts_per_step)
         self.budget, self.min_n, self.max_n = budget, min_n, max_n
         self.window, self.prior = history, prior
         self.history: dict[str, list[float]] = {}
         """uid -> the latest ``window`` rewards of the prompt from earlier steps."""
+
+    @staticmethod
+    def rules(budget: int, min_n: int, max_n: int, prompts_per_step: int) -> None:
+        """RuleError naming the keys to change (the constructor and the config both ask)."""
+        if max_n < min_n:
+            raise RuleError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
+        if budget < min_n * prompts_per_step:
+            raise RuleError(
+                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min x "
+                f"train.prompts_per_step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step}); raise "
+                f"allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.knapsack_min"
+            )
 
     def p_hat(self, uid: str) -> float:
         """Posterior mean pass rate: prior, then history, then this step's rewards so far."""
@@ -145,19 +150,8 @@ class KnapsackAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
-def check_knapsack(cfg: Any, n_train: int | None) -> None:
-    a, p = cfg.allocation, cfg.train.prompts_per_step
-    if a.knapsack_max < a.knapsack_min:
-        raise ValueError(
-            f"allocation.knapsack_max ({a.knapsack_max}) must be >= allocation.knapsack_min ({a.knapsack_min})"
-        )
-    budget, first = default_budget(a, p), a.knapsack_min * p
-    if budget < first:
-        raise ValueError(
-            f"allocation.budget ({budget}) is below the first round's allocation.knapsack_min x "
-            f"train.prompts_per_step ({a.knapsack_min} x {p} = {first}); raise allocation.budget "
-            f"(or allocation.rollouts_per_prompt) or lower allocation.knapsack_min"
-        )
+def check_knapsack(a: Any, p: int, n_train: int | None) -> None:
+    KnapsackAllocator.rules(default_budget(a, p), a.knapsack_min, a.knapsack_max, p)
 
 
 @register("knapsack", budgeted=True, check=check_knapsack,

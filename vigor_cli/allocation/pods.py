@@ -16,8 +16,7 @@ from typing import Any
 
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.registry import register
-from vigor_cli.allocation.rounds import RoundAllocator
-from vigor_cli.errors import UserError
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError
 
 
 def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> list[int]:
@@ -53,9 +52,14 @@ class PodsAllocator(RoundAllocator):
 
     def __init__(self, prompts_per_step: int, seed: int, *, n: int, m: int) -> None:
         super().__init__(prompts_per_step, seed)
-        if m > n:
-            raise UserError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
+        self.rules(n, m)
         self.n, self.m = n, m
+
+    @staticmethod
+    def rules(n: int, m: int) -> None:
+        """ValueError (a UserError from the constructor) naming the keys to change."""
+        if m > n:
+            raise RuleError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
 
     def _begin(self) -> None:
         self._uids = self._draw(self.prompts_per_step)
@@ -80,10 +84,8 @@ class PodsAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
-def check_pods(cfg: Any, n_train: int | None) -> None:
-    a = cfg.allocation
-    if a.pods_m > a.pods_n:
-        raise ValueError(f"allocation.pods_m ({a.pods_m}) must be <= allocation.pods_n ({a.pods_n})")
+def check_pods(a: Any, p: int, n_train: int | None) -> None:
+    PodsAllocator.rules(a.pods_n, a.pods_m)
 
 
 @register("pods", check=check_pods,

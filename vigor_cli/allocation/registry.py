@@ -21,16 +21,19 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from pydantic import BaseModel, ValidationError
 
+from vigor_cli.errors import UserError
+
 if TYPE_CHECKING:
     from vigor_cli.allocation.base import Allocator
-    from vigor_cli.config import AllocationConfig, RunConfig
+    from vigor_cli.config import AllocationConfig
 
 Builder = Callable[["AllocationConfig", int, int], "Allocator"]
 """Builds a strategy from the config's allocation section, prompts per step and seed."""
-Check = Callable[["RunConfig", Optional[int]], None]
-"""Cross-field rules of one strategy: ``check(cfg, n_train)`` raises ``ValueError`` with a
-message naming the keys to change. ``n_train`` is None before any data is read (the
-config's own validation); then the rules against the task's size are skipped."""
+Check = Callable[["AllocationConfig", int, Optional[int]], None]
+"""Rules of one strategy across its keys: ``check(allocation_cfg, prompts_per_step, n_train)``
+raises ``ValueError`` with a message naming the keys to change. It runs when the config is
+built and in ``make_allocator`` (``n_train`` None: the rules against the task's size are
+skipped), and once the task's data is read (``n_train`` its training prompts)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,17 @@ def get(name: str) -> Strategy:
         return REGISTRY[name]
     except KeyError:
         raise ValueError(f"allocation.strategy: unknown strategy {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def check(cfg: "AllocationConfig", prompts_per_step: int, n_train: int | None = None) -> None:
+    """Every rule of ``cfg.strategy``: its options and its check, as a ``UserError`` (exit 2)."""
+    strategy = get(cfg.strategy)
+    try:
+        options(cfg)
+        if strategy.check is not None:
+            strategy.check(cfg, prompts_per_step, n_train)
+    except ValueError as e:
+        raise UserError(str(e)) from None
 
 
 def default_budget(cfg: "AllocationConfig", prompts_per_step: int) -> int:

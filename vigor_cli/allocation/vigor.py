@@ -108,9 +108,8 @@ class VigorAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
-def check_first_round(cfg: Any, n_train: int | None) -> None:
+def check_first_round(a: Any, p: int, n_train: int | None) -> None:
     """The budget must pay for round 1: m0 rollouts for every prompt of the step."""
-    a, p = cfg.allocation, cfg.train.prompts_per_step
     budget, first = default_budget(a, p), a.m0 * p
     if budget < first:
         raise ValueError(
