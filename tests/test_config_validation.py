@@ -187,3 +187,28 @@ def test_saved_configs_read_back_identically(tmp_path):
     saved = tmp_path / "config.yaml"
     saved.write_text(dump_config(cfg))
     assert build_config(saved) == cfg
+
+
+# --------------------------------------------------------------------------- vigor simulate
+@pytest.mark.parametrize("args, needle", [
+    (["--budget", "1"], "--strategy vigor: allocation.budget (1) is below the first round's allocation.m0 x --prompts (2 x 64 = 128)"),
+    (["--strategy", "auto", "--budget", "100", "--prompts", "64"], "--strategy auto: allocation.budget (100) is below auto's census"),
+    (["--learn", "--lr", "-1"], "--lr must be between 1e-09 and 10 (got -1.0)"),
+    (["--learn", "--lr", "nan"], "--lr must be between 1e-09 and 10 (got nan)"),
+    (["--learn", "--transfer", "2"], "--transfer must be between 0 and 1 (got 2.0)"),
+    (["--learn", "--target", "1.5"], "--target must be between 1e-09 and 1 (got 1.5)"),
+    (["--steps", "100000000"], "--steps must be between 1 and 1e+06"),
+    (["--strategy", "pods", "--pods-n", "4", "--pods-m", "8"], "allocation.pods_m (8) must be <= allocation.pods_n (4)"),
+    (["--set", "allocation.gamma=1e308"], "--set allocation.gamma=1e308: bad value for 'allocation.gamma'"),
+])
+def test_simulate_applies_the_same_rules_as_train(vigor, args, needle):
+    code, out, err = vigor("simulate", "--steps", "2", *args)
+    assert code == 2 and needle in err and err.strip().count("\n") == 0
+
+
+def test_simulate_checks_only_the_strategies_it_runs(vigor):
+    """The config's own strategy (auto by default) is not simulated: its rules do not apply."""
+    code, out, err = vigor("simulate", "--strategy", "vigor", "--budget", "16", "--prompts", "8", "--steps", "2", "--json")
+    assert code == 0, err
+    code, _, err = vigor("simulate", "--strategy", "grpo", "--budget", "1", "--steps", "2", "--json")
+    assert code == 0, err  # grpo has no budget

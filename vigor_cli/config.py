@@ -560,8 +560,10 @@ class RunConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "RunConfig":
-        """Rules across sections; the strategy's own rules come from its registry entry."""
+    def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
+        """Rules across sections; the strategy's own rules come from its registry entry (skipped
+        with the context ``{"strategy_rules": False}``: `vigor simulate` checks each strategy it
+        compares instead of the config's one)."""
         from vigor_cli.allocation import registry
 
         s, g, e, t = self.sampling, self.grpo, self.engine, self.task
@@ -584,6 +586,8 @@ class RunConfig(_Section):
                 f"sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
             )
         strategy = registry.get(self.allocation.strategy)
+        if not (info.context or {}).get("strategy_rules", True):
+            return self
         registry.options(self.allocation)
         if strategy.check is not None:
             strategy.check(self.allocation, self.train.prompts_per_step, None)
@@ -684,11 +688,13 @@ def build_config(
     path: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     sets: list[str] | None = None,
+    strategy_rules: bool = True,
 ) -> RunConfig:
     """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``.
 
     An error names where the bad value came from: ``--set key=value``, the flag's key, or
-    the file."""
+    the file. ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a
+    caller that runs other strategies with these keys and checks each: `vigor simulate`)."""
     tree: dict = load_yaml(path) if path else {}
     given: dict[str, str] = {}
     for k, v in (overrides or {}).items():
@@ -701,7 +707,7 @@ def build_config(
         given[k] = f"--set {s.strip()}"
         _set_dotted(tree, k, v, given[k])
     try:
-        return RunConfig.model_validate(tree)
+        return RunConfig.model_validate(tree, context={"strategy_rules": strategy_rules})
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None

@@ -108,7 +108,7 @@ def simulate(
         ).items()
     }
     overrides.update({"train.prompts_per_step": prompts, "train.seed": seed})
-    cfg = build_config(config, overrides=overrides, sets=set_)
+    cfg = build_config(config, overrides=overrides, sets=set_, strategy_rules=False)  # each compared one: simulate
     names = STRATEGIES if strategy.strip() == "all" else tuple(
         s.strip() for s in strategy.split(",") if s.strip()
     )
