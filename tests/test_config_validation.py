@@ -212,3 +212,8 @@ def test_simulate_checks_only_the_strategies_it_runs(vigor):
     assert code == 0, err
     code, _, err = vigor("simulate", "--strategy", "grpo", "--budget", "1", "--steps", "2", "--json")
     assert code == 0, err  # grpo has no budget
+
+
+def test_eval_engine_names_come_from_the_registry(vigor):
+    code, _, err = vigor("eval", "tiny", "--engine", "nosuch", "--benchmarks", "tiny-math", "--limit", "1")
+    assert code == 2 and err.strip() == "error: --engine nosuch: use auto, hf, vllm"

@@ -163,7 +163,10 @@ def evaluate(
     names = parse_benchmarks(benchmarks)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
     if engine is not None:
-        cfg.engine.kind = engine
+        try:
+            cfg.engine.kind = engine
+        except ValueError:
+            raise UserError(f"--engine {engine}: use {known_names('engine')}") from None
     if device is not None:
         try:
             cfg.model.device = device
