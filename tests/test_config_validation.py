@@ -216,4 +216,4 @@ def test_simulate_checks_only_the_strategies_it_runs(vigor):
 
 def test_eval_engine_names_come_from_the_registry(vigor):
     code, _, err = vigor("eval", "tiny", "--engine", "nosuch", "--benchmarks", "tiny-math", "--limit", "1")
-    assert code == 2 and err.strip() == "error: --engine nosuch: use auto, hf, vllm"
+    assert code == 2 and err.strip() == "error: --engine nosuch: engine.kind: unknown engine 'nosuch'; known: auto, hf, vllm"

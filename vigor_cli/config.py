@@ -762,3 +762,17 @@ def field_bounds(dotted: str) -> dict[str, float]:
             if getattr(meta, side, None) is not None:
                 found[side] = getattr(meta, side)
     return found
+
+
+def set_key(cfg: RunConfig, dotted: str, value: Any, flag: str) -> None:
+    """Set one key of a built config from a command-line option, validated like the file's;
+    a bad value is a ConfigError naming the option: ``--engine nosuch: unknown engine ...``."""
+    *sections, name = dotted.split(".")
+    node: Any = cfg
+    for part in sections:
+        node = getattr(node, part)
+    try:
+        setattr(node, name, value)
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ").removeprefix(f"{dotted}: ")
+        raise ConfigError(f"{flag} {value}: {dotted}: {msg}") from None

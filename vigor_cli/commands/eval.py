@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 import typer
 
-from vigor_cli.config import known_names
+from vigor_cli.config import known_names, set_key
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
@@ -163,10 +163,7 @@ def evaluate(
     names = parse_benchmarks(benchmarks)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
     if engine is not None:
-        try:
-            cfg.engine.kind = engine
-        except ValueError:
-            raise UserError(f"--engine {engine}: use {known_names('engine')}") from None
+        set_key(cfg, "engine.kind", engine, "--engine")
     if device is not None:
         try:
             cfg.model.device = device
