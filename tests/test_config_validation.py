@@ -102,6 +102,8 @@ def test_the_source_is_the_set_the_flag_or_the_file(tmp_path):
     assert refused("train.steps=0", overrides={"train.steps": 5}).startswith("--set train.steps=0: ")
     assert refused("train.sets=0").startswith("--set train.sets=0: unknown config key 'train.sets'")
     assert refused("train.steps=[1").startswith("--set train.steps=[1: the value is not valid YAML")
+    assert refused("train.steps.x=1") == "--set train.steps.x=1: 'steps' is not a section"
+    assert refused("allocation=5").startswith("--set allocation=5: bad value for 'allocation'")
     # a rule across keys: the --set of a key its message names
     msg = refused("allocation.strategy=vigor", "allocation.m0=100")
     assert msg.startswith("--set allocation.m0=100: allocation.budget (512) is below the first round's")
