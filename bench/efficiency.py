@@ -501,8 +501,11 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
         return empty
     prompts, rollouts, top = [], [], []
     kept = kept_flat = 0
+    from vigor_cli.allocation import registry
+
+    vigor_family = registry.in_family("vigor")
     for rec in read_jsonl(path).records:
-        if rec.get("strategy") in ("vigor", "random", "difficulty"):
+        if rec.get("strategy") in vigor_family:
             for p in rec.get("prompts", []):
                 for rnd in p.get("rounds", []):
                     if rnd.get("kept") is True:

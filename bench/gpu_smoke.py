@@ -162,7 +162,7 @@ def _perturb(policy: Any, delta: float, seed: int = 0) -> int:
 
 
 def _pushed(policy: Any, name: str) -> Any:
-    from vigor_cli.rollout.vllm import policy_weights
+    from vigor_cli.rollout.weights import policy_weights
 
     for n, t in policy_weights(policy):
         if n == name:

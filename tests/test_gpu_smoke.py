@@ -12,7 +12,7 @@ import sys
 import pytest
 from vllm_stand_in import REPO, WeightedStandInLLM, stand_in_api
 
-import vigor_cli.rollout.vllm as vllm_engine
+import vigor_cli.rollout.weights as engine_weights
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,8 @@ def test_correct_engine_passes_every_check(smoke):
 
 
 def test_dropped_lora_delta_fails(smoke, monkeypatch):
-    monkeypatch.setattr(vllm_engine, "_merged_lora_weight",
-                        lambda module, path: vllm_engine._dense(module.get_base_layer().weight))
+    monkeypatch.setattr(engine_weights, "merged_lora_weight",
+                        lambda module, path: engine_weights.dense_weight(module.get_base_layer().weight))
     verdicts, lines, _ = _run(smoke)
     assert verdicts["engine tracks policy"] == "FAIL"
     assert verdicts["readback"] == "FAIL"

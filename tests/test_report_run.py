@@ -21,6 +21,7 @@ TINY_RUN = [
     "--steps", "2", "--prompts-per-step", "4", "--seed", "0", "--engine", "hf",
     "--set", "train.eval_every=1", "--set", "train.eval_limit=6",
     "--set", "sampling.max_new_tokens=12", "--set", "allocation.group_size=4",
+    "--set", "allocation.rollouts_per_prompt=4",  # vigor's budget: 4 x 4, as grpo's
     "--set", "train.save_every=0", "--set", "train.log_completions_every=0",
     "--set", "train.reward_workers=1",
 ]

@@ -33,10 +33,12 @@ def tiny_tokenizer():
 
 # --------------------------------------------------------------------------- registry
 def test_unknown_task_lists_valid_names():
-    with pytest.raises(UserError) as err:
-        get_task(TaskConfig(name="tiny-maths"))
-    msg = str(err.value)
-    assert "tiny-maths" in msg and all(name in msg for name in TASKS)
+    with pytest.raises(ValueError) as err:  # the config refuses it
+        TaskConfig(name="tiny-maths")
+    with pytest.raises(UserError) as err2:  # and so does the registry, given an unchecked config
+        get_task(TaskConfig.model_construct(name="tiny-maths"))
+    for msg in (str(err.value), str(err2.value)):
+        assert "tiny-maths" in msg and all(name in msg for name in TASKS)
 
 
 def test_registry_builds_every_task():

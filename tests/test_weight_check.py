@@ -17,7 +17,7 @@ import pytest
 from vllm_stand_in import WeightedStandInLLM, stand_in_api
 
 import vigor_cli.rollout as rollout_pkg
-import vigor_cli.rollout.vllm as vllm_engine
+import vigor_cli.rollout.weights as engine_weights
 from vigor_cli.config import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.vllm import VLLMEngine
@@ -95,8 +95,8 @@ def test_correct_pushes_pass_after_a_not_yet_discriminating_step_1(tmp_path, mon
 
 
 def _drop_lora_delta(monkeypatch):
-    monkeypatch.setattr(vllm_engine, "_merged_lora_weight",
-                        lambda module, path: vllm_engine._dense(module.get_base_layer().weight))
+    monkeypatch.setattr(engine_weights, "merged_lora_weight",
+                        lambda module, path: engine_weights.dense_weight(module.get_base_layer().weight))
 
 
 def _push_once(monkeypatch):

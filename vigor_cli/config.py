@@ -11,19 +11,65 @@ as YAML, so ``--set allocation.alpha=0.25`` gives a float and
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+)
+
+from vigor_cli.errors import UserError
 
 
-class ConfigError(ValueError):
-    """A bad configuration: the message names the key or file and what to change."""
+class ConfigError(UserError, ValueError):
+    """A bad configuration: the message names the key or file and what to change (exit 2)."""
+
+
+SEED_MAX = 2**32 - 1
+"""Largest seed: numpy's legacy seeding takes 32 bits."""
+ROLLOUTS_MAX = 4096
+"""Most rollouts of one prompt any per-prompt count may ask for."""
+TOKENS_MAX = 2**24
+"""Largest token count of any length or token budget (16M)."""
+STEPS_MAX = 10**7
+"""Largest step count, interval or step number."""
+TOTAL_ROLLOUTS_MAX = 10**12
+"""Largest count of rollouts over a whole run (a stop or evaluation schedule)."""
+
+
+def _scalar_types(annotation: Any) -> set:
+    """The plain types a field accepts (through Optional, unions, Annotated and Literal)."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _scalar_types(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_scalar_types(a) for a in typing.get_args(annotation)))
+    if origin is Literal:
+        return {type(v) for v in typing.get_args(annotation)}
+    return {annotation}
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    """Unknown keys are errors; floats must be finite; numbers and switches are strict:
+    true is not a number (``--set train.steps=true`` used to run one step) and 1 is not a
+    switch. Strings that read as numbers (``1e-5``, which YAML leaves a string) still work."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_kinds(cls, value: Any, info: ValidationInfo) -> Any:
+        kinds = _scalar_types(cls.model_fields[info.field_name].annotation)
+        if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
+            raise ValueError(f"expected a number, not {str(value).lower()}")
+        switch_only = bool in kinds and not kinds & {int, float}
+        if switch_only and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            if not (isinstance(value, str) and str in kinds):  # 'auto' where a Literal allows it
+                raise ValueError(f"expected true or false, not {value!r}")
+        return value
 
 
 # --------------------------------------------------------------------------- model
@@ -33,8 +79,8 @@ class LoraConfig(_Section):
         description="Train a LoRA adapter (peft) instead of all weights. The bundled tiny "
         "model's config turns this off and trains every weight.",
     )
-    r: int = Field(16, ge=1, description="LoRA rank.")
-    alpha: int = Field(32, ge=1, description="LoRA alpha; the update is scaled by alpha/r.")
+    r: int = Field(16, ge=1, le=ROLLOUTS_MAX, description="LoRA rank.")
+    alpha: int = Field(32, ge=1, le=65536, description="LoRA alpha; the update is scaled by alpha/r.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout.")
     target_modules: str | list[str] = Field(
         "all-linear",
@@ -87,6 +133,7 @@ class ModelConfig(_Section):
     cpu_threads: int = Field(
         0,
         ge=0,
+        le=1024,
         description="torch intra-op threads when the policy runs on CPU. 0 = auto: 1 for models "
         "under 50M parameters (their kernels are too small to share, and OpenMP threads spinning "
         "beside the reward workers made tiny-model steps 20-30x slower here), torch's default "
@@ -99,10 +146,13 @@ class ModelConfig(_Section):
 class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
-        description="Task from the registry: tiny-math, tiny-code, tiny-facts, tiny-ladder, math, code.",
+        description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
+        "tiny-code, tiny-facts, tiny-ladder, math, code.",
     )
     split_seed: int = Field(
         0,
+        ge=0,
+        le=SEED_MAX,
         description="tiny-math/tiny-code: seed of the train/held-out split. The bundled tiny "
         "model was warmed on split 0's training part; another seed mixes its held-out set "
         "with what it was warmed on.",
@@ -123,7 +173,7 @@ class TaskConfig(_Section):
         "held-out set.",
     )
     max_prompt_tokens: int = Field(
-        1024, ge=8, description="Prompts longer than this (in tokens) are dropped with a warning."
+        1024, ge=8, le=TOKENS_MAX, description="Prompts longer than this (in tokens) are dropped with a warning."
     )
     contest_date_start: Optional[str] = Field(
         None, description="Code task: keep problems with contest_date >= this ISO date."
@@ -149,24 +199,38 @@ class TaskConfig(_Section):
         "rate), 'fraction' = share of tests passed.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _registered_task(cls, name: str) -> str:
+        from vigor_cli.tasks import TASKS
+
+        if name not in TASKS:
+            raise ValueError(f"task.name: unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+        return name
+
 
 # --------------------------------------------------------------------------- allocation
 class AllocationConfig(_Section):
-    strategy: Literal[
-        "vigor", "grpo", "dapo", "greso", "pods", "random", "difficulty", "knapsack", "reinforce-ada", "auto"
-    ] = Field(
+    strategy: str = Field(
         "auto",
-        description="Rollout allocation strategy (vigor_cli/allocation/README.md, docs/algorithms.md). "
-        "Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
+        description="Rollout allocation strategy, a name in the strategy registry "
+        "(vigor_cli/allocation/registry.py; `vigor train --help` lists them; "
+        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
         "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
         "Reinforce-Ada, 'auto' a census round then a wide or deep plan chosen by expected signal.",
     )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Keys of a strategy that declares its own (its registry entry's options "
+        "model, e.g. a strategy added outside this package): allocation.options.<key>. The "
+        "built-in strategies take none; their keys are the allocation.* keys here.",
+    )
     # VIGOR (and its ablations)
-    rounds: int = Field(4, ge=1, description="VIGOR: number of allocation rounds T.")
-    m0: int = Field(2, ge=1, description="VIGOR: new rollouts per prompt in round 1.")
+    rounds: int = Field(4, ge=1, le=64, description="VIGOR: number of allocation rounds T.")
+    m0: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="VIGOR: new rollouts per prompt in round 1.")
     gamma: float = Field(
-        2.0, gt=0, description="VIGOR: growth of new rollouts per kept prompt per round."
+        2.0, gt=0, le=64, description="VIGOR: growth of new rollouts per kept prompt per round."
     )
     alpha: float = Field(
         0.5, gt=0, le=1, description="VIGOR: fraction of active prompts kept each round (ceil)."
@@ -174,24 +238,34 @@ class AllocationConfig(_Section):
     budget: Optional[int] = Field(
         None,
         ge=1,
-        description="vigor, random, difficulty, knapsack, reinforce-ada, auto: cap on rollouts "
-        "per step, never exceeded (see allocation/README.md). Default: group_size x prompts per "
-        "step, the budget of GRPO with group_size.",
+        le=10**7,
+        description="Budgeted strategies (vigor and its ablations, knapsack, reinforce-ada, auto; "
+        "`vigor simulate --help` lists them): cap on rollouts per step, never exceeded (see "
+        "allocation/README.md). Default: allocation.rollouts_per_prompt x prompts per step.",
+    )
+    rollouts_per_prompt: int = Field(
+        8,
+        ge=1,
+        le=ROLLOUTS_MAX,
+        description="Budgeted strategies: the default budget is this many rollouts per prompt of "
+        "the step (the spend of GRPO with group_size = this); allocation.budget overrides it. "
+        "A config that sets allocation.group_size but not this key (written before the key "
+        "existed) gets group_size here, so it spends what it did.",
     )
     # GRPO / DAPO / GRESO
     group_size: int = Field(
-        8, ge=1, description="Rollouts per prompt for grpo, dapo and greso (G)."
+        8, ge=1, le=ROLLOUTS_MAX, description="Rollouts per prompt for grpo, dapo and greso (G)."
     )
     # DAPO and GRESO's filling
     gen_batch_multiplier: float = Field(
-        3.0, ge=1, description="DAPO: generation batch = this x prompts per step."
+        3.0, ge=1, le=10_000, description="DAPO: generation batch = this x prompts per step."
     )
     max_gen_batches: int = Field(
-        10, ge=1, description="DAPO/GRESO: give up (clear error) after this many generation batches."
+        10, ge=1, le=1000, description="DAPO/GRESO: give up (clear error) after this many generation batches."
     )
     # GRESO
     greso_p_init: float = Field(0.5, gt=0, lt=1, description="GRESO: initial p_easy and p_hard.")
-    greso_p_step: float = Field(0.01, gt=0, description="GRESO: change of p per step.")
+    greso_p_step: float = Field(0.01, gt=0, le=1, description="GRESO: change of p per step.")
     greso_target_zero_var: float = Field(
         0.25, ge=0, le=1, description="GRESO: target fraction of zero-variance groups."
     )
@@ -214,35 +288,37 @@ class AllocationConfig(_Section):
         "(skip probability 1 - max(p^z, this)), so skipped prompts are re-explored.",
     )
     # PODS
-    pods_n: int = Field(16, ge=2, description="PODS: rollouts generated per prompt.")
-    pods_m: int = Field(8, ge=1, description="PODS: rollouts per prompt kept for the update.")
+    pods_n: int = Field(16, ge=2, le=ROLLOUTS_MAX, description="PODS: rollouts generated per prompt.")
+    pods_m: int = Field(8, ge=1, le=ROLLOUTS_MAX, description="PODS: rollouts per prompt kept for the update.")
     # Knapsack-RL
     knapsack_min: int = Field(
-        2, ge=1, description="knapsack: rollouts every prompt gets in round 1 (the source's min_n)."
+        2, ge=1, le=ROLLOUTS_MAX, description="knapsack: rollouts every prompt gets in round 1 (the source's min_n)."
     )
     knapsack_max: int = Field(
-        128, ge=1, description="knapsack: most rollouts one prompt may get in a step (the source's max_n)."
+        128, ge=1, le=ROLLOUTS_MAX, description="knapsack: most rollouts one prompt may get in a step (the source's max_n)."
     )
     knapsack_history: int = Field(
         16,
         ge=0,
+        le=ROLLOUTS_MAX,
         description="knapsack: a prompt's latest rewards from earlier steps that inform its pass "
         "rate (the source's window of 16); 0 = this step's round 1 only.",
     )
     knapsack_prior_a: float = Field(
-        1.0, gt=0, description="knapsack: Beta prior of pass rates, a (with prior_b: Beta(1, 1) = uniform)."
+        1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, a (with prior_b: Beta(1, 1) = uniform)."
     )
-    knapsack_prior_b: float = Field(1.0, gt=0, description="knapsack: Beta prior of pass rates, b.")
+    knapsack_prior_b: float = Field(1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, b.")
     # Reinforce-Ada
     ada_round_size: int = Field(
         4,
         ge=1,
+        le=ROLLOUTS_MAX,
         description="reinforce-ada: new rollouts per active prompt per round (the source's M is 8, "
         "with no budget cap).",
     )
-    ada_rounds: int = Field(4, ge=1, description="reinforce-ada: most sampling rounds per step (N).")
+    ada_rounds: int = Field(4, ge=1, le=64, description="reinforce-ada: most sampling rounds per step (N).")
     ada_keep: int = Field(
-        4, ge=1, description="reinforce-ada: rollouts per prompt in the update (n), balanced by class."
+        4, ge=1, le=ROLLOUTS_MAX, description="reinforce-ada: rollouts per prompt in the update (n), balanced by class."
     )
     ada_positive_threshold: float = Field(
         0.7, ge=0, lt=1, description="reinforce-ada: a rollout is positive iff its reward > this."
@@ -256,42 +332,62 @@ class AllocationConfig(_Section):
     auto_width: float = Field(
         2.0,
         gt=0,
+        le=100,
         description="auto: census prompts = ceil(this x prompts per step); the wide plan spreads "
         "the budget over all of them.",
     )
-    auto_census: int = Field(2, ge=1, description="auto: rollouts per census prompt (round 1).")
+    auto_census: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="auto: rollouts per census prompt (round 1).")
     auto_margin: float = Field(
         1.25,
         gt=0,
+        le=100,
         description="auto: go deep only when the deep plan's expected signal is at least this x "
         "the wide plan's.",
     )
     auto_max_rollouts: int = Field(
-        32, ge=1, description="auto: most rollouts one prompt may get in a step (deep plan)."
+        32, ge=1, le=ROLLOUTS_MAX, description="auto: most rollouts one prompt may get in a step (deep plan)."
     )
     auto_history: int = Field(
         16,
         ge=0,
+        le=ROLLOUTS_MAX,
         description="auto: a prompt's latest rewards from earlier steps that inform its pass rate; "
         "a prompt with history counts as seen before, which is what lets depth pay (0: no "
         "memory, auto scores plans by breadth only).",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _budget_from_old_key(cls, data: Any) -> Any:
+        """Configs written before allocation.rollouts_per_prompt set the budget through group_size."""
+        if isinstance(data, dict) and "group_size" in data and "rollouts_per_prompt" not in data:
+            data = {**data, "rollouts_per_prompt": data["group_size"]}
+        return data
+
+    @field_validator("strategy")
+    @classmethod
+    def _registered_strategy(cls, name: str) -> str:
+        from vigor_cli.allocation import registry
+
+        registry.get(name)  # ValueError naming the registered strategies
+        return name
+
 
 # --------------------------------------------------------------------------- sampling
 class SamplingConfig(_Section):
-    temperature: float = Field(1.0, ge=0, description="Sampling temperature for rollouts.")
+    temperature: float = Field(1.0, ge=0, le=10, description="Sampling temperature for rollouts.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling for rollouts.")
     max_new_tokens: int = Field(
-        1024, ge=1, description="Longest completion; longer ones are cut and flagged truncated."
+        1024, ge=1, le=TOKENS_MAX, description="Longest completion; longer ones are cut and flagged truncated."
     )
 
 
 # --------------------------------------------------------------------------- engine
 class EngineConfig(_Section):
-    kind: Literal["auto", "hf", "vllm"] = Field(
+    kind: str = Field(
         "auto",
-        description="Rollout engine. 'auto': vLLM when the policy runs on CUDA and vllm "
+        description="Rollout engine: 'auto' or a name in the engine registry "
+        "(vigor_cli/rollout/__init__.py: hf, vllm). 'auto': vLLM when the policy runs on CUDA and vllm "
         "imports; transformers ('hf') on the CPU or, with a printed warning, when vllm is not "
         "installed. A vllm that is installed but does not import is an error, as is CUDA "
         "present but unusable (see model.device).",
@@ -299,6 +395,7 @@ class EngineConfig(_Section):
     gen_batch_tokens: int = Field(
         16384,
         ge=64,
+        le=2**30,
         description="hf engine: rows per generate call are bounded so that rows x "
         "(prompt + max_new_tokens) stays under this.",
     )
@@ -310,7 +407,7 @@ class EngineConfig(_Section):
         "headroom, capped at 0.9 (vigor_cli/memory_plan.py; `vigor train --dry-run` shows it).",
     )
     max_model_len: Optional[int] = Field(
-        None, description="vllm: context length; default task.max_prompt_tokens + "
+        None, ge=16, le=TOKENS_MAX, description="vllm: context length; default task.max_prompt_tokens + "
         "sampling.max_new_tokens, capped at the model's max_position_embeddings."
     )
     sleep_level: Literal[1, 2] = Field(
@@ -334,52 +431,66 @@ class EngineConfig(_Section):
     weight_check_rows: int = Field(
         16,
         ge=1,
+        le=4096,
         description="Completions per step the weight check scores with the base model (one "
         "no-grad forward over them; free when grpo.beta > 0, which computes it anyway).",
     )
     logprob_check_threshold: float = Field(
         0.1,
         ge=0,
+        le=100,
         description="The weight check also fails when the mean |engine log-prob - policy "
         "log-prob| exceeds this plus ln(1/sampling.top_p) (the most a top-p engine's "
         "renormalised log-probs may differ), whatever the base says: garbage weights. bf16 "
         "numerics stay well below it.",
     )
 
+    @field_validator("kind")
+    @classmethod
+    def _registered_engine(cls, kind: str) -> str:
+        from vigor_cli.rollout import ENGINES
+
+        if kind != "auto" and kind not in ENGINES:
+            raise ValueError(f"engine.kind: unknown engine {kind!r}; known: auto, {', '.join(ENGINES)}")
+        return kind
+
 
 # --------------------------------------------------------------------------- GRPO
 class GRPOConfig(_Section):
-    loss_agg: Literal["dapo", "grpo", "dr_grpo", "prompt_mean"] = Field(
+    loss_agg: str = Field(
         "dapo",
-        description="Loss aggregation: 'dapo' token sum / tokens in step; 'grpo' mean of "
+        description="Loss aggregation, a name in vigor_cli/grpo.py's LOSS_AGGREGATIONS: 'dapo' token sum / tokens in step; 'grpo' mean of "
         "per-sequence token means; 'dr_grpo' sum / (sequences x max_new_tokens); "
         "'prompt_mean' mean over prompts of each prompt's token mean over all its rollouts "
         "(every prompt weighs the same, however many rollouts it got).",
     )
-    scale_rewards: Literal["group", "batch", "none"] = Field(
+    scale_rewards: str = Field(
         "group",
-        description="Advantage scale: group std (GRPO), batch std, or none (Dr. GRPO).",
+        description="Advantage scale, a name in vigor_cli/grpo.py's ADVANTAGE_SCALINGS: group std "
+        "(GRPO), batch std, or none (Dr. GRPO).",
     )
-    epsilon: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon.")
-    epsilon_high: float = Field(0.28, ge=0, description="PPO clip: upper bound 1 + epsilon_high (DAPO).")
-    beta: float = Field(0.0, ge=0, description="KL coefficient to the reference (k3 estimator).")
-    mu: int = Field(1, ge=1, description="Optimisation passes over each step's rollouts.")
+    epsilon: float = Field(0.2, ge=0, lt=1, description="PPO clip: lower bound 1 - epsilon (below 1).")
+    epsilon_high: float = Field(0.28, ge=0, le=10, description="PPO clip: upper bound 1 + epsilon_high (DAPO).")
+    beta: float = Field(0.0, ge=0, le=100, description="KL coefficient to the reference (k3 estimator).")
+    mu: int = Field(1, ge=1, le=64, description="Optimisation passes over each step's rollouts.")
     mask_truncated: bool = Field(
         False, description="Exclude truncated completions from the loss (DAPO overlong filtering)."
     )
-    learning_rate: float = Field(1e-5, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    learning_rate: float = Field(1e-5, gt=0, le=1.0, description="AdamW learning rate (at most 1).")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, le=1e6, description="Gradient clipping norm.")
+    warmup_steps: int = Field(0, ge=0, le=STEPS_MAX, description="Linear learning-rate warm-up steps.")
     micro_batch_tokens: int = Field(
         8192,
         ge=16,
+        le=2**30,
         description="Token budget of one forward/backward micro-batch; gradients accumulate "
         "so the loss is the same as one big batch.",
     )
     logits_chunk_tokens: int = Field(
         512,
         ge=0,
+        le=TOKENS_MAX,
         description="Completion positions per output-layer chunk: log-probs and entropies are "
         "computed on completion positions only, this many at a time under checkpointing, so "
         "no [tokens, vocabulary] float32 tensor exists (about 20 bytes x this x vocabulary at "
@@ -387,36 +498,49 @@ class GRPOConfig(_Section):
         "bytes per token per vocabulary entry).",
     )
 
+    @field_validator("loss_agg", "scale_rewards")
+    @classmethod
+    def _registered_function(cls, name: str, info: ValidationInfo) -> str:
+        from vigor_cli import grpo
+
+        known = grpo.LOSS_AGGREGATIONS if info.field_name == "loss_agg" else grpo.ADVANTAGE_SCALINGS
+        if name not in known:
+            raise ValueError(f"grpo.{info.field_name}: unknown name {name!r}; known: {', '.join(known)}")
+        return name
+
 
 # --------------------------------------------------------------------------- loop
 class TrainConfig(_Section):
-    steps: int = Field(100, ge=1, description="Optimizer steps (each one allocation + update).")
+    steps: int = Field(100, ge=1, le=STEPS_MAX, description="Optimizer steps (each one allocation + update).")
     max_rollouts: Optional[int] = Field(
-        None, ge=1, description="Also stop after the step at which this many rollouts were "
-        "generated in all (an equal-rollout comparison of strategies); unset: stop by steps only."
+        None, ge=1, le=TOTAL_ROLLOUTS_MAX, description="Also stop after the step at which this many "
+        "rollouts were generated in all (an equal-rollout comparison of strategies); unset: stop "
+        "by steps only."
     )
     prompts_per_step: int = Field(
-        64, ge=1, description="Prompts per step (the batch P that allocation starts from)."
+        64, ge=1, le=10**6, description="Prompts per step (the batch P that allocation starts from)."
     )
-    seed: int = Field(0, description="Seeds data order, sampling, allocation and init.")
+    seed: int = Field(
+        0, ge=0, le=SEED_MAX, description="Seeds data order, sampling, allocation and init (0 to 2^32 - 1)."
+    )
     eval_every: int = Field(
-        10, ge=0, description="Held-out evaluation every N steps (0: only at start and end)."
+        10, ge=0, le=STEPS_MAX, description="Held-out evaluation every N steps (0: only at start and end)."
     )
     eval_every_rollouts: Optional[int] = Field(
-        None, ge=1, description="Also evaluate after each step that takes the rollouts generated "
-        "past a multiple of N; unset: by train.eval_every only."
+        None, ge=1, le=TOTAL_ROLLOUTS_MAX, description="Also evaluate after each step that takes the "
+        "rollouts generated past a multiple of N; unset: by train.eval_every only."
     )
-    eval_samples: int = Field(1, ge=1, description="Samples per held-out problem (avg@n).")
+    eval_samples: int = Field(1, ge=1, le=1024, description="Samples per held-out problem (avg@n).")
     eval_limit: Optional[int] = Field(
-        None, ge=1, description="Evaluate on at most this many held-out problems."
+        None, ge=1, le=10**7, description="Evaluate on at most this many held-out problems."
     )
-    eval_temperature: float = Field(0.0, ge=0, description="Evaluation temperature (0 = greedy).")
+    eval_temperature: float = Field(0.0, ge=0, le=10, description="Evaluation temperature (0 = greedy).")
     save_every: int = Field(
-        25, ge=0, description="Checkpoint every N steps (0: only at the end)."
+        25, ge=0, le=STEPS_MAX, description="Checkpoint every N steps (0: only at the end)."
     )
-    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest removed).")
+    keep_checkpoints: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk (oldest removed).")
     log_completions_every: int = Field(
-        10, ge=0, description="Print a table of a few completions every N steps (0: never)."
+        10, ge=0, le=STEPS_MAX, description="Print a table of a few completions every N steps (0: never)."
     )
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     run_name: Optional[str] = Field(
@@ -425,12 +549,13 @@ class TrainConfig(_Section):
     gpu_memory_gib: Optional[float] = Field(
         None,
         gt=0,
+        le=16384,
         description="GPU memory (GiB) the memory plan assumes instead of the visible GPU's free "
         "memory: plans a GPU run on any machine (`vigor train --dry-run --gpu-memory 24`), or "
         "keeps room for other processes. Unset: torch.cuda.mem_get_info at start.",
     )
     reward_workers: int = Field(
-        0, ge=0, description="Processes that compute rewards; 0 = number of CPU cores."
+        0, ge=0, le=1024, description="Processes that compute rewards; 0 = number of CPU cores."
     )
 
 
@@ -446,25 +571,54 @@ class RunConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
 
     @model_validator(mode="after")
-    def _cross_checks(self) -> "RunConfig":
-        a = self.allocation
-        if a.strategy == "pods" and a.pods_m > a.pods_n:
-            raise ValueError(
-                f"allocation.pods_m ({a.pods_m}) must be <= allocation.pods_n ({a.pods_n})"
-            )
-        if a.strategy == "knapsack" and a.knapsack_max < a.knapsack_min:
-            raise ValueError(
-                f"allocation.knapsack_max ({a.knapsack_max}) must be >= allocation.knapsack_min "
-                f"({a.knapsack_min})"
-            )
-        if a.strategy == "auto" and a.auto_max_rollouts < a.auto_census:
-            raise ValueError(
-                f"allocation.auto_max_rollouts ({a.auto_max_rollouts}) must be >= "
-                f"allocation.auto_census ({a.auto_census})"
-            )
+    def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
+        """Rules across sections; the strategy's own rules come from its registry entry (skipped
+        with the context ``{"strategy_rules": False}``: `vigor simulate` checks each strategy it
+        compares instead of the config's one)."""
+        from vigor_cli.allocation import registry
+
+        s, g, e, t = self.sampling, self.grpo, self.engine, self.task
         if self.model.load_in_4bit and not self.model.lora.enabled:
             raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")
+        if g.micro_batch_tokens < s.max_new_tokens:
+            raise ValueError(
+                f"grpo.micro_batch_tokens ({g.micro_batch_tokens}) must be at least "
+                f"sampling.max_new_tokens ({s.max_new_tokens})"
+            )
+        row = t.max_prompt_tokens + s.max_new_tokens
+        if e.gen_batch_tokens < row:
+            raise ValueError(
+                f"engine.gen_batch_tokens ({e.gen_batch_tokens}) must hold one row: "
+                f"task.max_prompt_tokens + sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
+            )
+        if e.max_model_len is not None and e.max_model_len < row:
+            raise ValueError(
+                f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
+                f"sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
+            )
+        strategy = registry.get(self.allocation.strategy)
+        if not (info.context or {}).get("strategy_rules", True):
+            return self
+        registry.options(self.allocation)
+        if strategy.check is not None:
+            strategy.check(self.allocation, self.train.prompts_per_step, None)
         return self
+
+
+def check_against_data(cfg: RunConfig, n_train: int) -> None:
+    """The rules that need the task's training-set size (known once its data is read):
+    raises ConfigError naming the keys to change."""
+    from vigor_cli.allocation import registry
+
+    p = cfg.train.prompts_per_step
+    if p > n_train:
+        raise ConfigError(
+            f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'"
+        )
+    try:
+        registry.check(cfg.allocation, p, n_train)
+    except UserError as e:
+        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- loading
@@ -474,21 +628,36 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{source}: unknown config key '{key}'"
-    msg = first["msg"]
+    msg = first["msg"].removeprefix("Value error, ").removeprefix(f"{key}: ")
+    if kind == "value_error" and not first["loc"]:
+        return f"{source}: {msg}"  # a rule across sections: the message names its keys
     got = first.get("input")
-    if kind == "value_error":
-        return f"{source}: {msg.removeprefix('Value error, ')}"
     shown = repr(got) if not isinstance(got, dict) else "a mapping"
     return f"{source}: bad value for '{key}': {msg} (got {shown})"
 
 
-def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str:
+    """Where the offending value came from: the ``--set`` (or flag) that set the key the error
+    names (or, for a rule across keys, a key its message names); else the file, or 'config'."""
+    first = err.errors()[0]
+    loc, text = ".".join(str(p) for p in first["loc"]), first["msg"]
+    latest_first = list(reversed(given.items()))  # the last one given wins, as in the tree
+    for key, source in latest_first:
+        if loc and (loc == key or loc.startswith(key + ".")):
+            return source
+    for key, source in latest_first:
+        if key in text and (not loc or key.startswith(loc + ".")):
+            return source
+    return default
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
     parts = dotted.split(".")
     node = tree
     for p in parts[:-1]:
         child = node.setdefault(p, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {dotted}: '{p}' is not a section")
+            raise ConfigError(f"{source}: '{p}' is not a section")
         node = child
     node[parts[-1]] = value
 
@@ -504,7 +673,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({e})") from None
+        first = str(e).splitlines()[0]
+        raise ConfigError(f"--set {key}={raw}: the value is not valid YAML ({first})") from None
     return key, value
 
 
@@ -513,7 +683,11 @@ def load_yaml(path: str | Path) -> dict:
     if not p.is_file():
         raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError:
+        raise ConfigError(f"{p}: not a UTF-8 text file (a YAML run config is expected)") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config ({e.strerror or e})") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -525,19 +699,28 @@ def build_config(
     path: str | Path | None = None,
     overrides: dict[str, Any] | None = None,
     sets: list[str] | None = None,
+    strategy_rules: bool = True,
 ) -> RunConfig:
-    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``."""
+    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``.
+
+    An error names where the bad value came from: ``--set key=value``, the flag's key, or
+    the file. ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a
+    caller that runs other strategies with these keys and checks each: `vigor simulate`)."""
     tree: dict = load_yaml(path) if path else {}
+    given: dict[str, str] = {}
     for k, v in (overrides or {}).items():
         if v is not None:
-            _set_dotted(tree, k, v)
+            given[k] = f"{k}={v} (command-line flag)"
+            _set_dotted(tree, k, v, given[k])
     for s in sets or []:
         k, v = parse_override(s)
-        _set_dotted(tree, k, v)
-    source = str(path) if path else "config"
+        given.pop(k, None)
+        given[k] = f"--set {s.strip()}"
+        _set_dotted(tree, k, v, given[k])
     try:
-        return RunConfig.model_validate(tree)
+        return RunConfig.model_validate(tree, context={"strategy_rules": strategy_rules})
     except ValidationError as e:
+        source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
 
 
@@ -558,3 +741,49 @@ def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple
             default = field.get_default(call_default_factory=True)
             rows.append((key, default, field.description or ""))
     return rows
+
+
+def known_names(what: Literal["strategy", "engine", "task", "benchmark"]) -> str:
+    """The registered names behind a key, comma-separated, for help texts and messages:
+    strategies (allocation.strategy), engines (engine.kind, 'auto' first), tasks (task.name),
+    benchmarks (`vigor eval --benchmarks`). Read from the registries, never listed here."""
+    if what == "strategy":
+        from vigor_cli.allocation import registry
+
+        return ", ".join(registry.names())
+    if what == "engine":
+        from vigor_cli.rollout import ENGINES
+
+        return ", ".join(["auto", *ENGINES])
+    from vigor_cli.tasks import EVAL_SETS, TASKS
+
+    return ", ".join(TASKS if what == "task" else EVAL_SETS)
+
+
+def field_bounds(dotted: str) -> dict[str, float]:
+    """The bounds a key's Field declares, as {'ge'|'gt': low, 'le'|'lt': high} (absent: unbounded
+    that side), for command-line options that set a config key: a flag and its key share bounds."""
+    *sections, name = dotted.split(".")
+    model: Any = RunConfig
+    for part in sections:
+        model = model.model_fields[part].annotation
+    found: dict[str, float] = {}
+    for meta in model.model_fields[name].metadata:
+        for side in ("ge", "gt", "le", "lt"):
+            if getattr(meta, side, None) is not None:
+                found[side] = getattr(meta, side)
+    return found
+
+
+def set_key(cfg: RunConfig, dotted: str, value: Any, flag: str) -> None:
+    """Set one key of a built config from a command-line option, validated like the file's;
+    a bad value is a ConfigError naming the option: ``--engine nosuch: unknown engine ...``."""
+    *sections, name = dotted.split(".")
+    node: Any = cfg
+    for part in sections:
+        node = getattr(node, part)
+    try:
+        setattr(node, name, value)
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ").removeprefix(f"{dotted}: ")
+        raise ConfigError(f"{flag} {value}: {dotted}: {msg}") from None

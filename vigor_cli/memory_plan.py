@@ -233,92 +233,140 @@ def _gib(x: float | None) -> float | None:
     return None if x is None else round(x / GIB, 3)
 
 
+@dataclass(frozen=True)
+class _Precision:
+    """How the policy is held and trained: what every phase's arithmetic depends on."""
+
+    act: int  # bytes of an activation (and of the head's output, and of the residual stream)
+    lora: bool
+    four_bit: bool
+    master: bool  # float32 master weights under 16-bit autocast
+    trainable: float  # trained parameters
+    train_bytes: int  # bytes per trained parameter (and per gradient, per AdamW state)
+
+
+def _precision(cfg: Any, shape: ModelShape, device: str) -> _Precision:
+    m = cfg.model
+    act = 2 if (m.dtype == "auto" and device == "cuda") or m.dtype in ("bfloat16", "float16") else 4
+    if m.load_in_4bit:
+        act = 4  # peft upcasts embeddings and norms to float32; bitsandbytes returns its input's dtype
+    lora = m.lora.enabled
+    master = not lora and not m.load_in_4bit and m.fp32_master_weights and act == 2
+    return _Precision(act, lora, m.load_in_4bit, master, shape.lora_params if lora else shape.params,
+                      4 if (lora or master or act == 4) else act)
+
+
 def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None, total: float | None,
               source: str, vllm_present: bool = True) -> Plan:
     """The arithmetic: a plan for ``cfg`` on ``device`` ('cuda' or 'cpu') with ``available``
-    bytes (None: unknown, no verdict)."""
-    from vigor_cli.models import gradient_checkpointing_on
-
-    import torch
-
-    m, g = cfg.model, cfg.grpo
+    bytes (None: unknown, no verdict). Phase by phase: what stays resident, what generation
+    adds, what the update adds, then the verdict."""
     plan = Plan(model=shape.name, device=device, available=available, total=total, source=source)
-    four_bit = m.load_in_4bit
-    act = 2 if (m.dtype == "auto" and device == "cuda") or m.dtype in ("bfloat16", "float16") else 4
-    if four_bit:
-        act = 4  # peft upcasts embeddings and norms to float32; bitsandbytes returns its input's dtype
-    lora = m.lora.enabled
-    master = not lora and not four_bit and m.fp32_master_weights and act == 2
-    stream = head_bytes = act
-
-    # ---- resident
-    if four_bit:
-        other = shape.params - shape.quantizable_params
-        plan.items.append(Item("resident", "policy weights", shape.quantizable_params * NF4_BYTES_PER_PARAM + other * 4,
-                               f"NF4 linear layers + {other / 1e6:.0f}M float32 (embeddings, head, norms)"))
-    elif master:
-        plan.items.append(Item("resident", "policy weights", shape.params * 4, "float32 master weights (autocast to 16-bit)"))
-    else:
-        count = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
-        plan.items.append(Item("resident", "policy weights", shape.params * act, f"{count} x {act} bytes"))
-    trainable = shape.lora_params if lora else shape.params
-    train_bytes = 4 if (lora or master or act == 4) else act
-    if lora:
-        plan.items.append(Item("resident", "LoRA adapters", trainable * 4, f"{trainable / 1e6:.1f}M float32, r={m.lora.r}"))
-    plan.items.append(Item("resident", "AdamW states", 2 * trainable * train_bytes, "2 per trained parameter"))
-    if not lora and g.beta > 0:
-        plan.items.append(Item("resident", "KL reference copy", shape.params * act, "frozen, compute dtype"))
-
-    # ---- generate
-    max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
-    if shape.max_positions:
-        max_len = min(max_len, int(shape.max_positions))
-    kv_per_token = 2 * shape.layers * shape.kv_heads * shape.head_dim * 2  # bf16 keys and values
+    p = _precision(cfg, shape, device)
+    _plan_resident(plan, cfg, shape, p)
     kind = cfg.engine.kind
     if kind == "auto":
         kind = "vllm" if device == "cuda" and vllm_present else "hf"
     plan.engine = kind
     if kind == "vllm":
-        engine_weights = shape.params * 2
-        util = cfg.engine.gpu_memory_utilization
-        if util == "auto":
-            if available is None or total is None:
-                util = None
-            else:
-                util = min(AUTO_UTILIZATION_CAP, (available - plan.phase("resident") - plan.margin) / total)
-                util = math.floor(util * 100) / 100
-        plan.engine_utilization = util
-        budget = util * total if (util is not None and total is not None) else engine_weights + VLLM_WORKING_BYTES
-        kv = budget - engine_weights - VLLM_WORKING_BYTES
-        plan.kv_sequences = kv / (kv_per_token * max_len) if kv_per_token else None
-        plan.items.append(Item("generate", "vLLM weights", engine_weights, "bf16 copy (LoRA merged, 4-bit dequantised)"))
-        plan.items.append(Item("generate", "vLLM working memory", VLLM_WORKING_BYTES, "assumed"))
-        plan.items.append(Item("generate", "vLLM KV cache", max(kv, 0.0),
-                               f"{plan.kv_sequences:.1f} sequences of {max_len} tokens" if plan.kv_sequences is not None else ""))
-        if util is not None and total is not None and kv < kv_per_token * max_len:
-            plan.problems.append(
-                f"the vLLM engine's share ({util:.2f} x {total / GIB:.1f} GiB) holds its bf16 weights "
-                f"({engine_weights / GIB:.1f} GiB) + working memory but not the KV cache of one "
-                f"{max_len}-token sequence ({kv_per_token * max_len / GIB:.2f} GiB): raise "
-                "engine.gpu_memory_utilization (or 'auto'), or lower sampling.max_new_tokens / engine.max_model_len"
-            )
-        if util is not None and available is not None:
-            at_build = available - sum(i.bytes for i in plan.items if i.phase == "resident" and i.name != "AdamW states")
-            if util * (total or 0) > at_build:
-                plan.problems.append(
-                    f"vLLM starts only if {util:.2f} x {total / GIB:.1f} GiB is free after the policy "
-                    f"loads ({at_build / GIB:.1f} GiB): lower engine.gpu_memory_utilization (or 'auto')"
-                )
+        _plan_vllm(plan, cfg, shape)
     else:
-        rows = max(1, cfg.engine.gen_batch_tokens // (cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens))
-        kv_hf = cfg.engine.gen_batch_tokens * kv_per_token * act / 2
-        plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={cfg.engine.gen_batch_tokens}"))
-        plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (act + 8), f"{rows} rows"))
+        _plan_hf_generate(plan, cfg, shape, p)
+    checkpointing = _plan_update(plan, cfg, shape, p)
+    if available is None:
+        plan.notes.append("no GPU memory to plan against: set --gpu-memory GIB (train.gpu_memory_gib)")
+        return plan
+    _verdict(plan, cfg, p, checkpointing)
+    return plan
 
-    # ---- update
-    tokens = g.micro_batch_tokens
-    checkpointing = gradient_checkpointing_on(m, torch.device(device))
-    per_layer = layer_activation_bytes(shape, act, stream, m.lora.r if lora else 0)
+
+def _plan_resident(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> None:
+    """Policy weights, LoRA adapters, AdamW states, the KL reference: held for the whole run."""
+    if p.four_bit:
+        other = shape.params - shape.quantizable_params
+        plan.items.append(Item("resident", "policy weights", shape.quantizable_params * NF4_BYTES_PER_PARAM + other * 4,
+                               f"NF4 linear layers + {other / 1e6:.0f}M float32 (embeddings, head, norms)"))
+    elif p.master:
+        plan.items.append(Item("resident", "policy weights", shape.params * 4, "float32 master weights (autocast to 16-bit)"))
+    else:
+        count = f"{shape.params / 1e9:.2f}B" if shape.params >= 1e9 else f"{shape.params / 1e6:.1f}M"
+        plan.items.append(Item("resident", "policy weights", shape.params * p.act, f"{count} x {p.act} bytes"))
+    if p.lora:
+        plan.items.append(Item("resident", "LoRA adapters", p.trainable * 4,
+                               f"{p.trainable / 1e6:.1f}M float32, r={cfg.model.lora.r}"))
+    plan.items.append(Item("resident", "AdamW states", 2 * p.trainable * p.train_bytes, "2 per trained parameter"))
+    if not p.lora and cfg.grpo.beta > 0:
+        plan.items.append(Item("resident", "KL reference copy", shape.params * p.act, "frozen, compute dtype"))
+
+
+def _max_len(cfg: Any, shape: ModelShape) -> int:
+    max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    return min(max_len, int(shape.max_positions)) if shape.max_positions else max_len
+
+
+def _kv_per_token(shape: ModelShape) -> int:
+    return 2 * shape.layers * shape.kv_heads * shape.head_dim * 2  # bf16 keys and values
+
+
+def _vllm_utilization(plan: Plan, cfg: Any) -> float | None:
+    """engine.gpu_memory_utilization, 'auto' resolved: what is free once the policy is resident."""
+    util = cfg.engine.gpu_memory_utilization
+    if util != "auto":
+        return util
+    if plan.available is None or plan.total is None:
+        return None
+    util = min(AUTO_UTILIZATION_CAP, (plan.available - plan.phase("resident") - plan.margin) / plan.total)
+    return math.floor(util * 100) / 100
+
+
+def _plan_vllm(plan: Plan, cfg: Any, shape: ModelShape) -> None:
+    """The colocated vLLM engine: bf16 weights, working memory, a KV cache in its share."""
+    available, total = plan.available, plan.total
+    max_len, kv_per_token = _max_len(cfg, shape), _kv_per_token(shape)
+    engine_weights = shape.params * 2
+    util = plan.engine_utilization = _vllm_utilization(plan, cfg)
+    budget = util * total if (util is not None and total is not None) else engine_weights + VLLM_WORKING_BYTES
+    kv = budget - engine_weights - VLLM_WORKING_BYTES
+    plan.kv_sequences = kv / (kv_per_token * max_len) if kv_per_token else None
+    plan.items.append(Item("generate", "vLLM weights", engine_weights, "bf16 copy (LoRA merged, 4-bit dequantised)"))
+    plan.items.append(Item("generate", "vLLM working memory", VLLM_WORKING_BYTES, "assumed"))
+    plan.items.append(Item("generate", "vLLM KV cache", max(kv, 0.0),
+                           f"{plan.kv_sequences:.1f} sequences of {max_len} tokens" if plan.kv_sequences is not None else ""))
+    if util is not None and total is not None and kv < kv_per_token * max_len:
+        plan.problems.append(
+            f"the vLLM engine's share ({util:.2f} x {total / GIB:.1f} GiB) holds its bf16 weights "
+            f"({engine_weights / GIB:.1f} GiB) + working memory but not the KV cache of one "
+            f"{max_len}-token sequence ({kv_per_token * max_len / GIB:.2f} GiB): raise "
+            "engine.gpu_memory_utilization (or 'auto'), or lower sampling.max_new_tokens / engine.max_model_len"
+        )
+    if util is not None and available is not None:
+        at_build = available - sum(i.bytes for i in plan.items if i.phase == "resident" and i.name != "AdamW states")
+        if util * (total or 0) > at_build:
+            plan.problems.append(
+                f"vLLM starts only if {util:.2f} x {total / GIB:.1f} GiB is free after the policy "
+                f"loads ({at_build / GIB:.1f} GiB): lower engine.gpu_memory_utilization (or 'auto')"
+            )
+
+
+def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> None:
+    """transformers generation: a KV cache of engine.gen_batch_tokens and each row's logits."""
+    gen_tokens = cfg.engine.gen_batch_tokens
+    rows = max(1, gen_tokens // (cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens))
+    kv_hf = gen_tokens * _kv_per_token(shape) * p.act / 2
+    plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
+    plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
+
+
+def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool:
+    """Gradients, one micro-batch's activations, the output-layer chunk (and vLLM asleep);
+    returns whether gradient checkpointing is on."""
+    import torch
+
+    from vigor_cli.models import gradient_checkpointing_on
+
+    tokens, stream = cfg.grpo.micro_batch_tokens, p.act
+    checkpointing = gradient_checkpointing_on(cfg.model, torch.device(plan.device))
+    per_layer = layer_activation_bytes(shape, p.act, stream, cfg.model.lora.r if p.lora else 0)
     if checkpointing:
         activations = tokens * (shape.layers * stream * shape.hidden + per_layer)
         how = f"checkpointed: {shape.layers} layer inputs + 1 layer"
@@ -327,50 +375,51 @@ def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None,
         how = f"{shape.layers} layers x {per_layer / 1024:.0f} KiB per token"
     width = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
     outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + min(width, tokens))  # final norm, kept rows, mask
-    transient = tokens * act * 4 * (shape.hidden + shape.intermediate)  # one layer's gradients in flight
-    plan.items.append(Item("update", "gradients", trainable * train_bytes, ""))
+    transient = tokens * p.act * 4 * (shape.hidden + shape.intermediate)  # one layer's gradients in flight
+    plan.items.append(Item("update", "gradients", p.trainable * p.train_bytes, ""))
     plan.items.append(Item("update", "activations", activations + outside + transient,
                            f"{tokens} tokens (grpo.micro_batch_tokens), {how}"))
-    chunk = g.logits_chunk_tokens
+    chunk = cfg.grpo.logits_chunk_tokens
     if chunk > 0:
-        plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), head_bytes),
+        plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), p.act),
                                f"{min(chunk, tokens)} positions x {shape.vocab} vocabulary"))
     else:
         plan.items.append(Item("update", "full logits", tokens * shape.vocab * 10.6,
                                "grpo.logits_chunk_tokens=0: every position x vocabulary, ~10.6 bytes each"))
-    if kind == "vllm":
+    if plan.engine == "vllm":
         plan.items.append(Item("update", "vLLM asleep", VLLM_ASLEEP_BYTES, f"sleep level {cfg.engine.sleep_level}; assumed"))
+    return checkpointing
 
-    # ---- verdict
-    if available is None:
-        plan.notes.append("no GPU memory to plan against: set --gpu-memory GIB (train.gpu_memory_gib)")
-        return plan
-    room = available - plan.margin
+
+def _verdict(plan: Plan, cfg: Any, p: _Precision, checkpointing: bool) -> None:
+    """Problems, each naming the keys to change, when a phase does not fit the room left."""
+    room, total = plan.available - plan.margin, plan.total
     if plan.phase("update") > room:
         keys = ["grpo.micro_batch_tokens"]
         if not checkpointing:
             keys.append("model.gradient_checkpointing=true")
+        chunk = cfg.grpo.logits_chunk_tokens
         if chunk == 0 or chunk > 512:
             keys.append("grpo.logits_chunk_tokens")
-        if not lora:
+        if not p.lora:
             keys.append("model.lora.enabled=true")
-        elif not four_bit and device == "cuda":
+        elif not p.four_bit and plan.device == "cuda":
             keys.append("model.load_in_4bit=true")
         plan.problems.append(
             f"the update needs {plan.phase('update') / GIB:.1f} GiB of {room / GIB:.1f} GiB: change "
             + ", ".join(keys)
         )
-    if kind != "vllm" and plan.phase("generate") > room:
+    if plan.engine != "vllm" and plan.phase("generate") > room:
         plan.problems.append(
             f"generation needs {plan.phase('generate') / GIB:.1f} GiB of {room / GIB:.1f} GiB: lower engine.gen_batch_tokens"
         )
-    if kind == "vllm" and plan.engine_utilization is not None and plan.phase("resident") + plan.engine_utilization * total > room + 1e-9 * room:
+    util = plan.engine_utilization
+    if plan.engine == "vllm" and util is not None and plan.phase("resident") + util * total > room + 1e-9 * room:
         plan.problems.append(
-            f"generation needs {(plan.phase('resident') + plan.engine_utilization * total) / GIB:.1f} GiB "
-            f"(trainer {plan.phase('resident') / GIB:.1f} + engine {plan.engine_utilization:.2f} x {total / GIB:.1f}) "
+            f"generation needs {(plan.phase('resident') + util * total) / GIB:.1f} GiB "
+            f"(trainer {plan.phase('resident') / GIB:.1f} + engine {util:.2f} x {total / GIB:.1f}) "
             f"of {room / GIB:.1f} GiB: lower engine.gpu_memory_utilization (or 'auto')"
         )
-    return plan
 
 
 # --------------------------------------------------------------------------- the machine

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vigor_cli.allocation import STRATEGIES, make_allocator
+from vigor_cli.allocation import make_allocator, registry
 from vigor_cli.allocation.estimate import pareto_eta
 from vigor_cli.allocation.rounds import ceil_fraction
 from vigor_cli.config import AllocationConfig
@@ -151,7 +151,7 @@ class SimSettings:
 
     law: str = DEFAULT_LAW
     """Pass-rate law (see parse_law)."""
-    strategies: tuple[str, ...] = STRATEGIES
+    strategies: tuple[str, ...] = field(default_factory=registry.names)
     """Strategies to compare, each driven on the same pool, sampler order and seed."""
     steps: int = 50
     """Steps per strategy (in learning mode: at most this many, stopping at the target)."""
@@ -246,7 +246,7 @@ def run_strategy(
     alloc = make_allocator(cfg.model_copy(update={"strategy": strategy}), settings.prompts, settings.seed)
     sampler = _Sampler(len(p), np.random.default_rng([settings.seed, 1]))
     reward_rng = np.random.default_rng([settings.seed, 2])
-    vigor_family = strategy in ("vigor", "random", "difficulty")
+    vigor_family = registry.get(strategy).family == "vigor"
     index = {}
 
     def draw(n: int) -> list[str]:
@@ -331,16 +331,30 @@ def _learn(p: np.ndarray, own: dict[str, float], index: dict, group_size: int, s
     np.clip(p, 0.0, 1.0, out=p)
 
 
+SETTING_BOUNDS = {"steps": (1, 10**6), "prompts": (1, 10**6), "tests": (1, 10**4), "pool": (1, 10**7),
+                  "lr": (1e-9, 10.0), "transfer": (0.0, 1.0), "target": (1e-9, 1.0)}
+"""Inclusive bounds of the numeric settings (the option of the same name)."""
+
+
+def check_settings(settings: SimSettings, cfg: AllocationConfig) -> None:
+    """Every strategy is registered and its own rules (the ones `vigor train` applies) hold at
+    these prompts per step; every numeric setting is finite and within SETTING_BOUNDS."""
+    for name in settings.strategies:
+        if name not in registry.REGISTRY:
+            raise UserError(f"--strategy: unknown strategy {name!r}; use {', '.join(registry.names())} or all")
+        try:
+            registry.check(cfg.model_copy(update={"strategy": name}), settings.prompts)
+        except UserError as e:
+            raise UserError(f"--strategy {name}: {e}".replace("train.prompts_per_step", "--prompts")) from None
+    for key, (low, high) in SETTING_BOUNDS.items():
+        value = getattr(settings, key)
+        if value is not None and not (isinstance(value, (int, float)) and low <= value <= high):
+            raise UserError(f"--{key} must be between {low:g} and {high:g} (got {value})")
+
+
 def simulate(settings: SimSettings, cfg: AllocationConfig) -> dict[str, Any]:
     """Run every requested strategy on the same pool; return the JSON-able summary."""
-    for name in settings.strategies:
-        if name not in STRATEGIES:
-            raise UserError(f"--strategy: unknown strategy {name!r}; use {', '.join(STRATEGIES)} or all")
-    for key, low in (("steps", 1), ("prompts", 1), ("tests", 1)):
-        if getattr(settings, key) < low:
-            raise UserError(f"--{key} must be >= {low} (got {getattr(settings, key)})")
-    if settings.pool is not None and settings.pool < 1:
-        raise UserError(f"--pool must be >= 1 (got {settings.pool})")
+    check_settings(settings, cfg)
     law = parse_law(settings.law)
     pass_rates = initial_pool(settings, law)
     if len(pass_rates) < settings.prompts:
@@ -386,7 +400,7 @@ def _summarise(o: StrategyOutcome, law: PassRateLaw, cfg: AllocationConfig, s: S
         "signal_per_step": round(o.signal / steps, 3),
         "signal_per_rollout": round(o.signal / o.rollouts, 4) if o.rollouts else None,
     }
-    if law.pareto_k is not None and o.strategy in ("vigor", "random", "difficulty") and o.weighted_uniform:
+    if law.pareto_k is not None and registry.get(o.strategy).family == "vigor" and o.weighted_uniform:
         row["pareto"] = {
             "k": law.pareto_k,
             "eta_measured": round(float(o.weighted / o.weighted_uniform), 4),

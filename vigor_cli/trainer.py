@@ -15,7 +15,6 @@ run resumed from a checkpoint continues exactly as if never stopped.
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 import shlex
 import time
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 
 from vigor_cli import grpo
-from vigor_cli.config import RunConfig
+from vigor_cli.config import RunConfig, check_against_data
 from vigor_cli.console import console as default_console
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import encode_prompt, evaluate_examples
@@ -102,66 +101,10 @@ class DataOrder:
 
 # --------------------------------------------------------------------------- validation
 def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
-    """Checks that need no model: each message names the numbers to change. Without
-    ``n_train`` (before any data is read) the checks against the task's size are skipped."""
-    t, a, s, g = cfg.train, cfg.allocation, cfg.sampling, cfg.grpo
-    if n_train is not None and t.prompts_per_step > n_train:
-        raise UserError(
-            f"train.prompts_per_step ({t.prompts_per_step}) exceeds the {n_train} training "
-            f"prompts of task '{cfg.task.name}'"
-        )
-    if a.strategy in ("vigor", "random", "difficulty"):
-        first_round = a.m0 * t.prompts_per_step
-        budget = a.budget if a.budget is not None else a.group_size * t.prompts_per_step
-        if budget < first_round:
-            raise UserError(
-                f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
-                f"train.prompts_per_step ({a.m0} x {t.prompts_per_step} = {first_round})"
-            )
-    if a.strategy in ("knapsack", "auto"):
-        from vigor_cli.allocation.auto import census_width
-
-        budget = a.budget if a.budget is not None else a.group_size * t.prompts_per_step
-        if a.strategy == "knapsack":
-            first, what = a.knapsack_min * t.prompts_per_step, (
-                f"allocation.knapsack_min x train.prompts_per_step ({a.knapsack_min} x {t.prompts_per_step}")
-        else:
-            width = census_width(a.auto_width, t.prompts_per_step)
-            first, what = a.auto_census * width, (
-                f"allocation.auto_census x ceil(allocation.auto_width x train.prompts_per_step) "
-                f"({a.auto_census} x {width}")
-            if n_train is not None and width > n_train:
-                raise UserError(
-                    f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {width} "
-                    f"prompts exceeds the {n_train} training prompts"
-                )
-        if budget < first:
-            raise UserError(f"allocation.budget ({budget}) is below the first round's {what} = {first})")
-    if (n_train is not None and a.strategy == "dapo"
-            and math.ceil(a.gen_batch_multiplier * t.prompts_per_step) > n_train):
-        raise UserError(
-            f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "
-            f"{t.prompts_per_step}) exceeds the {n_train} training prompts"
-        )
-    if g.micro_batch_tokens < s.max_new_tokens:
-        raise UserError(
-            f"grpo.micro_batch_tokens ({g.micro_batch_tokens}) must be at least "
-            f"sampling.max_new_tokens ({s.max_new_tokens})"
-        )
-    if cfg.engine.gen_batch_tokens < cfg.task.max_prompt_tokens + s.max_new_tokens:
-        raise UserError(
-            f"engine.gen_batch_tokens ({cfg.engine.gen_batch_tokens}) must hold one row: "
-            f"task.max_prompt_tokens + sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + "
-            f"{s.max_new_tokens})"
-        )
-    e = cfg.engine
-    if e.max_model_len is not None and e.max_model_len < cfg.task.max_prompt_tokens + s.max_new_tokens:
-        raise UserError(
-            f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
-            f"sampling.max_new_tokens ({cfg.task.max_prompt_tokens} + {s.max_new_tokens})"
-        )
-    if g.epsilon >= 1:
-        raise UserError(f"grpo.epsilon ({g.epsilon}) must be below 1 (the ratio's lower clip is 1 - epsilon)")
+    """The config's rules live in vigor_cli/config.py (checked when it is built); here only
+    the ones that need the task's training-set size, once it is known."""
+    if n_train is not None:
+        check_against_data(cfg, n_train)
 
 
 # --------------------------------------------------------------------------- memory

@@ -1,129 +1,44 @@
-"""Rollout allocation strategies behind one ask/tell interface (see base.py and README.md)."""
+"""Rollout allocation strategies behind one ask/tell interface (see base.py and README.md).
+
+Every strategy registers itself in its own module (``@register``, registry.py); importing
+this package imports the built-in ones. ``make_allocator`` is the one constructor callers need.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING
 
-from vigor_cli.allocation.ada import ReinforceAdaAllocator
-from vigor_cli.allocation.auto import AutoAllocator
+from vigor_cli.allocation import registry
+from vigor_cli.allocation.registry import REGISTRY, Builder, Strategy, default_budget, register
+
+# the built-in strategies, in the order `vigor simulate` and the help list them
+from vigor_cli.allocation.vigor import VigorAllocator  # vigor, random, difficulty
+from vigor_cli.allocation.uniform import UniformAllocator  # grpo
+from vigor_cli.allocation.dynamic import DynamicSamplingAllocator, GresoAllocator  # dapo, greso
+from vigor_cli.allocation.pods import PodsAllocator  # pods
+from vigor_cli.allocation.knapsack import KnapsackAllocator  # knapsack
+from vigor_cli.allocation.ada import ReinforceAdaAllocator  # reinforce-ada
+from vigor_cli.allocation.auto import AutoAllocator  # auto
+
 from vigor_cli.allocation.base import Allocator, DrawFn, Request, StepResult
-from vigor_cli.allocation.dynamic import DynamicSamplingAllocator, GresoAllocator
-from vigor_cli.allocation.knapsack import KnapsackAllocator
-from vigor_cli.allocation.pods import PodsAllocator
 from vigor_cli.allocation.rounds import AllocationError, population_variance
-from vigor_cli.allocation.uniform import UniformAllocator
-from vigor_cli.allocation.vigor import VigorAllocator
-from vigor_cli.config import AllocationConfig
 
-Builder = Callable[[AllocationConfig, int, int], Allocator]
-"""Builds a strategy from the config, prompts per step and seed."""
-
-REGISTRY: dict[str, Builder] = {}
-"""Strategy name -> builder; the one place a new strategy is added (plus config's Literal)."""
-BUDGETED: list[str] = []
-"""Strategies capped by allocation.budget (default_budget)."""
+if TYPE_CHECKING:
+    from vigor_cli.config import AllocationConfig
 
 
-def register(name: str, budgeted: bool = False) -> Callable[[Builder], Builder]:
-    def add(build: Builder) -> Builder:
-        REGISTRY[name] = build
-        if budgeted:
-            BUDGETED.append(name)
-        return build
-
-    return add
+def make_allocator(cfg: "AllocationConfig", prompts_per_step: int, seed: int) -> Allocator:
+    """The strategy named by ``cfg.strategy``, seeded."""
+    return registry.get(cfg.strategy).build(cfg, prompts_per_step, seed)
 
 
-def default_budget(cfg: AllocationConfig, prompts_per_step: int) -> int:
-    """The per-step rollout cap of BUDGETED strategies: allocation.budget, or group_size x
-    prompts (GRPO's spend)."""
-    return cfg.budget if cfg.budget is not None else cfg.group_size * prompts_per_step
-
-
-def make_allocator(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    """The strategy named by ``cfg.strategy``, seeded; the only constructor callers need."""
-    try:
-        build = REGISTRY[cfg.strategy]
-    except KeyError:  # the config's Literal rules this out
-        raise AssertionError(f"unknown strategy {cfg.strategy!r}") from None
-    return build(cfg, prompts_per_step, seed)
-
-
-def _vigor_like(keep_by: str) -> Builder:
-    def build(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-        return VigorAllocator(
-            prompts_per_step, seed, rounds=cfg.rounds, m0=cfg.m0, gamma=cfg.gamma, alpha=cfg.alpha,
-            budget=default_budget(cfg, prompts_per_step), keep_by=keep_by,
-        )
-
-    return build
-
-
-register("vigor", budgeted=True)(_vigor_like("variance"))
-
-
-@register("grpo")
-def _grpo(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return UniformAllocator(prompts_per_step, seed, group_size=cfg.group_size)
-
-
-@register("dapo")
-def _dapo(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return DynamicSamplingAllocator(
-        prompts_per_step, seed, group_size=cfg.group_size,
-        gen_batch_multiplier=cfg.gen_batch_multiplier, max_gen_batches=cfg.max_gen_batches,
-    )
-
-
-@register("greso")
-def _greso(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return GresoAllocator(
-        prompts_per_step, seed, group_size=cfg.group_size,
-        gen_batch_multiplier=cfg.gen_batch_multiplier, max_gen_batches=cfg.max_gen_batches,
-        p_init=cfg.greso_p_init, p_step=cfg.greso_p_step, target_zero_var=cfg.greso_target_zero_var,
-        easy_share=cfg.greso_easy_share, easy_mean=cfg.greso_easy_mean, hard_mean=cfg.greso_hard_mean,
-        p_min=cfg.greso_p_min, p_max=cfg.greso_p_max, min_keep=cfg.greso_min_keep,
-    )
-
-
-@register("pods")
-def _pods(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return PodsAllocator(prompts_per_step, seed, n=cfg.pods_n, m=cfg.pods_m)
-
-
-register("random", budgeted=True)(_vigor_like("random"))
-register("difficulty", budgeted=True)(_vigor_like("difficulty"))
-
-
-@register("knapsack", budgeted=True)
-def _knapsack(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return KnapsackAllocator(
-        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        min_n=cfg.knapsack_min, max_n=cfg.knapsack_max, history=cfg.knapsack_history,
-        prior=(cfg.knapsack_prior_a, cfg.knapsack_prior_b),
-    )
-
-
-@register("reinforce-ada", budgeted=True)
-def _reinforce_ada(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return ReinforceAdaAllocator(
-        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        round_size=cfg.ada_round_size, rounds=cfg.ada_rounds, keep=cfg.ada_keep,
-        threshold=cfg.ada_positive_threshold, exit_rule=cfg.ada_exit,
-    )
-
-
-@register("auto", budgeted=True)
-def _auto(cfg: AllocationConfig, prompts_per_step: int, seed: int) -> Allocator:
-    return AutoAllocator(
-        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        width=cfg.auto_width, census=cfg.auto_census, margin=cfg.auto_margin,
-        max_rollouts=cfg.auto_max_rollouts, history=cfg.auto_history,
-    )
-
-
-STRATEGIES: tuple[str, ...] = tuple(REGISTRY)
-"""Every registered strategy, in registration order."""
+def __getattr__(name: str):
+    # live views: a strategy registered after this package was imported is listed too
+    if name == "STRATEGIES":
+        return registry.names()
+    if name == "BUDGETED":
+        return registry.budgeted()
+    raise AttributeError(name)
 
 
 __all__ = [
@@ -133,6 +48,7 @@ __all__ = [
     "AllocationError",
     "Allocator",
     "AutoAllocator",
+    "Builder",
     "KnapsackAllocator",
     "ReinforceAdaAllocator",
     "DrawFn",
@@ -141,6 +57,7 @@ __all__ = [
     "PodsAllocator",
     "Request",
     "StepResult",
+    "Strategy",
     "UniformAllocator",
     "VigorAllocator",
     "default_budget",

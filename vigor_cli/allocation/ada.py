@@ -31,6 +31,7 @@ import math
 from typing import Any, Literal
 
 from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.registry import default_budget, register
 from vigor_cli.allocation.rounds import RoundAllocator
 from vigor_cli.errors import UserError
 
@@ -138,3 +139,14 @@ class ReinforceAdaAllocator(RoundAllocator):
 
     def _extra_totals(self) -> dict[str, Any]:
         return {"cut": self._cut, "resolved": len(self._resolved)}
+
+
+# --------------------------------------------------------------------------- registry
+@register("reinforce-ada", budgeted=True,
+          summary="Reinforce-Ada: rounds until a prompt holds a balanced set, ada_keep per prompt in the update")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> ReinforceAdaAllocator:
+    return ReinforceAdaAllocator(
+        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
+        round_size=cfg.ada_round_size, rounds=cfg.ada_rounds, keep=cfg.ada_keep,
+        threshold=cfg.ada_positive_threshold, exit_rule=cfg.ada_exit,
+    )

@@ -52,8 +52,8 @@ from vigor_cli.allocation.estimate import (
     posterior_mean,
 )
 from vigor_cli.allocation.knapsack import update_history
-from vigor_cli.allocation.rounds import RoundAllocator, compact
-from vigor_cli.errors import UserError
+from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
 
 MEMORY = 0.5
 """Weight of earlier steps in the census moments (exponential moving average)."""
@@ -91,21 +91,34 @@ class AutoAllocator(RoundAllocator):
     ) -> None:
         super().__init__(prompts_per_step, seed)
         self.width_prompts = census_width(width, prompts_per_step)
-        if budget < census * self.width_prompts:
-            raise UserError(
-                f"allocation.budget ({budget}) is below auto's census: allocation.auto_census x "
-                f"ceil(allocation.auto_width x prompts per step) ({census} x {self.width_prompts} = "
-                f"{census * self.width_prompts})"
-            )
-        if max_rollouts < census:
-            raise UserError(
-                f"allocation.auto_max_rollouts ({max_rollouts}) must be >= allocation.auto_census ({census})"
-            )
+        self.rules(budget, width, census, max_rollouts, prompts_per_step)
         self.budget, self.census, self.margin = budget, census, margin
         self.max_rollouts, self.window = max_rollouts, history
         self.history: dict[str, list[float]] = {}
         self.moments: list[float] | None = None
         """[mean reward, pairwise disagreement] of past censuses (moving average)."""
+
+    @staticmethod
+    def rules(budget: int, width: float, census: int, max_rollouts: int, prompts_per_step: int,
+              n_train: int | None = None) -> None:
+        """RuleError naming the keys to change (the constructor and the config both ask;
+        ``n_train``, the training prompts, once the task's data is read)."""
+        if max_rollouts < census:
+            raise RuleError(
+                f"allocation.auto_max_rollouts ({max_rollouts}) must be >= allocation.auto_census ({census})"
+            )
+        wide = census_width(width, prompts_per_step)
+        if n_train is not None and wide > n_train:
+            raise RuleError(
+                f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {wide} "
+                f"prompts exceeds the {n_train} training prompts; lower either key"
+            )
+        if budget < census * wide:
+            raise RuleError(
+                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto_census x "
+                f"ceil(allocation.auto_width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
+                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto_census"
+            )
 
     # ------------------------------------------------------------------ rounds
     def _begin(self) -> None:
@@ -262,3 +275,18 @@ class AutoAllocator(RoundAllocator):
         super().load_state_dict(state)
         self.history = {uid: list(h) for uid, h in state["history"].items()}
         self.moments = None if state.get("moments") is None else list(state["moments"])
+
+
+# --------------------------------------------------------------------------- registry
+def check_auto(a: Any, p: int, n_train: int | None) -> None:
+    AutoAllocator.rules(default_budget(a, p), a.auto_width, a.auto_census, a.auto_max_rollouts, p, n_train)
+
+
+@register("auto", budgeted=True, check=check_auto,
+          summary="a census round, then a wide or a deep plan chosen by expected signal")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> AutoAllocator:
+    return AutoAllocator(
+        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
+        width=cfg.auto_width, census=cfg.auto_census, margin=cfg.auto_margin,
+        max_rollouts=cfg.auto_max_rollouts, history=cfg.auto_history,
+    )

@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.registry import register
 from vigor_cli.allocation.rounds import RoundAllocator, compact
 from vigor_cli.errors import UserError
 
@@ -213,3 +214,33 @@ class GresoAllocator(DynamicSamplingAllocator):
         super().load_state_dict(state)
         self.p_easy, self.p_hard = state["p_easy"], state["p_hard"]
         self.history = {uid: list(h) for uid, h in state["history"].items()}
+
+
+# --------------------------------------------------------------------------- registry
+def check_generation_batch(a: Any, p: int, n_train: int | None) -> None:
+    """DAPO's generation batch must fit in the training set (it draws distinct prompts)."""
+    if n_train is not None and math.ceil(a.gen_batch_multiplier * p) > n_train:
+        raise ValueError(
+            f"allocation.gen_batch_multiplier x train.prompts_per_step ({a.gen_batch_multiplier} x "
+            f"{p}) exceeds the {n_train} training prompts; lower either key"
+        )
+
+
+@register("dapo", check=check_generation_batch,
+          summary="DAPO: fill the batch with non-zero-variance groups of allocation.group_size")
+def build_dapo(cfg: Any, prompts_per_step: int, seed: int) -> DynamicSamplingAllocator:
+    return DynamicSamplingAllocator(
+        prompts_per_step, seed, group_size=cfg.group_size,
+        gen_batch_multiplier=cfg.gen_batch_multiplier, max_gen_batches=cfg.max_gen_batches,
+    )
+
+
+@register("greso", summary="GRESO: skip prompts recently all-correct or all-wrong, then fill like DAPO")
+def build_greso(cfg: Any, prompts_per_step: int, seed: int) -> GresoAllocator:
+    return GresoAllocator(
+        prompts_per_step, seed, group_size=cfg.group_size,
+        gen_batch_multiplier=cfg.gen_batch_multiplier, max_gen_batches=cfg.max_gen_batches,
+        p_init=cfg.greso_p_init, p_step=cfg.greso_p_step, target_zero_var=cfg.greso_target_zero_var,
+        easy_share=cfg.greso_easy_share, easy_mean=cfg.greso_easy_mean, hard_mean=cfg.greso_hard_mean,
+        p_min=cfg.greso_p_min, p_max=cfg.greso_p_max, min_keep=cfg.greso_min_keep,
+    )

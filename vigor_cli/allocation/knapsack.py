@@ -29,8 +29,8 @@ from typing import Any
 
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import knapsack_value, posterior, posterior_mean
-from vigor_cli.allocation.rounds import RoundAllocator, compact
-from vigor_cli.errors import UserError
+from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
 
 
 def greedy_knapsack(
@@ -82,17 +82,23 @@ class KnapsackAllocator(RoundAllocator):
         prior: tuple[float, float],
     ) -> None:
         super().__init__(prompts_per_step, seed)
-        if max_n < min_n:
-            raise UserError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
-        if budget < min_n * prompts_per_step:
-            raise UserError(
-                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min "
-                f"x prompts per step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step})"
-            )
+        self.rules(budget, min_n, max_n, prompts_per_step)
         self.budget, self.min_n, self.max_n = budget, min_n, max_n
         self.window, self.prior = history, prior
         self.history: dict[str, list[float]] = {}
         """uid -> the latest ``window`` rewards of the prompt from earlier steps."""
+
+    @staticmethod
+    def rules(budget: int, min_n: int, max_n: int, prompts_per_step: int) -> None:
+        """RuleError naming the keys to change (the constructor and the config both ask)."""
+        if max_n < min_n:
+            raise RuleError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
+        if budget < min_n * prompts_per_step:
+            raise RuleError(
+                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min x "
+                f"train.prompts_per_step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step}); raise "
+                f"allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.knapsack_min"
+            )
 
     def p_hat(self, uid: str) -> float:
         """Posterior mean pass rate: prior, then history, then this step's rewards so far."""
@@ -141,3 +147,18 @@ class KnapsackAllocator(RoundAllocator):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.history = {uid: list(h) for uid, h in state["history"].items()}
+
+
+# --------------------------------------------------------------------------- registry
+def check_knapsack(a: Any, p: int, n_train: int | None) -> None:
+    KnapsackAllocator.rules(default_budget(a, p), a.knapsack_min, a.knapsack_max, p)
+
+
+@register("knapsack", budgeted=True, check=check_knapsack,
+          summary="Knapsack-RL: knapsack_min each, then extras by a greedy knapsack on pass-rate estimates")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> KnapsackAllocator:
+    return KnapsackAllocator(
+        prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
+        min_n=cfg.knapsack_min, max_n=cfg.knapsack_max, history=cfg.knapsack_history,
+        prior=(cfg.knapsack_prior_a, cfg.knapsack_prior_b),
+    )

@@ -12,9 +12,11 @@ from __future__ import annotations
 import random
 from itertools import accumulate
 
+from typing import Any
+
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.rounds import RoundAllocator
-from vigor_cli.errors import UserError
+from vigor_cli.allocation.registry import register
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError
 
 
 def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> list[int]:
@@ -50,9 +52,14 @@ class PodsAllocator(RoundAllocator):
 
     def __init__(self, prompts_per_step: int, seed: int, *, n: int, m: int) -> None:
         super().__init__(prompts_per_step, seed)
-        if m > n:
-            raise UserError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
+        self.rules(n, m)
         self.n, self.m = n, m
+
+    @staticmethod
+    def rules(n: int, m: int) -> None:
+        """ValueError (a UserError from the constructor) naming the keys to change."""
+        if m > n:
+            raise RuleError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
 
     def _begin(self) -> None:
         self._uids = self._draw(self.prompts_per_step)
@@ -74,3 +81,14 @@ class PodsAllocator(RoundAllocator):
 
     def _budget(self) -> int:
         return self.n * self.prompts_per_step
+
+
+# --------------------------------------------------------------------------- registry
+def check_pods(a: Any, p: int, n_train: int | None) -> None:
+    PodsAllocator.rules(a.pods_n, a.pods_m)
+
+
+@register("pods", check=check_pods,
+          summary="PODS: allocation.pods_n rollouts per prompt, the max-variance pods_m of them in the update")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> PodsAllocator:
+    return PodsAllocator(prompts_per_step, seed, n=cfg.pods_n, m=cfg.pods_m)

@@ -27,6 +27,11 @@ class AllocationError(ValueError):
     """The trainer broke the ask/tell protocol (wrong uids, counts or reward values)."""
 
 
+class RuleError(UserError, ValueError):
+    """A strategy's settings break one of its rules: the user's to fix (exit 2), and a
+    ValueError, so the config's validation reports it naming the source of the value."""
+
+
 def population_variance(values: Sequence[float]) -> float:
     """Population variance (divide by n): what VIGOR ranks on; 0.0 for fewer than 2 values."""
     n = len(values)

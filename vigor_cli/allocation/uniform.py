@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.registry import register
 from vigor_cli.allocation.rounds import RoundAllocator
 
 
@@ -30,3 +33,8 @@ class UniformAllocator(RoundAllocator):
 
     def _budget(self) -> int:
         return self.group_size * self.prompts_per_step
+
+
+@register("grpo", summary="GRPO: allocation.group_size rollouts for every prompt, one round")
+def build(cfg: Any, prompts_per_step: int, seed: int) -> UniformAllocator:
+    return UniformAllocator(prompts_per_step, seed, group_size=cfg.group_size)

@@ -30,6 +30,7 @@ import math
 from typing import Any, Literal
 
 from vigor_cli.allocation.base import Request
+from vigor_cli.allocation.registry import default_budget, register
 from vigor_cli.allocation.rounds import RoundAllocator, ceil_fraction
 from vigor_cli.errors import UserError
 
@@ -104,3 +105,35 @@ class VigorAllocator(RoundAllocator):
 
     def _extra_totals(self) -> dict[str, Any]:
         return {"cut": self._cut}
+
+
+# --------------------------------------------------------------------------- registry
+def check_first_round(a: Any, p: int, n_train: int | None) -> None:
+    """The budget must pay for round 1: m0 rollouts for every prompt of the step."""
+    budget, first = default_budget(a, p), a.m0 * p
+    if budget < first:
+        raise ValueError(
+            f"allocation.budget ({budget}) is below the first round's allocation.m0 x "
+            f"train.prompts_per_step ({a.m0} x {p} = {first}); raise allocation.budget (or "
+            f"allocation.rollouts_per_prompt) or lower allocation.m0"
+        )
+
+
+def _builder(keep_by: KeepBy):
+    def build(cfg: Any, prompts_per_step: int, seed: int) -> VigorAllocator:
+        return VigorAllocator(
+            prompts_per_step, seed, rounds=cfg.rounds, m0=cfg.m0, gamma=cfg.gamma, alpha=cfg.alpha,
+            budget=default_budget(cfg, prompts_per_step), keep_by=keep_by,
+        )
+
+    build.__qualname__ = f"build_{keep_by}"
+    return build
+
+
+register("vigor", budgeted=True, family="vigor", check=check_first_round,
+         summary="VIGOR: rounds of m0*gamma^(t-1) new rollouts, keeping the alpha share with the "
+         "largest reward variance")(_builder("variance"))
+register("random", budgeted=True, family="vigor", check=check_first_round,
+         summary="VIGOR's ablation: keeps a random alpha share each round")(_builder("random"))
+register("difficulty", budgeted=True, family="vigor", check=check_first_round,
+         summary="VIGOR's ablation: keeps the alpha share with the lowest mean reward")(_builder("difficulty"))

@@ -15,20 +15,19 @@ from typing import Any, Optional, Sequence
 
 import typer
 
+from vigor_cli.config import known_names, set_key
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
+from vigor_cli.tasks import EVAL_SETS, eval_task_config
 
-MATH_SETS = ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench", "gsm8k")
-CODE_SETS = ("lcb-v6",)
-TINY_SETS = ("tiny-math", "tiny-code")
-BENCHMARKS = MATH_SETS + CODE_SETS + TINY_SETS
+BENCHMARKS = tuple(EVAL_SETS)  # the task registry's evaluation sets
 
 SAMPLES_PER_CHUNK = 256
 """Samples generated per engine call: the progress bar advances once per chunk."""
 
 
 def benchmark_kind(name: str) -> str:
-    return "code" if name in CODE_SETS or name == "tiny-code" else "math"
+    return EVAL_SETS[name].kind
 
 
 def parse_benchmarks(text: str) -> list[str]:
@@ -46,18 +45,7 @@ def parse_benchmarks(text: str) -> list[str]:
 def task_config_for(benchmark: str, data_dir: Optional[Path], date_start: Optional[str],
                     date_end: Optional[str]) -> Any:
     """The TaskConfig of the task that owns ``benchmark`` and the set name to ask it for."""
-    from vigor_cli.config import TaskConfig
-
-    if benchmark in TINY_SETS:
-        return TaskConfig(name=benchmark), None
-    if benchmark in CODE_SETS:  # the code task has one evaluation set: LiveCodeBench
-        return TaskConfig(
-            name="code",
-            data_dir=str(data_dir) if data_dir else None,
-            contest_date_start=date_start,
-            contest_date_end=date_end,
-        ), None
-    return TaskConfig(name="math", data_dir=str(data_dir) if data_dir else None), benchmark
+    return eval_task_config(benchmark, data_dir, date_start, date_end)
 
 
 class RecordingTask:
@@ -148,7 +136,7 @@ def evaluate(
     limit: Optional[int] = typer.Option(None, help="Evaluate the first N problems of each benchmark."),
     contest_date_start: Optional[str] = typer.Option(None, help="lcb-v6: keep problems from this ISO date."),
     contest_date_end: Optional[str] = typer.Option(None, help="lcb-v6: keep problems up to this ISO date."),
-    engine: Optional[str] = typer.Option(None, help="engine.kind: auto, hf, vllm."),
+    engine: Optional[str] = typer.Option(None, help=f"engine.kind: {known_names('engine')}."),
     device: Optional[str] = typer.Option(None, help="model.device: auto, cuda, cpu."),
     output: Optional[Path] = typer.Option(None, help="Write every per-sample verdict and the metrics here (JSON)."),
     rescore: Optional[Path] = typer.Option(None, help="Grade the completions of this results file again; no generation."),
@@ -175,7 +163,7 @@ def evaluate(
     names = parse_benchmarks(benchmarks)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
     if engine is not None:
-        cfg.engine.kind = engine
+        set_key(cfg, "engine.kind", engine, "--engine")
     if device is not None:
         try:
             cfg.model.device = device

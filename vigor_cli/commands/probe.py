@@ -28,6 +28,7 @@ from typing import Any, List, Optional
 
 import typer
 
+from vigor_cli.config import known_names
 from vigor_cli.errors import UserError
 
 SIM_STRATEGIES = ("grpo", "vigor", "auto")
@@ -41,7 +42,7 @@ def probe(
     model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
     task: Optional[str] = typer.Option(None, "--task", help="task.name (see `vigor train --help`)."),
     set_: Optional[List[str]] = typer.Option(None, "--set", help="Override any key: --set sampling.temperature=0.7 (repeatable)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="engine.kind: auto, hf, vllm."),
+    engine: Optional[str] = typer.Option(None, "--engine", help=f"engine.kind: {known_names('engine')}."),
     prompts: int = typer.Option(256, "--prompts", help="Training prompts to probe (drawn at random, seeded)."),
     samples: int = typer.Option(8, "--samples", help="Rollouts per prompt (at least 2)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seeds the prompt draw, sampling and simulation (default train.seed)."),

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from vigor_cli.config import known_names
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
 from vigor_cli.simulate import POOL_PER_PROMPT, TARGET_GAIN, SimSettings
@@ -19,7 +20,7 @@ _LEARN = "Learning mode (a toy model)"
 
 def simulate(
     strategy: Annotated[
-        str, typer.Option(help="Comma-separated strategies to compare, or 'all'.")
+        str, typer.Option(help=f"Comma-separated strategies to compare ({known_names('strategy')}), or 'all'.")
     ] = "all",
     pass_rates: Annotated[
         Optional[str],
@@ -107,7 +108,7 @@ def simulate(
         ).items()
     }
     overrides.update({"train.prompts_per_step": prompts, "train.seed": seed})
-    cfg = build_config(config, overrides=overrides, sets=set_)
+    cfg = build_config(config, overrides=overrides, sets=set_, strategy_rules=False)  # each compared one: simulate
     names = STRATEGIES if strategy.strip() == "all" else tuple(
         s.strip() for s in strategy.split(",") if s.strip()
     )

@@ -8,6 +8,7 @@ from typing import List, Optional
 import typer
 
 from vigor_cli.errors import UserError
+from vigor_cli.config import known_names
 from vigor_cli.package_data import CONFIGS_DIR
 
 CONFIGS = CONFIGS_DIR
@@ -50,12 +51,12 @@ def resolve_config(path: Path) -> Path:
 def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
     model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
-    task: Optional[str] = typer.Option(None, "--task", help="task.name: tiny-math, tiny-code, tiny-facts, tiny-ladder, math, code."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="allocation.strategy: vigor, grpo, dapo, greso, pods, random, difficulty, knapsack, reinforce-ada, auto."),
+    task: Optional[str] = typer.Option(None, "--task", help=f"task.name: {known_names('task')}."),
+    strategy: Optional[str] = typer.Option(None, "--strategy", help=f"allocation.strategy: {known_names('strategy')}."),
     steps: Optional[int] = typer.Option(None, "--steps", help="train.steps."),
     prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step", help="train.prompts_per_step."),
     seed: Optional[int] = typer.Option(None, "--seed", help="train.seed."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="engine.kind: auto, hf, vllm."),
+    engine: Optional[str] = typer.Option(None, "--engine", help=f"engine.kind: {known_names('engine')}."),
     load_in_4bit: bool = typer.Option(False, "--load-in-4bit", help="model.load_in_4bit (QLoRA, CUDA only)."),
     device: Optional[str] = typer.Option(None, "--device", help="model.device: auto, cuda, cpu (auto never falls back to the CPU on a machine with an unusable GPU)."),
     output_dir: Optional[str] = typer.Option(None, "--output-dir", help="train.output_dir."),

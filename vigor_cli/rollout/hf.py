@@ -30,12 +30,6 @@ from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
 from vigor_cli.rollout.stops import stop_token_ids
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every token id that ends a completion (see ``rollout/stops.py``): EOS, the generation
-    config's EOS ids and the chat template's end-of-turn token."""
-    return stop_token_ids(model, tokenizer)
-
-
 def _cache_kwarg(model: Any) -> str:
     """Name of the KV-cache argument and output: 'cache' in transformers >= 5.2x,
     'past_key_values' before."""
@@ -64,7 +58,7 @@ class HFEngine(RolloutEngine):
         self.model = model
         self.tokenizer = tokenizer
         self.gen_batch_tokens = gen_batch_tokens
-        self.eos_ids = eos_token_ids(model, tokenizer)
+        self.eos_ids = stop_token_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.eos_ids[0] if self.eos_ids else 0))
         self.cache_kwarg = _cache_kwarg(model)

@@ -1,0 +1,135 @@
+"""The strategy registry: every strategy registers itself, in its own module, with ``@register``.
+
+One entry holds everything the rest of the program needs to know about a strategy:
+how to build it from the config (``build``), whether ``allocation.budget`` caps it
+(``budgeted``), which family it belongs to (``family="vigor"``: VIGOR's rounds and
+their variance-law theory), the cross-field checks of its keys (``check``), its own
+keys when it has any beyond the built-in ``allocation.*`` ones (``options``, a
+pydantic model read from ``allocation.options``) and a one-line summary for help
+and docs. Every list of strategy names (the config's validation, ``--strategy``
+help, ``vigor simulate``, the trainer's checks) is read from here, so adding a
+strategy touches only its own module (README.md: "Adding a strategy").
+
+No strategy module is imported here: ``vigor_cli.allocation`` imports the built-in
+ones, which register on import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from pydantic import BaseModel, ValidationError
+
+from vigor_cli.errors import UserError
+
+if TYPE_CHECKING:
+    from vigor_cli.allocation.base import Allocator
+    from vigor_cli.config import AllocationConfig
+
+Builder = Callable[["AllocationConfig", int, int], "Allocator"]
+"""Builds a strategy from the config's allocation section, prompts per step and seed."""
+Check = Callable[["AllocationConfig", int, Optional[int]], None]
+"""Rules of one strategy across its keys: ``check(allocation_cfg, prompts_per_step, n_train)``
+raises ``ValueError`` with a message naming the keys to change. It runs when the config is
+built and in ``make_allocator`` (``n_train`` None: the rules against the task's size are
+skipped), and once the task's data is read (``n_train`` its training prompts)."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    build: Builder
+    budgeted: bool = False
+    """Capped by ``allocation.budget`` (default ``allocation.rollouts_per_prompt`` x prompts)."""
+    family: str | None = None
+    """``"vigor"`` for VIGOR and its ablations: rounds of m0 * gamma^(t-1), keep alpha."""
+    check: Check | None = None
+    options: type[BaseModel] | None = None
+    """The strategy's own keys (``allocation.options.<key>``), None when it has none."""
+    summary: str = ""
+
+
+REGISTRY: dict[str, Strategy] = {}
+"""Strategy name -> entry, in registration order."""
+
+
+def register(
+    name: str,
+    *,
+    budgeted: bool = False,
+    family: str | None = None,
+    check: Check | None = None,
+    options: type[BaseModel] | None = None,
+    summary: str = "",
+) -> Callable[[Builder], Builder]:
+    """Decorator on a builder ``(allocation_cfg, prompts_per_step, seed) -> Allocator``."""
+
+    def add(build: Builder) -> Builder:
+        old = REGISTRY.get(name)
+        if old is not None and old.build.__qualname__ != build.__qualname__:
+            raise ValueError(f"strategy {name!r} is registered twice ({old.build.__module__} and {build.__module__})")
+        REGISTRY[name] = Strategy(name, build, budgeted, family, check, options, summary)
+        return build
+
+    return add
+
+
+def names() -> tuple[str, ...]:
+    """Every registered strategy, in registration order."""
+    return tuple(REGISTRY)
+
+
+def budgeted() -> tuple[str, ...]:
+    return tuple(n for n, s in REGISTRY.items() if s.budgeted)
+
+
+def in_family(family: str) -> tuple[str, ...]:
+    return tuple(n for n, s in REGISTRY.items() if s.family == family)
+
+
+def get(name: str) -> Strategy:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"allocation.strategy: unknown strategy {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+def check(cfg: "AllocationConfig", prompts_per_step: int, n_train: int | None = None) -> None:
+    """Every rule of ``cfg.strategy``: its options and its check, as a ``UserError`` (exit 2)."""
+    strategy = get(cfg.strategy)
+    try:
+        options(cfg)
+        if strategy.check is not None:
+            strategy.check(cfg, prompts_per_step, n_train)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def default_budget(cfg: "AllocationConfig", prompts_per_step: int) -> int:
+    """The per-step rollout cap of budgeted strategies: ``allocation.budget``, or
+    ``allocation.rollouts_per_prompt`` x prompts (GRPO's spend at that group size)."""
+    return cfg.budget if cfg.budget is not None else cfg.rollouts_per_prompt * prompts_per_step
+
+
+def options(cfg: "AllocationConfig") -> Any:
+    """The strategy's own keys (``allocation.options``) validated by its options model;
+    raises ``ValueError`` naming ``allocation.options.<key>``."""
+    model = get(cfg.strategy).options
+    if model is None:
+        if cfg.options:
+            raise ValueError(
+                f"allocation.options: strategy {cfg.strategy!r} takes no options "
+                f"(got {', '.join(sorted(cfg.options))})"
+            )
+        return None
+    try:
+        return model.model_validate(cfg.options)
+    except ValidationError as e:
+        first = e.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "extra_forbidden":
+            raise ValueError(f"allocation.options.{key}: unknown option of strategy {cfg.strategy!r}") from None
+        raise ValueError(
+            f"allocation.options.{key}: {first['msg']} (got {first.get('input')!r})"
+        ) from None
