@@ -532,7 +532,10 @@ def _worker_main(conn, extra_memory: int, parent_pid: int | None = None) -> None
 
     from vigor_cli.sandbox.lifeline import die_with
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # Ctrl-C and a group's SIGTERM are the parent's to handle (it finishes the step, which
+    # needs this worker); the worker ends when the parent closes it or dies (die_with).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if parent_pid is not None:
         die_with(parent_pid)
     try:
