@@ -548,10 +548,10 @@ def run_measures(run: Any, target: float) -> dict:
     from vigor_cli.report.curves import first_crossing, run_curve
 
     curve = run_curve(run)
-    seconds = train_seconds_at_evals(run.metrics)
-    eval_steps = sorted({int(r["step"]) for r in run.metrics if r.get("eval/accuracy") is not None})
+    seconds = train_seconds_at_evals(run.metrics())
+    eval_steps = sorted({int(r["step"]) for r in run.metrics() if r.get("eval/accuracy") is not None})
     secs = [seconds[s] for s in eval_steps]
-    steps = [r for r in run.metrics if "time/step" in r]
+    steps = [r for r in run.metrics() if "time/step" in r]
     rollouts = sum(r["rollouts/step"] for r in steps)
     gen = sum(r["time/generate"] for r in steps)
     return {

@@ -652,45 +652,63 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step-N`` (vigor_cli/runs.py seals it with a manifest and
+        rotates old ones); a full disk is one line and leaves earlier checkpoints intact."""
+        from vigor_cli.config import dump_config
         from vigor_cli.models import save_policy
+        from vigor_cli.runs import disk_full, is_disk_full, write_text_atomic
 
         tmp = self.rundir.begin_checkpoint(self.step)
-        save_policy(self.model, self.tokenizer, tmp)
-        torch.save(
-            {
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-            },
-            tmp / "trainer_state.pt",
-        )
-        write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
-        write_json_atomic(
-            tmp / "data_state.json",
-            {
-                "step": self.step,
-                "data": self.data.state_dict(),
-                "rollouts_cumulative": self.rollouts_total,
-                "tokens_cumulative": self.tokens_total,
-                "elapsed": self.elapsed(),
-                "start_accuracy": self.start_accuracy,
-                "last_accuracy": self.last_accuracy,
-            },
-        )
+        try:
+            save_policy(self.model, self.tokenizer, tmp)
+            with open(tmp / "trainer_state.pt", "wb") as f:  # a file object: ENOSPC stays visible
+                torch.save(
+                    {
+                        "optimizer": self.optimizer.state_dict(),
+                        "scheduler": self.scheduler.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                    },
+                    f,
+                )
+            write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
+            write_json_atomic(tmp / "data_state.json", self._data_state())
+            write_text_atomic(tmp / "config.yaml", dump_config(self.cfg))  # checked on resume
+        except BaseException as e:
+            self.rundir.discard_checkpoint(tmp)
+            if isinstance(e, Exception) and not isinstance(e, UserError) and is_disk_full(e, tmp):
+                raise disk_full(tmp) from None
+            raise
         return self.rundir.commit_checkpoint(tmp, self.step, self.cfg.train.keep_checkpoints)
 
+    def _data_state(self) -> dict:
+        return {
+            "step": self.step,
+            "data": self.data.state_dict(),
+            "rollouts_cumulative": self.rollouts_total,
+            "tokens_cumulative": self.tokens_total,
+            "elapsed": self.elapsed(),
+            "start_accuracy": self.start_accuracy,
+            "last_accuracy": self.last_accuracy,
+        }
+
     def _load_checkpoint(self, path: Path) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (resume verified ``path`` first)."""
         import json
 
-        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        try:
+            state = torch.load(path / "trainer_state.pt", weights_only=True)
+            allocator = json.loads((path / "allocator.json").read_text())
+            data = json.loads((path / "data_state.json").read_text())
+        except (OSError, RuntimeError, ValueError, EOFError) as e:  # a checkpoint without manifest
+            raise UserError(f"--resume: checkpoint {path} is damaged ({str(e).splitlines()[0]}); "
+                            f"delete {path} to resume from the one before") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
         if state["cuda_rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda_rng"])
-        self.allocator.load_state_dict(json.loads((path / "allocator.json").read_text()))
-        data = json.loads((path / "data_state.json").read_text())
+        self.allocator.load_state_dict(allocator)
         self.data.load_state_dict(data["data"])
         self.step = int(data["step"])
         self.rollouts_total = int(data["rollouts_cumulative"])
@@ -736,25 +754,50 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     """Run (or resume) training; returns the summary (also in ``summary.json``).
 
     ``resume`` is a run directory: its saved config is used (``steps`` may extend it)
-    and training continues from its last complete checkpoint.
+    and training continues from its newest intact checkpoint. The run directory is
+    claimed (and its lock held) before anything slow, and released when training ends.
     """
     out = out or default_console
     if resume is not None:
-        from vigor_cli.config import build_config
-
-        run = RunDir.open_existing(resume)
-        cfg = build_config(run.path / "config.yaml")
-        if steps is not None:
-            cfg.train.steps = steps
-        checkpoint = run.latest_checkpoint()
-        trainer = Trainer(cfg, run, checkpoint, out)
-        run.write_config(cfg)
-        run.cut_logs_after(trainer.step if checkpoint else -1)
-        out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+        run, trainer = _resume(Path(resume), steps, out)
     else:
         assert cfg is not None
-        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
-        trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
-        run.make(cfg)
+        run = RunDir.planned(cfg, announce=out.print)  # claims a fresh directory and its lock
+        try:
+            trainer = Trainer(cfg, run, None, out)  # validates the config, loads model and data
+            run.make(cfg)
+        except BaseException:
+            run.abandon()  # a run that never started leaves no directory behind
+            raise
     out.print(f"run directory: {run.path}")
-    return trainer.run()
+    try:
+        return trainer.run()
+    finally:
+        run.release()
+
+
+def _resume(path: Path, steps: int | None, out: Any) -> tuple[RunDir, "Trainer"]:
+    """Lock the run, pick its newest intact checkpoint, check config and logs, then load."""
+    from vigor_cli.config import build_config
+    from vigor_cli.runs import check_resume_config
+
+    def warn(message: str) -> None:
+        out.print(f"[yellow]warning:[/] {message}", highlight=False)
+
+    run = RunDir.open_existing(path).acquire()  # refuses a run another process has
+    try:
+        cfg = build_config(run.path / "config.yaml")
+        checkpoint = run.intact_checkpoint(warn)
+        check_resume_config(run, cfg, checkpoint, steps, warn)
+        at = run.checkpoint_step(checkpoint)
+        run.keep_logs_until(at, warn, dry_run=True)  # damaged lines refuse before the model loads
+        if steps is not None:
+            cfg.train.steps = steps
+        trainer = Trainer(cfg, run, checkpoint, out)
+        run.keep_logs_until(at, warn)
+        run.write_config(cfg)
+    except BaseException:
+        run.release()
+        raise
+    out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+    return run, trainer
