@@ -505,7 +505,7 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
     with a gradient), the rollouts in them, and the largest share of those rollouts that one
     prompt holds; each averaged over steps. This is where allocations differ in kind:
     the same rollout budget spread over many prompts or concentrated on a few."""
-    from vigor_cli.report.rundir import read_jsonl
+    from vigor_cli.jsonl import read_jsonl
 
     empty = {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None, "kept_zero_var_share": None}
     path = run_path / "allocation.jsonl"
@@ -640,7 +640,7 @@ def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: f
     """Tables and plots of one task x regime from its run directories."""
     from vigor_cli.report.curves import Group, run_curve
     from vigor_cli.report.plots import plot_accuracy
-    from vigor_cli.report.rundir import load_run
+    from vigor_cli.runs import load_run
 
     by_arm: dict[str, list[Any]] = {}
     for d in run_dirs:

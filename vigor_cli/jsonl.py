@@ -97,7 +97,7 @@ def read_jsonl(path: str | Path, expected: str = "a JSON object", allow_torn: bo
     for number, start, end, row in iter_jsonl_records(p, expected, allow_torn):
         if row is None:
             content.torn_at, content.torn_line = start, number
-            content.notes.append(f"{p}:{number}: ignored a torn last line (still being written, or cut short)")
+            content.notes.append(f"{p}:{number}: ignored the partial last line {number} (still being written, or cut short)")
             break
         content.records.append(row)
         content.spans.append((start, end))

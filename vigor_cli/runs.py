@@ -364,6 +364,26 @@ class RunDir:
             raise UserError(f"--resume {self.path}: no intact checkpoint: {'; '.join(damaged)}")
         return None
 
+    def pick_checkpoint(self, name: str | None, warn: Callable[[str], Any]) -> Path:
+        """``eval --run``: checkpoint ``name`` (e.g. ``step-20``) or the newest intact one,
+        verified; read-only, so a run still training can be evaluated."""
+        if name is None:
+            for step in reversed(self.checkpoint_steps()):
+                path = self.checkpoints / f"step-{step}"
+                problem = verify_checkpoint(path)
+                if problem is None:
+                    return path
+                warn(f"checkpoint {path.name} is damaged ({problem}); using the one before")
+            raise UserError(f"--run {self.path}: no intact checkpoint yet (checkpoints/step-N/COMPLETE)")
+        path = self.checkpoints / name
+        if not _STEP_DIR.match(name) or not (path / COMPLETE).is_file():
+            have = ", ".join(f"step-{s}" for s in self.checkpoint_steps()) or "none"
+            raise UserError(f"--checkpoint {name}: no complete checkpoint of that name (have: {have})")
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            raise UserError(f"--checkpoint {name}: damaged ({problem})")
+        return path
+
     def begin_checkpoint(self, step: int) -> Path:
         """A fresh temporary directory to fill; :meth:`commit_checkpoint` publishes it."""
         self._recover()

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vigor_cli.errors import UserError
-from vigor_cli.report.rundir import RunDir
+from vigor_cli.runs import RunDir
 
 SEED_KEYS = tuple(
     ("train", key)
