@@ -318,11 +318,11 @@ class RunDir:
             except UserError as e:
                 raise UserError(f"--resume: {e}; resume keeps every logged line: repair or delete "
                                 "that line by hand, then resume again") from None
-            if dry_run or not (late or content.torn_at is not None):
-                continue
+            data = path.read_bytes()
+            if dry_run or not (late or content.torn_at is not None or data[-1:] not in (b"", b"\n")):
+                continue  # (a whole last line killed before its newline gets one: the next append)
             if content.torn_at is not None:
                 warn(f"{path}:{content.torn_line}: removed a torn last line (cut short when the run stopped)")
-            data = path.read_bytes()
             kept = b"".join(data[a:b] for i, (a, b) in enumerate(content.spans) if i not in late)
             write_text_atomic(path, kept if kept.endswith(b"\n") or not kept else kept + b"\n")
         for s, f in self.eval_steps().items():
