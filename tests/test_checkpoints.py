@@ -200,7 +200,7 @@ def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_pat
     args = ["train", "--output-dir", str(tmp_path), "--run-name", "r", *cli_sets(settings(tmp_path, 4))]
     code, out, err = vigor(*args)
     assert code == 2, err
-    assert "no space left on the disk holding" in err and ".tmp-step-4" in err
+    assert "no space left on the disk mounted at" in err and ".tmp-step-4" in err
     assert len(err.strip().splitlines()) == 1
     run = RunDir(tmp_path / "r")
     assert run.checkpoint_steps() == [2] and verify_checkpoint(run.checkpoints / "step-2") is None
@@ -223,7 +223,7 @@ def test_a_real_full_disk_during_training(tmp_path):
         args = ["train", "--output-dir", str(disk), "--run-name", "r", *cli_sets(settings(tmp_path, 4))]
         proc = subprocess.run([sys.executable, "-m", "vigor_cli", *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2, proc.stderr
-        assert "no space left on the disk holding" in proc.stderr
+        assert f"no space left on the disk mounted at {disk} " in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         run = RunDir(disk / "r")
         assert run.checkpoint_steps() == [2] and verify_checkpoint(run.checkpoints / "step-2") is None

@@ -318,7 +318,7 @@ def test_enospc_while_appending_is_one_line_naming_the_disk(tmp_path, monkeypatc
         return real_open(path, *a, **k)
 
     monkeypatch.setattr(builtins, "open", full)
-    with pytest.raises(DiskFullError, match=r"metrics.jsonl: no space left on the disk holding .* MiB free"):
+    with pytest.raises(DiskFullError, match=r"metrics.jsonl: no space left on the disk mounted at .* MiB free"):
         run.append("metrics.jsonl", {"step": 1})
 
 
@@ -340,7 +340,7 @@ def test_a_real_full_disk_keeps_the_earlier_checkpoint(tmp_path):
         (tmp / "data_state.json").write_text("{}")
         run.commit_checkpoint(tmp, 2, keep=1)
         tmp = run.begin_checkpoint(4)
-        with pytest.raises(DiskFullError, match="no space left on the disk holding"):
+        with pytest.raises(DiskFullError, match=f"no space left on the disk mounted at {disk} "):
             run.append("metrics.jsonl", {"pad": "x" * 400_000})
         with pytest.raises(DiskFullError):
             from vigor_cli.runs import write_json_atomic

@@ -53,17 +53,23 @@ class DiskFullError(UserError):
     """No space left while writing a run file (exit 2; earlier checkpoints are intact)."""
 
 
+def _existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def disk_full(path: Path) -> DiskFullError:
-    where = Path(path)
-    probe = where if where.is_dir() else where.parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
+    """The one line for a full disk: the path written, the file system's mount point, free space."""
+    mount = _existing(Path(path).absolute())
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
     try:
-        free = f"{shutil.disk_usage(probe).free / 2**20:.0f} MiB free"
+        free = f"{shutil.disk_usage(mount).free / 2**20:.0f} MiB free"
     except OSError:
         free = "free space unknown"
     return DiskFullError(
-        f"{path}: no space left on the disk holding {probe} ({free}); free some space and "
+        f"{path}: no space left on the disk mounted at {mount} ({free}); free some space and "
         "continue with --resume (earlier checkpoints are intact)"
     )
 
@@ -589,10 +595,7 @@ def is_disk_full(error: BaseException, path: Path) -> bool:
         if "No space left on device" in str(seen):
             return True
         seen = seen.__cause__ or seen.__context__
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
     try:
-        return shutil.disk_usage(probe).free < 2**20
+        return shutil.disk_usage(_existing(Path(path))).free < 2**20
     except OSError:
         return False
