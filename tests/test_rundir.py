@@ -175,6 +175,9 @@ def test_abandon_removes_only_a_run_that_never_started(tmp_path):
     run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
     run.abandon()
     assert not run.path.exists()
+    deep = cfg_for(tmp_path / "new" / "runs")
+    RunDir.planned(deep).make(deep).abandon()
+    assert not (tmp_path / "new").exists()  # output directories made for it go too
     run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
     run.append("metrics.jsonl", {"step": 0})
     run.abandon()

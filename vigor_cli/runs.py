@@ -128,7 +128,10 @@ class RunLock:
     @classmethod
     def acquire(cls, path: Path, exclusive_create: bool = False) -> "RunLock":
         flags = os.O_RDWR | os.O_CREAT | (os.O_EXCL if exclusive_create else 0)
-        fd = os.open(path, flags, 0o644)
+        try:
+            fd = os.open(path, flags, 0o644)
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as e:
+            raise UserError(f"{path}: cannot lock the run ({e.strerror})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -174,6 +177,7 @@ class RunDir:
         self.notes: list[str] = []
         """What the readers skipped (a torn last line), for the commands to print."""
         self._config: dict[str, Any] | None = None
+        self._made_parents: Path | None = None
 
     @property
     def name(self) -> str:
@@ -189,6 +193,9 @@ class RunDir:
         """
         name = cfg.train.run_name or default_run_name(cfg)
         parent = Path(cfg.train.output_dir)
+        made = parent if not parent.exists() else None  # removed again by abandon() when empty
+        while made is not None and not made.parent.exists():
+            made = made.parent
         for n in range(1, 1000):
             path = parent / (name if n == 1 else f"{name}-{n}")
             try:
@@ -200,7 +207,7 @@ class RunDir:
                 if n > 1 and announce:
                     announce(f"run directory {parent / name} is taken; this run uses {path}")
                 run = cls(path)
-                run.lock = lock
+                run.lock, run._made_parents = lock, made
                 return run
         raise UserError(f"train.run_name: {parent / name} and 998 suffixed names are taken")
 
@@ -224,6 +231,11 @@ class RunDir:
         empty_dirs = all(not any((self.path / d).iterdir()) for d in ("checkpoints", "eval") if d in entries)
         if entries <= ours and empty_dirs:
             shutil.rmtree(self.path, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the output directories made for it, if empty
+                for d in [self.path.parent, *self.path.parent.parents]:
+                    if self._made_parents is None or self._made_parents not in [d, *d.parents]:
+                        break
+                    d.rmdir()
         self.release()
 
     @classmethod
@@ -339,7 +351,11 @@ class RunDir:
         """The step a checkpoint holds (-1 for none: a resume from the start)."""
         if checkpoint is None:
             return -1
-        return int(json.loads((checkpoint / "data_state.json").read_text())["step"])
+        try:
+            return int(json.loads((checkpoint / "data_state.json").read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"--resume: checkpoint {checkpoint} is damaged (data_state.json: {e}); "
+                            f"delete {checkpoint} to resume from the one before") from None
 
     # ------------------------------------------------------------------ checkpoints
     def checkpoint_steps(self) -> list[int]:
