@@ -49,6 +49,15 @@ def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor):
     assert cut.checkpoint_steps() == [4, 6]
     state = cut.checkpoints / "step-6" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
+    # eval --run reads the same way: the newest intact checkpoint, a warning for the damaged one
+    result = tmp_path / "eval.json"
+    code, out, err = vigor("eval", "--run", str(cut.path), "--limit", "2", "--n", "1",
+                           "--max-new-tokens", "4", "--output", str(result))
+    assert code == 0, err
+    assert "checkpoint step-6 is damaged (trainer_state.pt has" in err
+    assert json.loads(result.read_text())["model"]["checkpoint"] == "step-4"
+    code, out, err = vigor("eval", "--run", str(cut.path), "--checkpoint", "step-6")
+    assert code == 2 and "--checkpoint step-6: damaged (trainer_state.pt has" in err
     code, out, err = vigor("train", "--resume", str(cut.path))
     assert code == 0, err
     assert "step-6 is damaged (trainer_state.pt has" in out and "resuming from step-4" in out
@@ -96,7 +105,7 @@ def cli_sets(sets: list[str]) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("where", ["rotation", "publish"])
+@pytest.mark.parametrize("where", ["rotation", pytest.param("publish", marks=pytest.mark.slow)])
 def test_a_kill_during_checkpoint_commit_leaves_a_checkpoint_that_resumes(tmp_path, where):
     """keep_checkpoints=1: a kill while step-4 replaces step-2 (a real training process)."""
     extra = ("train.keep_checkpoints=1",)

@@ -32,7 +32,8 @@ def steps_logged(run: Path) -> list[int]:
     return [r["step"] for r in rows if "reward/mean" in r]
 
 
-@pytest.mark.parametrize("name", [["--run-name", "same"], []], ids=["same-run-name", "default-name"])
+@pytest.mark.parametrize("name", [["--run-name", "same"], pytest.param([], marks=pytest.mark.slow)],
+                         ids=["same-run-name", "default-name"])
 def test_two_trainings_started_at_once_get_two_directories(tmp_path, name):
     procs = [subprocess.Popen(train_cmd(tmp_path, *name), cwd=ROOT, env=ENV, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
