@@ -353,3 +353,21 @@ def test_a_real_full_disk_keeps_the_earlier_checkpoint(tmp_path):
         assert run.intact_checkpoint(print).name == "step-2"
     finally:
         subprocess.run(["umount", str(disk)])
+
+
+def test_a_checkpoint_from_before_manifests_is_checked_as_far_as_it_can_be(tmp_path):
+    import torch
+
+    run = RunDir(tmp_path / "r")
+    path = run.checkpoints / "step-2"
+    path.mkdir(parents=True)
+    torch.save({"optimizer": {"x": torch.zeros(1000)}}, path / "trainer_state.pt")
+    for name in ("allocator.json", "data_state.json"):
+        (path / name).write_text('{"step": 2}')
+    (path / "COMPLETE").write_text("2")
+    assert verify_checkpoint(path) is None
+    data = (path / "trainer_state.pt").read_bytes()
+    (path / "trainer_state.pt").write_bytes(data[: len(data) // 2])
+    assert "trainer_state.pt" in verify_checkpoint(path)
+    with pytest.raises(UserError, match="no intact checkpoint: step-2 is damaged"):
+        run.intact_checkpoint(print)

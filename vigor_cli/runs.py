@@ -499,15 +499,30 @@ def _hash_files(root: Path) -> dict[str, dict]:
     return files
 
 
+def _legacy_problem(path: Path) -> str | None:
+    """A checkpoint from before manifests: its zip CRCs and JSON files are what can be checked."""
+    import zipfile
+
+    state = path / "trainer_state.pt"
+    try:
+        with zipfile.ZipFile(state) as z:
+            bad = z.testzip()
+        for name in ("allocator.json", "data_state.json"):
+            json.loads((path / name).read_text())
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        return f"{e.filename if isinstance(e, OSError) and e.filename else state.name}: {e}"
+    return f"{state.name}: member {bad} fails its CRC" if bad else None
+
+
 def verify_checkpoint(path: Path) -> str | None:
     """None when ``path`` is intact, else what is wrong (a missing, resized or changed file).
 
-    A checkpoint written before manifests existed is trusted on its COMPLETE marker.
+    A checkpoint written before manifests existed gets the checks its files allow.
     """
     if not (path / COMPLETE).is_file():
         return "no COMPLETE marker"
     if not (path / MANIFEST).is_file():
-        return None
+        return _legacy_problem(path)
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
