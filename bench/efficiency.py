@@ -493,7 +493,7 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
     with a gradient), the rollouts in them, and the largest share of those rollouts that one
     prompt holds; each averaged over steps. This is where allocations differ in kind:
     the same rollout budget spread over many prompts or concentrated on a few."""
-    from vigor_cli.report.rundir import read_jsonl
+    from vigor_cli.jsonl import read_jsonl
 
     empty = {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None, "kept_zero_var_share": None}
     path = run_path / "allocation.jsonl"
@@ -539,10 +539,10 @@ def run_measures(run: Any, target: float) -> dict:
     from vigor_cli.report.curves import first_crossing, run_curve
 
     curve = run_curve(run)
-    seconds = train_seconds_at_evals(run.metrics)
-    eval_steps = sorted({int(r["step"]) for r in run.metrics if r.get("eval/accuracy") is not None})
+    seconds = train_seconds_at_evals(run.metrics())
+    eval_steps = sorted({int(r["step"]) for r in run.metrics() if r.get("eval/accuracy") is not None})
     secs = [seconds[s] for s in eval_steps]
-    steps = [r for r in run.metrics if "time/step" in r]
+    steps = [r for r in run.metrics() if "time/step" in r]
     rollouts = sum(r["rollouts/step"] for r in steps)
     gen = sum(r["time/generate"] for r in steps)
     return {
@@ -631,7 +631,7 @@ def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: f
     """Tables and plots of one task x regime from its run directories."""
     from vigor_cli.report.curves import Group, run_curve
     from vigor_cli.report.plots import plot_accuracy
-    from vigor_cli.report.rundir import load_run
+    from vigor_cli.runs import load_run
 
     by_arm: dict[str, list[Any]] = {}
     for d in run_dirs:

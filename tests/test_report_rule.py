@@ -105,10 +105,10 @@ def test_bad_input_is_one_clear_line(tmp_path, vigor):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "metrics.jsonl").write_text('{"step": 0}\nnot json\n{"step": 1}\n')
-    with pytest.raises(UserError, match="line 2 is not valid JSON"):
+    with pytest.raises(UserError, match=r"metrics.jsonl:2: not valid JSON"):
         read_jsonl(bad / "metrics.jsonl")
     code, out, err = vigor("report", str(bad), "--out", str(tmp_path / "r"))
-    assert code == 2 and "line 2" in err
+    assert code == 2 and "metrics.jsonl:2:" in err
     (bad / "metrics.jsonl").write_text('{"step": 0, "reward/mean": 0.1}\n')
     code, out, err = vigor("report", str(bad), "--out", str(tmp_path / "r"))
     assert code == 2 and "no evaluation line" in err

@@ -1,32 +1,116 @@
-"""Reading JSON-lines files written by people or other tools, with errors that name file:line."""
+"""The one JSON-lines reader: run logs, allocation records, data files, pass-rate files.
+
+The rule for a damaged line, once for every JSONL file this project reads:
+
+- A **torn last line** is the file's last line when it lacks its closing newline AND does
+  not parse. Only a write cut short (a run killed mid-append, a disk that filled up) leaves
+  one. Run logs (``metrics.jsonl``, ``allocation.jsonl``, ``completions.jsonl``) may still be
+  being written while they are read, so their readers ignore a torn last line with a note,
+  and ``vigor train --resume`` truncates it away with a warning. A file given as input
+  (``allow_torn=False``: data, cases, results) was finished before it was read, so there a
+  torn last line is an error like any other.
+- **Any other bad line** (not UTF-8, not JSON, not a JSON object) is damage: a
+  :class:`~vigor_cli.errors.UserError` naming ``file:line``. Nothing is skipped silently.
+
+Blank lines are allowed and skipped. Every record keeps its byte span in the file, so a
+writer can keep lines byte for byte (resume cuts logs without re-serialising them).
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from vigor_cli.errors import UserError
 
 
-def iter_jsonl(path: str | Path, expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
-    """Yield (1-based line number, object) for every non-blank line of ``path``.
+@dataclass
+class JsonlContent:
+    """The records of one file, their byte spans ``(start, end)``, and notes for the user."""
 
-    A missing file, a line that is not JSON, or a line that is not an object raises
-    ``UserError`` naming the file and line. ``expected`` completes "expected ..." in
-    that last message (e.g. "a JSON object with fields gold and pred").
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: no such file")
-    with p.open(encoding="utf-8") as f:
+    records: list[dict]
+    notes: list[str] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    torn_at: int | None = None
+    """Byte offset where a torn last line starts (None: the file ends cleanly)."""
+    torn_line: int | None = None
+
+
+def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}:{number}: not UTF-8 text (a binary file?)") from None
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+        raise UserError(f"{path}:{number}: expected {expected}")
+    return row
+
+
+def _scan(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
+    """(line number, byte offset, raw line without newline, had newline) per line."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a .jsonl file") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror})") from None
+    with f:
+        offset = 0
         for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{p}:{number}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{p}:{number}: expected {expected}")
-            yield number, row
+            ended = line.endswith(b"\n")
+            yield number, offset, line[:-1] if ended else line, ended
+            offset += len(line)
+
+
+def iter_jsonl_records(
+    path: str | Path, expected: str = "a JSON object", allow_torn: bool = False
+) -> Iterator[tuple[int, int, int, dict | None]]:
+    """Yield ``(line, start, end, record)``; record None marks an allowed torn last line."""
+    p = Path(path)
+    for number, offset, raw, ended in _scan(p):
+        end = offset + len(raw) + (1 if ended else 0)
+        if not raw.strip():
+            continue
+        try:
+            row = _parse(p, number, raw, expected)
+        except UserError:
+            if ended or not allow_torn:
+                raise
+            yield number, offset, end, None  # torn: the last line, cut short
+            return
+        yield number, offset, end, row
+
+
+def read_jsonl(path: str | Path, expected: str = "a JSON object", allow_torn: bool = True) -> JsonlContent:
+    """Every record of ``path`` under the rule above (a torn last line: skipped, with a note)."""
+    p = Path(path)
+    content = JsonlContent([])
+    for number, start, end, row in iter_jsonl_records(p, expected, allow_torn):
+        if row is None:
+            content.torn_at, content.torn_line = start, number
+            content.notes.append(f"{p}:{number}: ignored the partial last line {number} (still being written, or cut short)")
+            break
+        content.records.append(row)
+        content.spans.append((start, end))
+        content.lines.append(number)
+    return content
+
+
+def iter_jsonl(path: str | Path, expected: str = "a JSON object") -> Iterator[tuple[int, dict]]:
+    """Yield (1-based line number, object) of an input file: every bad line is an error.
+
+    ``expected`` completes "expected ..." in the message for a line that is not an object
+    (e.g. "a JSON object with fields gold and pred").
+    """
+    for number, _, _, row in iter_jsonl_records(path, expected, allow_torn=False):
+        assert row is not None
+        yield number, row

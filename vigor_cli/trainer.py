@@ -536,25 +536,44 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """The learner's weights and state, the allocator, the data position and the loop's
-        counters, published as one checkpoint directory (vigor_cli/runs.py)."""
+        counters, published as one checkpoint directory (vigor_cli/runs.py seals it with a
+        manifest and rotates old ones); a full disk is one line and leaves earlier
+        checkpoints intact."""
+        from vigor_cli.config import dump_config
         from vigor_cli.models import save_policy
+        from vigor_cli.runs import disk_full, is_disk_full, write_text_atomic
 
         tmp = self.rundir.begin_checkpoint(self.step)
-        save_policy(self.learner.model, self.tokenizer, tmp)
-        torch.save({**self.learner.state_dict(), **rng_state()}, tmp / "trainer_state.pt")
-        write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
-        write_json_atomic(tmp / "data_state.json", self.loop_state())
+        try:
+            save_policy(self.learner.model, self.tokenizer, tmp)
+            with open(tmp / "trainer_state.pt", "wb") as f:  # a file object: ENOSPC stays visible
+                torch.save({**self.learner.state_dict(), **rng_state()}, f)
+            write_json_atomic(tmp / "allocator.json", self.allocator.state_dict())
+            write_json_atomic(tmp / "data_state.json", self.loop_state())
+            write_text_atomic(tmp / "config.yaml", dump_config(self.cfg))  # checked on resume
+        except BaseException as e:
+            self.rundir.discard_checkpoint(tmp)
+            if isinstance(e, Exception) and not isinstance(e, UserError) and is_disk_full(e, tmp):
+                raise disk_full(tmp) from None
+            raise
         return self.rundir.commit_checkpoint(tmp, self.step, self.cfg.train.keep_checkpoints)
 
     def _load_checkpoint(self, path: Path) -> None:
-        """The state :meth:`save_checkpoint` wrote (the weights were loaded with the learner)."""
+        """Restore what :meth:`save_checkpoint` wrote (resume verified ``path`` first; the
+        weights were loaded with the learner)."""
         import json
 
-        state = torch.load(path / "trainer_state.pt", weights_only=True)
+        try:
+            state = torch.load(path / "trainer_state.pt", weights_only=True)
+            allocator = json.loads((path / "allocator.json").read_text())
+            data = json.loads((path / "data_state.json").read_text())
+        except (OSError, RuntimeError, ValueError, EOFError) as e:  # a checkpoint without manifest
+            raise UserError(f"--resume: checkpoint {path} is damaged ({str(e).splitlines()[0]}); "
+                            f"delete {path} to resume from the one before") from None
         self.learner.load_state_dict(state)
         set_rng_state(state)
-        self.allocator.load_state_dict(json.loads((path / "allocator.json").read_text()))
-        self.load_loop_state(json.loads((path / "data_state.json").read_text()))
+        self.allocator.load_state_dict(allocator)
+        self.load_loop_state(data)
 
     def loop_state(self) -> dict:
         """The loop's position: step, data order, counters (data_state.json)."""
@@ -633,9 +652,11 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     """Run (or resume) training; returns the summary (also in ``summary.json``).
 
     ``resume`` is a run directory: its saved config is used (``steps`` may extend it)
-    and training continues from its last complete checkpoint. SIGINT and SIGTERM stop
-    the run after the current step with :class:`~vigor_cli.interrupt.TrainingInterrupted`,
-    whose ``status`` says where the run stands and how to resume it.
+    and training continues from its newest intact checkpoint. The run directory is
+    claimed (and its lock held) before anything slow, and released when training ends.
+    SIGINT and SIGTERM stop the run after the current step with
+    :class:`~vigor_cli.interrupt.TrainingInterrupted`, whose ``status`` says where the run
+    stands and how to resume it.
     """
     with StopSignals() as signals:
         return _train(cfg, resume, out, steps, signals)
@@ -645,21 +666,46 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
            signals: StopSignals) -> dict:
     out = out or default_console
     if resume is not None:
-        from vigor_cli.config import build_config
-
-        run = RunDir.open_existing(resume)
-        cfg = build_config(run.path / "config.yaml")
-        if steps is not None:
-            cfg.train.steps = steps
-        checkpoint = run.latest_checkpoint()
-        trainer = Trainer(cfg, run, checkpoint, out, signals)
-        run.write_config(cfg)
-        run.cut_logs_after(trainer.step if checkpoint else -1)
-        out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+        run, trainer = _resume(Path(resume), steps, out, signals)
     else:
         assert cfg is not None
-        run = RunDir.planned(cfg)  # refuses an existing directory before anything loads
-        trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
-        run.make(cfg)
+        run = RunDir.planned(cfg, announce=out.print)  # claims a fresh directory and its lock
+        try:
+            trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
+            run.make(cfg)
+        except BaseException:
+            run.abandon()  # a run that never started leaves no directory behind
+            raise
     out.print(f"run directory: {run.path}")
-    return trainer.run()
+    try:
+        return trainer.run()
+    finally:
+        run.release()
+
+
+def _resume(path: Path, steps: int | None, out: Any,
+            signals: StopSignals | None = None) -> tuple[RunDir, "Trainer"]:
+    """Lock the run, pick its newest intact checkpoint, check config and logs, then load."""
+    from vigor_cli.config import build_config
+    from vigor_cli.runs import check_resume_config
+
+    def warn(message: str) -> None:
+        out.print(f"[yellow]warning:[/] {message}", highlight=False)
+
+    run = RunDir.open_existing(path).acquire()  # refuses a run another process has
+    try:
+        cfg = build_config(run.path / "config.yaml")
+        checkpoint = run.intact_checkpoint(warn)
+        check_resume_config(run, cfg, checkpoint, steps, warn)
+        at = run.checkpoint_step(checkpoint)
+        run.keep_logs_until(at, warn, dry_run=True)  # damaged lines refuse before the model loads
+        if steps is not None:
+            cfg.train.steps = steps
+        trainer = Trainer(cfg, run, checkpoint, out, signals)
+        run.keep_logs_until(at, warn)
+        run.write_config(cfg)
+    except BaseException:
+        run.release()
+        raise
+    out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+    return run, trainer

@@ -87,8 +87,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
     if run is not None:
         if model is not None or adapter is not None:
             raise UserError("--run evaluates a run's checkpoint: drop MODEL and --adapter")
-        from vigor_cli.report.rundir import read_config
-        from vigor_cli.runs import RunDir
+        from vigor_cli.runs import RunDir, read_config
 
         if not (run / "config.yaml").is_file():
             raise UserError(f"--run {run}: not a run directory (no config.yaml)")
@@ -96,16 +95,8 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
             cfg = RunConfig.model_validate(read_config(run))
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
-        rd = RunDir(run)
-        if checkpoint is None:
-            ckpt = rd.latest_checkpoint()
-            if ckpt is None:
-                raise UserError(f"--run {run}: no complete checkpoint yet (checkpoints/step-N/COMPLETE)")
-        else:
-            ckpt = rd.checkpoints / checkpoint
-            if not (ckpt / "COMPLETE").is_file():
-                have = ", ".join(f"step-{s}" for s in rd.checkpoint_steps()) or "none"
-                raise UserError(f"--checkpoint {checkpoint}: no complete checkpoint of that name (have: {have})")
+        warn = lambda m: err_console.print(f"[yellow]warning:[/] {m}", highlight=False)  # noqa: E731
+        ckpt = RunDir(run).pick_checkpoint(checkpoint, warn)
         return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
                                 "name_or_path": cfg.model.name_or_path}
     if checkpoint is not None:

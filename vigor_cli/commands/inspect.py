@@ -84,7 +84,7 @@ def inspect_allocation(
     from rich.table import Table
 
     from vigor_cli.report.allocation import load_allocation, summarize_step
-    from vigor_cli.report.rundir import check_run_dir, read_config
+    from vigor_cli.runs import check_run_dir, read_config
 
     if step is not None and last is not None:
         raise UserError("give --step or --last, not both")

@@ -45,7 +45,7 @@ def report(
 
     from vigor_cli.report.curves import default_target, first_crossing, group_runs, run_curve, target_table
     from vigor_cli.report.plots import plot_accuracy
-    from vigor_cli.report.rundir import load_run
+    from vigor_cli.runs import load_run
 
     loaded = [load_run(p) for p in runs]
     for r in loaded:

@@ -30,12 +30,9 @@ def _read_record(path: Path, question_id: str | None) -> dict:
         except ValueError as exc:
             raise UserError(f"problem file {path} is not valid JSON: {exc}") from None
     else:
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except ValueError as exc:
-                    raise UserError(f"problem file {path} line {number} is not valid JSON: {exc}") from None
+        from vigor_cli.jsonl import iter_jsonl
+
+        records = [r for _, r in iter_jsonl(path, "a problem record (a JSON object)")]
     records = [r for r in records if isinstance(r, dict)]
     if question_id is not None:
         records = [r for r in records if str(r.get("question_id")) == question_id]

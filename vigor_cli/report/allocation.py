@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from vigor_cli.errors import UserError
-from vigor_cli.report.rundir import read_jsonl
+from vigor_cli.jsonl import read_jsonl
 
 
 @dataclass
@@ -218,8 +218,8 @@ def load_allocation(run_path: Path, config: dict) -> tuple[list[StepAllocation],
         raise UserError(f"{run_path}: no allocation.jsonl yet (has the first step finished?)")
     content = read_jsonl(path)
     steps = []
-    for i, rec in enumerate(content.records, start=1):
-        sa = parse_step(rec, f"{path} line {i}")
+    for line, rec in zip(content.lines, content.records):
+        sa = parse_step(rec, f"{path} line {line}")
         if sa.budget is None:
             sa.budget = config_budget(config, len(sa.prompts))
             sa.budget_is_cap = False

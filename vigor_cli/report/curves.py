@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vigor_cli.errors import UserError
-from vigor_cli.report.rundir import RunDir
+from vigor_cli.runs import RunDir
 
 SEED_KEYS = tuple(
     ("train", key)
@@ -76,7 +76,7 @@ class Curve:
 def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
     """The run's evaluation points for ``metric`` (last line wins when a step repeats)."""
     by_step: dict[int, dict] = {}
-    for rec in run.metrics:
+    for rec in run.metrics():
         if metric in rec and rec[metric] is not None:
             by_step[int(rec.get("step", 0))] = rec
     if not by_step:
