@@ -54,36 +54,41 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
-def _bounded(bounds: Bounds, integer: bool) -> Callable[[Any], Any]:
-    """A Typer callback refusing a value outside ``bounds`` (and NaN or infinity for floats)."""
+def _bounded(bounds: Bounds, integer: bool, key: Optional[str] = None) -> Callable[[Any], Any]:
+    """A Typer callback refusing a value outside ``bounds`` (and NaN or infinity for floats);
+    the message names the config key the flag sets, if any."""
+    of = f" for {key}" if key else ""
 
     def check(value: Any) -> Any:
         if value is None:
             return value
         for x in value if isinstance(value, (list, tuple)) else [value]:
             if not integer and not math.isfinite(x):
-                raise typer.BadParameter(f"{x} is not a finite number")
+                raise typer.BadParameter(f"{x} is not a finite number{of}")
             if not bounds.holds(x):
-                raise typer.BadParameter(f"{_num(x)} is out of range: must be {bounds.text()}")
+                raise typer.BadParameter(f"{_num(x)} is out of range{of}: must be {bounds.text()}")
         return value
 
     return check
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[Any], Any]:
+def _choice(choices: tuple[str, ...], key: Optional[str] = None) -> Callable[[Any], Any]:
+    of = f" for {key}" if key else ""
+
     def check(value: Any) -> Any:
         if value is not None and value not in choices:
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}{of}")
         return value
 
     return check
 
 
 def number(*flags: str, help: str, low: Optional[float] = None, high: Optional[float] = None,
-           low_open: bool = False, high_open: bool = False, integer: bool = True, **kw: Any) -> Any:
+           low_open: bool = False, high_open: bool = False, integer: bool = True,
+           key: Optional[str] = None, **kw: Any) -> Any:
     """An int (or, with ``integer=False``, a finite float) option within the given bounds."""
     bounds = Bounds(low, high, low_open, high_open)
-    return typer.Option(*flags, help=help, callback=_bounded(bounds, integer), **kw)
+    return typer.Option(*flags, help=help, callback=_bounded(bounds, integer, key), **kw)
 
 
 def count(*flags: str, help: str, low: int = 1, **kw: Any) -> Any:
@@ -107,9 +112,9 @@ def memory_mb(*flags: str, help: str, **kw: Any) -> Any:
     return number(*(flags or ("--memory-mb",)), help=help, low=1, high=MEMORY_MB_MAX, **kw)
 
 
-def choice(*flags: str, help: str, choices: tuple[str, ...], **kw: Any) -> Any:
+def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] = None, **kw: Any) -> Any:
     """One of ``choices`` (listed in the error)."""
-    return typer.Option(*flags, help=help, callback=_choice(choices), **kw)
+    return typer.Option(*flags, help=help, callback=_choice(choices, key), **kw)
 
 
 # --------------------------------------------------------------------------- config keys
@@ -149,26 +154,26 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
     the command line is parsed. Extra bounds in ``kw`` (low=, high=) narrow the key's own."""
     choices = key_choices(key)
     if choices:
-        return choice(*flags, help=help, choices=choices, **kw)
+        return choice(*flags, help=help, choices=choices, key=key, **kw)
     b = key_bounds(key)
     extra = {k: kw.pop(k) for k in ("low", "high", "low_open", "high_open") if k in kw}
     bounds = b._replace(**extra)
     if integer is None:
         integer = _field(key).annotation in (int, Optional[int])
     return number(*flags, help=help, low=bounds.low, high=bounds.high, low_open=bounds.low_open,
-                  high_open=bounds.high_open, integer=integer, **kw)
+                  high_open=bounds.high_open, integer=integer, key=key, **kw)
 
 
 def engine(*flags: str, help: str = "", **kw: Any) -> Any:
     names = key_choices("engine.kind")
     return choice(*(flags or ("--engine",)), help=help or f"engine.kind: {', '.join(names)}.",
-                  choices=names, **kw)
+                  choices=names, key="engine.kind", **kw)
 
 
 def device(*flags: str, help: str = "", **kw: Any) -> Any:
     names = key_choices("model.device")
     return choice(*(flags or ("--device",)), help=help or f"model.device: {', '.join(names)}.",
-                  choices=names, **kw)
+                  choices=names, key="model.device", **kw)
 
 
 # --------------------------------------------------------------------------- output paths
