@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
     exit 130; anything else is a bug and keeps its traceback (exit 1)."""
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
