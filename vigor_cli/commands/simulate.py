@@ -18,84 +18,43 @@ _ALLOC = "Allocation (override allocation.* keys)"
 _LEARN = "Learning mode (a toy model)"
 
 
+_LAW_HELP = ("Law of per-prompt pass rates: beta:A,B | mix:P0,P1[,A,B] (mass P0 at 0, P1 at 1, the rest "
+             "Beta(A,B)) | pareto:K[,XM] (reward variances ~ Pareto(K)) | file:PATH. "
+             f"Default {_D.law}.")
+_LEARN_HELP = ("Let pass rates rise with the signal each prompt receives (a model) and report rollouts to "
+               "a target mean pass rate.")
+
+
+def _alloc(key: str, help: str):
+    """The flag that overrides allocation.KEY, with that key's bounds."""
+    return opt.for_key(f"allocation.{key}", "--" + key.replace("_", "-"), help=help, rich_help_panel=_ALLOC)
+
+
 def simulate(
-    strategy: Annotated[
-        str, typer.Option(help="Comma-separated strategies to compare, or 'all'.")
-    ] = "all",
-    pass_rates: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Law of per-prompt pass rates: beta:A,B | mix:P0,P1[,A,B] (mass P0 at 0, P1 at 1, "
-            "the rest Beta(A,B)) | pareto:K[,XM] (reward variances ~ Pareto(K)) | file:PATH. "
-            f"Default {_D.law}."
-        ),
-    ] = None,
+    strategy: Annotated[str, typer.Option(help="Comma-separated strategies to compare, or 'all'.")] = "all",
+    pass_rates: Annotated[Optional[str], typer.Option(help=_LAW_HELP)] = None,
     steps: Annotated[Optional[int], opt.count("--steps", help=f"Steps per strategy (default {_D.steps}).")] = None,
-    prompts: Annotated[
-        Optional[int], opt.for_key("train.prompts_per_step", "--prompts", help="Prompts per step (default train.prompts_per_step).")
-    ] = None,
-    pool: Annotated[
-        Optional[int], opt.count("--pool", help=f"Prompts in the pool (default {POOL_PER_PROMPT} x prompts).")
-    ] = None,
-    tests: Annotated[
-        Optional[int],
-        opt.count(
-            "--tests",
-            help="Reward = share of TESTS passed, each with the prompt's pass rate "
-            f"(default {_D.tests} = binary)."
-        ),
-    ] = None,
+    prompts: Annotated[Optional[int], opt.for_key("train.prompts_per_step", "--prompts", help="Prompts per step (default train.prompts_per_step).")] = None,
+    pool: Annotated[Optional[int], opt.count("--pool", help=f"Prompts in the pool (default {POOL_PER_PROMPT} x prompts).")] = None,
+    tests: Annotated[Optional[int], opt.count("--tests", help=f"Reward = share of TESTS passed, each with the prompt's pass rate (default {_D.tests} = binary).")] = None,
     seed: Annotated[Optional[int], opt.seed(help="Seed (default train.seed).")] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the machine-readable summary instead of the table.")
-    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable summary instead of the table.")] = False,
     config: Annotated[Optional[str], typer.Option(help="YAML run config to read allocation keys from.")] = None,
-    set_: Annotated[
-        Optional[list[str]],
-        typer.Option("--set", help="Override any config key, e.g. --set allocation.greso_p_step=0.02."),
-    ] = None,
-    rounds: Annotated[Optional[int], opt.for_key("allocation.rounds", "--rounds", help="VIGOR T.", rich_help_panel=_ALLOC)] = None,
-    m0: Annotated[Optional[int], opt.for_key("allocation.m0", "--m0", help="VIGOR m0.", rich_help_panel=_ALLOC)] = None,
-    gamma: Annotated[Optional[float], opt.for_key("allocation.gamma", "--gamma", help="VIGOR gamma.", rich_help_panel=_ALLOC)] = None,
-    alpha: Annotated[Optional[float], opt.for_key("allocation.alpha", "--alpha", help="VIGOR alpha.", rich_help_panel=_ALLOC)] = None,
-    budget: Annotated[
-        Optional[int], opt.for_key("allocation.budget", "--budget", help="VIGOR rollouts per step cap.", rich_help_panel=_ALLOC)
-    ] = None,
-    group_size: Annotated[
-        Optional[int], opt.for_key("allocation.group_size", "--group-size", help="G for grpo/dapo/greso.", rich_help_panel=_ALLOC)
-    ] = None,
-    gen_batch_multiplier: Annotated[
-        Optional[float], opt.for_key("allocation.gen_batch_multiplier", "--gen-batch-multiplier", help="DAPO/GRESO generation batch.", rich_help_panel=_ALLOC)
-    ] = None,
-    max_gen_batches: Annotated[
-        Optional[int], opt.for_key("allocation.max_gen_batches", "--max-gen-batches", help="DAPO/GRESO limit.", rich_help_panel=_ALLOC)
-    ] = None,
-    pods_n: Annotated[Optional[int], opt.for_key("allocation.pods_n", "--pods-n", help="PODS n.", rich_help_panel=_ALLOC)] = None,
-    pods_m: Annotated[Optional[int], opt.for_key("allocation.pods_m", "--pods-m", help="PODS m.", rich_help_panel=_ALLOC)] = None,
-    learn: Annotated[
-        bool,
-        typer.Option(
-            help="Let pass rates rise with the signal each prompt receives (a model) and report "
-            "rollouts to a target mean pass rate.",
-            rich_help_panel=_LEARN,
-        ),
-    ] = False,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any config key, e.g. --set allocation.greso_p_step=0.02.")] = None,
+    rounds: Annotated[Optional[int], _alloc("rounds", "VIGOR T.")] = None,
+    m0: Annotated[Optional[int], _alloc("m0", "VIGOR m0.")] = None,
+    gamma: Annotated[Optional[float], _alloc("gamma", "VIGOR gamma.")] = None,
+    alpha: Annotated[Optional[float], _alloc("alpha", "VIGOR alpha.")] = None,
+    budget: Annotated[Optional[int], _alloc("budget", "VIGOR rollouts per step cap.")] = None,
+    group_size: Annotated[Optional[int], _alloc("group_size", "G for grpo/dapo/greso.")] = None,
+    gen_batch_multiplier: Annotated[Optional[float], _alloc("gen_batch_multiplier", "DAPO/GRESO generation batch.")] = None,
+    max_gen_batches: Annotated[Optional[int], _alloc("max_gen_batches", "DAPO/GRESO limit.")] = None,
+    pods_n: Annotated[Optional[int], _alloc("pods_n", "PODS n.")] = None,
+    pods_m: Annotated[Optional[int], _alloc("pods_m", "PODS m.")] = None,
+    learn: Annotated[bool, typer.Option(help=_LEARN_HELP, rich_help_panel=_LEARN)] = False,
     lr: Annotated[Optional[float], opt.number("--lr", low=0, low_open=True, integer=False, help=f"Pass-rate step per unit of signal (default {_D.lr}).", rich_help_panel=_LEARN)] = None,
-    transfer: Annotated[
-        Optional[float],
-        opt.number(
-            "--transfer", low=0, integer=False,
-            help=f"Weight of signal shared by the whole pool: generalisation (default {_D.transfer}).",
-            rich_help_panel=_LEARN,
-        ),
-    ] = None,
-    target: Annotated[
-        Optional[float],
-        opt.number(
-            "--target", low=0, low_open=True, high=1, integer=False,
-            help=f"Target mean pass rate (default: initial mean + {TARGET_GAIN}).", rich_help_panel=_LEARN
-        ),
-    ] = None,
+    transfer: Annotated[Optional[float], opt.number("--transfer", low=0, integer=False, help=f"Weight of signal shared by the whole pool: generalisation (default {_D.transfer}).", rich_help_panel=_LEARN)] = None,
+    target: Annotated[Optional[float], opt.number("--target", low=0, low_open=True, high=1, integer=False, help=f"Target mean pass rate (default: initial mean + {TARGET_GAIN}).", rich_help_panel=_LEARN)] = None,
 ) -> None:
     """Drive the real allocators with simulated rewards and compare where the rollouts go."""
     from vigor_cli.config import build_config
