@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         message = user_message(e)
         if message is None:
             raise
-        err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        if message:  # empty: click printed the help instead (a group given no command)
+            err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USER)
 
 

@@ -92,6 +92,10 @@ def _is_usage_error(exc: BaseException) -> bool:
 
 
 def _usage_message(exc: Any) -> str:
+    """'what was wrong (see 'vigor CMD --help')'; empty when click already printed the help
+    (a command group called with nothing after it)."""
+    if not exc.format_message().strip():
+        return ""
     ctx = getattr(exc, "ctx", None)
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     return _one_line(exc.format_message()) + where
