@@ -186,10 +186,15 @@ def test_full_disk_names_the_path_and_the_disk(tmp_path):
     assert user_message(ValueError("bug")) is None and user_message(KeyError("k")) is None
 
 
-def test_os_error_on_a_user_path_is_one_line(vigor, tmp_path):
-    """A path the shared checks cannot see coming (a directory where a file is read) still
-    ends in one line naming it, via the entry point's OSError rule."""
-    folder = tmp_path / "cases"
-    folder.mkdir()
-    code, _, err = vigor("simulate", "--config", str(folder))
-    assert code == 2 and str(folder) in err and len(err.strip().splitlines()) == 1, err
+def test_os_error_on_a_user_path_is_one_line(vigor, place):
+    """A path the parse-time checks cannot judge (a device, not a regular file, in the way)
+    still ends in one line naming it, through the entry point's OSError rule."""
+    code, _, err = vigor("report", place["run"], "--out", "/dev/null/report")
+    assert code == 2 and "/dev/null/report" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_group_without_command_prints_help_not_an_empty_error(vigor):
+    code, out, err = vigor("verify")
+    assert code == 2 and "math" in out and "code" in out
+    assert "error:" not in err

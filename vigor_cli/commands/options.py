@@ -88,6 +88,8 @@ def number(*flags: str, help: str, low: Optional[float] = None, high: Optional[f
            key: Optional[str] = None, **kw: Any) -> Any:
     """An int (or, with ``integer=False``, a finite float) option within the given bounds."""
     bounds = Bounds(low, high, low_open, high_open)
+    if low is not None or high is not None:
+        help = f"{help} [{bounds.text()}]"
     return typer.Option(*flags, help=help, callback=_bounded(bounds, integer, key), **kw)
 
 
