@@ -198,3 +198,42 @@ def test_group_without_command_prints_help_not_an_empty_error(vigor):
     code, out, err = vigor("verify")
     assert code == 2 and "math" in out and "code" in out
     assert "error:" not in err
+
+
+def test_ctrl_c_outside_training_says_so_and_exits_130():
+    """A real SIGINT to a running command (here a long simulation): one line, exit 130, not the
+    exit 0 Typer reports when it is not in standalone mode."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "vigor_cli", "simulate", "--steps", "100000",
+                             "--strategy", "grpo"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, err[-500:])
+
+
+@pytest.mark.parametrize("how", ["unreachable", "HF_HUB_OFFLINE"])
+def test_unknown_model_offline_is_one_line_at_once(vigor, monkeypatch, how):
+    """A hub id that is not cached, with no hub to ask: one line naming the key, without the
+    hub client's minute of retries and its warning per retry."""
+    import socket
+
+    from huggingface_hub import constants
+
+    if how == "unreachable":
+        def no_network(*a, **k):
+            raise OSError("network is unreachable")
+
+        monkeypatch.setattr(socket, "create_connection", no_network)
+    else:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    started = time.monotonic()
+    code, _, err = vigor("eval", "no-such-org/no-such-model-x", "--limit", "1")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "model.name_or_path=no-such-org/no-such-model-x" in lines[0], err
+    assert time.monotonic() - started < 20

@@ -46,12 +46,11 @@ def main(argv: list[str] | None = None) -> None:
     path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
     exit 130; anything else is a bug and keeps its traceback (exit 1)."""
     try:
-        app(args=argv, prog_name="vigor", standalone_mode=False)
+        code = app(args=argv, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
-        err_console.print("interrupted", highlight=False)
-        sys.exit(EXIT_SIGINT)
+        code = EXIT_SIGINT
     except Exception as e:
         message = user_message(e)
         if message is None:
@@ -59,6 +58,13 @@ def main(argv: list[str] | None = None) -> None:
         if message:  # empty: click printed the help instead (a group given no command)
             err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USER)
+    # Outside standalone mode Typer returns a typer.Exit's code instead of raising it, and
+    # turns Ctrl-C into Exit(130). A command that prints its own line on Ctrl-C (training's
+    # resume hint) raises SystemExit, which passes through untouched.
+    if isinstance(code, int) and code:
+        if code == EXIT_SIGINT:
+            err_console.print("interrupted", highlight=False)
+        sys.exit(code)
 
 
 if __name__ == "__main__":
