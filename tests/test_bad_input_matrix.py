@@ -237,3 +237,60 @@ def test_unknown_model_offline_is_one_line_at_once(vigor, monkeypatch, how):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "model.name_or_path=no-such-org/no-such-model-x" in lines[0], err
     assert time.monotonic() - started < 20
+
+
+def _parse_flag(path: list[str], flag: str, value: str):
+    """The error parsing ``flag value`` gives in command ``path`` (None when accepted), from
+    the real command the entry point runs, without running it."""
+    import typer.main
+
+    from vigor_cli.cli import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    param = next(p for p in cmd.params if flag in p.opts)
+    ctx = cmd.make_context(" ".join(path), [], resilient_parsing=True)
+    try:
+        param.process_value(ctx, value)
+    except Exception as e:  # click's BadParameter (Typer's vendored click)
+        return e.format_message()
+    return None
+
+
+@pytest.mark.parametrize("path, flag, key, value", [
+    (["simulate"], "--alpha", "allocation.alpha", "0"),
+    (["simulate"], "--alpha", "allocation.alpha", "1"),
+    (["simulate"], "--alpha", "allocation.alpha", "1.5"),
+    (["simulate"], "--gamma", "allocation.gamma", "0"),
+    (["simulate"], "--gamma", "allocation.gamma", "1e308"),
+    (["simulate"], "--pods-n", "allocation.pods_n", "1"),
+    (["simulate"], "--budget", "allocation.budget", "0"),
+    (["simulate"], "--prompts", "train.prompts_per_step", "0"),
+    (["eval"], "--top-p", "sampling.top_p", "0"),
+    (["eval"], "--top-p", "sampling.top_p", "1.01"),
+    (["eval"], "--top-p", "sampling.top_p", "1"),
+    (["eval"], "--temperature", "train.eval_temperature", "-0.5"),
+    (["eval"], "--n", "train.eval_samples", "0"),
+    (["train"], "--steps", "train.steps", "0"),
+    (["train"], "--steps", "train.steps", "3"),
+    (["train"], "--prompts-per-step", "train.prompts_per_step", "0"),
+    (["train"], "--gpu-memory", "train.gpu_memory_gib", "0"),
+    (["train"], "--engine", "engine.kind", "nosuch"),
+    (["train"], "--engine", "engine.kind", "hf"),
+    (["eval"], "--device", "model.device", "gpu"),
+])
+def test_a_flag_that_sets_a_key_has_that_keys_bounds(path, flag, key, value):
+    """The flag is refused when parsed exactly when the config refuses the key's value, and
+    the message names both."""
+    from vigor_cli.config import ConfigError, build_config
+
+    try:
+        build_config(None, sets=[f"{key}={value}"])
+        key_ok = True
+    except ConfigError:
+        key_ok = False
+    error = _parse_flag(path, flag, value)
+    assert (error is None) == key_ok, (key, value, error)
+    if error is not None:
+        assert key in error

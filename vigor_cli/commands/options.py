@@ -115,7 +115,10 @@ def memory_mb(*flags: str, help: str, **kw: Any) -> Any:
 
 
 def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] = None, **kw: Any) -> Any:
-    """One of ``choices`` (listed in the error)."""
+    """One of ``choices`` (listed in the error); with no choices known, any value (the config's
+    own validation then judges it)."""
+    if not choices:
+        return typer.Option(*flags, help=help, **kw)
     return typer.Option(*flags, help=help, callback=_choice(choices, key), **kw)
 
 
@@ -157,11 +160,14 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
     choices = key_choices(key)
     if choices:
         return choice(*flags, help=help, choices=choices, key=key, **kw)
+    ann = _field(key).annotation
+    if ann not in (int, float, Optional[int], Optional[float]):
+        return typer.Option(*flags, help=help, **kw)  # the config's own validation judges it
     b = key_bounds(key)
     extra = {k: kw.pop(k) for k in ("low", "high", "low_open", "high_open") if k in kw}
     bounds = b._replace(**extra)
     if integer is None:
-        integer = _field(key).annotation in (int, Optional[int])
+        integer = ann in (int, Optional[int])
     return number(*flags, help=help, low=bounds.low, high=bounds.high, low_open=bounds.low_open,
                   high_open=bounds.high_open, integer=integer, key=key, **kw)
 
