@@ -39,8 +39,8 @@ def user_message(exc: BaseException) -> Optional[str]:
     if isinstance(exc, UnicodeDecodeError):
         path = _file_in_traceback(exc.__traceback__)
         where = f"{path}: " if path else ""
-        return (f"{where}not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                "give a text file")
+        # exc.start counts from the chunk being decoded, not the file's start: not shown
+        return f"{where}not UTF-8 text (it holds byte 0x{exc.object[exc.start]:02x}); give a text file"
     if isinstance(exc, OSError) and (exc.filename is not None or exc.errno == errno.ENOSPC):
         return os_error_message(exc)
     return None
