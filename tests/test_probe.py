@@ -45,8 +45,8 @@ def test_probe_table_output_on_another_task(vigor):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--samples", "1"], "--samples must be >= 2"),
-    (["--prompts", "0"], "--prompts must be >= 1"),
+    (["--samples", "1"], "'--samples': 1 is out of range: must be >= 2"),
+    (["--prompts", "0"], "'--prompts': 0 is out of range: must be >= 1"),
     (["--task", "nope"], "unknown task 'nope'"),
     (["--config", "no/such.yaml"], "--config no/such.yaml: file not found"),
     (["--set", "sampling.temperature=hot"], "sampling.temperature"),

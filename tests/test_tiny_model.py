@@ -117,5 +117,5 @@ def test_make_tiny_cli_rejects_bad_target(tmp_path):
     out = subprocess.run([sys.executable, "-m", "vigor_cli", "make-tiny", "--out", str(tmp_path / "x"),
                           "--target", "2"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
-    assert "--target must be in (0, 1]" in out.stderr
+    assert "'--target': 2 is out of range: must be > 0 and <= 1" in out.stderr
     assert not (tmp_path / "x").exists()

@@ -18,9 +18,10 @@ from vigor_cli.commands import report as report_cmd
 from vigor_cli.commands import simulate as simulate_cmd
 from vigor_cli.commands import train as train_cmd
 from vigor_cli.commands import verify as verify_cmd
-from vigor_cli.config import ConfigError
+from rich.markup import escape
+
 from vigor_cli.console import err_console
-from vigor_cli.errors import UserError
+from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
 
 app = typer.Typer(
     name="vigor",
@@ -41,26 +42,30 @@ app.command("probe")(probe_cmd.probe)
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run one command. Every error the user can fix (a usage error, a bad value, key, file or
+    path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
+    exit 130; anything else is a bug and keeps its traceback (exit 1)."""
     try:
-        app(args=argv, standalone_mode=False)
-    except (UserError, ConfigError) as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(2)
+        code = app(args=argv, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
-    except typer.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
+    except (typer.Abort, KeyboardInterrupt):
+        code = EXIT_SIGINT
     except Exception as e:
-        # Click's usage errors (an unknown flag, a bad value) arrive here in non-standalone mode.
-        # Recent typer releases vendor click, so match the shape, not the click class.
-        if hasattr(e, "format_message") and isinstance(getattr(e, "exit_code", None), int):
-            ctx = getattr(e, "ctx", None)
-            where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            err_console.print(f"[bold red]error:[/] {e.format_message()}{where}", highlight=False,
-                              soft_wrap=True)
-            sys.exit(2 if e.exit_code == 2 else e.exit_code)
-        raise
+        message = user_message(e)
+        if message is None:
+            raise
+        if message:  # empty: click printed the help instead (a group given no command)
+            err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        sys.exit(EXIT_USER)
+    # Outside standalone mode Typer returns a typer.Exit's code instead of raising it, and
+    # turns Ctrl-C into Exit(130). A command that prints its own line on Ctrl-C (training's
+    # resume hint) raises SystemExit, which passes through untouched.
+    if isinstance(code, int) and code:
+        if code == EXIT_SIGINT:
+            err_console.print("interrupted", highlight=False)
+        sys.exit(code)
+
 
 if __name__ == "__main__":
     main()

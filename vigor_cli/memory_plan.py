@@ -98,7 +98,7 @@ def model_shape(model_cfg: Any) -> ModelShape:
     from vigor_cli.models import quiet_transformers, resolve_model_path
 
     quiet_transformers()
-    path = resolve_model_path(model_cfg.name_or_path)
+    path = resolve_model_path(model_cfg.name_or_path, to_load=True)
     try:
         config = AutoConfig.from_pretrained(path, revision=model_cfg.revision)
     except (OSError, ValueError) as e:

@@ -33,8 +33,9 @@ from vigor_cli.errors import UserError
 TINY_DIR = Path(__file__).resolve().parent / "assets" / "tiny"
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """'tiny' -> the bundled asset directory; an existing directory -> itself; else a hub id."""
+def resolve_model_path(name_or_path: str, *, to_load: bool = False) -> str:
+    """'tiny' -> the bundled asset directory; an existing directory -> itself; else a hub id
+    (with ``to_load``: one that is cached or that the reachable hub can serve)."""
     if name_or_path == "tiny":
         if not (TINY_DIR / "config.json").is_file():
             raise UserError(
@@ -47,7 +48,36 @@ def resolve_model_path(name_or_path: str) -> str:
         if not (p / "config.json").is_file():
             raise UserError(f"model.name_or_path={name_or_path}: directory has no config.json")
         return str(p)
+    if to_load:
+        _check_hub_reachable(name_or_path)
     return name_or_path
+
+
+def _check_hub_reachable(repo_id: str) -> None:
+    """A hub id that is not in the local cache needs the hub: when the hub cannot be reached
+    (offline, HF_HUB_OFFLINE=1), one clear error now instead of the hub client's minute of
+    retries and a warning per retry. Quiets the hub client's retry warnings either way."""
+    import logging
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+            return
+    except Exception:  # an id the cache cannot even look up (bad characters): the loader says why
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise UserError(f"model.name_or_path={repo_id}: not a local directory and not in the Hugging Face "
+                        "cache, and HF_HUB_OFFLINE is set (download it first, or give a local directory)")
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=3).close()
+    except OSError:
+        raise UserError(f"model.name_or_path={repo_id}: not a local directory and not in the Hugging Face "
+                        f"cache, and the hub ({constants.ENDPOINT}) cannot be reached (offline?)") from None
 
 
 # --------------------------------------------------------------------------- device choice
@@ -188,7 +218,7 @@ def master_weights_dtype(cfg: ModelConfig, dtype: torch.dtype) -> torch.dtype | 
 def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
     from transformers import AutoTokenizer
 
-    source = path or resolve_model_path(cfg.name_or_path)
+    source = path or resolve_model_path(cfg.name_or_path, to_load=True)
     try:
         tok = AutoTokenizer.from_pretrained(source, revision=cfg.revision)
     except OSError as e:
@@ -224,7 +254,7 @@ def load_policy(cfg: ModelConfig, adapter_or_weights: str | None = None) -> tupl
 
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg, device)
-    base_path = resolve_model_path(cfg.name_or_path)
+    base_path = resolve_model_path(cfg.name_or_path, to_load=True)
     autocast_dtype = master_weights_dtype(cfg, dtype)
     if autocast_dtype is not None:
         dtype = torch.float32  # the trained copy; the forward autocasts to autocast_dtype

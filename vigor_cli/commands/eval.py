@@ -11,10 +11,11 @@ per-sample verdict (:mod:`vigor_cli.report.eval_results`), so that
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Annotated, Any, Optional, Sequence
 
 import typer
 
+from vigor_cli.commands import options as opt
 from vigor_cli.config import known_names, set_key
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
@@ -113,82 +114,41 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
 
 
 def evaluate(
-    model: Optional[str] = typer.Argument(None, help="Hub id, local HF directory, or 'tiny'."),
-    adapter: Optional[Path] = typer.Option(None, help="PEFT adapter directory to load on MODEL."),
-    run: Optional[Path] = typer.Option(None, "--run", help="Evaluate this run directory's checkpoint."),
-    checkpoint: Optional[str] = typer.Option(None, help="With --run: checkpoint name, e.g. step-20 (default the latest)."),
-    benchmarks: str = typer.Option("tiny-math", help=f"Comma-separated: {', '.join(BENCHMARKS)}."),
-    data_dir: Optional[Path] = typer.Option(None, help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval."),
-    n: Optional[int] = typer.Option(None, "--n", help="Samples per problem (default train.eval_samples)."),
-    temperature: Optional[float] = typer.Option(None, help="Sampling temperature (default train.eval_temperature)."),
-    top_p: Optional[float] = typer.Option(None, help="Nucleus sampling (default sampling.top_p)."),
-    max_new_tokens: Optional[int] = typer.Option(None, help="Longest completion (default sampling.max_new_tokens)."),
-    seed: int = typer.Option(0, help="Sampling seed."),
-    limit: Optional[int] = typer.Option(None, help="Evaluate the first N problems of each benchmark."),
-    contest_date_start: Optional[str] = typer.Option(None, help="lcb-v6: keep problems from this ISO date."),
-    contest_date_end: Optional[str] = typer.Option(None, help="lcb-v6: keep problems up to this ISO date."),
-    engine: Optional[str] = typer.Option(None, help=f"engine.kind: {known_names('engine')}."),
-    device: Optional[str] = typer.Option(None, help="model.device: auto, cuda, cpu."),
-    output: Optional[Path] = typer.Option(None, help="Write every per-sample verdict and the metrics here (JSON)."),
-    rescore: Optional[Path] = typer.Option(None, help="Grade the completions of this results file again; no generation."),
+    model: Annotated[Optional[str], typer.Argument(help="Hub id, local HF directory, or 'tiny'.")] = None,
+    adapter: Annotated[Optional[Path], typer.Option(help="PEFT adapter directory to load on MODEL.")] = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate this run directory's checkpoint.")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option(help="With --run: checkpoint name, e.g. step-20 (default the latest).")] = None,
+    benchmarks: Annotated[str, typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)}.")] = "tiny-math",
+    data_dir: Annotated[Optional[Path], typer.Option(help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval.")] = None,
+    n: Annotated[Optional[int], opt.for_key("train.eval_samples", "--n", help="Samples per problem (default train.eval_samples).")] = None,
+    temperature: Annotated[Optional[float], opt.for_key("train.eval_temperature", "--temperature", help="Sampling temperature (default train.eval_temperature).")] = None,
+    top_p: Annotated[Optional[float], opt.for_key("sampling.top_p", "--top-p", help="Nucleus sampling (default sampling.top_p).")] = None,
+    max_new_tokens: Annotated[Optional[int], opt.for_key("sampling.max_new_tokens", "--max-new-tokens", help="Longest completion (default sampling.max_new_tokens).")] = None,
+    seed: Annotated[int, opt.seed(help="Sampling seed.")] = 0,
+    limit: Annotated[Optional[int], opt.count("--limit", help="Evaluate the first N problems of each benchmark.")] = None,
+    contest_date_start: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems from this ISO date.")] = None,
+    contest_date_end: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems up to this ISO date.")] = None,
+    engine: Annotated[Optional[str], opt.engine()] = None,
+    device: Annotated[Optional[str], opt.device()] = None,
+    output: Annotated[Optional[Path], opt.output_file("--output", help="Write every per-sample verdict and the metrics here (JSON).")] = None,
+    rescore: Annotated[Optional[Path], typer.Option(help="Grade the completions of this results file again; no generation.")] = None,
 ) -> None:
     """Evaluate a model on math and code benchmarks: avg@n, pass@k, the six-math average."""
-    from vigor_cli.report.eval_results import SCHEMA, read_results, recompute, write_results
+    from vigor_cli.report.eval_results import recompute, write_results
     from vigor_cli.report.eval_table import results_table
 
-    if limit is not None and limit < 1:
-        raise UserError(f"--limit {limit}: must be >= 1")
-    if output is not None and output.exists() and output.is_dir():
-        raise UserError(f"--output {output}: is a directory")
-
     if rescore is not None:
-        results = read_results(rescore)
-        rescore_results(results, data_dir)
-        recompute(results)
-        target = output or rescore.with_name(rescore.stem + ".rescored.json")
-        write_results(results, target)
-        console.print(results_table(results, f"re-scored {rescore}"))
-        console.print(f"results: {target}", highlight=False)
-        return
-
+        return rescore_file(rescore, data_dir, output)
     names = parse_benchmarks(benchmarks)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
     if engine is not None:
-        set_key(cfg, "engine.kind", engine, "--engine")
-    if device is not None:
-        try:
-            cfg.model.device = device
-        except ValueError:
-            raise UserError(f"--device {device}: use auto, cuda or cpu") from None
-    n = n if n is not None else cfg.train.eval_samples
-    temperature = temperature if temperature is not None else cfg.train.eval_temperature
-    top_p = top_p if top_p is not None else cfg.sampling.top_p
-    max_new_tokens = max_new_tokens if max_new_tokens is not None else cfg.sampling.max_new_tokens
-    if n < 1 or temperature < 0 or not 0 < top_p <= 1 or max_new_tokens < 1:
-        raise UserError("sampling flags: need --n >= 1, --temperature >= 0, 0 < --top-p <= 1, --max-new-tokens >= 1")
-    if n > 1 and temperature == 0:
-        err_console.print("[yellow]note:[/] --n > 1 with --temperature 0 gives n identical greedy samples")
-
-    # load data first: a bad benchmark name or file fails before the model loads
-    from vigor_cli.tasks import get_task
-
-    tasks = {}
-    for name in names:
-        task_cfg, set_name = task_config_for(name, data_dir, contest_date_start, contest_date_end)
-        task = get_task(task_cfg)
-        tasks[name] = (task, load_examples(name, task, set_name, limit))
-
-    results = {
-        "schema": SCHEMA,
-        "model": model_desc,
-        "sampling": {"n": n, "temperature": temperature, "top_p": top_p,
-                     "max_new_tokens": max_new_tokens, "seed": seed},
-        "data_dir": str(data_dir) if data_dir else None,
-        "limit": limit,
-        "sets": {},
-    }
+        set_key(cfg, "engine.kind", engine, "--engine")  # validated like the key, naming the flag
+    cfg.model.device = device or cfg.model.device
+    sampling = sampling_settings(cfg, n, temperature, top_p, max_new_tokens, seed)
+    tasks = load_tasks(names, data_dir, contest_date_start, contest_date_end, limit)
+    results = new_results(model_desc, sampling, data_dir, limit)
     try:
-        generate_all(cfg, load_dir, tasks, results, n, temperature, top_p, max_new_tokens, seed)
+        generate_all(cfg, load_dir, tasks, results, **sampling)
     finally:
         for task, _ in tasks.values():
             task.close()
@@ -196,12 +156,68 @@ def evaluate(
     if output is not None:
         write_results(results, output)
     console.print(results_table(results, f"{model_desc.get('run') or model_desc['name_or_path']}: "
-                                         f"n={n}, temperature={temperature}"))
+                                         f"n={sampling['n']}, temperature={sampling['temperature']}"))
     if output is not None:
         console.print(f"results: {output}", highlight=False)
 
 
-def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, n: int,
+def rescore_file(rescore: Path, data_dir: Optional[Path], output: Optional[Path]) -> None:
+    """`--rescore`: grade a results file's completions again and write them beside it."""
+    from vigor_cli.report.eval_results import read_results, recompute, write_results
+    from vigor_cli.report.eval_table import results_table
+
+    results = read_results(rescore)
+    rescore_results(results, data_dir)
+    recompute(results)
+    target = output or rescore.with_name(rescore.stem + ".rescored.json")
+    write_results(results, target)
+    console.print(results_table(results, f"re-scored {rescore}"))
+    console.print(f"results: {target}", highlight=False)
+
+
+def sampling_settings(cfg: Any, n: Optional[int], temperature: Optional[float], top_p: Optional[float],
+                      max_new_tokens: Optional[int], seed: int) -> dict:
+    """The flags, or the config's evaluation defaults where a flag is not given."""
+    settings = {
+        "n": n if n is not None else cfg.train.eval_samples,
+        "temperature": temperature if temperature is not None else cfg.train.eval_temperature,
+        "top_p": top_p if top_p is not None else cfg.sampling.top_p,
+        "max_new_tokens": max_new_tokens if max_new_tokens is not None else cfg.sampling.max_new_tokens,
+        "seed": seed,
+    }
+    if settings["n"] > 1 and settings["temperature"] == 0:
+        err_console.print("[yellow]note:[/] --n > 1 with --temperature 0 gives n identical greedy samples")
+    return settings
+
+
+def load_tasks(names: list[str], data_dir: Optional[Path], date_start: Optional[str],
+               date_end: Optional[str], limit: Optional[int]) -> dict:
+    """{benchmark: (task, examples)}; loaded before the model, so a bad benchmark name or
+    file fails first."""
+    from vigor_cli.tasks import get_task
+
+    tasks = {}
+    for name in names:
+        task_cfg, set_name = task_config_for(name, data_dir, date_start, date_end)
+        task = get_task(task_cfg)
+        tasks[name] = (task, load_examples(name, task, set_name, limit))
+    return tasks
+
+
+def new_results(model_desc: dict, sampling: dict, data_dir: Optional[Path], limit: Optional[int]) -> dict:
+    from vigor_cli.report.eval_results import SCHEMA
+
+    return {
+        "schema": SCHEMA,
+        "model": model_desc,
+        "sampling": dict(sampling),
+        "data_dir": str(data_dir) if data_dir else None,
+        "limit": limit,
+        "sets": {},
+    }
+
+
+def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, *, n: int,
                  temperature: float, top_p: float, max_new_tokens: int, seed: int) -> None:
     """Generate and grade every benchmark in chunks, with a progress bar; fills results['sets']."""
     import torch

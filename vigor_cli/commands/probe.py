@@ -24,11 +24,11 @@ import math
 import random
 import tempfile
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 
-from vigor_cli.config import known_names
+from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
 
 SIM_STRATEGIES = ("grpo", "vigor", "auto")
@@ -38,24 +38,21 @@ SIM_STEPS = 300
 
 
 def probe(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config, as for `vigor train`."),
-    model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
-    task: Optional[str] = typer.Option(None, "--task", help="task.name (see `vigor train --help`)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override any key: --set sampling.temperature=0.7 (repeatable)."),
-    engine: Optional[str] = typer.Option(None, "--engine", help=f"engine.kind: {known_names('engine')}."),
-    prompts: int = typer.Option(256, "--prompts", help="Training prompts to probe (drawn at random, seeded)."),
-    samples: int = typer.Option(8, "--samples", help="Rollouts per prompt (at least 2)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seeds the prompt draw, sampling and simulation (default train.seed)."),
-    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of the tables."),
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config, as for `vigor train`.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="model.name_or_path: hub id, local dir or 'tiny'.")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", help="task.name (see `vigor train --help`).")] = None,
+    set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set sampling.temperature=0.7 (repeatable).")] = None,
+    engine: Annotated[Optional[str], opt.engine()] = None,
+    prompts: Annotated[int, opt.count("--prompts", help="Training prompts to probe (drawn at random, seeded).")] = 256,
+    samples: Annotated[int, opt.count("--samples", low=2, help="Rollouts per prompt (at least 2: a variance needs two rollouts).")] = 8,
+    seed: Annotated[Optional[int], opt.seed(help="Seeds the prompt draw, sampling and simulation (default train.seed).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the tables.")] = False,
 ) -> None:
     """Sample a few rollouts per prompt, fit the variance law, and say whether allocation pays."""
     from vigor_cli.commands.train import default_config_file
     from vigor_cli.config import build_config
+    from vigor_cli.report.probe_view import print_result
 
-    if prompts < 1:
-        raise UserError(f"--prompts must be >= 1, got {prompts}")
-    if samples < 2:
-        raise UserError(f"--samples must be >= 2 (a variance needs two rollouts), got {samples}")
     if config is not None and not config.is_file():
         raise UserError(f"--config {config}: file not found")
     overrides = {"model.name_or_path": model, "task.name": task, "engine.kind": engine, "train.seed": seed}
@@ -195,37 +192,3 @@ def analyse(counts: list[int], samples: int, cfg: Any, info: dict) -> dict:
         "recommended": strategy,
         "why": why,
     }
-
-
-def print_result(result: dict) -> None:
-    from rich.table import Table
-
-    from vigor_cli.console import console
-
-    law = result["variance_law"]
-    fmt = lambda k: k if isinstance(k, str) else ("-" if k is None else f"{k:.2f}")
-    t = Table(title=f"variance law: {result['model']} on {result['task']}, {result['prompts']} prompts x "
-                    f"{result['samples']} rollouts, temperature {result['temperature']}", title_justify="left")
-    t.add_column("measure")
-    t.add_column("value", justify="right")
-    t.add_row(f"pass counts ({' / '.join(law['histogram'])})", " / ".join(str(v) for v in law["histogram"].values()))
-    t.add_row("mean pass rate", f"{law['mean_pass_rate']:.3f}")
-    t.add_row("zero-variance groups of 8", f"{law['zero_variance_share_8']:.2f}" + ("" if law["zero_variance_exact"] else " (plug-in)"))
-    t.add_row("top-eighth / mean reward variance", f"{law['concentration']['0.125']:.2f}")
-    t.add_row("Pareto k (concentration fit; Hill)", f"{fmt(law['k'])}; {fmt(law['k_hill'])}")
-    t.add_row("closed-form eta, speed-up eta^(1/3)", f"{law['eta']:.2f}, {law['speedup']:.2f}x")
-    t.add_row("empirical eta (perfect ranking)", f"{law['eta_empirical']:.2f}")
-    console.print(t)
-    sim = result["simulated"]
-    s = Table(title=f"simulated ({sim['model']}), {sim['prompts_per_step']} prompts/step, "
-                    f"target mean pass rate {sim['target_mean_pass_rate']}", title_justify="left")
-    s.add_column("strategy")
-    s.add_column("rollouts to target", justify="right")
-    s.add_column("speed-up vs grpo", justify="right")
-    for name, row in sim["strategies"].items():
-        s.add_row(name, f"{row['rollouts_to_target']:,}" if row["rollouts_to_target"] else "not reached",
-                  f"{row['speedup_vs_grpo']:.2f}x" if row["speedup_vs_grpo"] else "-")
-    console.print(s)
-    if not result["binary_rewards"]:
-        console.print("rewards are not all 0/1: a rollout counts as passed when its reward is above 0.5", style="dim")
-    console.print(f"[bold]recommended strategy:[/] {result['recommended']} ({result['why']})", highlight=False)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
+from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
 from vigor_cli.config import known_names
 from vigor_cli.package_data import CONFIGS_DIR
@@ -49,26 +50,27 @@ def resolve_config(path: Path) -> Path:
 
 
 def train(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other."),
-    model: Optional[str] = typer.Option(None, "--model", help="model.name_or_path: hub id, local dir or 'tiny'."),
-    task: Optional[str] = typer.Option(None, "--task", help=f"task.name: {known_names('task')}."),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help=f"allocation.strategy: {known_names('strategy')}."),
-    steps: Optional[int] = typer.Option(None, "--steps", help="train.steps."),
-    prompts_per_step: Optional[int] = typer.Option(None, "--prompts-per-step", help="train.prompts_per_step."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="train.seed."),
-    engine: Optional[str] = typer.Option(None, "--engine", help=f"engine.kind: {known_names('engine')}."),
-    load_in_4bit: bool = typer.Option(False, "--load-in-4bit", help="model.load_in_4bit (QLoRA, CUDA only)."),
-    device: Optional[str] = typer.Option(None, "--device", help="model.device: auto, cuda, cpu (auto never falls back to the CPU on a machine with an unusable GPU)."),
-    output_dir: Optional[str] = typer.Option(None, "--output-dir", help="train.output_dir."),
-    run_name: Optional[str] = typer.Option(None, "--run-name", help="train.run_name."),
-    resume: Optional[Path] = typer.Option(None, "--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it)."),
-    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override any key: --set grpo.beta=0.01 (repeatable)."),
-    gpu_memory: Optional[float] = typer.Option(None, "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not."),
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other.")] = None,
+    model: Annotated[Optional[str], typer.Option("--model", help="model.name_or_path: hub id, local dir or 'tiny'.")] = None,
+    task: Annotated[Optional[str], typer.Option("--task", help=f"task.name: {known_names('task')}.")] = None,
+    strategy: Annotated[Optional[str], typer.Option("--strategy", help=f"allocation.strategy: {known_names('strategy')}.")] = None,
+    steps: Annotated[Optional[int], opt.for_key("train.steps", "--steps", help="train.steps.")] = None,
+    prompts_per_step: Annotated[Optional[int], opt.for_key("train.prompts_per_step", "--prompts-per-step", help="train.prompts_per_step.")] = None,
+    seed: Annotated[Optional[int], opt.seed(help="train.seed.")] = None,
+    engine: Annotated[Optional[str], opt.engine()] = None,
+    load_in_4bit: Annotated[bool, typer.Option("--load-in-4bit", help="model.load_in_4bit (QLoRA, CUDA only).")] = False,
+    device: Annotated[Optional[str], opt.device(help="model.device: auto, cuda, cpu (auto never falls back to the CPU on a machine with an unusable GPU).")] = None,
+    output_dir: Annotated[Optional[str], opt.output_dir("--output-dir", help="train.output_dir.")] = None,
+    run_name: Annotated[Optional[str], typer.Option("--run-name", help="train.run_name.")] = None,
+    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
+    set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable).")] = None,
+    gpu_memory: Annotated[Optional[float], opt.for_key("train.gpu_memory_gib", "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not.")] = False,
 ) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
     from vigor_cli.config import build_config
     from vigor_cli.console import console
+    from vigor_cli.report.train_summary import print_summary
 
     if resume is not None:
         others = {
@@ -83,35 +85,27 @@ def train(
             raise UserError(f"--resume continues the saved config; drop {', '.join(given)} (only --steps may change)")
         if dry_run:
             return _dry_run(build_config(Path(resume) / "config.yaml"), console)
-        summary = _run_training(resume=resume, steps=steps, out=console)
-    else:
-        overrides = {
-            "model.name_or_path": model,
-            "task.name": task,
-            "allocation.strategy": strategy,
-            "train.steps": steps,
-            "train.prompts_per_step": prompts_per_step,
-            "train.seed": seed,
-            "engine.kind": engine,
-            "model.load_in_4bit": True if load_in_4bit else None,
-            "model.device": device,
-            "train.output_dir": output_dir,
-            "train.run_name": run_name,
-            "train.gpu_memory_gib": gpu_memory,
-        }
-        path = resolve_config(config) if config is not None else default_config_file(model, task)
-        cfg = build_config(path, overrides=overrides, sets=set_)
-        if dry_run:
-            return _dry_run(cfg, console)
-        summary = _run_training(cfg, out=console)
-
-    start, final = summary["start_accuracy"], summary["final_accuracy"]
-    console.print(
-        f"[bold]held-out accuracy[/] {start:.3f} -> {final:.3f} ({(final - start) * 100:+.1f} points)  "
-        f"in {summary['wall_time']:.0f}s, {summary['rollouts']} rollouts",
-        highlight=False,
-    )
-    console.print(f"[bold]run directory[/] {summary['run_dir']}", highlight=False)
+        print_summary(_run_training(resume=resume, steps=steps, out=console), console)
+        return
+    overrides = {
+        "model.name_or_path": model,
+        "task.name": task,
+        "allocation.strategy": strategy,
+        "train.steps": steps,
+        "train.prompts_per_step": prompts_per_step,
+        "train.seed": seed,
+        "engine.kind": engine,
+        "model.load_in_4bit": True if load_in_4bit else None,
+        "model.device": device,
+        "train.output_dir": output_dir,
+        "train.run_name": run_name,
+        "train.gpu_memory_gib": gpu_memory,
+    }
+    path = resolve_config(config) if config is not None else default_config_file(model, task)
+    cfg = build_config(path, overrides=overrides, sets=set_)
+    if dry_run:
+        return _dry_run(cfg, console)
+    print_summary(_run_training(cfg, out=console), console)
 
 
 def _run_training(*args, **kwargs):

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+from vigor_cli.commands import options as opt
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
-
-_STATUS_STYLE = {"pass": "green", "wrong_answer": "red", "time_limit": "yellow",
-                 "runtime_error": "magenta", "memory_limit": "yellow", "compile_error": "red",
-                 "skipped": "dim"}
-
 
 def _read_record(path: Path, question_id: str | None) -> dict:
     """One record from a .json file (an object) or a .jsonl file (one object per line)."""
@@ -64,27 +60,21 @@ def _read_program(path: Path) -> str:
 
 
 def verify_code(
-    problem: Path = typer.Option(..., "--problem", help="LiveCodeBench record: .json, or .jsonl "
-                                 "(one record, or pick one with --question-id)."),
-    solution: Path = typer.Option(..., "--solution", help="The program (.py), or a completion "
-                                  "whose last ```python block is the program."),
-    tests: str = typer.Option("public", "--tests", help="Which tests: public (the training "
-                              "reward), private (evaluation) or all."),
-    question_id: Optional[str] = typer.Option(None, "--question-id", help="Record to use in a .jsonl."),
-    timeout_s: float = typer.Option(6.0, "--timeout", help="Per-test wall-clock limit, seconds."),
-    memory_mb: int = typer.Option(512, "--memory-mb", help="Per-test memory headroom, MiB."),
-    as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
-    allow_weak_sandbox: bool = typer.Option(
-        False, "--allow-weak-sandbox", help="Run the program even if the sandbox cannot give "
-        "full isolation (no Landlock, not root, no namespaces); the verdict records the level."),
+    problem: Annotated[Path, typer.Option("--problem", help="LiveCodeBench record: .json, or .jsonl (one record, or pick one with --question-id).")],
+    solution: Annotated[Path, typer.Option("--solution", help="The program (.py), or a completion whose last ```python block is the program.")],
+    tests: Annotated[str, opt.choice("--tests", choices=("public", "private", "all"), help="Which tests: public (the training reward), private (evaluation) or all.")] = "public",
+    question_id: Annotated[Optional[str], typer.Option("--question-id", help="Record to use in a .jsonl.")] = None,
+    timeout_s: Annotated[float, opt.timeout(help="Per-test wall-clock limit, seconds.")] = 6.0,
+    memory_mb: Annotated[int, opt.memory_mb(help="Per-test memory headroom, MiB.")] = 512,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+    allow_weak_sandbox: Annotated[bool, typer.Option("--allow-weak-sandbox", help="Run the program even if the sandbox cannot give full isolation (no Landlock, not root, no namespaces); the verdict records the level.")] = False,
 ) -> None:
     """Run a program on a LiveCodeBench problem's tests in the sandbox; print each test and the reward."""
+    from vigor_cli.report.verify_view import print_code_verdict
     from vigor_cli.sandbox import WeakSandboxError
     from vigor_cli.verifiers.code import CodeVerifier
     from vigor_cli.verifiers.lcb import ProblemError, load_problem
 
-    if tests not in ("public", "private", "all"):
-        raise UserError(f"--tests must be 'public', 'private' or 'all', not {tests!r}")
     record = _read_record(problem, question_id)
     try:
         parsed = load_problem(record)
@@ -100,31 +90,8 @@ def verify_code(
         raise UserError(str(exc)) from None
     with verifier:
         verdict = verifier.grade(parsed, code, tests)
-
     if as_json:
         console.print_json(json.dumps({"question_id": parsed.question_id, "tests_used": tests,
                                        **verdict.to_dict()}))
         return
-    from rich.table import Table
-
-    about = ", ".join(x for x in (parsed.platform, parsed.difficulty) if x)
-    table = Table(title=" ".join(x for x in (parsed.question_id, parsed.title,
-                                             f"({about})" if about else "") if x)
-                  + f" - {tests} tests")
-    for column in ("#", "type", "verdict", "wall s", "cpu s", "detail / stderr"):
-        table.add_column(column, overflow="fold")
-    for number, test in enumerate(verdict.tests, start=1):
-        style = _STATUS_STYLE.get(test.status, "")
-        note = test.detail
-        if test.stderr_head and test.status != "pass":
-            tail = [line for line in test.stderr_head.splitlines()[-3:] if line.strip() not in note]
-            note = "\n".join([note, *tail] if note else tail)
-        table.add_row(str(number), test.testtype, f"[{style}]{test.status}[/]",
-                      f"{test.wall_s:.3f}", f"{test.cpu_s:.3f}", note)
-    console.print(table)
-    if verdict.flag:
-        console.print(f"[yellow]flagged by LiveCodeBench's ERRATA: {verdict.flag}[/]")
-    console.print(f"reward: full = [bold]{verdict.full:g}[/], fraction = [bold]"
-                  f"{verdict.fraction:.3f}[/] ({verdict.reason})", highlight=False)
-    style = "green" if verdict.isolation == "full" else "bold red"
-    console.print(f"isolation: [{style}]{verdict.isolation}[/]", highlight=False)
+    print_code_verdict(console, parsed, tests, verdict)

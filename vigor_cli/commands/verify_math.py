@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
+from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
 
@@ -46,12 +47,12 @@ def _read_cases(path: Path) -> list[tuple[object, str, Optional[str]]]:
 
 
 def verify_math(
-    gold: Optional[str] = typer.Option(None, "--gold", help="Gold answer (LaTeX, e.g. '\\frac12')."),
-    pred: Optional[str] = typer.Option(None, "--pred", help="Prediction: an answer or a whole completion."),
-    problem: Optional[str] = typer.Option(None, "--problem", "--question", help="The question's text (optional): a question that asks for a percentage lets a bare gold 20 match 20\\%."),
-    input: Optional[Path] = typer.Option(None, "--input", help="JSONL file of cases with fields gold, pred and optionally problem."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per case instead of a table."),
-    timeout: float = typer.Option(5.0, "--timeout", help="Seconds allowed per case."),
+    gold: Annotated[Optional[str], typer.Option("--gold", help="Gold answer (LaTeX, e.g. '\\frac12').")] = None,
+    pred: Annotated[Optional[str], typer.Option("--pred", help="Prediction: an answer or a whole completion.")] = None,
+    problem: Annotated[Optional[str], typer.Option("--problem", "--question", help="The question's text (optional): a question that asks for a percentage lets a bare gold 20 match 20\\%.")] = None,
+    input: Annotated[Optional[Path], typer.Option("--input", help="JSONL file of cases with fields gold, pred and optionally problem.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per case instead of a table.")] = False,
+    timeout: Annotated[float, opt.timeout(help="Seconds allowed per case.")] = 5.0,
 ) -> None:
     """Grade answers with the math reward verifier (Math-Verify plus guards).
 
@@ -65,8 +66,6 @@ def verify_math(
         cases: list[tuple[object, str, Optional[str]]] = [(gold, pred, problem)]
     else:
         cases = _read_cases(input)
-    if timeout <= 0:
-        raise UserError("--timeout must be positive")
 
     from vigor_cli.verifiers.math import MathVerifier, grade_forked
 
@@ -81,22 +80,7 @@ def verify_math(
             print(json.dumps({"gold": g, "pred": p, "reward": v.reward, "reason": v.reason,
                               "gold_parsed": v.gold_parsed, "pred_parsed": v.pred_parsed}, ensure_ascii=False))
         return
-
-    from rich.table import Table
-    from rich.text import Text
-
     from vigor_cli.console import console
+    from vigor_cli.report.verify_view import print_math_verdicts
 
-    table = Table(title="vigor verify math")
-    table.add_column("#", justify="right")
-    table.add_column("verdict")
-    table.add_column("reason")
-    table.add_column("gold parsed", overflow="fold")
-    table.add_column("pred parsed", overflow="fold")
-    for i, v in enumerate(verdicts, start=1):
-        mark = "[green]correct[/]" if v.correct else "[red]wrong[/]"
-        table.add_row(str(i), mark, Text(v.reason), Text(v.gold_parsed), Text(v.pred_parsed))
-    console.print(table)
-    if len(verdicts) > 1:
-        right = sum(v.correct for v in verdicts)
-        console.print(f"{right}/{len(verdicts)} correct")
+    print_math_verdicts(console, verdicts)

@@ -1,0 +1,296 @@
+"""Every command x every class of bad input (issue 17): exit code 2, exactly one line on stderr
+that names the flag, key or file, no traceback, and nothing already on disk changed or added.
+
+Classes: a usage error (unknown command or flag, a value of the wrong type, a missing option),
+an undecodable file (binary or non-UTF-8 given as config, cases, pass rates, results or logs),
+an out-of-range number or unknown name (checked when the command line is parsed, with the same
+bounds in every command that takes the flag), and an output path under a regular file.
+Commands run in this process (vigor_cli.cli.main), which is what the `vigor` script calls.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LCB = ROOT / "tests" / "fixtures" / "lcb" / "stdin_problem.json"
+SUM_PROGRAM = "n = int(input())\nprint(sum(int(x) for x in input().split()))\n"
+BIG = str(10**23)
+
+# (command, class, args with {placeholders}, what the message must name)
+CASES = [
+    # usage errors
+    ("cli", "usage", ["frobnicate"], "frobnicate"),
+    ("train", "usage", ["train", "--steps", "abc"], "--steps"),
+    ("train", "usage", ["train", "--bogus"], "--bogus"),
+    ("eval", "usage", ["eval", "tiny", "--n", "abc"], "--n"),
+    ("inspect-allocation", "usage", ["inspect-allocation"], "'run'"),
+    ("report", "usage", ["report", "{run}", "--bogus"], "--bogus"),
+    ("simulate", "usage", ["simulate", "--steps", "x"], "--steps"),
+    ("verify math", "usage", ["verify", "math", "--frobnicate"], "--frobnicate"),
+    ("verify code", "usage", ["verify", "code", "--solution", "{sol}"], "--problem"),
+    ("make-tiny", "usage", ["make-tiny"], "--out"),
+    ("probe", "usage", ["probe", "--samples", "many"], "--samples"),
+    # undecodable files
+    ("train", "decode", ["train", "--config", "{latin1}", "--dry-run"], "{latin1}"),
+    ("probe", "decode", ["probe", "--config", "{latin1}"], "{latin1}"),
+    ("simulate", "decode", ["simulate", "--config", "{latin1}"], "{latin1}"),
+    ("simulate", "decode", ["simulate", "--pass-rates", "file:{bin}", "--steps", "1"], "{bin}"),
+    ("verify math", "decode", ["verify", "math", "--input", "{bin}"], "{bin}"),
+    ("verify code", "decode", ["verify", "code", "--problem", "{bin}", "--solution", "{sol}"], "{bin}"),
+    ("eval", "decode", ["eval", "--rescore", "{bin}"], "{bin}"),
+    ("report", "decode", ["report", "{binrun}", "--out", "{tmp}/rep"], "metrics.jsonl"),
+    ("inspect-allocation", "decode", ["inspect-allocation", "{binrun}"], "allocation.jsonl"),
+    # out-of-range numbers and unknown names
+    ("train", "range", ["train", "--seed", BIG, "--dry-run"], "--seed"),
+    ("train", "range", ["train", "--engine", "nosuch", "--dry-run"], "--engine"),
+    ("train", "range", ["train", "--gpu-memory", "nan", "--dry-run"], "--gpu-memory"),
+    ("eval", "range", ["eval", "tiny", "--seed", BIG, "--limit", "1", "--max-new-tokens", "4"], "--seed"),
+    ("eval", "range", ["eval", "tiny", "--engine", "nosuch", "--limit", "1", "--max-new-tokens", "4"], "--engine"),
+    ("eval", "range", ["eval", "tiny", "--temperature", "inf", "--limit", "1", "--max-new-tokens", "4"], "--temperature"),
+    ("inspect-allocation", "range", ["inspect-allocation", "{run}", "--last", "0"], "--last"),
+    ("report", "range", ["report", "{run}", "--target", "2", "--out", "{tmp}/rep"], "--target"),
+    ("simulate", "range", ["simulate", "--seed", BIG, "--steps", "1"], "--seed"),
+    ("simulate", "range", ["simulate", "--lr", "-1", "--learn", "--steps", "1"], "--lr"),
+    ("simulate", "range", ["simulate", "--strategy", "vigor", "--budget", "1", "--steps", "1"], "allocation.budget"),
+    ("simulate", "range", ["simulate", "--gamma", "inf", "--steps", "1"], "--gamma"),
+    ("verify math", "range", ["verify", "math", "--gold", "1", "--pred", "1", "--timeout", "inf"], "--timeout"),
+    ("verify code", "range", ["verify", "code", "--problem", "{lcb}", "--solution", "{sol}", "--timeout", "0"], "--timeout"),
+    ("verify code", "range", ["verify", "code", "--problem", "{lcb}", "--solution", "{sol}", "--timeout", "-1"], "--timeout"),
+    ("verify code", "range", ["verify", "code", "--problem", "{lcb}", "--solution", "{sol}", "--memory-mb", "-5"], "--memory-mb"),
+    ("make-tiny", "range", ["make-tiny", "--out", "{tmp}/tiny", "--max-steps", "0", "--no-measure"], "--max-steps"),
+    ("make-tiny", "range", ["make-tiny", "--out", "{tmp}/tiny", "--seed", BIG, "--max-steps", "1", "--no-measure"], "--seed"),
+    ("probe", "range", ["probe", "--seed", BIG, "--prompts", "2", "--samples", "2"], "--seed"),
+    ("probe", "range", ["probe", "--engine", "nosuch", "--prompts", "2", "--samples", "2"], "--engine"),
+    # output paths under a regular file
+    ("train", "output", ["train", "--output-dir", "{file}/runs", "--steps", "1"], "--output-dir"),
+    ("eval", "output", ["eval", "tiny", "--output", "{file}/o.json", "--limit", "1", "--max-new-tokens", "4"], "--output"),
+    ("report", "output", ["report", "{run}", "--out", "{file}"], "--out"),
+    ("report", "output", ["report", "{run}", "--out", "{file}/sub"], "--out"),
+    ("make-tiny", "output", ["make-tiny", "--out", "{file}", "--no-measure"], "--out"),
+]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A small finished run: `vigor train` on the tiny model for two steps."""
+    from vigor_cli.cli import main
+
+    out = tmp_path_factory.mktemp("runs")
+    try:
+        main(["train", "--steps", "2", "--prompts-per-step", "4", "--output-dir", str(out),
+              "--run-name", "r", "--set", "train.eval_limit=4", "--set", "sampling.max_new_tokens=16"])
+    except SystemExit as e:
+        assert e.code in (0, None)
+    return out / "r"
+
+
+@pytest.fixture
+def place(tmp_path, run_dir) -> dict:
+    binary = tmp_path / "binary.dat"
+    binary.write_bytes(bytes(range(256)) * 4)
+    latin1 = tmp_path / "config.yaml"
+    latin1.write_bytes("train:\n  run_name: caf\xe9\n".encode("latin-1"))
+    regular = tmp_path / "f"
+    regular.write_text("a file the user already had\n")
+    sol = tmp_path / "sol.py"
+    sol.write_text(SUM_PROGRAM)
+    binrun = tmp_path / "binrun"
+    shutil.copytree(run_dir, binrun)
+    (binrun / "metrics.jsonl").write_bytes(binary.read_bytes())
+    (binrun / "allocation.jsonl").write_bytes(binary.read_bytes())
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    return {"tmp": str(tmp_path), "bin": str(binary), "latin1": str(latin1), "file": str(regular),
+            "sol": str(sol), "lcb": str(LCB), "run": str(run), "binrun": str(binrun)}
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("command, kind, args, needle", CASES,
+                         ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_bad_input_is_one_line_exit_2_and_nothing_changes(vigor, place, tmp_path, command, kind,
+                                                          args, needle):
+    argv = [a.format(**place) for a in args]
+    needle = needle.format(**place)
+    before = _snapshot(tmp_path)
+    started = time.monotonic()
+    code, out, err = vigor(*argv)
+    assert code == 2, (code, err[-2000:])
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:") and needle in lines[0], lines[0]
+    assert _snapshot(tmp_path) == before  # nothing written, nothing lost
+    if kind in ("range", "output"):  # refused when parsed: no model loaded, no work lost
+        assert time.monotonic() - started < 5, "refused only after work started"
+
+
+def test_every_command_is_in_the_matrix():
+    from vigor_cli.cli import app
+
+    names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+    covered = {c[0].split()[0] for c in CASES}
+    assert names <= covered, names - covered
+    for kind in ("usage", "range"):
+        assert {c[0] for c in CASES if c[1] == kind} >= {"train", "eval", "inspect-allocation", "report",
+                                                            "simulate", "verify math", "verify code",
+                                                            "make-tiny", "probe"}
+
+
+def test_the_same_flag_has_the_same_bounds_in_every_command(vigor):
+    """--seed is one option definition: the same bound and message wherever it appears."""
+    messages = set()
+    for argv in (["train", "--seed", BIG], ["eval", "tiny", "--seed", BIG], ["simulate", "--seed", BIG],
+                 ["probe", "--seed", BIG], ["make-tiny", "--out", "x", "--seed", BIG]):
+        code, _, err = vigor(*argv)
+        assert code == 2
+        messages.add(err.split("(see")[0])
+    assert len(messages) == 1, messages
+    for argv in (["verify", "math", "--gold", "1", "--pred", "1", "--timeout", "0"],
+                 ["verify", "code", "--problem", "p", "--solution", "s", "--timeout", "0"]):
+        code, _, err = vigor(*argv)
+        assert code == 2 and "must be > 0" in err
+
+
+def test_bugs_keep_their_traceback(monkeypatch):
+    """An error that is not the user's (here a RuntimeError from inside a command) is not
+    turned into a one-line message: it propagates (exit 1 with a traceback from Python)."""
+    import vigor_cli.simulate as sim
+    from vigor_cli.cli import main
+
+    def broken(*a, **k):
+        raise RuntimeError("a real bug")
+
+    monkeypatch.setattr(sim, "simulate", broken)
+    with pytest.raises(RuntimeError, match="a real bug"):
+        main(["simulate", "--steps", "1"])
+
+
+def test_full_disk_names_the_path_and_the_disk(tmp_path):
+    from vigor_cli.errors import user_message
+
+    target = tmp_path / "runs" / "step-3" / "model.safetensors"
+    msg = user_message(OSError(errno.ENOSPC, "No space left on device", str(target)))
+    assert str(target) in msg and "no space left" in msg and "MiB free" in msg and str(tmp_path) in msg
+    assert user_message(OSError(errno.ENOSPC, "No space left on device")) is not None
+    assert user_message(ValueError("bug")) is None and user_message(KeyError("k")) is None
+
+
+def test_os_error_on_a_user_path_is_one_line(vigor, place):
+    """A path the parse-time checks cannot judge (a device, not a regular file, in the way)
+    still ends in one line naming it, through the entry point's OSError rule."""
+    code, _, err = vigor("report", place["run"], "--out", "/dev/null/report")
+    assert code == 2 and "/dev/null/report" in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_group_without_command_prints_help_not_an_empty_error(vigor):
+    code, out, err = vigor("verify")
+    assert code == 2 and "math" in out and "code" in out
+    assert "error:" not in err
+
+
+def test_ctrl_c_outside_training_says_so_and_exits_130():
+    """A real SIGINT to a running command (here a long simulation): one line, exit 130, not the
+    exit 0 Typer reports when it is not in standalone mode."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "vigor_cli", "simulate", "--steps", "100000",
+                             "--strategy", "grpo"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, err[-500:])
+
+
+@pytest.mark.parametrize("how", ["unreachable", "HF_HUB_OFFLINE"])
+def test_unknown_model_offline_is_one_line_at_once(vigor, monkeypatch, how):
+    """A hub id that is not cached, with no hub to ask: one line naming the key, without the
+    hub client's minute of retries and its warning per retry."""
+    import socket
+
+    from huggingface_hub import constants
+
+    if how == "unreachable":
+        def no_network(*a, **k):
+            raise OSError("network is unreachable")
+
+        monkeypatch.setattr(socket, "create_connection", no_network)
+    else:
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    started = time.monotonic()
+    code, _, err = vigor("eval", "no-such-org/no-such-model-x", "--limit", "1")
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "model.name_or_path=no-such-org/no-such-model-x" in lines[0], err
+    assert time.monotonic() - started < 20
+
+
+def _parse_flag(path: list[str], flag: str, value: str):
+    """The error parsing ``flag value`` gives in command ``path`` (None when accepted), from
+    the real command the entry point runs, without running it."""
+    import typer.main
+
+    from vigor_cli.cli import app
+
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    param = next(p for p in cmd.params if flag in p.opts)
+    ctx = cmd.make_context(" ".join(path), [], resilient_parsing=True)
+    try:
+        param.process_value(ctx, value)
+    except Exception as e:  # click's BadParameter (Typer's vendored click)
+        return e.format_message()
+    return None
+
+
+@pytest.mark.parametrize("path, flag, key, value", [
+    (["simulate"], "--alpha", "allocation.alpha", "0"),
+    (["simulate"], "--alpha", "allocation.alpha", "1"),
+    (["simulate"], "--alpha", "allocation.alpha", "1.5"),
+    (["simulate"], "--gamma", "allocation.gamma", "0"),
+    (["simulate"], "--gamma", "allocation.gamma", "1e308"),
+    (["simulate"], "--pods-n", "allocation.pods_n", "1"),
+    (["simulate"], "--budget", "allocation.budget", "0"),
+    (["simulate"], "--prompts", "train.prompts_per_step", "0"),
+    (["eval"], "--top-p", "sampling.top_p", "0"),
+    (["eval"], "--top-p", "sampling.top_p", "1.01"),
+    (["eval"], "--top-p", "sampling.top_p", "1"),
+    (["eval"], "--temperature", "train.eval_temperature", "-0.5"),
+    (["eval"], "--n", "train.eval_samples", "0"),
+    (["train"], "--steps", "train.steps", "0"),
+    (["train"], "--steps", "train.steps", "3"),
+    (["train"], "--prompts-per-step", "train.prompts_per_step", "0"),
+    (["train"], "--gpu-memory", "train.gpu_memory_gib", "0"),
+    (["train"], "--engine", "engine.kind", "nosuch"),
+    (["train"], "--engine", "engine.kind", "hf"),
+    (["eval"], "--device", "model.device", "gpu"),
+])
+def test_a_flag_that_sets_a_key_has_that_keys_bounds(path, flag, key, value):
+    """The flag is refused when parsed exactly when the config refuses the key's value, and
+    the message names both."""
+    from vigor_cli.config import ConfigError, build_config
+
+    try:
+        build_config(None, sets=[f"{key}={value}"])
+        key_ok = True
+    except ConfigError:
+        key_ok = False
+    error = _parse_flag(path, flag, value)
+    assert (error is None) == key_ok, (key, value, error)
+    if error is not None:
+        assert key in error

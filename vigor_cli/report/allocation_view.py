@@ -1,0 +1,182 @@
+"""Tables of `vigor inspect-allocation`: each step's prompts and their rollouts per round,
+the step's summary, and the overview across steps (definitions in report/allocation.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _rewards_text(rewards: list[float]) -> str:
+    """Up to 8 binary rewards as 0/1 digits; more as 'correct/n'; others by their mean."""
+    if all(r in (0.0, 1.0) for r in rewards):
+        if len(rewards) <= 8:
+            return "".join("1" if r else "0" for r in rewards)
+        return f"{int(sum(rewards))}/{len(rewards)}"
+    return f"mean {sum(rewards) / len(rewards):.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _truncate(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def step_summary(summary: dict) -> Any:
+    """The step's summary as a two-column grid (definitions in report/allocation.py)."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rollouts, budget = summary["rollouts"], summary["budget"]
+    if summary["budget_is_cap"]:
+        spent = f"{rollouts} of {budget} rollouts"
+    else:
+        spent = f"{rollouts} rollouts (no cap; GRPO with group_size would use {budget})"
+    spent += f", {summary['used']} of them in the update"
+    if summary["skipped"]:
+        spent += f"; {summary['skipped']} prompts skipped before rollout"
+    grid.add_row("budget", spent)
+    grid.add_row(
+        "vs GRPO",
+        f"GRPO spending these rollouts: {_num(summary['grpo_per_prompt'], 1)} per prompt; "
+        f"here {summary['min_per_prompt']} to {summary['max_per_prompt']}",
+    )
+    grid.add_row("concentration", f"top 10% of prompts got {_pct(summary['top10_share'])} of the "
+                 "rollouts (uniform: 10%)")
+    grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal)")
+    grid.add_row("kept vs dropped", f"mean pool variance {_num(summary['mean_var_kept'])} kept vs "
+                 f"{_num(summary['mean_var_dropped'])} dropped, at each selection")
+    if summary.get("decision"):
+        grid.add_row("auto", summary["decision_reason"] or summary["decision"])
+    return grid
+
+
+def as_json(run_path: Any, chosen: list, summaries: list[dict], notes: list[str]) -> dict:
+    """The machine-readable form of the chosen steps and the overview."""
+    from vigor_cli.report.allocation import summarize_step
+
+    return {
+        "run": str(run_path),
+        "steps": [
+            {
+                "summary": summarize_step(s),
+                "prompts": [
+                    {
+                        "uid": p.uid,
+                        "text": p.text,
+                        "total": p.total,
+                        "status": p.status,
+                        "rounds": [r.__dict__ for r in p.rounds],
+                    }
+                    for p in s.prompts
+                ],
+            }
+            for s in chosen
+        ],
+        "overview": summaries,
+        "notes": notes,
+    }
+
+
+def _round_cells(p: Any, rounds: int) -> list[tuple[str, str]]:
+    """(text, style) per round of one prompt: +new rollouts, their rewards, pool variance."""
+    by_round = {r.round: r for r in p.rounds}
+    cells = []
+    for i in range(1, rounds + 1):
+        r = by_round.get(i)
+        if r is None or r.added == 0:
+            cells.append(("", ""))
+            continue
+        cell = f"+{r.added} {_rewards_text(r.rewards)} {_num(r.pool_variance, 2)}"
+        cells.append((cell, {True: "green", False: "dim red", None: ""}[r.kept]))
+    return cells
+
+
+def step_table(s: Any, summary: dict, text_width: int, width: int) -> Any:
+    """One step: a row per prompt (most rollouts first), a column per round."""
+    from rich.table import Table
+
+    rounds = summary["rounds"]
+    prompts = sorted(s.prompts, key=lambda p: -p.total)
+    rows = []
+    for p in prompts:
+        status_style = "green" if p.status == "kept" else "dim"
+        rows.append([(p.uid, ""), *_round_cells(p, rounds), (str(p.total), ""), (p.status, status_style)])
+    headers = ["prompt", *(f"round {i}" for i in range(1, rounds + 1)), "total", "status"]
+    t = Table(
+        title=f"step {s.step} ({s.strategy}): {summary['prompts']} prompts, "
+        f"{summary['rollouts']} rollouts",
+        title_justify="left",
+    )
+    # every column but the prompt text keeps its full width; the text takes what is left
+    widths = [max([len(h)] + [len(row[j][0]) for row in rows]) for j, h in enumerate(headers)]
+    for header, w in zip(headers, widths):
+        t.add_column(header, no_wrap=True, min_width=w,
+                     justify="right" if header == "total" else "left")
+    room = width - sum(widths) - 3 * len(widths) - 4
+    t.add_column("text", overflow="ellipsis", no_wrap=True, max_width=max(8, room))
+    for row, p in zip(rows, prompts):
+        t.add_row(
+            *(f"[{style}]{text}[/]" if style and text else text for text, style in row),
+            _truncate(p.text, text_width),
+        )
+    return t
+
+
+def print_step(console: Any, s: Any, text_width: int) -> None:
+    from vigor_cli.report.allocation import summarize_step
+
+    summary = summarize_step(s)
+    console.print(step_table(s, summary, text_width, console.width))
+    console.print(
+        "[dim]round cells: +new rollouts, their rewards (1 = correct), variance of the pool so "
+        "far; green = kept for the next round, red = dropped[/]"
+    )
+    console.print(step_summary(summary))
+
+
+def overview_rows(summaries: list[dict], rows: int) -> list[dict]:
+    """At most about ``rows`` summaries, sampled evenly, always with the last one."""
+    every = max(1, -(-len(summaries) // rows))
+    overview = summaries[::every]
+    if overview[-1] is not summaries[-1]:
+        overview.append(summaries[-1])
+    return overview
+
+
+def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
+    """The across-steps table, and auto's plan counts when the run used auto."""
+    from rich.table import Table
+
+    o = Table(
+        title=f"overview: {len(summaries)} steps (top10% = share of rollouts on the 10 % of "
+        "prompts that got most; zero-var = share of prompts with all rewards equal)",
+        title_justify="left",
+    )
+    decided = any(row.get("decision") for row in summaries)
+    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var kept",
+                "var drop", "max", *(("plan",) if decided else ())):
+        o.add_column(col, justify="right")
+    for row in overview_rows(summaries, rows):
+        o.add_row(
+            str(row["step"]), str(row["prompts"]), str(row["rollouts"]), str(row["used"]),
+            _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
+            _num(row["mean_var_kept"]), _num(row["mean_var_dropped"]), str(row["max_per_prompt"]),
+            *((row.get("decision") or "-",) if decided else ()),
+        )
+    console.print(o)
+    if decided:
+        counts: dict[str, int] = {}
+        for row in summaries:
+            if row.get("decision"):
+                counts[row["decision"]] = counts.get(row["decision"], 0) + 1
+        console.print("auto's plan per step: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                      + " (plan column; the reason is under each step's table)")

@@ -1,0 +1,38 @@
+"""What `vigor probe` prints: the measured variance law, the simulated strategies, and the
+recommendation."""
+
+from __future__ import annotations
+
+
+def print_result(result: dict) -> None:
+    from rich.table import Table
+
+    from vigor_cli.console import console
+
+    law = result["variance_law"]
+    fmt = lambda k: k if isinstance(k, str) else ("-" if k is None else f"{k:.2f}")
+    t = Table(title=f"variance law: {result['model']} on {result['task']}, {result['prompts']} prompts x "
+                    f"{result['samples']} rollouts, temperature {result['temperature']}", title_justify="left")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    t.add_row(f"pass counts ({' / '.join(law['histogram'])})", " / ".join(str(v) for v in law["histogram"].values()))
+    t.add_row("mean pass rate", f"{law['mean_pass_rate']:.3f}")
+    t.add_row("zero-variance groups of 8", f"{law['zero_variance_share_8']:.2f}" + ("" if law["zero_variance_exact"] else " (plug-in)"))
+    t.add_row("top-eighth / mean reward variance", f"{law['concentration']['0.125']:.2f}")
+    t.add_row("Pareto k (concentration fit; Hill)", f"{fmt(law['k'])}; {fmt(law['k_hill'])}")
+    t.add_row("closed-form eta, speed-up eta^(1/3)", f"{law['eta']:.2f}, {law['speedup']:.2f}x")
+    t.add_row("empirical eta (perfect ranking)", f"{law['eta_empirical']:.2f}")
+    console.print(t)
+    sim = result["simulated"]
+    s = Table(title=f"simulated ({sim['model']}), {sim['prompts_per_step']} prompts/step, "
+                    f"target mean pass rate {sim['target_mean_pass_rate']}", title_justify="left")
+    s.add_column("strategy")
+    s.add_column("rollouts to target", justify="right")
+    s.add_column("speed-up vs grpo", justify="right")
+    for name, row in sim["strategies"].items():
+        s.add_row(name, f"{row['rollouts_to_target']:,}" if row["rollouts_to_target"] else "not reached",
+                  f"{row['speedup_vs_grpo']:.2f}x" if row["speedup_vs_grpo"] else "-")
+    console.print(s)
+    if not result["binary_rewards"]:
+        console.print("rewards are not all 0/1: a rollout counts as passed when its reward is above 0.5", style="dim")
+    console.print(f"[bold]recommended strategy:[/] {result['recommended']} ({result['why']})", highlight=False)

@@ -1,0 +1,93 @@
+"""`vigor report`'s work and tables: curves of several runs, rollouts and tokens to a target
+accuracy, the plots and report.json (the rule is documented in report/curves.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from vigor_cli.errors import UserError
+
+
+def _fmt_count(x: float | None) -> str:
+    if x is None:
+        return "not reached"
+    return f"{x:,.0f}"
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def baseline_index(loaded: list, baseline: Optional[str]) -> int:
+    """Index of the run the ratios compare against: named by path or directory name."""
+    if baseline is None:
+        return 0
+    matches = [
+        i for i, r in enumerate(loaded)
+        if r.name == baseline or r.path.resolve() == Path(baseline).resolve()
+    ]
+    if not matches:
+        raise UserError(f"--baseline {baseline}: not one of the runs given")
+    return matches[0]
+
+
+def build_report(loaded: list, curves: list, target: float, base: int, metric: str, out: Path) -> dict:
+    """The rollouts-to-target table, with the two plots and report.json written under ``out``."""
+    from vigor_cli.report.curves import first_crossing, group_runs, target_table
+    from vigor_cli.report.plots import plot_accuracy
+
+    groups = group_runs(loaded, curves)
+    table = target_table(loaded, curves, groups, target, base)
+    table["metric"] = metric
+    plotted = [g.mean for g in groups]
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = {}
+    for axis in ("rollouts", "tokens"):
+        # each marker from the very curve it is drawn on (the table's rows are in run order)
+        crossings = [first_crossing(getattr(c, f"by_{axis}").x, getattr(c, f"by_{axis}").y, target)
+                     for c in plotted]
+        pngs[axis] = str(
+            plot_accuracy(plotted, axis, out / f"accuracy_vs_{axis}.png", target, crossings, metric)
+        )
+    table["plots"] = pngs
+    (out / "report.json").write_text(json.dumps(table, indent=2) + "\n")
+    return table
+
+
+def target_rows(rows: list[dict], title: str, first_col: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    t.add_column(first_col)
+    t.add_column("final acc", justify="right")
+    t.add_column("rollouts to target", justify="right")
+    t.add_column("speed-up", justify="right")
+    t.add_column("tokens to target", justify="right")
+    t.add_column("speed-up (tokens)", justify="right")
+    for row in rows:
+        t.add_row(
+            row["name"],
+            f"{row['final_accuracy']:.3f}",
+            _fmt_count(row["rollouts_to_target"]),
+            _fmt_ratio(row["rollouts_speedup"]),
+            _fmt_count(row["tokens_to_target"]),
+            _fmt_ratio(row["tokens_speedup"]),
+        )
+    return t
+
+
+def print_report(console: Any, table: dict, metric: str, target: float, out: Path) -> None:
+    console.print(
+        target_rows(
+            table["runs"],
+            f"{metric} >= {target:.4f}: first crossing, linear interpolation; "
+            f"speed-up = baseline ({table['baseline']}) / run",
+            "run",
+        )
+    )
+    if table["groups"]:
+        console.print(target_rows(table["groups"], "seed groups (mean curve; band = min-max)", "group"))
+    pngs = table["plots"]
+    console.print(f"plots: {pngs['rollouts']}, {pngs['tokens']}; table: {out / 'report.json'}")
