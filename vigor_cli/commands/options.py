@@ -173,7 +173,9 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
 
 
 def engine(*flags: str, help: str = "", **kw: Any) -> Any:
-    names = key_choices("engine.kind")
+    from vigor_cli.config import known_names
+
+    names = tuple(known_names("engine").split(", "))  # the engine registry's names, and auto
     return choice(*(flags or ("--engine",)), help=help or f"engine.kind: {', '.join(names)}.",
                   choices=names, key="engine.kind", **kw)
 

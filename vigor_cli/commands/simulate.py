@@ -107,4 +107,7 @@ def check_like_train(cfg: Any, names: tuple[str, ...]) -> None:
         if name in STRATEGIES:  # an unknown name is the simulator's to report
             as_train = cfg.allocation.model_copy(deep=True)
             as_train.strategy = name
-            registry.check(as_train, cfg.train.prompts_per_step)
+            try:
+                registry.check(as_train, cfg.train.prompts_per_step)
+            except UserError as e:
+                raise UserError(f"--strategy {name}: {e}") from None
