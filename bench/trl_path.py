@@ -43,42 +43,22 @@ def vigor_arm(steps: int, seed: int, workdir: Path) -> dict:
 
 
 def trl_arm(steps: int, seed: int, workdir: Path) -> dict:
-    """The same run through VigorGRPOTrainer (in this process; called by --arm trl)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    """The same run through VigorGRPOTrainer (in this process; called by --arm trl): the
+    default config mapped to TRL's keys by vigor_cli.integrations.trl.trl_args."""
     from vigor_cli.commands.train import DEFAULT_CONFIG
     from vigor_cli.config import build_config
-    from vigor_cli.integrations.trl import HeldOutEval, VigorGRPOConfig, VigorGRPOTrainer, task_dataset, task_reward
-    from vigor_cli.models import resolve_model_path
-    from vigor_cli.tasks import get_task
+    from vigor_cli.integrations.trl import build_trainer
 
-    cfg = build_config(DEFAULT_CONFIG, overrides={"train.seed": seed, "train.steps": steps})
-    path = resolve_model_path(cfg.model.name_or_path)
-    tok = AutoTokenizer.from_pretrained(path)
-    task = get_task(cfg.task)
-    g = cfg.grpo
-    args = VigorGRPOConfig(
-        output_dir=str(workdir / "trl"), max_steps=steps, seed=seed, use_cpu=True, bf16=False,
-        per_device_train_batch_size=cfg.allocation.group_size, num_generations=cfg.allocation.group_size,
-        prompts_per_step=cfg.train.prompts_per_step, vigor=cfg.allocation.model_dump(),
-        learning_rate=g.learning_rate, lr_scheduler_type="constant", weight_decay=g.weight_decay,
-        max_grad_norm=g.max_grad_norm, epsilon=g.epsilon, epsilon_high=g.epsilon_high, beta=g.beta,
-        loss_type="dapo", scale_rewards=g.scale_rewards, num_iterations=g.mu,
-        temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-        max_completion_length=cfg.sampling.max_new_tokens, logging_steps=1, report_to=[],
-        save_strategy="no", disable_tqdm=True,
-    )
+    cfg = build_config(DEFAULT_CONFIG, overrides={"train.seed": seed, "train.steps": steps,
+                                                   "train.eval_every": 0})
     t0 = time.time()
-    trainer = VigorGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=[task_reward(task)],
-                               args=args, train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
-                               processing_class=tok)
-    held_out = HeldOutEval(trainer, task, task.eval_examples(), max_new_tokens=cfg.sampling.max_new_tokens)
-    trainer.add_callback(held_out)
-    trainer.train()
-    train_seconds = time.time() - t0
-    task.close()
+    trainer, held_out, task = build_trainer(cfg, workdir / "trl", use_cpu=True)
+    try:
+        trainer.train()
+    finally:
+        task.close()
     return {"start_accuracy": held_out.results[0], "final_accuracy": held_out.results[steps],
-            "rollouts": trainer.vigor_totals["rollouts"], "train_seconds": train_seconds,
+            "rollouts": trainer.vigor_totals["rollouts"], "train_seconds": time.time() - t0,
             "strategy": cfg.allocation.strategy, "prompts_per_step": cfg.train.prompts_per_step}
 
 

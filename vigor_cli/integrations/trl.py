@@ -40,6 +40,8 @@ What TRL constrains, and how this works around it:
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -495,6 +497,99 @@ class HeldOutEval(TrainerCallback):
             self.evaluate(state.global_step)
 
 
+# --------------------------------------------------------------------------- from a vigor config
+LOSS_TYPES = {"dapo": "dapo", "grpo": "grpo", "dr_grpo": "dr_grpo"}
+"""vigor's grpo.loss_agg -> TRL's loss_type (prompt_mean has no TRL counterpart)."""
+
+
+def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOConfig:
+    """A :class:`VigorGRPOConfig` with a vigor ``RunConfig``'s allocation, prompts per step,
+    seed, steps, optimiser, clip range, KL, sampling and loss aggregation; ``overrides`` are
+    TRL keys set last (``use_vllm=True``, ``vllm_mode="server"``)."""
+    g, s, t = cfg.grpo, cfg.sampling, cfg.train
+    if g.loss_agg not in LOSS_TYPES:
+        raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
+    group = cfg.allocation.group_size
+    keys = dict(
+        output_dir=str(output_dir), max_steps=t.steps, seed=t.seed, prompts_per_step=t.prompts_per_step,
+        vigor=cfg.allocation.model_dump(), per_device_train_batch_size=group, num_generations=group,
+        learning_rate=g.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=g.warmup_steps,
+        weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
+        epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
+        scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
+        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
+        logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
+    )
+    keys.update(overrides)
+    return VigorGRPOConfig(**keys)
+
+
+def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[VigorGRPOTrainer, HeldOutEval, Any]:
+    """The trainer for a vigor ``RunConfig`` (model, task, reward through the task's verifier,
+    held-out evaluation as `vigor train` schedules it); returns (trainer, evaluation, task)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vigor_cli.models import resolve_model_path
+    from vigor_cli.tasks import get_task
+
+    m = cfg.model
+    path = resolve_model_path(m.name_or_path)
+    tok = AutoTokenizer.from_pretrained(path, revision=m.revision)
+    dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[m.dtype]
+    model = AutoModelForCausalLM.from_pretrained(path, revision=m.revision, dtype=dtype)
+    peft_config = None
+    if m.lora.enabled:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
+                                 target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
+    task = get_task(cfg.task, workers=cfg.train.reward_workers)
+    args = trl_args(cfg, output_dir, **overrides)
+    trainer = VigorGRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=args,
+                               train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
+                               processing_class=tok, peft_config=peft_config)
+    examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
+    held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
+                           max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
+                           samples=cfg.train.eval_samples)
+    trainer.add_callback(held_out)
+    return trainer, held_out, task
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``[accelerate launch ...] python -m vigor_cli.integrations.trl``: a vigor config
+    (default: the bundled tiny-math run) trained through TRL; docs/scaling.md."""
+    import argparse
+
+    from vigor_cli.commands.train import DEFAULT_CONFIG
+    from vigor_cli.errors import UserError
+
+    ap = argparse.ArgumentParser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
+    ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="vigor run config (YAML)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="override a key: section.key=value")
+    ap.add_argument("--output-dir", required=True, help="TRL's output_dir; vigor's run files go here too")
+    ap.add_argument("--vllm-mode", choices=["server", "colocate"], help="generate with TRL's vLLM integration")
+    ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
+    a = ap.parse_args(argv)
+    try:
+        cfg = build_config(a.config, sets=a.sets)
+        extra: dict[str, Any] = {"use_cpu": a.cpu}
+        if a.vllm_mode:
+            extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
+        trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
+    except (UserError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    try:
+        trainer.train()
+    finally:
+        task.close()
+    if trainer.accelerator.is_main_process:
+        print(json.dumps({"output_dir": a.output_dir, "rollouts": trainer.vigor_totals["rollouts"],
+                          "held_out": held_out.results}))
+    return 0
+
+
 __all__ = [
     "HeldOutEval",
     "ROLLOUT_INDEX",
@@ -502,8 +597,15 @@ __all__ = [
     "VigorGRPOConfig",
     "VigorGRPOTrainer",
     "allocation_config",
+    "build_trainer",
+    "main",
+    "trl_args",
     "split_requests",
     "task_dataset",
     "task_reward",
     "write_run_files",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
