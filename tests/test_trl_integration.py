@@ -283,3 +283,35 @@ def test_two_processes_select_globally_like_one(tmp_path):
     for m, rec in zip(metrics, _records(one / "run")):
         spent = m["rollouts/per_rank"]
         assert sum(spent) == rec["totals"]["rollouts"] and max(spent) - min(spent) <= 1
+
+
+# --------------------------------------------------------------------------- the command line
+def test_cli_bad_keys_exit_2_naming_the_key_before_anything_is_written(tmp_path, capsys):
+    from vigor_cli.integrations.trl import main
+
+    for flag, says in [("--set=allocation.alpah=3", "unknown config key 'allocation.alpah'"),
+                       ("--set=grpo.loss_agg=prompt_mean", "grpo.loss_agg='prompt_mean' has no TRL loss_type"),
+                       ("--trl=nope=3", "unexpected keyword argument 'nope'")]:
+        capsys.readouterr()
+        assert main(["--output-dir", str(tmp_path / "out"), flag]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("error:") == 1
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_on_cpu(tmp_path):
+    """The documented command, on CPU: accelerate's multi-process launcher (torchrun), gloo."""
+    out = tmp_path / "run"
+    cmd = ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+           "-m", "vigor_cli.integrations.trl", "--cpu", "--output-dir", str(out),
+           "--set", "train.steps=2", "--set", "train.prompts_per_step=8", "--set", "train.eval_limit=8",
+           "--set", "allocation.strategy=vigor"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in metrics if "rollouts/per_rank" in m]
+    assert [m["rollouts/per_rank"] for m in steps] == [[32, 32], [32, 32]]
+    assert [m["step"] for m in metrics if "eval/accuracy" in m] == [0, 2]

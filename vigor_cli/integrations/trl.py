@@ -60,7 +60,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 from vigor_cli import grpo
 from vigor_cli.allocation import make_allocator
-from vigor_cli.config import AllocationConfig, build_config
+from vigor_cli.config import AllocationConfig, build_config, parse_override
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import DataOrder
 
@@ -532,6 +532,7 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
     from vigor_cli.models import resolve_model_path
     from vigor_cli.tasks import get_task
 
+    args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
     path = resolve_model_path(m.name_or_path)
     tok = AutoTokenizer.from_pretrained(path, revision=m.revision)
@@ -544,7 +545,6 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
-    args = trl_args(cfg, output_dir, **overrides)
     trainer = VigorGRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
                                processing_class=tok, peft_config=peft_config)
@@ -570,14 +570,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--output-dir", required=True, help="TRL's output_dir; vigor's run files go here too")
     ap.add_argument("--vllm-mode", choices=["server", "colocate"], help="generate with TRL's vLLM integration")
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
+    ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
+                    help="set a GRPOConfig key last: key=value (YAML), e.g. vllm_server_host=10.0.0.5")
     a = ap.parse_args(argv)
     try:
         cfg = build_config(a.config, sets=a.sets)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
+        for text in a.trl_keys:
+            key, value = parse_override(text)
+            extra[key] = value
         if a.vllm_mode:
             extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
-    except (UserError, ValueError) as e:
+    except (UserError, ValueError, TypeError) as e:  # ConfigError is a ValueError; a bad --trl key a TypeError
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     try:
