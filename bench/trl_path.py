@@ -38,8 +38,13 @@ def vigor_arm(steps: int, seed: int, workdir: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"vigor train failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((workdir / "vigor" / "summary.json").read_text())
+    lines = [json.loads(x) for x in (workdir / "vigor" / "metrics.jsonl").read_text().splitlines()]
+    steps_logged = [m for m in lines if "time/step" in m]
+    mean = lambda key: sum(m[key] for m in steps_logged) / len(steps_logged)  # noqa: E731
     return {"start_accuracy": summary["start_accuracy"], "final_accuracy": summary["final_accuracy"],
-            "rollouts": summary["rollouts"], "train_seconds": summary["wall_time"], "process_seconds": wall}
+            "rollouts": summary["rollouts"], "train_seconds": summary["wall_time"], "process_seconds": wall,
+            "mean_step_seconds": mean("time/step"),
+            "mean_rollout_seconds": mean("time/generate") + mean("time/reward")}
 
 
 def trl_arm(steps: int, seed: int, workdir: Path) -> dict:
@@ -57,8 +62,11 @@ def trl_arm(steps: int, seed: int, workdir: Path) -> dict:
         trainer.train()
     finally:
         task.close()
+    logged = [h for h in trainer.state.log_history if "vigor/step_seconds" in h]
     return {"start_accuracy": held_out.results[0], "final_accuracy": held_out.results[steps],
             "rollouts": trainer.vigor_totals["rollouts"], "train_seconds": time.time() - t0,
+            "mean_step_seconds": sum(h["step_time"] for h in logged) / len(logged),
+            "mean_rollout_seconds": sum(h["vigor/step_seconds"] for h in logged) / len(logged),
             "strategy": cfg.allocation.strategy, "prompts_per_step": cfg.train.prompts_per_step}
 
 
@@ -101,11 +109,13 @@ def report(arms: dict, a: argparse.Namespace) -> None:
     base, trl_row = arms["vigor train"], arms["TRL path"]
     overhead = trl_row["train_seconds"] / base["train_seconds"]
     table = Table(title=f"tiny-math default, {a.steps} steps, seed {a.seed}, {os.cpu_count()} CPU cores")
-    for col in ("arm", "held-out acc start", "held-out acc end", "rollouts", "train s", "process s"):
+    for col in ("arm", "held-out acc start", "held-out acc end", "rollouts", "train s", "process s",
+                "s/step", "rollout+reward s/step"):
         table.add_column(col, justify="right" if col != "arm" else "left")
     for name, r in arms.items():
         table.add_row(name, f"{r['start_accuracy']:.3f}", f"{r['final_accuracy']:.3f}", str(r["rollouts"]),
-                      f"{r['train_seconds']:.1f}", f"{r['process_seconds']:.1f}")
+                      f"{r['train_seconds']:.1f}", f"{r['process_seconds']:.1f}",
+                      f"{r['mean_step_seconds']:.2f}", f"{r['mean_rollout_seconds']:.2f}")
     Console().print(table)
     Console().print(f"TRL path / vigor train wall time (training + evaluation): {overhead:.2f}x")
     out = ROOT / "bench" / "results" / "trl_path.json"

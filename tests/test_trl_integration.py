@@ -100,6 +100,21 @@ def test_task_reward_scores_through_the_math_and_code_verifiers():
         got = reward(prompts=["p"] * 3, completions=[f"\\boxed{{{ex.answer}}}", "\\boxed{-1}", "no"],
                      uid=[ex.uid] * 3)
         assert got == [1.0, 0.0, 0.0]
+        # each distinct (uid, completion) of a step is graded once, as vigor train does
+        from types import SimpleNamespace
+
+        graded: list[int] = []
+        real_score = math_task.score
+        math_task.score = lambda exs, texts: graded.append(len(texts)) or real_score(exs, texts)
+        counting = task_reward(math_task)
+        right = f"\\boxed{{{ex.answer}}}"
+        for step, texts, expect in [(0, [right, right, "x"], [1.0, 1.0, 0.0]), (0, [right, "x"], [1.0, 0.0]),
+                                    (1, [right], [1.0])]:
+            state = SimpleNamespace(global_step=step)
+            assert counting(prompts=["p"] * len(texts), completions=texts, uid=[ex.uid] * len(texts),
+                            trainer_state=state) == expect
+        assert graded == [2, 1]  # step 0: two distinct, then nothing new; step 1 grades again
+        math_task.score = real_score
         code = code_task.train_examples()[0]
         good = tiny_code.target_completion(code.meta["solution"])
         chat = [[{"role": "assistant", "content": good}], [{"role": "assistant", "content": "```python\nprint(input())\n```"}]]
@@ -263,8 +278,8 @@ def _run_script(out: Path, ranks: int) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
-@pytest.mark.slow
 def test_two_processes_select_globally_like_one(tmp_path):
+    """About 45 s on 2 CPU cores: two torchrun processes and one plain one, two steps each."""
     one, two = tmp_path / "one", tmp_path / "two"
     _run_script(one, 1)
     _run_script(two, 2)

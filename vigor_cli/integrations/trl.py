@@ -161,13 +161,29 @@ class StepLayout:
 # --------------------------------------------------------------------------- verifiers
 def task_reward(task: Any, uid_column: str = "uid") -> Any:
     """A TRL reward function scoring with a vigor task's verifier (math, code: the real
-    verifiers and sandbox): rows carry the example's uid in ``uid_column``."""
+    verifiers and sandbox): rows carry the example's uid in ``uid_column``. As in `vigor
+    train`, each distinct (uid, completion) of a training step is graded once (a reward is
+    a function of the two alone; repeats are common, a sandbox run each for code)."""
     examples = {ex.uid: ex for ex in task.train_examples()}
+    graded: dict[tuple[str, str], float] = {}
+    seen_step: list[Any] = [None]
 
     def reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        state = kwargs.get("trainer_state")
+        step = getattr(state, "global_step", None)
+        if step is None or step != seen_step[0]:
+            graded.clear()
+            seen_step[0] = step
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        scores = task.score([examples[u] for u in kwargs[uid_column]], texts)
-        return [float(s.reward) for s in scores]
+        keys = list(zip(kwargs[uid_column], texts))
+        new = list(dict.fromkeys(k for k in keys if k not in graded))
+        if new:
+            scores = task.score([examples[u] for u, _ in new], [t for _, t in new])
+            graded.update((k, float(s.reward)) for k, s in zip(new, scores))
+        out = [graded[k] for k in keys]
+        if step is None:
+            graded.clear()
+        return out
 
     reward.__name__ = f"{task.name}_verifier"
     return reward
