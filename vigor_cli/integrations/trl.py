@@ -526,8 +526,11 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     if g.loss_agg not in LOSS_TYPES:
         raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
     group = cfg.allocation.group_size
+    checkpointing = cfg.model.gradient_checkpointing  # "auto": as vigor train, off for the tiny model and on CPU
+    if checkpointing == "auto":
+        checkpointing = cfg.model.name_or_path != "tiny" and not overrides.get("use_cpu", False)
     keys = dict(
-        output_dir=str(output_dir), max_steps=t.steps, seed=t.seed, prompts_per_step=t.prompts_per_step,
+        gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps, seed=t.seed, prompts_per_step=t.prompts_per_step,
         vigor=cfg.allocation.model_dump(), per_device_train_batch_size=group, num_generations=group,
         learning_rate=g.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=g.warmup_steps,
         weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
