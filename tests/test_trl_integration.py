@@ -330,3 +330,20 @@ def test_accelerate_launch_two_processes_on_cpu(tmp_path):
     steps = [m for m in metrics if "rollouts/per_rank" in m]
     assert [m["rollouts/per_rank"] for m in steps] == [[32, 32], [32, 32]]
     assert [m["step"] for m in metrics if "eval/accuracy" in m] == [0, 2]
+
+
+def test_trl_args_carry_the_vigor_config_into_grpoconfig(tmp_path):
+    from vigor_cli.commands.train import DEFAULT_CONFIG
+    from vigor_cli.config import build_config
+    from vigor_cli.integrations.trl import trl_args
+
+    cfg = build_config(DEFAULT_CONFIG, sets=["allocation.strategy=knapsack", "grpo.beta=0.01", "train.seed=7",
+                                             "grpo.loss_agg=dr_grpo", "train.steps=3"])
+    args = trl_args(cfg, tmp_path, use_cpu=True)
+    assert (args.allocation.strategy, args.beta, args.seed, args.max_steps) == ("knapsack", 0.01, 7, 3)
+    assert (args.loss_type, args.epsilon, args.epsilon_high) == ("dr_grpo", 0.2, 0.28)
+    assert (args.prompts_per_step, args.learning_rate, args.max_completion_length) == (64, 5e-4, 16)
+    assert args.gradient_checkpointing is False  # auto: off for the tiny model, as vigor train
+    assert trl_args(cfg, tmp_path, use_cpu=True, gradient_checkpointing=True).gradient_checkpointing is True
+    assert trl_args(build_config(DEFAULT_CONFIG, sets=["model.gradient_checkpointing=true"]), tmp_path,
+                    use_cpu=True).gradient_checkpointing is True
