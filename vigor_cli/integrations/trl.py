@@ -458,9 +458,10 @@ class VigorGRPOTrainer(GRPOTrainer):
     def _fix_logged_advantages(self, step: _StepRollouts) -> None:
         """TRL logged its (zero) advantages for the completions table; put ours there."""
         flat = [step.advantages.get(key, 0.0) for rank_rows in step.layout.rows for key, _ in rank_rows]
-        logged = self._logs["advantages"]
-        if len(logged) >= len(flat):
-            logged[len(logged) - len(flat):] = flat
+        logged = self._logs["advantages"]  # a deque of TRL's generation_batch_size, newest last
+        n = min(len(logged), len(flat))
+        for i in range(1, n + 1):
+            logged[-i] = flat[-i]
 
 
 def _scale(scale_rewards: Any) -> str:
