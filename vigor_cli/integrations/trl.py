@@ -60,7 +60,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 from vigor_cli import grpo
 from vigor_cli.allocation import make_allocator
-from vigor_cli.config import AllocationConfig, build_config, parse_override
+from vigor_cli.config import AllocationConfig, ConfigError, build_config, parse_override
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import DataOrder
 
@@ -70,14 +70,26 @@ prompt's rollouts of the step (generation order across rounds)."""
 
 
 # --------------------------------------------------------------------------- config
-def allocation_config(section: Mapping[str, Any] | AllocationConfig | None) -> AllocationConfig:
+def allocation_config(section: Mapping[str, Any] | AllocationConfig | None,
+                      prompts_per_step: int | None = None) -> AllocationConfig:
     """The ``vigor`` section (keys of vigor's ``allocation`` config) validated exactly as
     ``vigor train`` validates it: a bad key or value raises ``ConfigError`` naming
-    ``allocation.<key>``."""
+    ``allocation.<key>``. With ``prompts_per_step``, also the strategy's own rules (its first
+    round must fit the budget), which need the number of prompts a step starts from."""
+    from vigor_cli.allocation import registry
+    from vigor_cli.errors import UserError
+
     if isinstance(section, AllocationConfig):
-        return section
-    tree = {f"allocation.{key}": value for key, value in dict(section or {}).items()}
-    return build_config(overrides=tree).allocation
+        alloc = section
+    else:
+        tree = {f"allocation.{key}": value for key, value in dict(section or {}).items()}
+        alloc = build_config(overrides=tree, strategy_rules=False).allocation
+    if prompts_per_step is not None:
+        try:
+            registry.check(alloc, prompts_per_step)
+        except UserError as e:
+            raise ConfigError(str(e)) from None
+    return alloc
 
 
 @dataclass
@@ -101,11 +113,11 @@ class VigorGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.allocation = allocation_config(self.vigor)
         if self.prompts_per_step is None:
             self.prompts_per_step = self.generation_batch_size // self.num_generations
         if self.prompts_per_step < 1:
             raise ValueError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step})")
+        self.allocation = allocation_config(self.vigor, self.prompts_per_step)
 
 
 # --------------------------------------------------------------------------- balancing
