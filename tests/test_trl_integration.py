@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
@@ -277,7 +278,11 @@ def _run_script(out: Path, ranks: int) -> None:
     if ranks > 1:  # --standalone: torchrun's rendezvous picks a free port itself
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
                str(SCRIPT), str(out)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    for _ in range(3):  # torchrun's store port can be taken between its pick and its bind
+        shutil.rmtree(out, ignore_errors=True)
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        if done.returncode == 0 or "EADDRINUSE" not in done.stderr:
+            break
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
