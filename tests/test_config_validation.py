@@ -124,6 +124,17 @@ def test_cli_set_error_exit_2_one_line_nothing_written(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("setting, needle", [
+    ("nosuch.key=1", "unknown config key 'nosuch'"),            # a whole section that is not there
+    ("allocation.options.x=1", "allocation.options: strategy 'auto' takes no options"),
+])
+def test_a_set_under_an_unknown_or_checked_section_names_the_set(setting, needle):
+    """The error's place is above the key given (or only its section is in the message):
+    the --set is still the source, not the bundled file."""
+    msg = refused(setting, path=TINY)
+    assert msg.startswith(f"--set {setting}: ") and needle in msg
+
+
 # --------------------------------------------------------------------------- rules across keys
 @pytest.mark.parametrize("sets, needle", [
     (["grpo.micro_batch_tokens=16", "sampling.max_new_tokens=17"],

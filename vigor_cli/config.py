@@ -648,6 +648,13 @@ def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str
     for key, source in latest_first:
         if key in text and (not loc or key.startswith(loc + ".")):
             return source
+    for key, source in latest_first:  # a key under the error's place (an unknown 'nosuch.key')
+        if loc and key.startswith(loc + "."):
+            return source
+    for key, source in latest_first:  # the message names a section of the key given
+        parts = key.split(".")
+        if any(".".join(parts[:n]) in text for n in range(len(parts) - 1, 1, -1)):
+            return source
     return default
 
 
