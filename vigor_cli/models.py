@@ -56,28 +56,22 @@ def resolve_model_path(name_or_path: str, *, to_load: bool = False) -> str:
 def _check_hub_reachable(repo_id: str) -> None:
     """A hub id that is not in the local cache needs the hub: when the hub cannot be reached
     (offline, HF_HUB_OFFLINE=1), one clear error now instead of the hub client's minute of
-    retries and a warning per retry. Quiets the hub client's retry warnings either way."""
-    import logging
-    import socket
-    from urllib.parse import urlparse
+    retries and a warning per retry (vigor_cli/hub.py)."""
+    from huggingface_hub import try_to_load_from_cache
 
-    from huggingface_hub import constants, try_to_load_from_cache
+    from vigor_cli import hub
 
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    hub.quiet()
     try:
         if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
             return
     except Exception:  # an id the cache cannot even look up (bad characters): the loader says why
         return
-    if constants.HF_HUB_OFFLINE:
+    reason = hub.unreachable()
+    if reason is not None:
+        hint = "download it first, or give a local directory"
         raise UserError(f"model.name_or_path={repo_id}: not a local directory and not in the Hugging Face "
-                        "cache, and HF_HUB_OFFLINE is set (download it first, or give a local directory)")
-    url = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection((url.hostname, url.port or 443), timeout=3).close()
-    except OSError:
-        raise UserError(f"model.name_or_path={repo_id}: not a local directory and not in the Hugging Face "
-                        f"cache, and the hub ({constants.ENDPOINT}) cannot be reached (offline?)") from None
+                        f"cache, and {reason} ({hint})")
 
 
 # --------------------------------------------------------------------------- device choice

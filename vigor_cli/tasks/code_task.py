@@ -191,14 +191,38 @@ def _hub_release_files(release: str, flag: str, what: str) -> list[Path]:
     except ImportError:
         raise UserError(f"cannot load {what} from the hub: huggingface_hub is not installed; "
                         f"point to local files with {flag}") from None
+    from vigor_cli import hub
+
+    hub.quiet()
+    names = lcb_release_files(release)
+    reason = None if hub.offline_mode() else hub.unreachable()
+    if reason is not None:  # offline: the cached files, or one line now (not a minute of retries)
+        cached = _cached_release_files(names)
+        if cached is None:
+            raise UserError(f"cannot download {what} from the hub ({LCB_HUB_ID}): {reason}, and the files "
+                            f"are not in the Hugging Face cache; point to local files with {flag}")
+        return cached
     paths = []
-    for name in lcb_release_files(release):
+    for name in names:
         try:
             paths.append(Path(hf_hub_download(LCB_HUB_ID, name, repo_type="dataset")))
         except Exception as e:  # network, auth, offline and missing-file errors vary
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise UserError(f"cannot download {what} from the hub ({LCB_HUB_ID}, file {name}): "
                             f"{reason[:200]}; offline? point to local files with {flag}") from None
+    return paths
+
+
+def _cached_release_files(names: list[str]) -> list[Path] | None:
+    """The release's files from the Hugging Face cache, or None if any is missing."""
+    from huggingface_hub import try_to_load_from_cache
+
+    paths = []
+    for name in names:
+        found = try_to_load_from_cache(LCB_HUB_ID, name, repo_type="dataset")
+        if not isinstance(found, str):
+            return None
+        paths.append(Path(found))
     return paths
 
 

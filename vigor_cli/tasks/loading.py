@@ -52,6 +52,13 @@ def require(row: dict, keys: tuple[str, ...] | list[str], where: str) -> None:
 
 def load_hub(hub_id: str, *, split: str, flag: str, what: str, **kwargs: Any) -> list[dict]:
     """Rows of a hub dataset through ``datasets``; offline or missing -> one line naming ``flag``."""
+    from vigor_cli import hub
+
+    hub.quiet()
+    reason = None if hub.offline_mode() else hub.unreachable()  # offline mode: the cache only
+    if reason is not None:
+        raise UserError(f"cannot load {what} from the hub ({hub_id}, split {split}): {reason}; point to "
+                        f"local files with {flag} (or set HF_HUB_OFFLINE=1 to use a cached copy)")
     try:
         from datasets import load_dataset
 
