@@ -231,3 +231,15 @@ def test_eval_engine_names_come_from_the_registry(vigor):
     code, _, err = vigor("eval", "tiny", "--engine", "nosuch", "--benchmarks", "tiny-math", "--limit", "1")
     assert code == 2 and err.strip().startswith(
         "error: Invalid value for '--engine': 'nosuch' is not one of auto, hf, vllm")
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a/b", "../escape", " "])
+def test_run_name_is_a_plain_name(name):
+    assert "a plain directory name is expected" in refused(f"train.run_name={name!r}")
+
+
+def test_a_flag_error_names_the_flag(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--run-name", "..", "--output-dir",
+                          str(tmp_path / "runs"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith("error: --run-name .. (train.run_name): ")
+    assert out.stderr.strip().count("\n") == 0 and not (tmp_path / "runs").exists()

@@ -153,6 +153,10 @@ def test_lcb_from_the_hub_is_plain_file_downloads(tmp_path, monkeypatch):
         asked.append((repo_id, filename, repo_type))
         return str(d / filename)
 
+    from vigor_cli import hub
+
+    monkeypatch.setattr(hub, "unreachable", lambda: None)  # the hub answers (tests/test_offline_hub.py: it does not)
+    monkeypatch.setattr(hub, "offline_mode", lambda: False)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets.load_dataset called"))
     rows = load_lcb(None, "LiveCodeBench problems", "--set task.data_dir=DIR")

@@ -544,8 +544,17 @@ class TrainConfig(_Section):
     )
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     run_name: Optional[str] = Field(
-        None, description="Run directory name; default <date>-<task>-<strategy>-s<seed>."
+        None, description="Run directory name (a plain name, no '/'); default "
+        "<date>-<task>-<strategy>-s<seed>."
     )
+
+    @field_validator("run_name")
+    @classmethod
+    def _plain_run_name(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and (not v.strip() or "/" in v or "\\" in v or v in (".", "..") or "\0" in v):
+            raise ValueError("a plain directory name is expected (no '/', not '.' or '..'); "
+                             "put the parent folder in train.output_dir")
+        return v
     gpu_memory_gib: Optional[float] = Field(
         None,
         gt=0,
@@ -707,17 +716,20 @@ def build_config(
     overrides: dict[str, Any] | None = None,
     sets: list[str] | None = None,
     strategy_rules: bool = True,
+    flags: dict[str, str] | None = None,
 ) -> RunConfig:
     """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``.
 
     An error names where the bad value came from: ``--set key=value``, the flag's key, or
     the file. ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a
-    caller that runs other strategies with these keys and checks each: `vigor simulate`)."""
+    caller that runs other strategies with these keys and checks each: `vigor simulate`).
+    ``flags`` maps an override's key to the command-line flag that set it, for the message."""
     tree: dict = load_yaml(path) if path else {}
     given: dict[str, str] = {}
     for k, v in (overrides or {}).items():
         if v is not None:
-            given[k] = f"{k}={v} (command-line flag)"
+            flag = (flags or {}).get(k)
+            given[k] = f"{flag} {v} ({k})" if flag else f"{k}={v} (command-line flag)"
             _set_dotted(tree, k, v, given[k])
     for s in sets or []:
         k, v = parse_override(s)

@@ -49,6 +49,15 @@ def resolve_config(path: Path) -> Path:
                     f"(bundled: {', '.join(bundled_configs())})")
 
 
+FLAG_OF_KEY = {
+    "model.name_or_path": "--model", "task.name": "--task", "allocation.strategy": "--strategy",
+    "train.steps": "--steps", "train.prompts_per_step": "--prompts-per-step", "train.seed": "--seed",
+    "engine.kind": "--engine", "model.load_in_4bit": "--load-in-4bit", "model.device": "--device",
+    "train.output_dir": "--output-dir", "train.run_name": "--run-name", "train.gpu_memory_gib": "--gpu-memory",
+}
+"""The flag that sets each key (an error names the flag the user typed)."""
+
+
 def train(
     config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor). Default: configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model.name_or_path: hub id, local dir or 'tiny'.")] = None,
@@ -102,7 +111,7 @@ def train(
         "train.gpu_memory_gib": gpu_memory,
     }
     path = resolve_config(config) if config is not None else default_config_file(model, task)
-    cfg = build_config(path, overrides=overrides, sets=set_)
+    cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)
     if dry_run:
         return _dry_run(cfg, console)
     print_summary(_run_training(cfg, out=console), console)
