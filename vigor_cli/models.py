@@ -219,7 +219,7 @@ def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
         raise UserError(f"model.name_or_path={cfg.name_or_path}: cannot load tokenizer ({_first_line(e)})") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    if cfg.enable_thinking is not None:  # read by tasks/prompts.render and rollout/stops
+    if cfg.enable_thinking is not None:  # read by tasks/prompts.render and rollout/weights
         tok.vigor_chat_template_kwargs = {"enable_thinking": cfg.enable_thinking}
     return tok
 

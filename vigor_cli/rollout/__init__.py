@@ -11,7 +11,7 @@ transformers and says why.
 
 Engines are registered with ``@register_engine(name)`` (``ENGINES``); the config's
 ``engine.kind`` validation and the CLI's help read the names from there. The helpers
-every engine shares: ``rollout/stops.py`` (which tokens end a completion) and
+every engine shares: ``rollout/weights.py`` (which tokens end a completion) and
 ``rollout/weights.py`` (the policy's weights, LoRA merged, for an engine's own copy).
 """
 

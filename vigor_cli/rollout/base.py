@@ -24,7 +24,7 @@ class SamplingParams:
 @dataclass
 class Rollout:
     token_ids: list[int]
-    """Completion tokens, the stop token (EOS or end of turn, ``rollout/stops.py``) included when
+    """Completion tokens, the stop token (EOS or end of turn, ``rollout/weights.py``) included when
     the model stopped by itself."""
     logprobs: list[float]
     """Log-probability of each sampled token under the sampling distribution."""

@@ -13,7 +13,7 @@ three things the trainer depends on:
   stays under ``engine.gen_batch_tokens``.
 
 Prompts are left-padded, position ids count only real tokens, and each row
-stops at its first stop token (``rollout/stops.py``: the tokenizer's EOS, the
+stops at its first stop token (``rollout/weights.py``: the tokenizer's EOS, the
 generation config's EOS ids, the chat template's end-of-turn token); the
 token is kept in ``token_ids`` and left out of the text. A row that hits
 ``max_new_tokens`` first is flagged truncated.
@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
-from vigor_cli.rollout.stops import stop_token_ids
+from vigor_cli.rollout.weights import stop_token_ids
 
 
 def _cache_kwarg(model: Any) -> str:

@@ -20,7 +20,7 @@ the base model for the whole run). The trainer's weight check
 tokens) stops training when the engine tracks the base or stale weights, as
 soon as the policy has moved measurably away from the base.
 
-Completions stop at ``rollout/stops.py``'s ids (EOS, generation-config EOS and
+Completions stop at ``rollout/weights.py``'s ids (EOS, generation-config EOS and
 the chat template's end-of-turn token), sent as ``stop_token_ids``.
 
 Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
@@ -42,7 +42,7 @@ import torch
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
-from vigor_cli.rollout.stops import cut_at_stop, stop_token_ids
+from vigor_cli.rollout.weights import cut_at_stop, stop_token_ids
 from vigor_cli.rollout.weights import policy_version, policy_weights
 
 ENGINE_DTYPE = torch.bfloat16

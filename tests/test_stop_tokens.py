@@ -16,7 +16,7 @@ from vigor_cli.evaluation import evaluate_examples
 from vigor_cli.models import TINY_DIR
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout.hf import HFEngine
-from vigor_cli.rollout.stops import cut_at_stop, end_of_turn_ids, stop_token_ids
+from vigor_cli.rollout.weights import cut_at_stop, end_of_turn_ids, stop_token_ids
 from vigor_cli.rollout.vllm import VLLMEngine
 from vigor_cli.tasks import get_task
 from vigor_cli.tasks.base import Example
