@@ -68,7 +68,7 @@ def _math_sources(cfg: Any) -> None:
 
 
 def _code_sources(cfg: Any) -> None:
-    from vigor_cli.tasks.code_task import lcb_local_files, lcb_release_files
+    from vigor_cli.tasks.code_task import EVAL_SET_NAMES, lcb_local_files, lcb_release_files
 
     t = cfg.task
     lcb_release_files(t.lcb_release)  # a known release name
@@ -76,7 +76,7 @@ def _code_sources(cfg: Any) -> None:
         _missing_file(t.train_path, "task.train_path")
     if t.data_dir is not None:
         lcb_local_files(Path(t.data_dir).expanduser(), t.lcb_release)
-    bad = [n for n in t.eval_sets if n not in ("code", "lcb", "livecodebench")]
+    bad = [n for n in t.eval_sets if n not in EVAL_SET_NAMES]
     if bad:
         raise UserError(f"task.eval_sets: code has one evaluation set, 'livecodebench'; got {bad[0]!r}")
 

@@ -25,6 +25,8 @@ from vigor_cli.tasks.base import Example, Score, Task
 from vigor_cli.tasks.prompts import render
 
 LCB_HUB_ID = "livecodebench/code_generation_lite"
+EVAL_SET_NAMES = ("code", "lcb", "livecodebench")
+"""The names ``task.eval_sets`` may give the code task's one evaluation set (LiveCodeBench)."""
 LCB_VERSION = "release_v6"
 _LCB_FILES = ["test.jsonl"] + [f"test{i}.jsonl" for i in range(2, 7)]
 LCB_RELEASES = {
@@ -271,7 +273,7 @@ class CodeTask(CodeTaskBase):
         return self._examples(rows, "train", "public")
 
     def eval_examples(self, name: str | None = None) -> list[Example]:
-        if name not in (None, "code", "lcb", "livecodebench"):
+        if name is not None and name not in EVAL_SET_NAMES:
             raise UserError(f"code has one evaluation set, 'livecodebench'; got {name!r}")
         path = self._eval_path() or self.cfg.train_path
         rows = self._load(path, "--set task.data_dir=DIR (the release's test*.jsonl, or code.jsonl) or task.train_path=FILE.jsonl")
