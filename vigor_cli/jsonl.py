@@ -2,9 +2,10 @@
 
 The rule for a damaged line, once for every JSONL file this project reads:
 
-- A **torn last line** is the file's last line when it lacks its closing newline AND does
-  not parse. Only a write cut short (a run killed mid-append, a disk that filled up) leaves
-  one. Run logs (``metrics.jsonl``, ``allocation.jsonl``, ``completions.jsonl``) may still be
+- A **torn last line** is the file's last line when it lacks its closing newline, does
+  not parse, and is a prefix of a JSON object line: UTF-8 text (its last character may be
+  cut) that starts with ``{``. Only a write cut short (a run killed mid-append, a disk that
+  filled up) leaves one; bytes that are not UTF-8 are damage even at the end. Run logs (``metrics.jsonl``, ``allocation.jsonl``, ``completions.jsonl``) may still be
   being written while they are read, so their readers ignore a torn last line with a note,
   and ``vigor train --resume`` truncates it away with a warning. A file given as input
   (``allow_torn=False``: data, cases, results) was finished before it was read, so there a
@@ -18,6 +19,7 @@ writer can keep lines byte for byte (resume cuts logs without re-serialising the
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +55,16 @@ def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
     return row
 
 
+def _torn_prefix(raw: bytes) -> bool:
+    """Whether ``raw`` can be the start of a line a writer cut short (see the rule above)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        text = decoder.decode(raw, final=False)  # a character cut in half is still a prefix
+    except UnicodeDecodeError:
+        return False
+    return text.lstrip().startswith("{")
+
+
 def _scan(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
     """(line number, byte offset, raw line without newline, had newline) per line."""
     try:
@@ -83,7 +95,7 @@ def iter_jsonl_records(
         try:
             row = _parse(p, number, raw, expected)
         except UserError:
-            if ended or not allow_torn:
+            if ended or not allow_torn or not _torn_prefix(raw):
                 raise
             yield number, offset, end, None  # torn: the last line, cut short
             return

@@ -17,7 +17,10 @@ One class, :class:`RunDir`, is used by the trainer (writing, resuming) and by ev
   one is committed, so some intact checkpoint is on disk at every instant.
 - **History kept.** Resume keeps every logged line byte for byte, except lines of steps after
   the checkpoint (re-run identically) and a torn last line (both said in a warning); any
-  other damaged line makes the resume refuse, naming ``file:line``.
+  other damaged line makes the resume refuse, naming ``file:line``, and so does a missing
+  line (or log) of a step the checkpoint covers, naming the file and the step. The one line
+  resume writes back is the checkpoint's own evaluation, when its line was torn: logged
+  again from ``eval/step-N.json``, as the uninterrupted run logged it.
 - **Disk full** (ENOSPC) while writing: one line naming the path and the disk's free space,
   exit 2; the temporary checkpoint is removed and earlier checkpoints stay intact.
 """
@@ -347,6 +350,44 @@ class RunDir:
             if s > step and not dry_run:
                 f.unlink()
 
+    def check_history(self, step: int) -> list[int]:
+        """Refuse a resume whose logs lack a line the checkpoint at ``step`` covers, naming
+        the file and the step (a resume re-runs only later steps, so a lost line would stay
+        lost, or leave a gap). Reads only; call it after ``keep_logs_until(dry_run=True)``.
+
+        Returns the evaluation steps to log again: the checkpoint's own evaluation, whose
+        line a cut-short write lost while ``eval/step-N.json`` was written (the trainer logs
+        it again from that file, as the uninterrupted run did).
+        """
+        if step < 0:
+            return []  # no checkpoint: every line is re-run
+        metrics = self._covered("metrics.jsonl", step)
+        evals = {s for s, r in metrics if "eval/accuracy" in r}
+        _require(self.path / "metrics.jsonl", step, "training line",
+                 set(range(1, step + 1)) - {s for s, r in metrics if "eval/accuracy" not in r})
+        lost = {s for s in self.eval_steps() if s <= step and s not in evals}
+        _require(self.path / "metrics.jsonl", step, "evaluation line", lost - {step})
+        records = self._covered("allocation.jsonl", step)
+        _require(self.path / "allocation.jsonl", step, "record", set(range(1, step + 1)) - {s for s, _ in records})
+        path = self.path / "completions.jsonl"
+        content = read_jsonl(path) if path.is_file() else JsonlContent([])
+        torn = _torn_step(path, content)
+        if torn is not None and torn <= step:
+            raise UserError(f"--resume: {path}:{content.torn_line}: the line of step {torn} is cut short "
+                            f"and the checkpoint (step {step}) covers it; {_KEEP}")
+        if lost:
+            read_eval_line(self.eval_steps()[step])  # damaged: refused before anything changes
+        return sorted(lost)
+
+    def _covered(self, log: str, step: int) -> list[tuple[int, dict]]:
+        """(step, record) of a log's lines; the file must exist when the checkpoint covers steps."""
+        path = self.path / log
+        if not path.is_file():
+            raise UserError(f"--resume: {path}: no such file, and the checkpoint (step {step}) covers "
+                            f"its lines up to step {step}; {_KEEP}")
+        content = read_jsonl(path)
+        return [(_step_of(r, path, n), r) for r, n in zip(content.records, content.lines)]
+
     def checkpoint_step(self, checkpoint: Path | None) -> int:
         """The step a checkpoint holds (-1 for none: a resume from the start)."""
         if checkpoint is None:
@@ -473,6 +514,39 @@ class RunDir:
         for pattern in (".trash-step-*", ".tmp-step-*"):
             for d in self.checkpoints.glob(pattern):
                 shutil.rmtree(d, ignore_errors=True)
+
+
+_KEEP = ("resume keeps every logged line and re-runs only later steps: restore the file "
+         "from a copy, or start a new run")
+
+
+def _require(path: Path, step: int, what: str, missing: set[int]) -> None:
+    if missing:
+        first = min(missing)
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"--resume: {path}: the {what} of step {first} is missing{more}, and the "
+                        f"checkpoint (step {step}) covers it; {_KEEP}")
+
+
+def _torn_step(path: Path, content: JsonlContent) -> int | None:
+    """The step a torn last line was written for, when its prefix says so."""
+    if content.torn_at is None:
+        return None
+    with open(path, "rb") as f:
+        f.seek(content.torn_at)
+        m = re.match(rb'\s*\{"step": (\d+)[,}]', f.read(64))
+    return int(m.group(1)) if m else None
+
+
+def read_eval_line(path: Path) -> tuple[float, dict[str, float], int]:
+    """(accuracy, accuracy per set, samples) of an evaluation file ``eval/step-N.json``."""
+    try:
+        data = json.loads(path.read_text())
+        sets = {name: float(s["accuracy"]) for name, s in data["sets"].items()}
+        return float(data["accuracy"]), sets, sum(len(s["samples"]) for s in data["sets"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"--resume: {path}: damaged ({type(e).__name__}: {e}); it holds the checkpoint's "
+                        "evaluation, whose metrics.jsonl line was cut short: restore it, or start a new run") from None
 
 
 def _step_of(row: dict, path: Path, line: int) -> int:

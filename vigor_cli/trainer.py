@@ -472,19 +472,31 @@ class Trainer:
         self.engine.end_generation()
         accuracy = sum(r.accuracy for r in results.values()) / len(results)
         self.rundir.write_eval(step, {"step": step, "accuracy": accuracy, "sets": {n: r.to_json() for n, r in results.items()}})
+        self._log_eval(step, accuracy, {n: r.accuracy for n, r in results.items()},
+                       sum(len(r.samples) for r in results.values()))
+        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in results.items())
+        self.out.print(f"[bold]eval[/] step {step}: accuracy {accuracy:.3f} ({sets})", highlight=False)
+        return accuracy
+
+    def _log_eval(self, step: int, accuracy: float, sets: dict[str, float], samples: int) -> None:
         line = {
             "step": step,
             "eval/accuracy": accuracy,
-            **{f"eval/{n}/accuracy": r.accuracy for n, r in results.items()},
-            "eval/samples": sum(len(r.samples) for r in results.values()),
+            **{f"eval/{n}/accuracy": a for n, a in sets.items()},
+            "eval/samples": samples,
             "rollouts/cumulative": self.rollouts_total,
             "tokens/cumulative": self.tokens_total,
             "time/elapsed": self.elapsed(),
         }
         self.rundir.append("metrics.jsonl", line)
-        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in results.items())
-        self.out.print(f"[bold]eval[/] step {step}: accuracy {accuracy:.3f} ({sets})", highlight=False)
-        return accuracy
+
+    def relog_eval(self, step: int) -> None:
+        """Log the checkpoint's evaluation again from ``eval/step-N.json`` (resume, when its
+        metrics.jsonl line was cut short): the line the uninterrupted run wrote, in its place."""
+        from vigor_cli.runs import read_eval_line
+
+        assert step == self.step, "only the checkpoint's own evaluation can be logged again"
+        self._log_eval(step, *read_eval_line(self.rundir.eval_dir / f"step-{step}.json"))
 
     def _has_eval(self, step: int) -> bool:
         return (self.rundir.eval_dir / f"step-{step}.json").exists()
@@ -690,7 +702,7 @@ def _resume(path: Path, steps: int | None, out: Any,
     from vigor_cli.runs import check_resume_config
 
     def warn(message: str) -> None:
-        out.print(f"[yellow]warning:[/] {message}", highlight=False)
+        out.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
     run = RunDir.open_existing(path).acquire()  # refuses a run another process has
     try:
@@ -699,10 +711,14 @@ def _resume(path: Path, steps: int | None, out: Any,
         check_resume_config(run, cfg, checkpoint, steps, warn)
         at = run.checkpoint_step(checkpoint)
         run.keep_logs_until(at, warn, dry_run=True)  # damaged lines refuse before the model loads
+        relog = run.check_history(at)  # so do lost lines the checkpoint covers
         if steps is not None:
             cfg.train.steps = steps
         trainer = Trainer(cfg, run, checkpoint, out, signals)
         run.keep_logs_until(at, warn)
+        for step in relog:
+            warn(f"{run.path / 'metrics.jsonl'}: logged the evaluation of step {step} again from eval/step-{step}.json")
+            trainer.relog_eval(step)
         run.write_config(cfg)
     except BaseException:
         run.release()

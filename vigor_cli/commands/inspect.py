@@ -36,7 +36,7 @@ def inspect_allocation(
     run_path = check_run_dir(run)
     steps, notes = load_allocation(run_path, read_config(run_path))
     for note in notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False)
+        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     chosen = choose_steps(steps, step, last)
     summaries = [summarize_step(s) for s in steps]
     if as_json:

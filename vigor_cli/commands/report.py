@@ -32,7 +32,7 @@ def report(
     loaded = [load_run(p) for p in runs]
     for r in loaded:
         for note in r.notes:
-            err_console.print(f"[yellow]note:[/] {note}", highlight=False)
+            err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     curves = [run_curve(r, metric) for r in loaded]
     base = baseline_index(loaded, baseline)
     if target is None:
