@@ -51,7 +51,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
+NEIGHBOURS = {"output-dir is a file", "trl output_dir under a file", "vigor_run_dir holds a run",
+              "missing --output-dir", "flag without its value"}
+"""Variants of the cases above, marked slow: each run imports torch and TRL (about 7 s)."""
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in NEIGHBOURS else c
+                                  for c in CASES])
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(tmp_path, case):
     args, fragments = CASES[case]
     _setup(tmp_path)
