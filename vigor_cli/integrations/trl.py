@@ -39,6 +39,7 @@ What TRL constrains, and how this works around it:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import sys
@@ -46,7 +47,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, NoReturn, Sequence
 
 import torch
 
@@ -588,15 +589,20 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
     return trainer, held_out, task
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``[accelerate launch ...] python -m vigor_cli.integrations.trl``: a vigor config
-    (default: the bundled tiny-math run) trained through TRL; docs/scaling.md."""
-    import argparse
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors (an unknown flag, a bad or missing value) raise
+    ``UserError``: one line and exit 2 through :func:`main`, not the usage block."""
 
+    def error(self, message: str) -> NoReturn:
+        from vigor_cli.errors import UserError
+
+        raise UserError(f"{message} (see --help)")
+
+
+def _parser() -> _Parser:
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.errors import UserError
 
-    ap = argparse.ArgumentParser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
+    ap = _Parser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
     ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="vigor run config (YAML)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="override a key: section.key=value")
     ap.add_argument("--output-dir", required=True, help="TRL's output_dir; vigor's run files go here too")
@@ -604,7 +610,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
     ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
                     help="set a GRPOConfig key last: key=value (YAML), e.g. vllm_server_host=10.0.0.5")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _check_output_dirs(output_dir: str, trl_keys: Mapping[str, Any]) -> None:
+    """Refuse, before anything slow, a directory that cannot be created (a regular file at
+    it or above it) and a run directory that already holds a run's allocation.jsonl."""
+    from vigor_cli.errors import UserError, file_in_the_way
+
+    dirs = {"--output-dir": output_dir}  # --trl keys are set last, so they win
+    dirs.update({f"--trl {k}": trl_keys[k] for k in ("output_dir", "vigor_run_dir") if trl_keys.get(k) is not None})
+    for flag, value in dirs.items():
+        if (blocker := file_in_the_way(Path(str(value)))) is not None:
+            raise UserError(f"{flag} {value}: {blocker} is a file, not a directory")
+    flag, run = list(dirs.items())[-1]  # where allocation.jsonl goes: vigor_run_dir, else output_dir
+    if (Path(str(run)) / "allocation.jsonl").exists():
+        raise UserError(f"{flag} {run}: already holds a run's allocation.jsonl; give a new directory")
+
+
+def _train(a: argparse.Namespace) -> int:
+    from vigor_cli.errors import UserError, user_message
+
     try:
         cfg = build_config(a.config, sets=a.sets)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
@@ -613,10 +639,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra[key] = value
         if a.vllm_mode:
             extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
+        _check_output_dirs(a.output_dir, extra)
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
-    except (UserError, ValueError, TypeError) as e:  # ConfigError is a ValueError; a bad --trl key a TypeError
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError) as e:  # ConfigError is a ValueError; a bad --trl key a TypeError
+        raise UserError(user_message(e) or str(e).splitlines()[0]) from None
     try:
         trainer.train()
     finally:
@@ -625,6 +651,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"output_dir": a.output_dir, "rollouts": trainer.vigor_totals["rollouts"],
                           "held_out": held_out.results}))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``[accelerate launch ...] python -m vigor_cli.integrations.trl``: a vigor config
+    (default: the bundled tiny-math run) trained through TRL; docs/scaling.md."""
+    from vigor_cli.errors import EXIT_USER, user_message
+
+    try:
+        return _train(_parser().parse_args(argv))
+    except Exception as e:  # the user's to fix: one line, exit 2; a bug keeps its traceback
+        message = user_message(e)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_USER
 
 
 __all__ = [
