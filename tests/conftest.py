@@ -25,3 +25,22 @@ def vigor(capsys, monkeypatch):
         return code, out.out, out.err
 
     return call
+
+
+_DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_distributed_env():
+    """The vLLM engine sets torchrun's variables for its single process (rollout/vllm.py); in
+    the test process they would outlive the test and make later tests (TRL's, accelerate's)
+    start a process group on a stale port. Restore them after each test."""
+    import os
+
+    before = {k: os.environ.get(k) for k in _DISTRIBUTED_ENV}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

@@ -273,7 +273,12 @@ def _free_port() -> int:
 
 
 def _run_script(out: Path, ranks: int) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # The in-process tests above leave torch.distributed's variables in os.environ (and their
+    # store on MASTER_PORT): a child must not inherit them, or it joins that dead group's port.
+    leaked = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+              "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID")
+    env = {k: v for k, v in os.environ.items() if k not in leaked and not k.startswith("ACCELERATE_")}
+    env.update({"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
     cmd = [sys.executable, str(SCRIPT), str(out)]
     if ranks > 1:  # --standalone: torchrun's rendezvous picks a free port itself
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
