@@ -204,7 +204,7 @@ def test_saved_configs_read_back_identically(tmp_path):
 
 # --------------------------------------------------------------------------- vigor simulate
 @pytest.mark.parametrize("args, needle", [
-    (["--budget", "1"], "--strategy vigor: allocation.budget (1) is below the first round's allocation.m0 x train.prompts_per_step (2 x 64 = 128)"),
+    (["--budget", "1"], "--strategy vigor: allocation.budget (1) is below the first round's allocation.m0 x --prompts (2 x 64 = 128)"),
     (["--strategy", "auto", "--budget", "100", "--prompts", "64"], "--strategy auto: allocation.budget (100) is below auto's census"),
     (["--learn", "--lr", "-1"], "'--lr': -1 is out of range: must be > 0"),
     (["--learn", "--lr", "nan"], "'--lr': nan is not a finite number"),

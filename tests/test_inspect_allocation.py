@@ -142,3 +142,16 @@ def test_bad_input(tmp_path, vigor):
     (empty / "metrics.jsonl").write_text("")
     code, out, err = vigor("inspect-allocation", str(empty))
     assert code == 2 and "no allocation.jsonl yet" in err
+
+
+def test_the_configured_budget_is_vigors_own_key():
+    """A record without a budget falls back to the config's: allocation.budget, else
+    rollouts_per_prompt x prompts_per_step (GRPO's group_size only for a config from before
+    that key), the rule the allocators use (allocation.registry.default_budget)."""
+    from vigor_cli.report.allocation import config_budget
+
+    both = {"allocation": {"rollouts_per_prompt": 8, "group_size": 4}, "train": {"prompts_per_step": 16}}
+    assert config_budget(both, prompts=99) == 128
+    assert config_budget({"allocation": {"group_size": 4}, "train": {"prompts_per_step": 16}}, prompts=99) == 64
+    assert config_budget({"allocation": {"budget": 300, "rollouts_per_prompt": 8}}, prompts=16) == 300
+    assert config_budget({"allocation": {}}, prompts=16) is None

@@ -16,7 +16,7 @@ multi-round adaptive downsampling), per step:
   keeps a share of positives proportional to its pass rate, at least one of each class
   when it can).
 
-Ours (allocation/README.md): a hard per-step budget (default group_size x prompts, the
+Ours (allocation/README.md): a hard per-step budget (default rollouts_per_prompt x prompts, the
 source has none: its steps cost 8B to 32B rollouts); a round that would overspend is cut
 to the remaining budget exactly as VIGOR's is (even split, seeded random extras) and is
 the last. Defaults M = 4 (the source's 8 would spend a GRPO budget of 8 per prompt in

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -69,9 +69,8 @@ def simulate(
     )
     overrides = {f"allocation.{k}": v for k, v in allocation.items()}
     overrides.update({"train.prompts_per_step": prompts, "train.seed": seed})
-    cfg = build_config(config, overrides=overrides, sets=set_, strategy_rules=False)  # each compared one: check_like_train
+    cfg = build_config(config, overrides=overrides, sets=set_, strategy_rules=False)  # each compared one: simulate.check_settings
     names = strategy_names(strategy)
-    check_like_train(cfg, names)
     given = dict(law=pass_rates, steps=steps, pool=pool, tests=tests, lr=lr, transfer=transfer, target=target)
     settings = SimSettings(
         strategies=names,
@@ -95,19 +94,3 @@ def strategy_names(text: str) -> tuple[str, ...]:
     if not names:
         raise UserError("--strategy: give at least one strategy, or all")
     return names
-
-
-def check_like_train(cfg: Any, names: tuple[str, ...]) -> None:
-    """Refuse the allocation settings `vigor train` would refuse for any simulated strategy
-    (a budget below a strategy's first round, PODS keeping more than it generates), with
-    the strategy registry's own check and message."""
-    from vigor_cli.allocation import STRATEGIES, registry
-
-    for name in names:
-        if name in STRATEGIES:  # an unknown name is the simulator's to report
-            as_train = cfg.allocation.model_copy(deep=True)
-            as_train.strategy = name
-            try:
-                registry.check(as_train, cfg.train.prompts_per_step)
-            except UserError as e:
-                raise UserError(f"--strategy {name}: {e}") from None

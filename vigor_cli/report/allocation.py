@@ -10,7 +10,7 @@ so prompts GRESO skipped before rollout are counted apart):
 
 - budget used: rollouts generated this step, used in the update or not,
   against the step's budget (the record's, else the config's
-  allocation.budget or group_size x prompts_per_step). GRPO spending the
+  allocation.budget or rollouts_per_prompt x prompts_per_step). GRPO spending the
   same rollouts would give every prompt rollouts / prompts of them; the
   summary sets that against the smallest and largest share a prompt got.
 - zero-variance fraction: share of prompts whose rewards (all rounds) are
@@ -199,16 +199,16 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
 
 
 def config_budget(config: dict, prompts: int) -> int | None:
-    """The step budget the run was configured with: allocation.budget, else group_size x
-    train.prompts_per_step (GRPO's spend; see config.AllocationConfig.budget). ``prompts``
-    stands in for prompts_per_step when the config lacks it."""
+    """The step budget the run was configured with: allocation.budget, else
+    allocation.rollouts_per_prompt x train.prompts_per_step (``registry.default_budget``; a
+    config from before that key: group_size). ``prompts`` stands in for prompts_per_step
+    when the config lacks it."""
     alloc = config.get("allocation") or {}
     if alloc.get("budget") is not None:
         return int(alloc["budget"])
     per_step = (config.get("train") or {}).get("prompts_per_step") or prompts
-    if alloc.get("group_size") is not None:
-        return int(alloc["group_size"]) * int(per_step)
-    return None
+    per_prompt = alloc.get("rollouts_per_prompt", alloc.get("group_size"))
+    return None if per_prompt is None else int(per_prompt) * int(per_step)
 
 
 def load_allocation(run_path: Path, config: dict) -> tuple[list[StepAllocation], list[str]]:
