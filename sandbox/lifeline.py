@@ -7,12 +7,11 @@ a worker busy with a job (a program under test with a 60 s limit, a sympy expans
 outlive a SIGKILLed parent by that long.
 
 :func:`die_with` watches the parent's pidfd from a daemon thread, which wakes the moment the
-parent exits, whatever killed it. It then runs the worker's own last step (the fork server
-kills its zygote, which takes the program under test with it) and, if the process has not
-ended by itself within ``grace_s``, SIGKILLs it.
+parent exits, whatever killed it, and SIGKILLs this process (math verifier workers).
 
 A process that may not start threads (the sandbox's fork server runs under a thread limit)
-polls :func:`pidfd` itself wherever it waits.
+polls :func:`pidfd` itself where it waits for a job (``ForkServer._watch``): the program under
+test is killed at once and the server ends on the closed pipe.
 """
 
 from __future__ import annotations
@@ -22,18 +21,14 @@ import select
 import signal
 import threading
 import time
-from typing import Callable
 
 POLL_FALLBACK_S = 0.2
 """How often to look for the parent where there is no pidfd (kernels before 5.3)."""
 
 
-def die_with(parent_pid: int, last_step: Callable[[], None] | None = None,
-             grace_s: float = 1.0) -> threading.Thread:
-    """Start a daemon thread that ends this process soon after ``parent_pid`` exits.
-
-    ``last_step`` runs first (errors ignored); then the process gets ``grace_s`` seconds to
-    end on its own before SIGKILL. A parent already gone counts as dead at once."""
+def die_with(parent_pid: int) -> None:
+    """Start a daemon thread that SIGKILLs this process as soon as ``parent_pid`` exits (a
+    parent already gone counts as dead at once)."""
     fd = pidfd(parent_pid)
 
     def watch() -> None:
@@ -45,28 +40,16 @@ def die_with(parent_pid: int, last_step: Callable[[], None] | None = None,
         else:
             while _exists(parent_pid):
                 time.sleep(POLL_FALLBACK_S)
-        if last_step is not None:
-            try:
-                last_step()
-            except Exception:  # noqa: BLE001 - the process is going anyway
-                pass
-            time.sleep(grace_s)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    thread = threading.Thread(target=watch, name="vigor-lifeline", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=watch, name="vigor-lifeline", daemon=True).start()
 
 
 def pidfd(pid: int) -> int | None:
     """A pidfd for ``pid`` (readable once it exits), or None where the kernel has none."""
     try:
         return os.pidfd_open(pid)
-    except ProcessLookupError:
-        # Already gone: a pidfd of our own pid never becomes readable, so use the fallback,
-        # which finds the parent missing on its first look.
-        return None
-    except (AttributeError, OSError):
+    except (AttributeError, OSError):  # no pidfd here, or already gone (the fallback sees that)
         return None
 
 
@@ -75,6 +58,6 @@ def _exists(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, under another uid
+        pass
     return True

@@ -6,8 +6,8 @@ run here). The trainer now calls, in order:
 
 1. :func:`check_static` — the config alone and the local machine, no network:
    the device (``model.device``, loud about unusable CUDA), the engine and
-   4-bit prerequisites, the config's own arithmetic
-   (:func:`vigor_cli.trainer.validate_config`), and every data source the
+   4-bit prerequisites (the config's own rules were checked when it was built,
+   in vigor_cli/config.py), and every data source the
    task will read (:data:`DATA_CHECKS`, a registry by task name): local files
    must exist, and an evaluation set with no local copy must be one the hub
    can serve;
@@ -125,11 +125,8 @@ def check_four_bit(cfg: Any, device_type: str) -> None:
 def check_static(cfg: Any) -> str:
     """Every check that needs neither data nor model; returns the device type chosen."""
     from vigor_cli.models import pick_device
-    from vigor_cli.trainer import validate_config
-
     from vigor_cli.tasks import TASKS
 
-    validate_config(cfg)
     if cfg.task.name not in TASKS:
         raise UserError(f"unknown task {cfg.task.name!r}; valid tasks: {', '.join(TASKS)}")
     check = DATA_CHECKS.get(cfg.task.name)

@@ -10,9 +10,9 @@ fall back in silence); on the CPU (asked for, or no CUDA at all) it takes
 transformers and says why.
 
 Engines are registered with ``@register_engine(name)`` (``ENGINES``); the config's
-``engine.kind`` validation and the CLI's help read the names from there. The helpers
-every engine shares: ``rollout/weights.py`` (which tokens end a completion) and
-``rollout/weights.py`` (the policy's weights, LoRA merged, for an engine's own copy).
+``engine.kind`` validation and the CLI's help read the names from there. What every
+engine needs from the policy is in ``rollout/weights.py``: which tokens end a completion,
+and the policy's weights (LoRA merged) for an engine that keeps its own copy.
 """
 
 from __future__ import annotations
