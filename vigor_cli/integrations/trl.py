@@ -226,10 +226,12 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
     read the run."""
     import yaml
 
+    from vigor_cli.runs import write_text_atomic
+
     run = RunDir(Path(run_dir))
     run.path.mkdir(parents=True, exist_ok=True)
     if config is not None:
-        (run.path / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     if allocation is not None:
         run.append("allocation.jsonl", allocation)
     if metrics is not None:
@@ -539,10 +541,10 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     g, s, t = cfg.grpo, cfg.sampling, cfg.train
     if g.loss_agg not in LOSS_TYPES:
         raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
+    from vigor_cli.models import gradient_checkpointing_on
+
     group = cfg.allocation.group_size
-    checkpointing = cfg.model.gradient_checkpointing  # "auto": as vigor train, off for the tiny model and on CPU
-    if checkpointing == "auto":
-        checkpointing = cfg.model.name_or_path != "tiny" and not overrides.get("use_cpu", False)
+    checkpointing = gradient_checkpointing_on(cfg.model, _trl_device(overrides))  # as vigor train decides it
     keys = dict(
         gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps, seed=t.seed, prompts_per_step=t.prompts_per_step,
         vigor=cfg.allocation.model_dump(), per_device_train_batch_size=group, num_generations=group,
@@ -557,19 +559,25 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     return VigorGRPOConfig(**keys)
 
 
+def _trl_device(overrides: dict) -> torch.device:
+    """Where TRL will train: the CPU when asked (``use_cpu``) or without CUDA, else the GPU."""
+    cpu = overrides.get("use_cpu", False) or not torch.cuda.is_available()
+    return torch.device("cpu" if cpu else "cuda")
+
+
 def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[VigorGRPOTrainer, HeldOutEval, Any]:
     """The trainer for a vigor ``RunConfig`` (model, task, reward through the task's verifier,
     held-out evaluation as `vigor train` schedules it); returns (trainer, evaluation, task)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    from vigor_cli.models import resolve_model_path
+    from vigor_cli.models import load_tokenizer, pick_dtype, resolve_model_path
     from vigor_cli.tasks import get_task
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
     path = resolve_model_path(m.name_or_path)
-    tok = AutoTokenizer.from_pretrained(path, revision=m.revision)
-    dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[m.dtype]
+    tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
+    dtype = pick_dtype(m, _trl_device(overrides))
     model = AutoModelForCausalLM.from_pretrained(path, revision=m.revision, dtype=dtype)
     peft_config = None
     if m.lora.enabled:
