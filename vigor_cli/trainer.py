@@ -35,7 +35,7 @@ from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import Rollout, SamplingParams
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.runs import RunDir, write_json_atomic
-from vigor_cli.tasks.base import Example
+from vigor_cli.tasks.base import Example, score_once
 
 COMPLETIONS_SHOWN = 4
 """Completions per console table and per completions.jsonl entry."""
@@ -450,11 +450,7 @@ class Trainer:
         would cost a verifier call (a sandbox run for code)."""
         if not self.dedupe_scoring:
             return self.task.score([self.examples[u] for u, _ in flat], [ro.text for _, ro in flat])
-        keys = [(uid, ro.text) for uid, ro in flat]
-        new = list(dict.fromkeys(k for k in keys if k not in graded))
-        if new:
-            graded.update(zip(new, self.task.score([self.examples[u] for u, _ in new], [t for _, t in new])))
-        return [graded[k] for k in keys]
+        return score_once(self.task, self.examples, [(uid, ro.text) for uid, ro in flat], graded)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, step: int) -> float:

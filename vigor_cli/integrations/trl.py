@@ -62,6 +62,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from vigor_cli import grpo
 from vigor_cli.allocation import make_allocator
 from vigor_cli.config import AllocationConfig, ConfigError, build_config, parse_override
+from vigor_cli.tasks.base import score_once
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import DataOrder
 
@@ -178,7 +179,7 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
     train`, each distinct (uid, completion) of a training step is graded once (a reward is
     a function of the two alone; repeats are common, a sandbox run each for code)."""
     examples = {ex.uid: ex for ex in task.train_examples()}
-    graded: dict[tuple[str, str], float] = {}
+    graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
     def reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
@@ -188,12 +189,7 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
             graded.clear()
             seen_step[0] = step
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        keys = list(zip(kwargs[uid_column], texts))
-        new = list(dict.fromkeys(k for k in keys if k not in graded))
-        if new:
-            scores = task.score([examples[u] for u, _ in new], [t for _, t in new])
-            graded.update((k, float(s.reward)) for k, s in zip(new, scores))
-        out = [graded[k] for k in keys]
+        out = [float(s.reward) for s in score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)]
         if step is None:
             graded.clear()
         return out

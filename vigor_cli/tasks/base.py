@@ -52,3 +52,14 @@ class Task(ABC):
 
     def close(self) -> None:
         """Release worker pools."""
+
+
+def score_once(task: Task, examples: Any, keys: Sequence[tuple[str, str]], graded: dict) -> list[Score]:
+    """Scores of (uid, completion text) pairs, each distinct pair graded once: a reward is a
+    function of the example and the text alone, and sampled completions repeat (a verifier
+    call each, a sandbox run for code). ``graded`` holds the pairs already scored (a training
+    step's earlier rounds) and gains the new ones; ``examples`` maps uid to Example."""
+    new = list(dict.fromkeys(k for k in keys if k not in graded))
+    if new:
+        graded.update(zip(new, task.score([examples[u] for u, _ in new], [t for _, t in new])))
+    return [graded[k] for k in keys]
