@@ -118,12 +118,18 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 @pytest.mark.parametrize("command, kind, args, needle", CASES,
                          ids=[f"{c[0]}-{c[1]}-{i}" for i, c in enumerate(CASES)])
-def test_bad_input_is_one_line_exit_2_and_nothing_changes(vigor, place, tmp_path, command, kind,
-                                                          args, needle):
+def test_bad_input_is_one_line_exit_2_and_nothing_changes(vigor, place, tmp_path, monkeypatch, command,
+                                                          kind, args, needle):
     argv = [a.format(**place) for a in args]
     needle = needle.format(**place)
+    if kind in ("range", "output"):  # refused when parsed: loading a model would be work started
+        from transformers import AutoModelForCausalLM
+
+        def no_model(*a, **k):
+            raise AssertionError("a model loaded before the bad input was refused")
+
+        monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_model)
     before = _snapshot(tmp_path)
-    started = time.monotonic()
     code, out, err = vigor(*argv)
     assert code == 2, (code, err[-2000:])
     assert "Traceback" not in err
@@ -131,8 +137,6 @@ def test_bad_input_is_one_line_exit_2_and_nothing_changes(vigor, place, tmp_path
     assert len(lines) == 1, err
     assert lines[0].startswith("error:") and needle in lines[0], lines[0]
     assert _snapshot(tmp_path) == before  # nothing written, nothing lost
-    if kind in ("range", "output"):  # refused when parsed: no model loaded, no work lost
-        assert time.monotonic() - started < 5, "refused only after work started"
 
 
 def test_every_command_is_in_the_matrix():
@@ -231,12 +235,11 @@ def test_unknown_model_offline_is_one_line_at_once(vigor, monkeypatch, how):
         monkeypatch.setattr(socket, "create_connection", no_network)
     else:
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    started = time.monotonic()
     code, _, err = vigor("eval", "no-such-org/no-such-model-x", "--limit", "1")
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "model.name_or_path=no-such-org/no-such-model-x" in lines[0], err
-    assert time.monotonic() - started < 20
+    assert "cannot be reached" in lines[0] or "HF_HUB_OFFLINE" in lines[0]  # the probe's line, before any retry
 
 
 def _parse_flag(path: list[str], flag: str, value: str):

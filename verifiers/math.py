@@ -528,20 +528,7 @@ def _worker_main(conn, extra_memory: int, parent_pid: int | None = None) -> None
     ``parent_pid``: the process that owns this worker; when it dies (SIGKILL included) the
     worker dies too, even in the middle of a slow item (its real parent is the forkserver).
     """
-    import signal
-
-    from vigor_cli.sandbox.lifeline import die_with
-
-    # Ctrl-C and a group's SIGTERM are the parent's to handle (it finishes the step, which
-    # needs this worker); the worker ends when the parent closes it or dies (die_with).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if parent_pid is not None:
-        die_with(parent_pid)
-    try:
-        _limit_memory(extra_memory)
-    except (OSError, ValueError):
-        pass  # no /proc or no rlimits: the time limit still holds
+    _child_setup(extra_memory, parent_pid)
     _math_verify()
     conn.send("ready")
     while True:
@@ -557,6 +544,24 @@ def _worker_main(conn, extra_memory: int, parent_pid: int | None = None) -> None
                 conn.send(reply)
             except (BrokenPipeError, OSError):
                 return
+
+
+def _child_setup(extra_memory: int, parent_pid: int | None) -> None:
+    """A grading process's start (pool worker or one-shot child): Ctrl-C and a group's SIGTERM
+    are the parent's to handle (it finishes the step, which needs this process); it dies with
+    the parent (die_with) and under a memory cap."""
+    import signal
+
+    from vigor_cli.sandbox.lifeline import die_with
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if parent_pid is not None:
+        die_with(parent_pid)
+    try:
+        _limit_memory(extra_memory)
+    except (OSError, ValueError):
+        pass  # no /proc or no rlimits: the time limit still holds
 
 
 def _grade_reply(item: tuple) -> tuple:
@@ -576,17 +581,7 @@ def _grade_reply(item: tuple) -> tuple:
 
 
 def _forked_child(conn, items: list, extra_memory: int, parent_pid: int | None = None) -> None:
-    import signal
-
-    from vigor_cli.sandbox.lifeline import die_with
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if parent_pid is not None:
-        die_with(parent_pid)
-    try:
-        _limit_memory(extra_memory)
-    except (OSError, ValueError):
-        pass
+    _child_setup(extra_memory, parent_pid)
     for item in items:
         try:
             conn.send(_grade_reply(item))
