@@ -1,8 +1,10 @@
-"""Workers die with their parent, whatever killed it (issue 17: leftovers).
+"""Workers die with their parent, whatever killed it (issues 17 and 24: leftovers).
 
 The parent is SIGKILLed (no cleanup code of its own runs), and every process it had started
-(sandbox fork servers, their zygotes and the program under test; math verifier workers)
-must be gone within 2 s, although the program under test had a 60 s limit to run out.
+(sandbox fork servers, their zygotes and the program under test; math verifier workers and
+the process they are forked from) must be gone within 1 s, although the program under test
+had a 60 s limit to run out, and nothing may be left in the temp directory (multiprocessing's
+forkserver left a ``pymp-*`` folder there, and took up to 2.9 s to exit).
 """
 
 from __future__ import annotations
@@ -71,19 +73,32 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _kill_and_check(proc: subprocess.Popen, started: set[int]) -> None:
+GRACE_S = 1.0
+"""How long a child may outlive its SIGKILLed parent."""
+
+
+def _kill_and_check(proc: subprocess.Popen, started: set[int], temp_dir: Path | None = None) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + GRACE_S
     while _alive(started) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.02)
     left = _alive(started)
     for pid in left:  # do not leave them to the next test
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    assert not left, f"{len(left)} process(es) outlived their killed parent by 2 s"
+    assert not left, f"{len(left)} process(es) outlived their killed parent by {GRACE_S} s"
+    if temp_dir is not None:
+        assert sorted(p.name for p in temp_dir.iterdir()) == [], "left in the temp directory"
+
+
+def _private_temp(tmp_path: Path) -> Path:
+    """A temp directory of the test's own (TMPDIR for the parent), so leftovers are its own."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    return folder
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
@@ -91,7 +106,8 @@ def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
     problem = FIXTURES / "stdin_problem.json"
     solution = tmp_path / "slow.py"
     solution.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "vigor_cli", "verify", "code", "--problem", str(problem),
          "--solution", str(solution), "--timeout", "60", "--allow-weak-sandbox"],
@@ -112,7 +128,7 @@ def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
 
 
 MATH_PARENT = textwrap.dedent(
@@ -134,21 +150,36 @@ MATH_PARENT = textwrap.dedent(
 )
 
 
-def test_math_workers_die_with_a_killed_parent(tmp_path):
+def _kill_math_parent(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(MATH_PARENT)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.strip() == "ready", proc.stderr.read()
         started = _descendants(proc.pid)
-        assert len(started) >= 2  # the forkserver and its workers
+        assert len(started) >= 3  # the process workers are forked from, and two workers
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
+
+
+def test_math_workers_die_with_a_killed_parent(tmp_path):
+    _kill_math_parent(tmp_path)
+
+
+@pytest.mark.slow
+def test_math_workers_die_with_a_killed_parent_every_time(tmp_path):
+    """The issue's measure: 8 of 40 kills left a child alive for more than 2 s. Ten in a row,
+    each within 1 s. (Slow: ten verifier starts.)"""
+    for attempt in range(10):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        _kill_math_parent(folder)
 
 
 @pytest.mark.slow
@@ -157,7 +188,8 @@ def test_a_killed_training_leaves_no_reward_worker(tmp_path):
     """tiny-code's rewards run in the sandbox pool: SIGKILL the training after its first
     logged step (workers busy or idle between steps) and nothing it started survives 2 s.
     (Slow: a real training. The busy-worker case is the two tests above.)"""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "vigor_cli", "train", "--task", "tiny-code", "--steps", "50",
          "--output-dir", str(tmp_path), "--run-name", "killed"],
@@ -172,7 +204,7 @@ def test_a_killed_training_leaves_no_reward_worker(tmp_path):
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
 
 
 def test_math_workers_ride_out_a_group_sigterm(tmp_path):
