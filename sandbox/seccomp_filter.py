@@ -13,8 +13,12 @@ action is ALLOW; the rules deny, with an errno the program sees as an
   ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_open``,
   ``pidfd_send_signal``; signals the kernel would send on the program's behalf
   (``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``ioctl`` ``FIOSETOWN``/
-  ``SIOCSPGRP``); priorities of anything but itself (``setpriority`` and
+  ``SIOCSPGRP``: the kernel reads these commands as 32-bit numbers, so only the low 32
+  bits of the register are compared, or setting bit 32 would pass the rule);
+  priorities of anything but itself (``setpriority`` and
   ``ioprio_set`` only for the calling process: no ``PRIO_USER``/``PRIO_PGRP``);
+* memory no limit counts: ``memfd_create`` (an anonymous file is no mapping, so
+  RLIMIT_AS misses it; a program's files live in its capped job tmpfs instead);
 * the machine: ``mount``, ``umount2``, ``unshare``, ``setns``, ``reboot``,
   ``swapon``, ``swapoff``, ``init_module``, ``finit_module``, ``delete_module``,
   ``kexec_load``, ``bpf``, ``perf_event_open``, ``keyctl``, ``add_key``,
@@ -73,6 +77,7 @@ _DENIED_OUTRIGHT = (
     "migrate_pages",
     "move_pages",
     "kcmp",
+    "memfd_create",
 )
 
 _SELF_ONLY_ARG0 = (
@@ -92,6 +97,8 @@ _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 group or a whole uid, which ``who == 0`` would make every program of the same uid)."""
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
 _FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
+_LOW_32_BITS = 0xFFFFFFFF
+"""fcntl's and ioctl's command argument is an ``unsigned int`` to the kernel: compare only it."""
 
 
 def build_filter(own_pid: int):
@@ -114,9 +121,9 @@ def build_filter(own_pid: int):
     filt.add_rule(deny, "setpriority", sc.Arg(0, sc.NE, _PRIO_PROCESS))
     filt.add_rule(deny, "ioprio_set", sc.Arg(0, sc.NE, _IOPRIO_WHO_PROCESS))
     for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
-        filt.add_rule(deny, "fcntl", sc.Arg(1, sc.EQ, command))
+        filt.add_rule(deny, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, command))
     for request in (_FIOSETOWN, _SIOCSPGRP):
-        filt.add_rule(deny, "ioctl", sc.Arg(1, sc.EQ, request))
+        filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, request))
     for name in _DENIED_OUTRIGHT:
         filt.add_rule(deny, name)
     return filt

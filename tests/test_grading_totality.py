@@ -24,7 +24,7 @@ from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool
 from vigor_cli.sandbox import pool as pool_module
 from vigor_cli.tasks.base import Example
 from vigor_cli.verifiers import code as code_module
-from vigor_cli.verifiers.code import CodeVerdict, CodeVerifier, TestVerdict, load_problem, outputs_match
+from vigor_cli.verifiers.code import CodeVerdict, CodeVerifier, load_problem, outputs_match
 
 LIMITS = Limits(timeout_s=6.0, memory_mb=256)
 
@@ -287,6 +287,7 @@ def test_the_verdict_view_prints_every_status_and_program_text_literally():
     from vigor_cli.report.verify_view import print_code_verdict
 
     problem = load_problem(DOUBLE)
+    TestVerdict = code_module.TestVerdict  # noqa: N806 - not collected as a test class
     markup = "[/] [bold]x[/bold] [red]"
     verdict = CodeVerdict(0.0, 0.0, [
         TestVerdict("sandbox_error", detail=f"worker died {markup}"),

@@ -117,7 +117,8 @@ HOSTILE: dict[str, tuple[str, set[str], str | None]] = {
     "read_parent_environ": ("import os; print(open(f'/proc/{os.getppid()}/environ').read())",
                             {"exit"}, None),
     "read_parent_memory": ("import os; open(f'/proc/{os.getppid()}/mem', 'rb')", {"exit"}, None),
-    "list_other_runs": ("import os; print(os.listdir('..'))", {"exit"}, None),
+    # The job's own tmpfs holds work/ (cwd), tmp/ and shm/; the folder above it is the worker's.
+    "list_other_runs": ("import os; print(os.listdir('../..'))", {"exit"}, None),
     "own_environment_is_scrubbed": (
         f"import os\nprint(os.environ.get('{SECRET.split('-')[0].upper()}_SECRET', 'clean'))\n"
         f"print(any('{SECRET}' in v for v in os.environ.values()))",
