@@ -191,6 +191,9 @@ def _classify(reply: dict, limits: Limits, base_dir: str | None = None) -> RunRe
     """Turn a worker's raw reply into a :class:`RunResult`."""
     if "internal_error" in reply:
         return RunResult("sandbox_error", detail=reply["internal_error"])
+    if reply.get("too_large"):
+        return RunResult("compile_error", detail=f"the program does not fit in its job "
+                                                 f"directory ({limits.disk_mb} MiB)")
     status, status_error = _read_status(reply["status"])
     result = RunResult(
         outcome="ok",

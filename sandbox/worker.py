@@ -490,9 +490,14 @@ class ForkServer:
         workdir = os.path.join(self.job_dir, "work")
         swept, started_ns = {}, time.time_ns()
         try:
-            with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
-                      errors="surrogatepass") as f:
-                f.write(job["source"])
+            try:
+                with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
+                          errors="surrogatepass") as f:
+                    f.write(job["source"])
+            except OSError as exc:  # the program's own size: its outcome, not a sandbox fault
+                if exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                    raise
+                return {"too_large": True}, {}
             if self.sweep:
                 swept = self._world_writable_mtimes()
             return self._fork_and_watch(job, workdir)

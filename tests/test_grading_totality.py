@@ -84,6 +84,15 @@ def test_a_child_that_cannot_confine_itself_is_still_a_sandbox_error(pool):
     assert again.outcome == "ok" and again.stdout == b"ran\n"
 
 
+def test_a_program_too_large_for_its_job_directory_is_its_own_outcome(pool):
+    """Writing the program is the sandbox's work, but its size is the program's: a compile
+    error, never a sandbox error (which would count against the batch)."""
+    run = pool.run_one(Job("#" + "x" * (3 << 20), b"", replace(LIMITS, disk_mb=2)))
+    assert run.outcome == "compile_error" and "does not fit" in run.detail, run
+    again = pool.run_one(Job("print('ran')", b"", LIMITS))
+    assert again.outcome == "ok" and again.stdout == b"ran\n"
+
+
 # --------------------------------------------------------------------------- comparisons
 ODD_TOKENS = ["sNaN", "-sNaN", "sNaN12", "NaN", "nan", "-Infinity", "inf", "1e999999999999999999",
               "1e9999999999999999999999999", "0x1F", "1_000", "\u0661\u0662", "--1", "1e", ".",

@@ -701,23 +701,54 @@ for n in range(40):                      # memfd files are no mapping: RLIMIT_AS
         memfd += 8 * MiB
     except OSError:
         break
-print(shm_held // MiB, queued // MiB, semaphores * 64 // MiB, memfd // MiB)
+import fcntl, os, socket
+piped = 0
+for _ in range(12):                      # pipes grown to 1 MiB and filled
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, 1031, 1 << 20)    # F_SETPIPE_SZ
+    except OSError:
+        pass
+    os.set_blocking(w, False)
+    try:
+        while True:
+            piped += os.write(w, b"p" * 65536)
+    except BlockingIOError:
+        pass
+buffered = 0
+for _ in range(12):                      # socket pairs with the largest buffers, filled
+    a, b = socket.socketpair()
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        for end in (a, b):
+            try:
+                end.setsockopt(socket.SOL_SOCKET, option, 64 << 20)
+            except OSError:
+                pass
+    a.setblocking(False)
+    try:
+        while True:
+            buffered += a.send(b"s" * 65536)
+    except BlockingIOError:
+        pass
+print(shm_held // MiB, queued // MiB, semaphores * 64 // MiB, memfd // MiB, piped // MiB,
+      buffered // MiB)
 """
 
 
 def test_memory_outside_the_address_space_is_bounded_by_the_limit():
-    """System V segments (detached ones belong to no process), message queues, semaphore sets
-    and memfd files: none is counted by RLIMIT_AS. What a job can hold in them stays within its
-    memory limit (here 64 MiB; a sibling of that size was 3.6 GiB at 512 MiB before)."""
+    """System V segments (detached ones belong to no process), message queues, semaphore sets,
+    memfd files, pipe and socket buffers: none is counted by RLIMIT_AS. What a job can hold in
+    them stays within its memory limit (here 64 MiB; one job held 3.6 GiB at 512 MiB before)."""
     limits = Limits(timeout_s=20.0, memory_mb=64)
     with SandboxPool(workers=1) as one:
         run = one.run_one(Job(SYSTEM_V_HOARD, b"", limits))
         assert run.outcome == "ok", (run.outcome, run.detail, run.stderr_head)
-        shm, queues, semaphores, memfd = map(int, run.stdout.split())
+        shm, queues, semaphores, memfd, piped, buffered = map(int, run.stdout.split())
         assert shm <= 64, f"{shm} MiB of detached System V shared memory held at a 64 MiB limit"
         assert queues <= 64, f"{queues} MiB queued in System V message queues"
         assert semaphores <= 64, f"about {semaphores} MiB of kernel memory in semaphores"
         assert memfd <= 64, f"{memfd} MiB in memfd files"
+        assert shm + queues + semaphores + memfd + piped + buffered <= 64, run.stdout
         _assert_nothing_left(one)
 
 

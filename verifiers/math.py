@@ -737,12 +737,14 @@ class _Zygote:
     def __init__(self, extra_memory: int):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path
+                                            if p and os.path.isdir(p))
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _ZYGOTE_BOOT, str(theirs.fileno()), str(os.getpid()),
                  str(extra_memory)],
-                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL, cwd="/")
+                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, cwd="/")
         finally:
             theirs.close()
         self.sock = ours
