@@ -21,12 +21,12 @@ Layers, outermost first:
   as the job directory (``work/``, ``tmp/`` for TMPDIR, ``shm/`` behind the slot's
   ``/dev/shm``), writes the program there, passes stdin through a memfd, reads
   stdout/stderr/status into fixed buffers, kills the child at the wall-clock limit,
-  detaches the tmpfs and removes the System V objects the job made (the IPC
-  namespace's limits follow the job's memory).
+  detaches the tmpfs and removes any System V object left in the slot's IPC namespace.
 * ``child``: new session, fds 0-3 only, scrubbed environment, rlimits (CPU,
   address space relative to its own size, stack, file size, open files,
   processes), the slot's unprivileged uid (when root), non-dumpable, dies with the
-  zygote, Landlock, seccomp (``seccomp_filter``); one byte on the ready pipe (closed
+  zygote, an IPC namespace of its own sized to its memory limit, Landlock, seccomp
+  (``seccomp_filter``); one byte on the ready pipe (closed
   before user code: the only way the server learns the child is confined); then the
   program runs as a real ``__main__`` script.
 * ``values``: what a program produced (status line, returned value) is read with

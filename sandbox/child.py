@@ -19,8 +19,10 @@ Before user code the child (forked by the worker's zygote, which never held a jo
   4. sets rlimits: CPU, address space (own size + headroom), stack (the hard limit left open,
      as competitive programs raise it), file size, open files, processes (counted per uid:
      each pool slot has its own), no core dumps;
-  5. drops to its slot's unprivileged uid/gid (when root), becomes non-dumpable, and
-     asks to be killed if its parent (the zygote) dies;
+  5. enters an IPC namespace of its own, its System V limits sized to its memory (when
+     root: no object or id of an earlier job, and nothing it makes outlives it), drops to
+     its slot's unprivileged uid/gid (when root), becomes non-dumpable, and asks to be
+     killed if its parent (the zygote) dies;
   6. enforces the Landlock allow-list (``sandbox.landlock``), then installs the seccomp
      filter (compiled once, its own pid patched in);
   7. reads its program, writes one byte to the ready pipe and closes it.
@@ -261,6 +263,10 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
                        "TMPDIR": tmpdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
     tempfile.tempdir = tmpdir  # the fork server asked tempfile before: it cached its own /tmp
     _set_limits(limits)
+    if settings.get("job_ipc"):  # still root: an IPC namespace of the job's own, sized to it
+        from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
+
+        enter_job_ipc_namespace(int(limits["memory_mb"]))
     if settings["drop_uid"]:
         _drop_privileges(settings["uid"])
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)

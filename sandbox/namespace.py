@@ -31,8 +31,9 @@ When the fork server runs as root and the kernel lets it create namespaces
 
 Then, per worker: :func:`enter_pid_namespace` before the zygote is forked (it becomes
 the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), the
-System V limits of its IPC namespace sized to a job's memory (:func:`limit_system_v`),
-and per job a fresh capped tmpfs as the job directory (:func:`mount_job_tmpfs`),
+System V limits of its IPC namespace sized to a job's memory (:func:`limit_system_v`);
+per job an IPC namespace of the child's own with the same limits
+(:func:`enter_job_ipc_namespace`) and a fresh capped tmpfs as the job directory (:func:`mount_job_tmpfs`),
 detached after the job (:func:`unmount`): nothing of a job (files, attributes of its root,
 a default ACL, the inode count) reaches the next. Without a tmpfs, the folder is emptied
 by :func:`remove_tree`, which neither recurses nor builds long paths, and its root's
@@ -58,6 +59,7 @@ _MNT_DETACH = 2
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_TMP_SIZE = "512m"
 """Cap of each private tmpfs: what all of one worker's programs may leave in it at once."""
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 DEV_NODES = ("null", "zero", "full", "random", "urandom")
 """Device nodes of the private /dev (the only ones the Landlock allow-list opens anyway)."""
 DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
@@ -208,12 +210,23 @@ def limit_system_v(memory_mb: int, fixed: bool = False) -> None:
     together at most that, freed as soon as they are detached (``fixed``: also write the
     :data:`SYSTEM_V_FIXED` limits). Call as root in the worker's own IPC namespace, with a
     writable procfs. Raises OSError."""
-    page = os.sysconf("SC_PAGE_SIZE")
     values = dict(SYSTEM_V_FIXED) if fixed else {}
-    values.update({"shmmax": str(memory_mb << 20), "shmall": str(max(1, (memory_mb << 20) // page))})
-    for name, value in values.items():
-        with open(f"/proc/sys/kernel/{name}", "w") as f:
-            f.write(value)
+    values.update({"shmmax": str(memory_mb << 20),
+                   "shmall": str(max(1, (memory_mb << 20) // _PAGE_SIZE))})
+    for name, value in values.items():  # raw descriptors: this runs once per job
+        fd = os.open(f"/proc/sys/kernel/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+
+def enter_job_ipc_namespace(memory_mb: int) -> None:
+    """Give the calling process (one job's child, still root) an IPC namespace of its own,
+    sized to ``memory_mb``: no System V object, id or queue of an earlier job is there, and
+    all of its own go with it. Raises OSError."""
+    _check(_libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+    limit_system_v(memory_mb, fixed=True)
 
 
 def isolate_fork_server(uid: int) -> dict:

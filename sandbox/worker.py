@@ -234,6 +234,12 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
             mount_private_proc()
         except OSError as exc:
             detail.append(f"could not mount a private /proc: {exc}")
+    if settings.get("job_ipc"):
+        why = _job_ipc_fails()
+        if why:
+            settings["job_ipc"] = False
+            detail.append(f"no IPC namespace per job ({why}): System V objects are removed "
+                          "after each job instead")
     ruleset = None
     if rules:
         try:
@@ -248,6 +254,7 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
     report = _probe(settings, probe_dir)
     report["detail"] = detail + report["detail"]
     report["landlock_abi"] = settings.get("landlock_abi", 0)
+    report["job_ipc_namespace"] = bool(settings.get("job_ipc"))
     sock.send(json.dumps(report).encode())
     gc.freeze()
     while True:
@@ -294,6 +301,29 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
         ruleset.close()
 
 
+def _job_ipc_fails() -> str | None:
+    """Whether a child can enter an IPC namespace of its own and size it (a fork that
+    tries): None if it can, else why not. Runs in the zygote, after its procfs is mounted."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
+
+            enter_job_ipc_namespace(Limits().memory_mb)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:500])
+        os._exit(0)
+    os.close(write_fd)
+    why = b""
+    while chunk := os.read(read_fd, 4096):
+        why += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return why.decode("utf-8", "replace") or None
+
+
 def _to_high_fd(fd: int) -> int:
     """Move ``fd`` to 64 or above, out of the way of the child's fds 0-4."""
     high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
@@ -323,6 +353,7 @@ class ForkServer:
             "uid": uid,
             "drop_uid": root,
             "seccomp": seccomp_filter is not None and "seccomp" not in disable,
+            "job_ipc": self.ipc_cleanup,  # the zygote checks it works before any job
         }
         rules: list = []
         import vigor_cli

@@ -649,6 +649,26 @@ def test_no_attribute_acl_or_inode_count_survives_a_job():
         "the job's tmpfs counted the previous job's inodes")
 
 
+SYSTEM_V_IDS = r"""
+import ctypes
+libc = ctypes.CDLL(None)
+ids = [libc.shmget(0, 4096, 0o1600), libc.msgget(0, 0o1600), libc.semget(0, 1, 0o1600)]
+for n in range(int(input())):          # make and remove objects: their ids count up
+    libc.shmctl(libc.shmget(0, 4096, 0o1600), 0, None)
+print(ids)
+"""
+
+
+def test_system_v_ids_start_afresh_in_each_job():
+    """Ids of System V objects count up within an IPC namespace: a job that made 500 would
+    tell the next one on the worker (a channel between jobs). Each job has its own."""
+    with SandboxPool(workers=1) as one:
+        first = one.run_one(Job(SYSTEM_V_IDS, b"500\n", LIMITS))
+        second = one.run_one(Job(SYSTEM_V_IDS, b"0\n", LIMITS))
+    assert first.outcome == second.outcome == "ok", (first.stderr_head, second.stderr_head)
+    assert second.stdout == first.stdout, (first.stdout, second.stdout)
+
+
 SYSTEM_V_HOARD = r"""
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
