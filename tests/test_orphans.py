@@ -178,6 +178,36 @@ def test_math_workers_die_with_a_killed_parent(tmp_path):
     _kill_math_parent(tmp_path)
 
 
+STARTING_PARENT = textwrap.dedent(
+    """
+    import threading, time
+    from vigor_cli.verifiers.math import MathVerifier
+
+    if __name__ == "__main__":
+        verifier = MathVerifier(timeout_s=60, workers=1)
+        threading.Thread(target=verifier.score_many, args=([("x^2", "\\\\boxed{x*x}", None)],),
+                         daemon=True).start()
+        time.sleep(120)
+    """
+)
+
+
+def test_a_verifier_starting_up_dies_with_a_killed_parent(tmp_path):
+    """Killed while the process workers are forked from is still importing Math-Verify."""
+    script = tmp_path / "parent.py"
+    script.write_text(STARTING_PARENT)
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = _wait_for(lambda: _descendants(proc.pid), 60, "the verifier's first process")
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check(proc, started, temp)
+
+
 @pytest.mark.slow
 def test_math_workers_die_with_a_killed_parent_every_time(tmp_path):
     """The issue's measure: 8 of 40 kills left a child alive for more than 2 s. Ten in a row,

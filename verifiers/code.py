@@ -380,7 +380,7 @@ class CodeVerifier:
         runs = self.pool.run(jobs)
         for (qid, index, case), run in zip(owners, runs):
             status = judge(case, run).status
-            if status == "sandbox_error":
+            if status in ("sandbox_error", "grading_error"):
                 self._references.pop(qid, None)  # not the reference's fault: ask again later
             elif status != "pass" and self._references.get(qid) is None:
                 self._references[qid] = f"its reference solution gets {status} on test {index + 1}"

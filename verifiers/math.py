@@ -652,12 +652,13 @@ def _zygote_main() -> None:
     """The zygote's life (``python -c _ZYGOTE_BOOT SOCKET_FD PARENT_PID EXTRA_MEMORY``): import
     Math-Verify once, then fork a worker for each descriptor the verifier sends and send back
     the worker's pidfd. Ends the moment its parent does (no interpreter shutdown)."""
-    from vigor_cli.sandbox.lifeline import _exists, pidfd
+    from vigor_cli.sandbox.lifeline import _exists, die_with, pidfd
 
     sock_fd, parent_pid, extra_memory = (int(arg) for arg in sys.argv[1:4])
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C and a group's SIGTERM are the
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # parent's to handle (it needs us to finish)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    die_with(parent_pid)  # also during the second or two of importing Math-Verify
     sock = socket.socket(fileno=sock_fd)
     parent = pidfd(parent_pid)
     _math_verify()
