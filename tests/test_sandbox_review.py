@@ -43,8 +43,9 @@ def _record(qid: str, public, private=(), metadata: dict | None = None) -> dict:
 
 # --------------------------------------------------------------------------- sandbox errors
 def test_a_broken_sandbox_stops_training_instead_of_scoring_zero():
-    """A worker killed mid-run is a sandbox error: the code task raises one clear error,
-    where it used to score the rollout 0 (a runtime error) and train on it."""
+    """A worker killed mid-run is a sandbox error, never a runtime error scored 0 and trained
+    on; when it is most of the batch (here the whole batch) the code task raises one clear
+    error."""
     from vigor_cli.tasks.tiny_code import TinyCodeTask
 
     task = TinyCodeTask(workers=1)
@@ -67,7 +68,8 @@ def test_a_broken_sandbox_stops_training_instead_of_scoring_zero():
     runner.join(timeout=30)
     task.close()
     assert raised and isinstance(raised[0], UserError), raised
-    assert "sandbox failed" in str(raised[0]) and "sandbox worker died" in str(raised[0])
+    # One program of one: "most of the batch" (issue 24 keeps a lone failure per completion).
+    assert "could not grade 1 of 1" in str(raised[0]) and "sandbox worker died" in str(raised[0])
 
 
 def test_the_pool_does_not_wait_forever_for_a_stuck_worker(monkeypatch):
