@@ -163,6 +163,7 @@ def test_lora_adapter_and_merged_exports_generate_as_the_checkpoint(runs, tmp_pa
     assert code == 0, err
     merged = tmp_path / "merged"
     assert "adapter_config.json" not in os.listdir(merged) and (merged / "model.safetensors").is_file()
+    assert "quantization_config" not in json.loads((merged / "config.json").read_text())
     assert exported(merged) == expected
     assert gen_config_stops(adapter) == gen_config_stops(merged) == stops
     # the adapter moved the weights, and the merge folded it in

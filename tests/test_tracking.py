@@ -162,6 +162,28 @@ def test_nothing_starts_before_the_first_line(tmp_path):
     Trackers([], tmp_path, "x").log_metrics({"step": 1, "reward/mean": 1.0})
 
 
+def test_a_backend_that_fails_to_close_is_a_warning_and_the_others_still_close(tmp_path, monkeypatch):
+    class Broken(tracking.Tracker):
+        name, package = "broken", "json"
+
+        def start(self, first_step):
+            pass
+
+        def log(self, scalars, step):
+            pass
+
+        def close(self):
+            raise RuntimeError("disk went away\nmore detail")
+
+    monkeypatch.setitem(tracking.BACKENDS, "broken", Broken)
+    said: list[str] = []
+    t = Trackers(["broken", "tensorboard"], tmp_path / "run", "run", announce=said.append)
+    t.log_metrics({"step": 1, "reward/mean": 0.5})
+    t.close()
+    assert said[-1] == "warning: broken did not close cleanly (disk went away); metrics.jsonl is complete"
+    assert tb_scalars(tmp_path / "run" / "tensorboard")["reward/mean"] == [(1, 0.5)]  # flushed and closed
+
+
 # --------------------------------------------------------------------------- wandb
 def _no_network(monkeypatch):
     def refuse(*a, **k):

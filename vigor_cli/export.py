@@ -159,9 +159,9 @@ def copy_config(config: Any, dtype: str) -> Any:
     import copy
 
     out = copy.deepcopy(config)
-    out.quantization_config = None  # the merged weights are dense
-    if hasattr(out, "_pre_quantization_dtype"):
-        del out._pre_quantization_dtype
+    for attr in ("quantization_config", "_pre_quantization_dtype"):  # the merged weights are dense
+        if attr in vars(out):
+            delattr(out, attr)
     out.dtype = dtype
     return out
 

@@ -188,15 +188,18 @@ class Trackers:
             b.table("completions", COMPLETION_COLUMNS, table, step)
 
     def close(self) -> None:
+        """End every started backend. One that fails to close is a warning line (through
+        ``announce``): metrics.jsonl is the run's record, and the error must not hide the
+        other backends or an error the run itself is stopping with."""
         backends, self.backends = self.backends, []
-        errors = []
         for b in backends if self.started else []:
             try:
                 b.close()
-            except Exception as e:  # one backend failing to flush must not hide the others
-                errors.append(e)
-        if errors:
-            raise errors[0]
+            except Exception as e:
+                if self.announce is None:
+                    raise
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                self.announce(f"warning: {b.name} did not close cleanly ({first}); metrics.jsonl is complete")
 
 
 # --------------------------------------------------------------------------- backends
