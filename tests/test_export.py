@@ -217,6 +217,25 @@ def test_export_a_chosen_step_and_bad_input(runs, tmp_path, vigor):
     code, out, err = vigor("export", str(copy), "--out", str(tmp_path / "x"))
     assert code == 2 and "model.safetensors does not match its sha256" in err and not (tmp_path / "x").exists()
 
+    # a 4-bit run is merged on the GPU it trained on (its base is dequantised as the engine's
+    # copy is); on a machine without one: one line, nothing written
+    if not torch.cuda.is_available():
+        import yaml
+
+        qlora = tmp_path / "qlora"
+        shutil.copytree(runs["lora"], qlora)
+        cfg = yaml.safe_load((qlora / "config.yaml").read_text())
+        cfg["model"]["load_in_4bit"] = True
+        (qlora / "config.yaml").write_text(yaml.safe_dump(cfg))
+        code, out, err = vigor("export", str(qlora), "--out", str(tmp_path / "x"), "--merge-lora")
+        assert code == 2 and "--merge-lora: the run's base is 4-bit (model.load_in_4bit)" in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+        # its adapter exports here all the same: nothing is loaded but the tokenizer
+        code, out, err = vigor("export", str(qlora), "--out", str(tmp_path / "qa"))
+        assert code == 0, err
+        assert (tmp_path / "qa" / "adapter_model.safetensors").read_bytes() == (
+            qlora / "checkpoints" / "step-1" / "adapter_model.safetensors").read_bytes()
+
 
 def test_push_to_hub_offline_is_refused_before_any_work(tmp_path, vigor, monkeypatch):
     from vigor_cli import hub

@@ -71,9 +71,10 @@ def test_recommendation_follows_the_printed_simulation():
     faster, a tie) is said in the reason. The issue's case: the simulation had auto slowest and
     the probe still recommended auto."""
     cfg = _cfg()
+    sims = {}
     for name, counts in (("heavy", HEAVY), ("flat", FLAT), ("middle", MIDDLE)):
         law = census(counts, 8)
-        sim = probe_cmd.simulate_on(counts, 8, cfg)
+        sim = sims[name] = probe_cmd.simulate_on(counts, 8, cfg)
         cost = {n: r["rollouts_to_target"] for n, r in sim["strategies"].items() if r["rollouts_to_target"]}
         strategy, why = probe_cmd.recommend(law, sim)
         fastest = min((n for n in cost if n != "vigor"), key=cost.get)
@@ -85,11 +86,10 @@ def test_recommendation_follows_the_printed_simulation():
         if "vigor" in cost and cost["vigor"] * 1.05 < cost[strategy]:
             assert "vigor is faster in this simulation" in why and "not recommended" in why
     # the flat law: grpo fastest, auto slowest -> grpo, with auto's cost named
-    flat = probe_cmd.simulate_on(FLAT, 8, cfg)
-    strategy, why = probe_cmd.recommend(census(FLAT, 8), flat)
+    strategy, why = probe_cmd.recommend(census(FLAT, 8), sims["flat"])
     assert strategy == "grpo" and "grpo beats auto (auto needs" in why
     # heavy: grpo never reaches the target; auto does, with the law's reading
-    strategy, why = probe_cmd.recommend(census(HEAVY, 8), probe_cmd.simulate_on(HEAVY, 8, cfg))
+    strategy, why = probe_cmd.recommend(census(HEAVY, 8), sims["heavy"])
     assert strategy == "auto" and "auto reaches it, grpo does not" in why and "tail is heavy" in why
     # without auto the study's evidence leaves grpo; with no strategy reaching it, the study decides
     assert probe_cmd.recommend(census(HEAVY, 8), {"strategies": {}})[0] == "grpo"

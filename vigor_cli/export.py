@@ -8,8 +8,9 @@ What the folder holds (``--out DIR``):
   The weights are :func:`~vigor_cli.rollout.weights.policy_weights` of the policy as the run
   trained it, the copy the vLLM engine samples from: LoRA merged as ``base + scaling * B @ A``
   in float32, a 4-bit base dequantised first, then cast to the export dtype.
-- **LoRA** without ``--merge-lora``: the PEFT adapter (``adapter_config.json``,
-  ``adapter_model.safetensors``) naming its base, with the tokenizer and
+- **LoRA** without ``--merge-lora``: the checkpoint's PEFT adapter as saved
+  (``adapter_config.json``, ``adapter_model.safetensors``; no weights are loaded, so a
+  4-bit run's adapter exports on any machine) naming its base, with the tokenizer and
   ``generation_config.json``; load it with ``PeftModel.from_pretrained(base, DIR)``,
   ``AutoModelForCausalLM.from_pretrained(DIR)`` (transformers reads the base from the adapter
   config) or vLLM's ``LoRARequest``.
@@ -95,9 +96,9 @@ def check_out(out: Path) -> None:
         raise UserError(f"--out {out}: exists and is not an empty directory; give a new one")
 
 
-def load_checkpoint_policy(cfg: Any, checkpoint: Path, dtype: str) -> tuple[Any, Any]:
+def load_checkpoint_policy(cfg: Any, checkpoint: Path, dtype: str) -> Any:
     """The checkpoint's policy as the run trained it (a 4-bit base on CUDA, as the run did;
-    everything else on the CPU), in ``dtype``, and the run's tokenizer."""
+    everything else on the CPU), in ``dtype``, frozen."""
     from vigor_cli.models import load_policy
 
     m = cfg.model.model_copy(update={
@@ -105,28 +106,52 @@ def load_checkpoint_policy(cfg: Any, checkpoint: Path, dtype: str) -> tuple[Any,
         "dtype": dtype if not cfg.model.load_in_4bit else cfg.model.dtype,
         "fp32_master_weights": False, "gradient_checkpointing": False,
     })
-    model, tokenizer, _ = load_policy(m, str(checkpoint))
+    model, _, _ = load_policy(m, str(checkpoint))
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    return model, tokenizer
+    return model
 
 
-def generation_config(model: Any, tokenizer: Any) -> Any:
-    """The base's generation config with every stop token of the run as ``eos_token_id``."""
-    import copy
+def generation_config(cfg: Any, checkpoint: Path, tokenizer: Any) -> Any:
+    """The generation config the run's policy had (its checkpoint's copy for full weights,
+    else the base's; transformers' default from the model config when there is none), with
+    every stop token of the run (:func:`stop_token_ids`) as ``eos_token_id``."""
+    from types import SimpleNamespace
 
-    from transformers import GenerationConfig
+    from transformers import AutoConfig, GenerationConfig
 
+    from vigor_cli.models import resolve_model_path
     from vigor_cli.rollout.weights import stop_token_ids
 
-    base = getattr(model, "generation_config", None)
-    gen = copy.deepcopy(base) if base is not None else GenerationConfig()
-    stops = stop_token_ids(model, tokenizer)
+    if (checkpoint / "generation_config.json").is_file():
+        source, revision = str(checkpoint), None
+    else:
+        source, revision = resolve_model_path(cfg.model.name_or_path, to_load=True), cfg.model.revision
+    try:
+        gen = GenerationConfig.from_pretrained(source, revision=revision)
+    except OSError:  # no generation_config.json: what from_pretrained derives for the model
+        gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(source, revision=revision))
+    stops = stop_token_ids(SimpleNamespace(generation_config=gen), tokenizer)
     gen.eos_token_id = stops[0] if len(stops) == 1 else stops
     if tokenizer.pad_token_id is not None:
         gen.pad_token_id = int(tokenizer.pad_token_id)
     return gen
+
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+"""The PEFT adapter's files in a LoRA checkpoint (save_policy wrote them with peft)."""
+
+
+def copy_adapter(checkpoint: Path, folder: Path, cfg: Any) -> None:
+    """The checkpoint's adapter as saved (no weights loaded), its config naming the base."""
+    copied = [n for n in ADAPTER_FILES if (checkpoint / n).is_file()]
+    if "adapter_config.json" not in copied or len(copied) < 2:
+        raise UserError(f"{checkpoint}: no PEFT adapter in this checkpoint (adapter_config.json and "
+                        "adapter_model.safetensors), though the run's config says model.lora.enabled")
+    for name in copied:
+        shutil.copyfile(checkpoint / name, folder / name)
+    _set_adapter_base(folder, cfg)
 
 
 def merged_model(model: Any, dtype: str) -> Any:
@@ -169,7 +194,7 @@ def copy_config(config: Any, dtype: str) -> Any:
 def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool = False,
            dtype: str = "auto", warn: Callable[[str], Any] = lambda m: None) -> dict[str, Any]:
     """Write the checkpoint's model to ``out`` (module docstring); returns what was written."""
-    from vigor_cli.models import quiet_transformers, resolve_model_path
+    from vigor_cli.models import load_tokenizer, quiet_transformers, resolve_model_path
     from vigor_cli.runs import RunDir, check_run_dir
 
     run = RunDir(check_run_dir(run_path))
@@ -180,20 +205,26 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
                         "there is no adapter to merge, drop the flag")
     checkpoint = pick_checkpoint(run, step, warn)
     check_out(out)
+    kind = "adapter" if lora and not merge_lora else "merged" if lora else "full"
+    if kind == "merged" and cfg.model.load_in_4bit:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("--merge-lora: the run's base is 4-bit (model.load_in_4bit), and merging dequantises "
+                            "it on a CUDA GPU as the run did; none is visible here. Export the adapter (drop "
+                            "--merge-lora) here, or merge on a GPU machine")
     dtype = export_dtype(cfg, dtype)
     quiet_transformers()
-    model, tokenizer = load_checkpoint_policy(cfg, checkpoint, dtype)
-    gen = generation_config(model, tokenizer)
-    kind = "adapter" if lora and not merge_lora else "merged" if lora else "full"
+    tokenizer = load_tokenizer(cfg.model)  # the run's: its base's, with enable_thinking
+    gen = generation_config(cfg, checkpoint, tokenizer)
     tmp = out.with_name(f".{out.name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         if kind == "adapter":
-            model.save_pretrained(tmp)
-            _set_adapter_base(tmp, cfg)
+            copy_adapter(checkpoint, tmp, cfg)
         else:
-            plain = merged_model(model, dtype)
+            plain = merged_model(load_checkpoint_policy(cfg, checkpoint, dtype), dtype)
             plain.generation_config = gen
             plain.save_pretrained(tmp)
             del plain
