@@ -239,7 +239,7 @@ def _offline_run(wandb_dir: Path) -> Path:
     return Path(runs[0])
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # wandb starts its service process (wandb-core): a few seconds
 def test_wandb_offline_run_directory_is_written_without_network(offline_env, tmp_path):
     t = Trackers(["wandb"], tmp_path / "run", "run", {"train": {"seed": 0}})
     for row in lines(3):
