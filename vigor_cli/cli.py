@@ -11,6 +11,7 @@ import sys
 import typer
 
 from vigor_cli.commands import eval as eval_cmd
+from vigor_cli.commands import export as export_cmd
 from vigor_cli.commands import inspect as inspect_cmd
 from vigor_cli.commands import make_tiny as make_tiny_cmd
 from vigor_cli.commands import probe as probe_cmd
@@ -39,6 +40,7 @@ app.command("simulate")(simulate_cmd.simulate)
 app.add_typer(verify_cmd.app, name="verify")
 app.command("make-tiny")(make_tiny_cmd.make_tiny)
 app.command("probe")(probe_cmd.probe)
+app.command("export")(export_cmd.export)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from vigor_cli.errors import UserError
+from vigor_cli import tracking as _tracking
 
 
 class ConfigError(UserError, ValueError):
@@ -543,6 +544,16 @@ class TrainConfig(_Section):
         10, ge=0, le=STEPS_MAX, description="Print a table of a few completions every N steps (0: never)."
     )
     output_dir: str = Field("runs", description="Parent directory of run directories.")
+    report_to: list[str] = Field(
+        default_factory=list, description="Dashboards that get every metrics.jsonl line and the "
+        f"completions sample: {', '.join(_tracking.names())} (several allowed; empty or 'none': "
+        "none). Each needs its extra, e.g. pip install 'vigor[tensorboard]' (vigor_cli/tracking.py)."
+    )
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _known_backends(cls, v: Any) -> list[str]:
+        return _tracking.parse(v)  # one name, comma-separated names or a list; 'none' is []
     run_name: Optional[str] = Field(
         None, description="Run directory name (a plain name, no '/'); default "
         "<date>-<task>-<strategy>-s<seed>."

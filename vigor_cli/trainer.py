@@ -35,6 +35,7 @@ from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import Rollout, SamplingParams
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.runs import RunDir, write_json_atomic
+from vigor_cli.tracking import Trackers
 from vigor_cli.tasks.base import Example, score_once
 
 COMPLETIONS_SHOWN = 4
@@ -180,6 +181,8 @@ class Trainer:
         self.start_accuracy: float | None = None
         self.last_accuracy: float | None = None
         torch.manual_seed(cfg.train.seed)  # LoRA init and anything else that draws at setup
+        self.trackers = Trackers(cfg.train.report_to, run.path, run.name, cfg.model_dump(mode="json"),
+                                 announce=out.print)  # dashboards (vigor_cli/tracking.py)
         try:
             self._load_data()
             self.learner = Learner(cfg, self.tokenizer.pad_token_id, self.prompt_ids, resume_from)
@@ -256,8 +259,11 @@ class Trainer:
             if task is not None:
                 task.close()
         finally:
-            if engine is not None:
-                engine.close()
+            try:
+                if engine is not None:
+                    engine.close()
+            finally:
+                self.trackers.close()
 
     # ------------------------------------------------------------------ the loop
     def finished(self) -> bool:
@@ -485,6 +491,7 @@ class Trainer:
             "time/elapsed": self.elapsed(),
         }
         self.rundir.append("metrics.jsonl", line)
+        self.trackers.log_metrics(line)
 
     def relog_eval(self, step: int) -> None:
         """Log the checkpoint's evaluation again from ``eval/step-N.json`` (resume, when its
@@ -505,6 +512,7 @@ class Trainer:
         m = log.metrics
         m["time/elapsed"] = self.elapsed()
         self.rundir.append("metrics.jsonl", m)
+        self.trackers.log_metrics(m)
         self.rundir.append("allocation.jsonl", log.record)
         self._report_weight_check(m["step"])
         self.out.print(
@@ -517,14 +525,13 @@ class Trainer:
         every = self.cfg.train.log_completions_every
         if every and m["step"] % every == 0 and log.samples:
             shown = log.samples[:: max(1, len(log.samples) // COMPLETIONS_SHOWN)][:COMPLETIONS_SHOWN]
-            self.rundir.append_many(
-                "completions.jsonl",
-                (
-                    {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
-                     "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
-                    for s in shown
-                ),
-            )
+            rows = [
+                {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
+                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
+                for s in shown
+            ]
+            self.rundir.append_many("completions.jsonl", rows)
+            self.trackers.log_completions(m["step"], rows)
             self.out.print(_completions_table(m["step"], shown, self.examples))
 
     def _report_weight_check(self, step: int) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from vigor_cli import tracking
 from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
 from vigor_cli.config import known_names
@@ -54,6 +55,7 @@ FLAG_OF_KEY = {
     "train.steps": "--steps", "train.prompts_per_step": "--prompts-per-step", "train.seed": "--seed",
     "engine.kind": "--engine", "model.load_in_4bit": "--load-in-4bit", "model.device": "--device",
     "train.output_dir": "--output-dir", "train.run_name": "--run-name", "train.gpu_memory_gib": "--gpu-memory",
+    "train.report_to": "--report-to",
 }
 """The flag that sets each key (an error names the flag the user typed)."""
 
@@ -72,6 +74,7 @@ def train(
     output_dir: Annotated[Optional[str], opt.output_dir("--output-dir", help="train.output_dir.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run-name", help="train.run_name.")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
+    report_to: Annotated[Optional[List[str]], typer.Option("--report-to", help=f"train.report_to: dashboards that get every metrics.jsonl line, one or more of {', '.join(tracking.names())} (repeatable or comma-separated; none: off). Each is an extra: pip install 'vigor[tensorboard]'.")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable).")] = None,
     gpu_memory: Annotated[Optional[float], opt.for_key("train.gpu_memory_gib", "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not.")] = False,
@@ -87,7 +90,7 @@ def train(
             "--prompts-per-step": prompts_per_step, "--seed": seed, "--engine": engine,
             "--output-dir": output_dir, "--run-name": run_name, "--set": set_ or None,
             "--load-in-4bit": load_in_4bit or None, "--device": device,
-            "--gpu-memory": gpu_memory,
+            "--gpu-memory": gpu_memory, "--report-to": report_to,
         }
         given = [flag for flag, value in others.items() if value is not None]
         if given:
@@ -109,6 +112,7 @@ def train(
         "train.output_dir": output_dir,
         "train.run_name": run_name,
         "train.gpu_memory_gib": gpu_memory,
+        "train.report_to": ",".join(report_to) if report_to else None,
     }
     path = resolve_config(config) if config is not None else default_config_file(model, task)
     cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)

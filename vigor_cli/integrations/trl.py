@@ -538,7 +538,9 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     if g.loss_agg not in LOSS_TYPES:
         raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
     from vigor_cli.models import gradient_checkpointing_on
+    from vigor_cli.tracking import require
 
+    require(t.report_to)  # a missing dashboard package: one line, before anything loads
     group = cfg.allocation.group_size
     checkpointing = gradient_checkpointing_on(cfg.model, _trl_device(overrides))  # as vigor train decides it
     keys = dict(
@@ -549,7 +551,8 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
         scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
         temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
-        logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
+        logging_steps=1, save_strategy="no", disable_tqdm=True,
+        report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
     )
     keys.update(overrides)
     return VigorGRPOConfig(**keys)
