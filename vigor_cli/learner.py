@@ -31,6 +31,16 @@ IMPORTANCE_METRICS = (
 """What an update with importance sampling adds to metrics.jsonl (absent when it is off)."""
 
 
+def loads_base_copy(cfg: RunConfig, shares_policy: bool) -> bool:
+    """Whether the weight check loads a frozen copy of the starting weights of its own (after
+    the engine has started, see :meth:`Learner.watch_engine`): full fine-tuning without a KL
+    reference, with an engine that holds its own weights and the check on. The memory plan
+    counts that copy from here."""
+    m = cfg.model
+    return (cfg.engine.weight_check != "off" and cfg.grpo.beta == 0 and not m.lora.enabled
+            and not m.load_in_4bit and not shares_policy)
+
+
 def release_cached_memory() -> None:
     """Return the CUDA blocks PyTorch's allocator cached during the update: the colocated vLLM
     engine allocates its weights and KV cache outside that cache when it wakes."""
@@ -248,8 +258,9 @@ class Learner:
         copy of the weights (vLLM), a frozen copy of the starting weights (one
         more copy of the model in memory; engine.weight_check=off avoids it). An
         engine that samples with the policy module itself cannot hold stale
-        weights and gets no base copy. Called once the engine exists (a vLLM
-        engine sizes its memory from what is free when it starts).
+        weights and gets no base copy. Called once the engine exists: the copy
+        loads after a vLLM engine has sized itself, and its 'auto' share leaves
+        room for it (memory_plan.engine_utilization, :func:`loads_base_copy`).
         """
         from vigor_cli.models import Reference, load_policy
 
@@ -262,10 +273,10 @@ class Learner:
             self.weight_base = self.reference
         elif self.cfg.model.lora.enabled:
             self.weight_base = Reference(self.model)
-        elif shares:
-            self.weight_base = None
-        else:
+        elif loads_base_copy(self.cfg, shares):
             self.weight_base = Reference(self.model, load_policy(self.cfg.model)[0])
+        else:
+            self.weight_base = None
 
     @torch.no_grad()
     def check_engine_weights(self, samples: Sequence[Any], temp: float) -> Any:
