@@ -17,7 +17,8 @@ KV cache released) while the trainer updates. Three phases:
   allocated after the vLLM engine has sized itself: its share leaves room for them.
 - ``generate``: resident + the engine: vLLM takes ``engine.gpu_memory_utilization``
   x GPU memory for its bf16 weights, its own working memory and the KV cache
-  (the rest); the hf engine the KV cache of one generate call.
+  (the rest); the hf engine the KV cache of one generate call, its last-position
+  logits and the prompts' forward (one layer's MLP and hidden-size tensors at a time).
 - ``update``: resident + gradients + the activations of one micro-batch
   (``grpo.micro_batch_tokens`` padded tokens; all of them, or with gradient
   checkpointing each layer's input plus one layer recomputed) + one output-layer
@@ -379,6 +380,9 @@ def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) ->
     kv_hf = gen_tokens * _kv_per_token(shape) * p.act / 2
     plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
     plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
+    prefill = rows * cfg.task.max_prompt_tokens  # the prompts' forward: one layer's tensors at a time
+    plan.items.append(Item("generate", "hf generate prefill", prefill * (3 * shape.intermediate + 6 * shape.hidden) * p.act,
+                           f"{prefill} prompt tokens through one layer"))
 
 
 def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool:
