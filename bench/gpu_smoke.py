@@ -93,7 +93,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--logprob-max", type=float, default=0.1, help="chunked vs full: largest |difference| allowed")
     p.add_argument("--z", type=float, default=4.0, help="sampling: standard errors allowed")
     p.add_argument("--rollouts", type=int, default=4, help="vLLM checks: samples per prompt")
-    p.add_argument("--questions", type=int, default=len(QUESTIONS), help="vLLM checks: prompts (at most 32)")
+    p.add_argument("--questions", type=int, default=16, help=f"vLLM checks: prompts (at most {len(QUESTIONS)})")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.3)
     p.add_argument("--delta", type=float, default=0.1, help="std of the seeded change added to every LoRA B")
     p.add_argument("--min-gap", type=float, default=0.05, help="vLLM: policy vs base, mean |log-prob| per token, after the delta")

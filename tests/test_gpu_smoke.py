@@ -375,3 +375,17 @@ def test_core_child_runs_its_checks_and_writes_its_verdicts(smoke, tmp_path):
     assert [(r["check"], r["verdict"]) for r in got["verdicts"]] == [
         ("memory", "SKIP"), ("merge: pushed weights = base + (alpha/r)·B·A", "PASS")]
     assert "merge_s" in got
+
+
+def test_build_model_saves_a_loadable_random_model_with_the_tiny_tokenizer(smoke, monkeypatch, tmp_path):
+    """The GPU run builds Qwen2.5-1.5B's shape; here the tiny config stands in for it (same code)."""
+    from vigor_cli.config import ModelConfig
+    from vigor_cli.models import load_policy
+
+    monkeypatch.setattr(smoke, "SHAPE", Path(smoke.TINY))
+    path = smoke.build_model(tmp_path / "m")
+    model, tokenizer, _ = load_policy(ModelConfig(name_or_path=path, lora={"enabled": False}))
+    trained = load_policy(ModelConfig(name_or_path="tiny", lora={"enabled": False}))[0]
+    assert len(tokenizer) == 263 and model.config.hidden_size == 128
+    assert not torch.equal(model.model.embed_tokens.weight, trained.model.embed_tokens.weight)  # random
+    assert smoke._checkpoint_names(path) == {n for n, _ in model.named_parameters()}
