@@ -73,6 +73,31 @@ class _Section(BaseModel):
         return value
 
 
+FALSE_WORDS = ("false", "no", "off")
+TRUE_WORDS = ("true", "yes", "on")
+
+
+def mode_word(value: Any, choices: tuple[str, ...], true: str | None = None) -> Any:
+    """A mode as a YAML user writes it (``engine.weight_check: off``): any case, spaces around.
+    YAML 1.1 reads off/no/false (any case) as the boolean false, which means 'off'; true
+    (on/yes/true) means ``true`` where a mode stands for it, and is refused elsewhere."""
+    word = value
+    if isinstance(value, bool):
+        word = "true" if value else "false"
+    elif isinstance(value, str):
+        word = value.strip().lower()
+    else:
+        return value  # a number or a list: the Literal's own error names the choices
+    if word in FALSE_WORDS and "off" in choices:
+        return "off"
+    if word in TRUE_WORDS and word not in choices:
+        if true is None:
+            shown = "true (YAML reads on, yes and true as true)" if isinstance(value, bool) else repr(value)
+            raise ValueError(f"expected one of {', '.join(choices)}, not {shown}: name the mode")
+        return true
+    return word if word in choices else value
+
+
 # --------------------------------------------------------------------------- model
 class LoraConfig(_Section):
     enabled: bool = Field(
@@ -427,7 +452,7 @@ class EngineConfig(_Section):
         description="After every step, check that the engine samples from the policy's weights: "
         "compare engine, policy and base-model log-probs on the same sampled tokens (rule in "
         "vigor_cli/rollout/weight_check.py). 'error' stops training when the engine tracks the "
-        "base or stale weights, 'warn' prints and logs it, 'off' skips the check.",
+        "base or stale weights, 'warn' prints and logs it, 'off' (or false) skips the check.",
     )
     weight_check_rows: int = Field(
         16,
@@ -445,6 +470,11 @@ class EngineConfig(_Section):
         "renormalised log-probs may differ), whatever the base says: garbage weights. bf16 "
         "numerics stay well below it.",
     )
+
+    @field_validator("weight_check", mode="before")
+    @classmethod
+    def _weight_check_word(cls, value: Any) -> Any:
+        return mode_word(value, ("error", "warn", "off"))
 
     @field_validator("kind")
     @classmethod
@@ -498,6 +528,27 @@ class GRPOConfig(_Section):
         "the chunk's peak). 0: the full logits at every position (the old path; about 10.6 "
         "bytes per token per vocabulary entry).",
     )
+
+    importance_sampling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Correct the policy-gradient term for the gap between the engine that sampled "
+        "(vLLM: bf16, its own kernels) and the policy that trains: each token's loss is weighted by "
+        "min(pi_policy / pi_engine, grpo.importance_sampling_cap), the ratio of the policy's "
+        "probability (before the update) to the engine's (TRL's and verl's token-level truncated "
+        "importance sampling; vigor_cli/grpo.py). 'auto': on with an engine that holds its own "
+        "copy of the weights (vllm), off with one that samples with the policy itself (hf). "
+        "engine.weight_check stays the alarm for an engine on stale weights.",
+    )
+    importance_sampling_cap: float = Field(
+        3.0, ge=1.0, le=1000.0,
+        description="Upper bound of the importance-sampling ratio (its truncation, as TRL's "
+        "vllm_importance_sampling_cap).",
+    )
+
+    @field_validator("importance_sampling", mode="before")
+    @classmethod
+    def _importance_sampling_word(cls, value: Any) -> Any:
+        return mode_word(value, ("auto", "on", "off"), true="on")
 
     @field_validator("loss_agg", "scale_rewards")
     @classmethod
