@@ -13,7 +13,7 @@ from vigor_cli.config import known_names
 from vigor_cli.package_data import CONFIGS_DIR
 
 CONFIGS = CONFIGS_DIR
-"""The bundled configs (``vigor_cli/configs``: the repository's ``configs/``, shipped in the wheel)."""
+"""The bundled configs (``vigor_cli.configs``: the repository's ``configs/``, installed by the build)."""
 DEFAULT_CONFIG = CONFIGS / "tiny-math.yaml"
 """The bundled default (tiny model, tiny-math, auto allocation): what `vigor train` runs with no arguments."""
 
