@@ -6,6 +6,7 @@ are in test_wheel.py.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import tomllib
 from pathlib import Path
@@ -62,3 +63,125 @@ def test_the_mapped_packages_import_from_the_top_level_folders():
                            (vigor_cli.configs, "configs")):
         assert Path(module.__file__).resolve().parent == (ROOT / folder).resolve()
     assert CONFIGS_DIR == (ROOT / "configs").resolve()
+
+
+# --------------------------------------------------------------------------- the import graph
+def _module_name(path: Path) -> str:
+    """The installed name of a source file: sandbox/pool.py is vigor_cli.sandbox.pool."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] != "vigor_cli":
+        parts.insert(0, "vigor_cli")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at module level or inside functions, but not those under
+    ``if TYPE_CHECKING:`` (never run)."""
+    found: list = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. ``from pkg import name`` is an edge to
+    ``pkg.name`` when that is a module, else to ``pkg``; importing a submodule also runs its
+    package's ``__init__``, which is not counted (a package that registers its own modules
+    would otherwise always be a cycle)."""
+    files = {_module_name(p): p for top in ("vigor_cli", "sandbox", "verifiers", "configs")
+             for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            for target in targets:
+                parts = target.split(".")
+                while parts and ".".join(parts) not in files:
+                    parts.pop()
+                if parts and ".".join(parts) != name:
+                    edges.add(".".join(parts))
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "vigor_cli.sandbox.pool" in graph and "vigor_cli.config" in graph  # it read the package
+    found = cycles(graph)
+    assert not found, "import cycles: " + "; ".join(
+        ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
+
+
+def test_config_and_errors_sit_at_the_bottom():
+    """config.py imports only errors.py of the package, errors.py nothing of it: the names a
+    config holds are checked in vigor_cli/settings.py, where the registries are known."""
+    graph = import_graph()
+    assert graph["vigor_cli.config"] == {"vigor_cli.errors"}
+    assert graph["vigor_cli.errors"] == set()
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

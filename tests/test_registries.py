@@ -10,7 +10,8 @@ import pytest
 
 from vigor_cli import grpo
 from vigor_cli.allocation import registry
-from vigor_cli.config import ConfigError, build_config, known_names
+from vigor_cli.config import ConfigError
+from vigor_cli.settings import build_config, known_names
 from vigor_cli.rollout import ENGINES, make_engine, register_engine
 from vigor_cli.tasks import EVAL_SETS, TASKS, get_task, register_task
 from vigor_cli.verifiers.math_answers import BENCHMARKS as MATH_SIX

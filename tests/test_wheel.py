@@ -162,7 +162,7 @@ def test_bare_vigor_train_from_the_wheel_runs_the_bundled_tiny_config(venv):
     (run_dir,) = (venv["work"] / "runs").iterdir()
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     expected = build_config(DEFAULT_CONFIG, overrides={"train.steps": 2}).model_dump(mode="json")
     for cfg in (saved, expected):

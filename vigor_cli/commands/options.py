@@ -173,7 +173,7 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
 
 
 def engine(*flags: str, help: str = "", **kw: Any) -> Any:
-    from vigor_cli.config import known_names
+    from vigor_cli.settings import known_names
 
     names = tuple(known_names("engine").split(", "))  # the engine registry's names, and auto
     return choice(*(flags or ("--engine",)), help=help or f"engine.kind: {', '.join(names)}.",

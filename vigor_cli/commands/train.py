@@ -9,7 +9,7 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
-from vigor_cli.config import known_names
+from vigor_cli.settings import known_names
 from vigor_cli.package_data import CONFIGS_DIR
 
 CONFIGS = CONFIGS_DIR
@@ -77,7 +77,7 @@ def train(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not.")] = False,
 ) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.console import console
     from vigor_cli.report.train_summary import print_summary
 
