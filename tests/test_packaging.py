@@ -1,15 +1,21 @@
 """The package's shape: no symlinks, every package folder installed, one import path per module.
 
 The slow install checks (a wheel and an editable install in clean venvs, the sdist's layout)
-are in test_wheel.py.
+are in test_wheel.py. The import graph is read with ``ast`` (imports inside functions
+included); the dependency check maps import names to distributions with
+``importlib.metadata.packages_distributions``.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import subprocess
 import tomllib
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -185,3 +191,153 @@ def test_config_and_errors_sit_at_the_bottom():
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --------------------------------------------------------------------------- declared dependencies
+OPTIONAL_EXTRAS = {"gpu", "trl"}
+"""The extras whose packages the code may import only where it guards them; `test` is for the
+test suite (its trl is the trl extra's)."""
+
+
+def _dist(requirement: str) -> str:
+    """The normalised distribution name of a requirement line: 'math-verify[x]>=0.7' -> 'math-verify'."""
+    name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1)
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared() -> tuple[set[str], dict[str, set[str]]]:
+    """(core dependencies, extra -> its dependencies), as normalised distribution names."""
+    project = PYPROJECT["project"]
+    extras = {extra: {_dist(r) for r in reqs} for extra, reqs in project.get("optional-dependencies", {}).items()}
+    return {_dist(r) for r in project["dependencies"]}, extras
+
+
+def _guarded(parents: list[ast.AST]) -> bool:
+    """An import inside a function (run only on the path that needs it) or under a try whose
+    handler catches ImportError."""
+    for node in parents:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return True
+        if isinstance(node, ast.Try):
+            for handler in node.handlers:
+                names = ast.unparse(handler.type) if handler.type is not None else "BaseException"
+                if any(n in names for n in ("ImportError", "ModuleNotFoundError", "Exception")):
+                    return True
+    return False
+
+
+def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
+    """Top-level name -> [(file:line, guarded)] for every import of a module outside the
+    standard library and the package, plus the sandbox's preload list (imported by name)."""
+    import sys
+
+    found: dict[str, list[tuple[str, bool]]] = {}
+
+    def visit(node: ast.AST, parents: list[ast.AST], where: Path) -> None:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in ("vigor_cli", "__future__"):
+                found.setdefault(top, []).append((f"{where.relative_to(ROOT)}:{node.lineno}", _guarded(parents)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, parents + [node], where)
+
+    for top in ("vigor_cli", "sandbox", "verifiers"):
+        for path in (ROOT / top).rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                visit(ast.parse(path.read_text(encoding="utf-8")), [], path)
+    from vigor_cli.sandbox.landlock import PRELOADED_PACKAGES
+
+    for name in PRELOADED_PACKAGES:  # every sandboxed program may import these
+        found.setdefault(name, []).append(("sandbox/landlock.py PRELOADED_PACKAGES", False))
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    import importlib.metadata
+
+    return importlib.metadata.packages_distributions()
+
+
+def distributions_of(module: str) -> set[str]:
+    """The distributions that provide a top-level module, from the installed metadata
+    (importlib.metadata.packages_distributions: yaml -> PyYAML); a module not installed here
+    (an extra this machine lacks: vllm) is taken to be its own distribution's name."""
+    dists = _packages_distributions().get(module) or [module]
+    return {_dist(d) for d in dists}
+
+
+def test_every_imported_module_is_a_declared_dependency():
+    """Unguarded imports (at module level, not under try/except ImportError) need a core
+    dependency; guarded ones a core dependency or one of the optional extras."""
+    core, extras = declared()
+    optional = set().union(*(extras[e] for e in OPTIONAL_EXTRAS))
+    problems = []
+    for module, places in sorted(third_party_imports().items()):
+        dists = distributions_of(module)
+        if dists & core:
+            continue
+        unguarded = [where for where, guarded in places if not guarded]
+        if dists & optional and not unguarded:
+            continue
+        what = "an optional extra's, imported unguarded at" if dists & optional else "not declared; imported at"
+        problems.append(f"{module} ({', '.join(sorted(dists))}): {what} {', '.join(w for w, _ in places[:3])}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_dependency_check_sees_what_it_checks():
+    """The mapping and the guard rule on known cases (so the test above can fail)."""
+    assert distributions_of("yaml") == {"pyyaml"} and distributions_of("vllm") == {"vllm"}
+    imports = third_party_imports()
+    assert "sortedcontainers" in imports and "huggingface_hub" in imports
+    assert all(guarded for _, guarded in imports["vllm"])  # behind find_spec checks, in functions
+    assert any(not guarded for _, guarded in imports["torch"])  # module-level: a core dependency
+    core, extras = declared()
+    assert {"torch", "pyyaml", "sortedcontainers"} <= core and "vllm" in extras["gpu"]
+
+
+BLOCK_EXTRAS = """
+import importlib, importlib.abc, pkgutil, sys
+blocked = set(sys.argv[1].split(","))
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+sys.meta_path.insert(0, Block())
+import vigor_cli
+failed = []
+for info in pkgutil.walk_packages(vigor_cli.__path__, "vigor_cli."):
+    if info.name == "vigor_cli.__main__":
+        continue  # runs the command line
+    if info.name == "vigor_cli.integrations.trl":
+        continue  # the trl extra's own module: it says which extra to install (checked below)
+    try:
+        importlib.import_module(info.name)
+    except Exception as e:
+        failed.append(f"{info.name}: {type(e).__name__}: {e}")
+try:
+    importlib.import_module("vigor_cli.integrations.trl")
+    failed.append("vigor_cli.integrations.trl imported without trl")
+except ImportError as e:
+    if "vigor[trl]" not in str(e):
+        failed.append(f"vigor_cli.integrations.trl: {e}")
+print("\\n".join(failed))
+"""
+
+
+@pytest.mark.slow  # about 10 s: imports all of torch, transformers, datasets; .ci/run runs it
+def test_every_module_imports_without_the_optional_extras():
+    """With the extras' packages made unimportable, every module of the package imports (the
+    trl integration says which extra it needs): optional means optional."""
+    import sys
+
+    blocked = ["vllm", "bitsandbytes", "trl", "tensorboard", "wandb"]
+    res = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS, ",".join(blocked)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "", res.stdout
