@@ -321,4 +321,8 @@ def test_every_strategy_is_registered_everywhere():
     for name in STRATEGIES:  # the config accepts every registered name; the registry builds it
         assert make_allocator(A(strategy=name), 4, seed=0).name == name
     with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):
-        A(strategy="nosuch")
+        make_allocator(A(strategy="nosuch"), 4, seed=0)  # the registry refuses the name
+    from vigor_cli.settings import build_config
+
+    with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):
+        build_config(sets=["allocation.strategy=nosuch"])  # and so does every built config
