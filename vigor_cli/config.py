@@ -691,7 +691,7 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def read_config(
+def assemble(
     path: str | Path | None,
     overrides: dict[str, Any] | None,
     sets: list[str] | None,

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from vigor_cli.config import ConfigError, RunConfig, read_config
+from vigor_cli.config import ConfigError, RunConfig, assemble
 from vigor_cli.errors import UserError
 
 
@@ -77,7 +77,7 @@ def build_config(
     (``flags`` maps an override's key to the flag that set it), or the file.
     ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a caller that
     runs other strategies with these keys and checks each: `vigor simulate`)."""
-    return read_config(path, overrides, sets, flags, checks(strategy_rules))
+    return assemble(path, overrides, sets, flags, checks(strategy_rules))
 
 
 def checks(strategy_rules: bool = True) -> dict:
