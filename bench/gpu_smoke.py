@@ -175,7 +175,7 @@ def _release() -> None:
 
 
 def _config(ctx: Context, *sets: str) -> Any:
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     a = ctx.args
     return build_config(sets=[

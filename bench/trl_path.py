@@ -51,7 +51,7 @@ def trl_arm(steps: int, seed: int, workdir: Path) -> dict:
     """The same run through VigorGRPOTrainer (in this process; called by --arm trl): the
     default config mapped to TRL's keys by vigor_cli.integrations.trl.trl_args."""
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.integrations.trl import build_trainer
 
     cfg = build_config(DEFAULT_CONFIG, overrides={"train.seed": seed, "train.steps": steps,

@@ -74,7 +74,7 @@ def model_dir(name: str, workdir: Path) -> str:
 
 def run_config(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int,
                dtype: str = "auto"):
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     return build_config(sets=[
         f"model.name_or_path={model_path}", "model.lora.enabled=false", f"model.gradient_checkpointing={str(checkpointing).lower()}",

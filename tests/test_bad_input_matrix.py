@@ -290,7 +290,8 @@ def _parse_flag(path: list[str], flag: str, value: str):
 def test_a_flag_that_sets_a_key_has_that_keys_bounds(path, flag, key, value):
     """The flag is refused when parsed exactly when the config refuses the key's value, and
     the message names both."""
-    from vigor_cli.config import ConfigError, build_config
+    from vigor_cli.config import ConfigError
+    from vigor_cli.settings import build_config
 
     try:
         build_config(None, sets=[f"{key}={value}"])

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.config import ConfigError, RunConfig, build_config, describe
+from vigor_cli.config import ConfigError, RunConfig, describe
+from vigor_cli.settings import build_config
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

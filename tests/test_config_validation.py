@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from vigor_cli.allocation import make_allocator, registry
-from vigor_cli.config import (
-    ConfigError, RunConfig, build_config, check_against_data, describe, field_bounds,
-)
+from vigor_cli.config import ConfigError, RunConfig, describe, field_bounds
+from vigor_cli.settings import build_config, check_against_data
 from vigor_cli.errors import UserError
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny-math.yaml"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.models import TINY_DIR
 from vigor_cli.rollout.weights import stop_token_ids
 

@@ -17,7 +17,7 @@ import torch
 from test_learner import _samples
 from test_trainer import tiny_sets
 from vigor_cli import grpo
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.learner import IMPORTANCE_METRICS, Learner
 from vigor_cli.models import load_tokenizer
 

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from vigor_cli import memory_plan as mp
-from vigor_cli.config import ModelConfig, build_config
+from vigor_cli.config import ModelConfig
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]

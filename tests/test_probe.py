@@ -8,7 +8,7 @@ import json
 import pytest
 
 from vigor_cli.commands import probe as probe_cmd
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.variance_law import census
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from test_checkpoints import snapshot
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.jsonl import read_jsonl
 from vigor_cli.errors import UserError
 from vigor_cli.runs import RunDir

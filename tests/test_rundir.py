@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl, read_jsonl
 from vigor_cli.runs import DiskFullError, RunDir, load_run, verify_checkpoint

@@ -33,8 +33,10 @@ def tiny_tokenizer():
 
 # --------------------------------------------------------------------------- registry
 def test_unknown_task_lists_valid_names():
-    with pytest.raises(ValueError) as err:  # the config refuses it
-        TaskConfig(name="tiny-maths")
+    from vigor_cli.settings import build_config
+
+    with pytest.raises(ValueError) as err:  # a built config refuses it (vigor_cli/settings.py)
+        build_config(sets=["task.name=tiny-maths"])
     with pytest.raises(UserError) as err2:  # and so does the registry, given an unchecked config
         get_task(TaskConfig.model_construct(name="tiny-maths"))
     for msg in (str(err.value), str(err2.value)):

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from vigor_cli import tracking
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.tracking import Trackers
 
@@ -95,7 +95,7 @@ def test_report_to_key_accepts_names_lists_and_none():
 
 @pytest.mark.parametrize("args, needle", [
     (["--report-to", "mlflow"], "--report-to mlflow (train.report_to): bad value for 'train.report_to': unknown backend 'mlflow'"),
-    (["--report-to", "none", "--report-to", "wandb"], "'none' turns dashboards off"),
+    (["--report-to", "none,wandb"], "'none' turns dashboards off"),
     (["--set", "train.report_to=[3]"], "train.report_to"),
 ])
 def test_bad_report_to_is_one_line_exit_2(vigor, tmp_path, args, needle):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from vigor_cli import cli
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer, train
 

@@ -350,7 +350,7 @@ def test_accelerate_launch_two_processes_on_cpu(tmp_path):
 
 def test_trl_args_carry_the_vigor_config_into_grpoconfig(tmp_path):
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.integrations.trl import trl_args
 
     cfg = build_config(DEFAULT_CONFIG, sets=["allocation.strategy=knapsack", "grpo.beta=0.01", "train.seed=7",

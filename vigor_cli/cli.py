@@ -7,6 +7,7 @@ functions, so `vigor --help` stays fast.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
@@ -30,7 +31,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"show_default": True},  # every option's default in --help
 )
+
+def _version(value: bool) -> None:
+    if value:
+        from vigor_cli import __version__
+
+        typer.echo(f"vigor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print vigor's version and exit.")] = False,
+) -> None:
+    """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
+
 
 app.command("train")(train_cmd.train)
 app.command("eval")(eval_cmd.evaluate)

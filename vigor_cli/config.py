@@ -7,6 +7,12 @@ types raise :class:`ConfigError` with a one-line message naming the key.
 Override syntax on the command line: ``--set section.key=value`` (value parsed
 as YAML, so ``--set allocation.alpha=0.25`` gives a float and
 ``--set model.lora.target_modules=[q_proj,v_proj]`` a list).
+
+This module sits at the bottom of the import graph: it imports no registry. The keys that
+name a registered thing (``task.name``, ``allocation.strategy`` and the strategy's own rules,
+``engine.kind``, ``grpo.loss_agg``, ``grpo.scale_rewards``) are checked where the registries
+are known, :mod:`vigor_cli.settings`, through the validation context (:func:`_check_name`);
+a run's config is built with :func:`vigor_cli.settings.build_config`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional
 
 import yaml
 from pydantic import (
@@ -22,7 +28,6 @@ from pydantic import (
 )
 
 from vigor_cli.errors import UserError
-from vigor_cli import tracking as _tracking
 
 
 class ConfigError(UserError, ValueError):
@@ -39,6 +44,17 @@ STEPS_MAX = 10**7
 """Largest step count, interval or step number."""
 TOTAL_ROLLOUTS_MAX = 10**12
 """Largest count of rollouts over a whole run (a stop or evaluation schedule)."""
+
+
+def _check_name(info: ValidationInfo, key: str, name: Any) -> Any:
+    """A key that names a registered thing: the check comes from the caller that knows the
+    registries (``check_name(key, name)`` in the validation context, from
+    :mod:`vigor_cli.settings`); its ValueError names the registered names. Without that
+    context (a default config, an assignment) only the key's type is checked here."""
+    check = (info.context or {}).get("check_name")
+    if check is not None:
+        check(key, name)
+    return name
 
 
 def _scalar_types(annotation: Any) -> set:
@@ -227,12 +243,8 @@ class TaskConfig(_Section):
 
     @field_validator("name")
     @classmethod
-    def _registered_task(cls, name: str) -> str:
-        from vigor_cli.tasks import TASKS
-
-        if name not in TASKS:
-            raise ValueError(f"task.name: unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-        return name
+    def _registered_task(cls, name: str, info: ValidationInfo) -> str:
+        return _check_name(info, "task.name", name)
 
 
 # --------------------------------------------------------------------------- allocation
@@ -392,11 +404,8 @@ class AllocationConfig(_Section):
 
     @field_validator("strategy")
     @classmethod
-    def _registered_strategy(cls, name: str) -> str:
-        from vigor_cli.allocation import registry
-
-        registry.get(name)  # ValueError naming the registered strategies
-        return name
+    def _registered_strategy(cls, name: str, info: ValidationInfo) -> str:
+        return _check_name(info, "allocation.strategy", name)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -478,12 +487,8 @@ class EngineConfig(_Section):
 
     @field_validator("kind")
     @classmethod
-    def _registered_engine(cls, kind: str) -> str:
-        from vigor_cli.rollout import ENGINES
-
-        if kind != "auto" and kind not in ENGINES:
-            raise ValueError(f"engine.kind: unknown engine {kind!r}; known: auto, {', '.join(ENGINES)}")
-        return kind
+    def _registered_engine(cls, kind: str, info: ValidationInfo) -> str:
+        return _check_name(info, "engine.kind", kind)
 
 
 # --------------------------------------------------------------------------- GRPO
@@ -553,12 +558,7 @@ class GRPOConfig(_Section):
     @field_validator("loss_agg", "scale_rewards")
     @classmethod
     def _registered_function(cls, name: str, info: ValidationInfo) -> str:
-        from vigor_cli import grpo
-
-        known = grpo.LOSS_AGGREGATIONS if info.field_name == "loss_agg" else grpo.ADVANTAGE_SCALINGS
-        if name not in known:
-            raise ValueError(f"grpo.{info.field_name}: unknown name {name!r}; known: {', '.join(known)}")
-        return name
+        return _check_name(info, f"grpo.{info.field_name}", name)
 
 
 # --------------------------------------------------------------------------- loop
@@ -597,14 +597,29 @@ class TrainConfig(_Section):
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     report_to: list[str] = Field(
         default_factory=list, description="Dashboards that get every metrics.jsonl line and the "
-        f"completions sample: {', '.join(_tracking.names())} (several allowed; empty or 'none': "
-        "none). Each needs its extra, e.g. pip install 'vigor[tensorboard]' (vigor_cli/tracking.py)."
+        "completions sample, names in vigor_cli/tracking.py's registry (tensorboard, wandb, trackio; "
+        "several allowed, comma-separated; empty or 'none': none). Each needs its extra, e.g. "
+        "pip install 'vigor[tensorboard]'.",
     )
 
     @field_validator("report_to", mode="before")
     @classmethod
-    def _known_backends(cls, v: Any) -> list[str]:
-        return _tracking.parse(v)  # one name, comma-separated names or a list; 'none' is []
+    def _known_backends(cls, v: Any, info: ValidationInfo) -> list[str]:
+        """One name, comma-separated names or a list; 'none' alone is []; each name is checked
+        against the tracker registry where it is known (vigor_cli/settings.py)."""
+        if v is None:
+            return []
+        items = v if isinstance(v, (list, tuple)) else [v]
+        if not all(isinstance(i, str) for i in items):
+            raise ValueError(f"expected backend names, not {v!r}")
+        names = list(dict.fromkeys(n.strip() for i in items for n in i.split(",") if n.strip()))
+        if "none" in names and len(names) > 1:
+            raise ValueError("'none' turns dashboards off; it cannot be combined with other backends")
+        names = [n for n in names if n != "none"]
+        for name in names:
+            _check_name(info, "train.report_to", name)
+        return names
+
     run_name: Optional[str] = Field(
         None, description="Run directory name (a plain name, no '/'); default "
         "<date>-<task>-<strategy>-s<seed>."
@@ -643,11 +658,9 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
-        """Rules across sections; the strategy's own rules come from its registry entry (skipped
-        with the context ``{"strategy_rules": False}``: `vigor simulate` checks each strategy it
-        compares instead of the config's one)."""
-        from vigor_cli.allocation import registry
-
+        """Rules across sections; the strategy's own rules come from its registry entry, through
+        ``strategy_rules(cfg)`` in the validation context (:mod:`vigor_cli.settings`; left out
+        by `vigor simulate`, which checks each strategy it compares instead of the config's)."""
         s, g, e, t = self.sampling, self.grpo, self.engine, self.task
         if self.model.load_in_4bit and not self.model.lora.enabled:
             raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")
@@ -667,29 +680,10 @@ class RunConfig(_Section):
                 f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
                 f"sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
             )
-        strategy = registry.get(self.allocation.strategy)
-        if not (info.context or {}).get("strategy_rules", True):
-            return self
-        registry.options(self.allocation)
-        if strategy.check is not None:
-            strategy.check(self.allocation, self.train.prompts_per_step, None)
+        strategy_rules = (info.context or {}).get("strategy_rules")
+        if strategy_rules is not None:
+            strategy_rules(self)
         return self
-
-
-def check_against_data(cfg: RunConfig, n_train: int) -> None:
-    """The rules that need the task's training-set size (known once its data is read):
-    raises ConfigError naming the keys to change."""
-    from vigor_cli.allocation import registry
-
-    p = cfg.train.prompts_per_step
-    if p > n_train:
-        raise ConfigError(
-            f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'"
-        )
-    try:
-        registry.check(cfg.allocation, p, n_train)
-    except UserError as e:
-        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- loading
@@ -773,18 +767,18 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
-def build_config(
-    path: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
-    sets: list[str] | None = None,
-    strategy_rules: bool = True,
-    flags: dict[str, str] | None = None,
+def assemble(
+    path: str | Path | None,
+    overrides: dict[str, Any] | None,
+    sets: list[str] | None,
+    flags: dict[str, str] | None,
+    context: dict[str, Callable[..., None]],
 ) -> RunConfig:
-    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``.
+    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``,
+    validated with ``context`` (the registry checks: ``check_name``, ``strategy_rules``).
 
-    An error names where the bad value came from: ``--set key=value``, the flag's key, or
-    the file. ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a
-    caller that runs other strategies with these keys and checks each: `vigor simulate`).
+    Use :func:`vigor_cli.settings.build_config`, which passes the registry checks. An error
+    names where the bad value came from: ``--set key=value``, the flag's key, or the file.
     ``flags`` maps an override's key to the command-line flag that set it, for the message."""
     tree: dict = load_yaml(path) if path else {}
     given: dict[str, str] = {}
@@ -799,7 +793,7 @@ def build_config(
         given[k] = f"--set {s.strip()}"
         _set_dotted(tree, k, v, given[k])
     try:
-        return RunConfig.model_validate(tree, context={"strategy_rules": strategy_rules})
+        return RunConfig.model_validate(tree, context=context)
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
@@ -824,23 +818,6 @@ def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple
     return rows
 
 
-def known_names(what: Literal["strategy", "engine", "task", "benchmark"]) -> str:
-    """The registered names behind a key, comma-separated, for help texts and messages:
-    strategies (allocation.strategy), engines (engine.kind, 'auto' first), tasks (task.name),
-    benchmarks (`vigor eval --benchmarks`). Read from the registries, never listed here."""
-    if what == "strategy":
-        from vigor_cli.allocation import registry
-
-        return ", ".join(registry.names())
-    if what == "engine":
-        from vigor_cli.rollout import ENGINES
-
-        return ", ".join(["auto", *ENGINES])
-    from vigor_cli.tasks import EVAL_SETS, TASKS
-
-    return ", ".join(TASKS if what == "task" else EVAL_SETS)
-
-
 def field_bounds(dotted: str) -> dict[str, float]:
     """The bounds a key's Field declares, as {'ge'|'gt': low, 'le'|'lt': high} (absent: unbounded
     that side), for command-line options that set a config key: a flag and its key share bounds."""
@@ -854,17 +831,3 @@ def field_bounds(dotted: str) -> dict[str, float]:
             if getattr(meta, side, None) is not None:
                 found[side] = getattr(meta, side)
     return found
-
-
-def set_key(cfg: RunConfig, dotted: str, value: Any, flag: str) -> None:
-    """Set one key of a built config from a command-line option, validated like the file's;
-    a bad value is a ConfigError naming the option: ``--engine nosuch: unknown engine ...``."""
-    *sections, name = dotted.split(".")
-    node: Any = cfg
-    for part in sections:
-        node = getattr(node, part)
-    try:
-        setattr(node, name, value)
-    except ValidationError as e:
-        msg = e.errors()[0]["msg"].removeprefix("Value error, ").removeprefix(f"{dotted}: ")
-        raise ConfigError(f"{flag} {value}: {dotted}: {msg}") from None

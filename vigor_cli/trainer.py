@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from vigor_cli import grpo
-from vigor_cli.config import RunConfig, check_against_data
+from vigor_cli.config import RunConfig
+from vigor_cli.settings import check_against_data
 from vigor_cli.console import console as default_console
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import encode_prompt, evaluate_examples
@@ -701,7 +702,7 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
 def _resume(path: Path, steps: int | None, out: Any,
             signals: StopSignals | None = None) -> tuple[RunDir, "Trainer"]:
     """Lock the run, pick its newest intact checkpoint, check config and logs, then load."""
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.runs import check_resume_config
 
     def warn(message: str) -> None:

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional, Sequence
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.config import known_names, set_key
+from vigor_cli.settings import known_names, set_key
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
@@ -84,6 +84,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
                   checkpoint: Optional[str]) -> tuple[Any, Optional[str], dict]:
     """(RunConfig for the policy, directory to load on top of it, description for the file)."""
     from vigor_cli.config import RunConfig
+    from vigor_cli.settings import checks
 
     if run is not None:
         if model is not None or adapter is not None:
@@ -93,7 +94,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
         if not (run / "config.yaml").is_file():
             raise UserError(f"--run {run}: not a run directory (no config.yaml)")
         try:
-            cfg = RunConfig.model_validate(read_config(run))
+            cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
         warn = lambda m: err_console.print(f"[yellow]warning:[/] {m}", highlight=False)  # noqa: E731

@@ -11,6 +11,7 @@ flag and the key can never disagree.
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 from pathlib import Path
@@ -123,18 +124,22 @@ def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] 
 
 
 # --------------------------------------------------------------------------- config keys
-def _field(key: str) -> Any:
+def key_field(key: str) -> Any:
+    """The pydantic field that declares a dotted config key (any depth: model.lora.r)."""
     from vigor_cli.config import RunConfig
 
-    section, name = key.split(".")
-    return RunConfig.model_fields[section].annotation.model_fields[name]
+    *sections, name = key.split(".")
+    model: Any = RunConfig
+    for part in sections:
+        model = model.model_fields[part].annotation
+    return model.model_fields[name]
 
 
 def key_bounds(key: str) -> Bounds:
     """The bounds a config key declares (``Field(ge=..., gt=..., le=..., lt=...)``)."""
     low = high = None
     low_open = high_open = False
-    for m in _field(key).metadata:
+    for m in key_field(key).metadata:
         for attr, is_low, is_open in (("ge", True, False), ("gt", True, True),
                                       ("le", False, False), ("lt", False, True)):
             value = getattr(m, attr, None)
@@ -147,9 +152,21 @@ def key_bounds(key: str) -> Bounds:
     return Bounds(low, high, low_open, high_open)
 
 
+def shown_default(key: str) -> str:
+    """A key's built-in default as --help shows it: ``0.5``, ``true``, ``unset`` (None)."""
+    value = key_field(key).get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
 def key_choices(key: str) -> tuple[str, ...]:
     """The names a config key accepts (its ``Literal[...]``)."""
-    ann = _field(key).annotation
+    ann = key_field(key).annotation
     args = typing.get_args(ann) if typing.get_origin(ann) is typing.Literal else ()
     return tuple(str(a) for a in args)
 
@@ -157,10 +174,12 @@ def key_choices(key: str) -> tuple[str, ...]:
 def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **kw: Any) -> Any:
     """The option that sets config key ``key``: that key's bounds (or choices), checked when
     the command line is parsed. Extra bounds in ``kw`` (low=, high=) narrow the key's own."""
+    if "show_default" not in kw:  # the key's built-in default (the flag's own default is None)
+        kw["show_default"] = shown_default(key)
     choices = key_choices(key)
     if choices:
         return choice(*flags, help=help, choices=choices, key=key, **kw)
-    ann = _field(key).annotation
+    ann = key_field(key).annotation
     if ann not in (int, float, Optional[int], Optional[float]):
         return typer.Option(*flags, help=help, **kw)  # the config's own validation judges it
     b = key_bounds(key)
@@ -173,15 +192,17 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
 
 
 def engine(*flags: str, help: str = "", **kw: Any) -> Any:
-    from vigor_cli.config import known_names
+    from vigor_cli.settings import known_names
 
     names = tuple(known_names("engine").split(", "))  # the engine registry's names, and auto
+    kw.setdefault("show_default", shown_default("engine.kind"))
     return choice(*(flags or ("--engine",)), help=help or f"engine.kind: {', '.join(names)}.",
                   choices=names, key="engine.kind", **kw)
 
 
 def device(*flags: str, help: str = "", **kw: Any) -> Any:
     names = key_choices("model.device")
+    kw.setdefault("show_default", shown_default("model.device"))
     return choice(*(flags or ("--device",)), help=help or f"model.device: {', '.join(names)}.",
                   choices=names, key="model.device", **kw)
 

@@ -51,7 +51,7 @@ def probe(
 ) -> None:
     """Sample a few rollouts per prompt, fit the variance law, and say whether allocation pays."""
     from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.report.probe_view import print_result
 
     if config is not None and not config.is_file():

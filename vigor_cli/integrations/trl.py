@@ -61,7 +61,8 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 from vigor_cli import grpo
 from vigor_cli.allocation import make_allocator
-from vigor_cli.config import AllocationConfig, ConfigError, build_config, parse_override
+from vigor_cli.config import AllocationConfig, ConfigError, parse_override
+from vigor_cli.settings import build_config
 from vigor_cli.tasks.base import score_once
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import DataOrder
