@@ -147,7 +147,9 @@ class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, math, code.",
+        "tiny-code, tiny-facts, tiny-ladder, math, code, and custom (your own data and rewards: "
+        "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
+        "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
     split_seed: int = Field(
         0,
@@ -159,7 +161,8 @@ class TaskConfig(_Section):
     )
     train_path: Optional[str] = Field(
         None,
-        description="Local JSONL/Parquet file of training records; overrides the hub dataset.",
+        description="math, code: local file or folder of training records (any format task.data "
+        "reads); overrides the hub dataset.",
     )
     data_dir: Optional[str] = Field(
         None,
@@ -198,6 +201,56 @@ class TaskConfig(_Section):
         description="Code task reward: 'full' = 1 if every test passes (the paper's full pass "
         "rate), 'fraction' = share of tests passed.",
     )
+    # ---- custom: your own data and rewards (vigor_cli/tasks/custom.py, README "Train on your own task")
+    data: Optional[str] = Field(
+        None,
+        description="custom: training data (--data): a .jsonl/.json/.csv/.tsv/.parquet file, a "
+        "folder written by datasets' save_to_disk, a folder datasets.load_dataset reads, or a hub "
+        "dataset org/name; PATH:SPLIT or org/name:SPLIT picks a split (default train). A 'prompt' "
+        "column (a string, or a list of system/user messages) is the prompt; every other column "
+        "reaches the reward functions by name.",
+    )
+    eval_data: Optional[str] = Field(
+        None,
+        description="custom: held-out data (--eval-data), any form task.data takes (default split "
+        "test, then validation), scored by the same rewards. Unset: the first 64 training rows "
+        "are evaluated (set 'train-sample').",
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="custom: column names the data uses instead of the ones expected, as "
+        "{expected: column}: prompt (--prompt-field), answer (--answer-field, the gold the math "
+        "verifier reads), or any column a reward function names.",
+    )
+    prompt_template: Optional[str] = Field(
+        None,
+        description="custom: the prompt built from a row's columns, e.g. 'Reverse {word}:' "
+        "({{ and }} for literal braces); replaces the prompt column.",
+    )
+    system_prompt: Optional[str] = Field(
+        None,
+        description="custom: a system message put before each prompt (--system-prompt); the "
+        "prompt becomes a message list, so a tokenizer with a chat template applies it.",
+    )
+    chat_template: bool | Literal["auto"] = Field(
+        "auto",
+        description="custom: 'auto' (TRL's rule) applies the tokenizer's chat template to "
+        "message-list prompts (and to prompts given a system message) and uses string prompts "
+        "as they are; true applies it to string prompts too (as one user message); false never "
+        "(message contents joined by blank lines). Without a chat template, messages are joined.",
+    )
+    rewards: list[str] = Field(
+        default_factory=list,
+        description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder) or FILE.py:FUNC, a function "
+        "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
+        "cannot score). User code runs in the trainer's process.",
+    )
+    reward_weights: list[Annotated[float, Field(ge=-1e6, le=1e6)]] = Field(
+        default_factory=list,
+        description="custom: one weight per reward (--reward-weights 1,0.5); the reward is the "
+        "weighted sum of the values that are not None (TRL's rule). Empty: every weight 1.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -207,6 +260,70 @@ class TaskConfig(_Section):
         if name not in TASKS:
             raise ValueError(f"task.name: unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
         return name
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _read_by_the_task(cls, value: Any, info: ValidationInfo) -> Any:
+        """A task.* key the chosen task does not read is refused (never silently ignored);
+        then the custom task's own rules."""
+        from vigor_cli.tasks import task_reads
+
+        key, name = info.field_name, info.data.get("name")
+        if key in ("name", "max_prompt_tokens") or name is None:
+            return value
+        default = cls.model_fields[key].get_default(call_default_factory=True)
+        reads = task_reads(name)
+        if value != default and reads is not None and key not in reads:
+            own = ", ".join(f"task.{k}" for k in reads) or "no other task key"
+            hint = "" if name == "custom" else "; your own data and rewards: --data PATH --reward ... (task 'custom')"
+            raise _task_rule(f"task.{key} is not read by task '{name}' (it reads {own}){hint}")
+        if name == "custom":
+            _custom_rule(key, value, info.data)
+        return value
+
+    @model_validator(mode="after")
+    def _custom_needs(self) -> "TaskConfig":
+        """The custom task needs data and at least one reward."""
+        if self.name != "custom":
+            return self
+        if not self.data:
+            raise _task_rule("task 'custom' needs training data: --data PATH (task.data)")
+        if not self.rewards:
+            from vigor_cli.rewards import builtin_names
+
+            raise _task_rule("task 'custom' needs at least one reward: --reward NAME (built-in: "
+                             f"{', '.join(builtin_names())}) or --reward FILE.py:FUNC (task.rewards)")
+        return self
+
+
+def _task_rule(message: str) -> Exception:
+    """A task rule's error: printed as is after its source (see _format_validation_error)."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("task_rule", "{message}", {"message": message})
+
+
+def _custom_rule(key: str, value: Any, earlier: dict) -> None:
+    """The custom task's rules on one key (``earlier``: the keys validated before it)."""
+    from vigor_cli import rewards
+    from vigor_cli.tasks.custom import check_fields, check_template
+
+    try:
+        if key == "fields":
+            check_fields(value)
+        if key == "prompt_template" and value is not None:
+            check_template(value)
+            if "prompt" in earlier.get("fields", {}):
+                raise ValueError("task.prompt_template and task.fields.prompt (--prompt-field) both "
+                                 "say where the prompt comes from; give one")
+        if key == "rewards":
+            for spec in value:
+                rewards.check_spec(spec)
+        if key == "reward_weights" and value and len(value) != len(earlier.get("rewards", [])):
+            raise ValueError(f"task.reward_weights has {len(value)} weights for "
+                             f"{len(earlier.get('rewards', []))} rewards (task.rewards); give one per reward")
+    except ValueError as e:
+        raise _task_rule(str(e)) from None
 
 
 # --------------------------------------------------------------------------- allocation
@@ -637,6 +754,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{source}: unknown config key '{key}'"
+    if kind == "task_rule":  # the message names the key and the task
+        return f"{source}: {first['msg']}"
     msg = first["msg"].removeprefix("Value error, ").removeprefix(f"{key}: ")
     if kind == "value_error" and not first["loc"]:
         return f"{source}: {msg}"  # a rule across sections: the message names its keys
@@ -729,7 +848,8 @@ def build_config(
     for k, v in (overrides or {}).items():
         if v is not None:
             flag = (flags or {}).get(k)
-            given[k] = f"{flag} {v} ({k})" if flag else f"{k}={v} (command-line flag)"
+            shown = ",".join(map(str, v)) if isinstance(v, list) else v  # a repeated flag's values
+            given[k] = f"{flag} {shown} ({k})" if flag else f"{k}={shown} (command-line flag)"
             _set_dotted(tree, k, v, given[k])
     for s in sets or []:
         k, v = parse_override(s)

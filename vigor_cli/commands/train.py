@@ -54,6 +54,11 @@ FLAG_OF_KEY = {
     "train.steps": "--steps", "train.prompts_per_step": "--prompts-per-step", "train.seed": "--seed",
     "engine.kind": "--engine", "model.load_in_4bit": "--load-in-4bit", "model.device": "--device",
     "train.output_dir": "--output-dir", "train.run_name": "--run-name", "train.gpu_memory_gib": "--gpu-memory",
+    # your own task (task 'custom')
+    "task.data": "--data", "task.eval_data": "--eval-data", "task.rewards": "--reward",
+    "task.reward_weights": "--reward-weights", "task.system_prompt": "--system-prompt",
+    "task.prompt_template": "--prompt-template", "task.fields.prompt": "--prompt-field",
+    "task.fields.answer": "--answer-field",
 }
 """The flag that sets each key (an error names the flag the user typed)."""
 
@@ -74,7 +79,16 @@ def train(
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable).")] = None,
     gpu_memory: Annotated[Optional[float], opt.for_key("train.gpu_memory_gib", "--gpu-memory", help="train.gpu_memory_gib: plan against this many GiB instead of the visible GPU (plans a GPU run on any machine).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the task's data and import its reward functions (--data: schema, first rows, the columns each reward needs), print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming what to change if not.")] = False,
+    # ---- your own task (task 'custom'; README "Train on your own task")
+    data: Annotated[Optional[str], typer.Option("--data", help="task.data: your training data (.jsonl/.json/.csv/.tsv/.parquet, a save_to_disk folder, a folder datasets reads, or hub org/name[:split]); selects task 'custom' when --task is not given.", rich_help_panel="Your own task")] = None,
+    eval_data: Annotated[Optional[str], typer.Option("--eval-data", help="task.eval_data: held-out data (same forms), scored by the same rewards: avg@n and pass@k in eval/step-N.json.", rich_help_panel="Your own task")] = None,
+    reward: Annotated[Optional[List[str]], typer.Option("--reward", help="task.rewards (repeatable): a built-in verifier (math, code, tiny-math, ...) or FILE.py:FUNC with TRL's signature func(prompts, completions, **columns) -> list[float | None]; runs in the trainer's process.", rich_help_panel="Your own task")] = None,
+    reward_weights: Annotated[Optional[str], typer.Option("--reward-weights", help="task.reward_weights: comma-separated, one per --reward (default all 1).", rich_help_panel="Your own task")] = None,
+    system_prompt: Annotated[Optional[str], typer.Option("--system-prompt", help="task.system_prompt: a system message before each prompt (the chat template, if any, is then applied).", rich_help_panel="Your own task")] = None,
+    prompt_field: Annotated[Optional[str], typer.Option("--prompt-field", help="task.fields.prompt: the column holding the prompt (default 'prompt').", rich_help_panel="Your own task")] = None,
+    answer_field: Annotated[Optional[str], typer.Option("--answer-field", help="task.fields.answer: the column holding the gold answer the built-in verifiers read (default 'answer').", rich_help_panel="Your own task")] = None,
+    prompt_template: Annotated[Optional[str], typer.Option("--prompt-template", help="task.prompt_template: the prompt built from columns, e.g. 'Reverse {word}:'.", rich_help_panel="Your own task")] = None,
 ) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
     from vigor_cli.config import build_config
@@ -87,7 +101,9 @@ def train(
             "--prompts-per-step": prompts_per_step, "--seed": seed, "--engine": engine,
             "--output-dir": output_dir, "--run-name": run_name, "--set": set_ or None,
             "--load-in-4bit": load_in_4bit or None, "--device": device,
-            "--gpu-memory": gpu_memory,
+            "--gpu-memory": gpu_memory, "--data": data, "--eval-data": eval_data, "--reward": reward or None,
+            "--reward-weights": reward_weights, "--system-prompt": system_prompt, "--prompt-field": prompt_field,
+            "--answer-field": answer_field, "--prompt-template": prompt_template,
         }
         given = [flag for flag, value in others.items() if value is not None]
         if given:
@@ -98,7 +114,7 @@ def train(
         return
     overrides = {
         "model.name_or_path": model,
-        "task.name": task,
+        "task.name": task if task is not None or data is None else "custom",  # --data alone: your own task
         "allocation.strategy": strategy,
         "train.steps": steps,
         "train.prompts_per_step": prompts_per_step,
@@ -109,12 +125,44 @@ def train(
         "train.output_dir": output_dir,
         "train.run_name": run_name,
         "train.gpu_memory_gib": gpu_memory,
+        **own_task_overrides(data, eval_data, reward, reward_weights, system_prompt, prompt_field,
+                             answer_field, prompt_template),
     }
     path = resolve_config(config) if config is not None else default_config_file(model, task)
     cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)
     if dry_run:
         return _dry_run(cfg, console)
     print_summary(_run_training(cfg, out=console), console)
+
+
+def own_task_overrides(data: str | None, eval_data: str | None, reward: list[str] | None,
+                       reward_weights: str | None, system_prompt: str | None, prompt_field: str | None,
+                       answer_field: str | None, prompt_template: str | None) -> dict:
+    """The keys of the "Your own task" flags (``--data`` without ``--task`` also selects task
+    'custom': the bundled default config's tiny-math must not swallow it)."""
+    return {
+        "task.data": data,
+        "task.eval_data": eval_data,
+        "task.rewards": list(reward) if reward else None,
+        "task.reward_weights": parse_weights(reward_weights) if reward_weights is not None else None,
+        "task.system_prompt": system_prompt,
+        "task.fields.prompt": prompt_field,
+        "task.fields.answer": answer_field,
+        "task.prompt_template": prompt_template,
+    }
+
+
+def parse_weights(text: str) -> list[float]:
+    """``--reward-weights 1,0.5``: finite numbers, comma-separated."""
+    import math
+
+    try:
+        weights = [float(w) for w in text.split(",")]
+    except ValueError:
+        raise UserError(f"--reward-weights {text}: expected numbers separated by commas, e.g. 1,0.5") from None
+    if not all(math.isfinite(w) for w in weights):
+        raise UserError(f"--reward-weights {text}: weights must be finite numbers")
+    return weights
 
 
 def _run_training(*args, **kwargs):
@@ -132,9 +180,13 @@ def _run_training(*args, **kwargs):
 
 
 def _dry_run(cfg, console) -> None:
-    """`--dry-run`: the memory plan and the verdict; nothing is loaded or written."""
+    """`--dry-run`: the task's data and rewards (read and checked: a bad file or function fails
+    here), the memory plan and the verdict; no model is loaded, nothing is written."""
     from vigor_cli import memory_plan
+    from vigor_cli.tasks import preview_task
 
+    for line in preview_task(cfg.task):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     plan = memory_plan.plan_run(cfg)
     console.print(memory_plan.render(plan))
     for note in plan.notes:
