@@ -68,7 +68,9 @@ def test_a_reward_that_raises_in_a_training_step_stops_the_run_in_one_line(tmp_p
     code, out, err = vigor("train", "--data", str(data), "--eval-data", str(held), "--reward", f"{tmp_path / 'r.py'}:score",
                            "--prompts-per-step", "2", "--steps", "1", "--output-dir", str(tmp_path / "runs"))
     assert code == 2 and "Traceback" not in err
-    [line] = err.strip().splitlines()
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and re.fullmatch(r"eval custom: 1/1 problems \(\d+ s\)", lines[0])  # progress, error
+    line = lines[-1]
     assert re.search(r"reward function .*r.py:score raised ValueError: no score for training rows \(r.py, line 3\)", line)
     if importlib.util.find_spec("vigor_cli.rollout_core") is not None:  # the trainer that prefixes the step
         assert "step 1: reward function" in line, line
@@ -83,3 +85,19 @@ def test_the_readme_shows_the_example_reward_as_it_is():
     shown = shown[: shown.index("```")].strip()
     assert shown in (EXAMPLE / "reward.py").read_text(), "README and examples/letter-count/reward.py differ"
     assert readme_command()[:2] == ["vigor", "train"]
+
+
+@pytest.mark.slow
+def test_the_worked_example_through_the_trl_path(tmp_path):
+    """The same options reach TRL's GRPOTrainer (vigor_cli.integrations.trl): two steps."""
+    pytest.importorskip("trl")
+    argv = readme_command()[2:]
+    argv = [a for a in argv if a not in ("--steps", "50")]
+    done = subprocess.run([sys.executable, "-m", "vigor_cli.integrations.trl", "--cpu", "--output-dir",
+                           str(tmp_path / "trl"), *argv, "--set", "train.steps=2", "--set", "train.prompts_per_step=8",
+                           "--set", "train.eval_every=1"], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result["held_out"]) == {"0", "1", "2"} and result["rollouts"] > 0
+    assert "rewards/custom_verifier/mean" in done.stdout + done.stderr
