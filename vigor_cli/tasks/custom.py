@@ -193,7 +193,7 @@ class CustomTask(Task):
         out = []
         for i, total in enumerate(totals):
             parts = {r.name: per[j][i].reward for j, r in enumerate(self.rewards)}
-            if len(self.rewards) == 1:
+            if len(self.rewards) == 1 and per[0][i].reason:  # a built-in verifier's verdict
                 reason, details = per[0][i].reason, dict(per[0][i].details)
             else:
                 reason = ", ".join(f"{n} {'none' if v is None else f'{v:.3g}'}" for n, v in parts.items())
