@@ -266,6 +266,8 @@ def test_the_signature_says_which_columns_a_reward_needs(tmp_path):
     assert trl_style.needs == () and trl_style.__name__ == "trl_style"
     # called the way TRL calls a reward function: keywords, completion_ids and trainer_state
     assert trl_style(prompts=["p"], completions=["c"], completion_ids=[[1]], trainer_state=None) == [1.0]
+    trl_utils = pytest.importorskip("trl.trainer.utils")  # how GRPOTrainer names and dispatches one
+    assert trl_utils.get_callable_name(only) == "only" and not trl_utils.is_async_callable(only)
     with pytest.raises(UserError, match=r"r.py:one: the function takes \(prompts\); a reward function takes \(prompts, completions"):
         rewards.load_reward(f"{spec}:one")
     with pytest.raises(UserError, match="parameter 'word' is positional-only"):
