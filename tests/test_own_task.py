@@ -480,9 +480,9 @@ class ScriptedEngine:
         return out
 
 
-def test_eval_data_is_scored_by_the_same_rewards_with_pass_at_k_and_progress(tmp_path, tokenizers, monkeypatch,
-                                                                             capsys):
+def test_eval_data_is_scored_by_the_same_rewards_with_pass_at_k(tmp_path, tokenizers, monkeypatch, capsys):
     from vigor_cli import evaluation
+    from vigor_cli.rollout.base import SamplingParams
 
     plain, _ = tokenizers
     words = ["ab", "abc", "abcd", "x", "xyz"]
@@ -496,23 +496,45 @@ def test_eval_data_is_scored_by_the_same_rewards_with_pass_at_k_and_progress(tmp
     answers = {f"{w}=": f"\\boxed{{{len(w) if w != 'abcd' else 9}}}" for w in words}
     engine = ScriptedEngine(plain, answers)
     monkeypatch.setattr(evaluation, "CHUNK_SAMPLES", 4)  # 2 samples each: two problems per chunk
-    from vigor_cli.rollout.base import SamplingParams
-
-    result = evaluation.evaluate_examples(engine, task, plain, examples, 2, SamplingParams(seed=7), "custom")
-    assert engine.calls == [(2, 7), (2, 8), (1, 9)]  # three chunks, a seed each
-    err = capsys.readouterr().err
-    assert "eval custom: 5 problems x 2 samples, 3 chunks" in err
-    assert "eval custom: 2/5 problems" in err and "eval custom: 5/5 problems" in err
+    seen = []
+    result = evaluation.evaluate_examples(engine, task, plain, examples, 2, SamplingParams(seed=7), "custom",
+                                          progress=lambda done, total, s: seen.append((done, total)))
+    assert engine.calls == [(2, 7), (2, 8), (1, 9)] and seen == [(2, 5), (4, 5), (5, 5)]  # a seed per chunk
     # 'x' is unscored (None): out of the means, counted
     assert result.per_example == {"custom/eval/0": 1.0, "custom/eval/1": 1.0, "custom/eval/2": 0.0,
                                   "custom/eval/4": 1.0}
     assert result.accuracy == 0.75 and result.unscored == 2
     metrics = result.to_json()["metrics"]
     assert metrics["avg@n"] == 0.75 and metrics["pass@k"] == {"1": 0.75, "2": 0.75} and metrics["unscored"] == 2
-    seen = []
-    evaluation.evaluate_examples(engine, task, plain, examples, 2, SamplingParams(seed=7), "custom",
-                                 progress=lambda done, total, s: seen.append((done, total)))
-    assert seen == [(2, 5), (4, 5), (5, 5)]
+    evaluation.evaluate_examples(engine, task, plain, examples, 2, SamplingParams(seed=7), "custom")
+    assert capsys.readouterr().err == ""  # a quick evaluation prints no progress
+
+
+def test_a_long_evaluation_prints_progress_lines_whatever_its_size(tmp_path, tokenizers, monkeypatch, capsys):
+    """One chunk that generates slowly still shows progress (a timer, not the chunk count)."""
+    import time as clock
+
+    from vigor_cli import evaluation
+    from vigor_cli.rollout.base import SamplingParams
+
+    plain, _ = tokenizers
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"prompt": "a="}) + "\n")
+    (tmp_path / "r.py").write_text("def f(prompts, completions, **kw):\n    return [1.0] * len(completions)\n")
+    task = custom(data, f"{tmp_path / 'r.py'}:f")
+
+    class Slow(ScriptedEngine):
+        def generate(self, prompts, counts, sampling):
+            clock.sleep(0.5)
+            return super().generate(prompts, counts, sampling)
+
+    monkeypatch.setattr(evaluation, "PROGRESS_EVERY_S", 0.1)
+    result = evaluation.evaluate_examples(Slow(plain, {"a=": "x"}), task, plain, task.eval_examples(), 3,
+                                          SamplingParams(), "custom")
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert result.accuracy == 1.0 and len(lines) >= 3, lines  # while it ran, then the end
+    assert all(line.startswith("eval custom: ") and "problems x 3 samples" in line for line in lines)
+    assert lines[0].startswith("eval custom: 0/1 problems") and lines[-1].startswith("eval custom: 1/1 problems")
 
 
 def test_a_failing_reward_in_evaluation_names_the_set(tmp_path, tokenizers):

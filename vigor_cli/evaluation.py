@@ -4,13 +4,16 @@ The trainer's periodic evaluation and `vigor eval` both call
 :func:`evaluate_examples`; the CLI and tables live with `vigor eval`. The JSON form
 (:meth:`EvalResult.to_json`) is what ``eval/step-<N>.json`` holds, with the same avg@n and
 pass@k (vigor_cli/report/metrics.py) `vigor eval` reports, for any set (a user's
-``--eval-data`` included). Generation runs in chunks of :data:`CHUNK_SAMPLES` samples with a
-progress line per chunk on stderr, so a large set never runs silent for minutes. A reward of
-None (a completion the reward function cannot score) is left out of the means and counted.
+``--eval-data`` included). Generation runs in chunks of :data:`CHUNK_SAMPLES` samples; an
+evaluation that runs longer than :data:`PROGRESS_EVERY_S` prints a progress line on stderr
+that often, whatever the set's size, so none runs silent for minutes (a quick one prints
+nothing). A reward of None (a completion the reward function cannot score) is left out of
+the means and counted.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
@@ -22,6 +25,9 @@ from vigor_cli.tasks.base import Example, Task
 CHUNK_SAMPLES = 256
 """Samples generated per engine call (at least one example's n): a progress line after each.
 The bundled tiny-math held-out set (256 problems, n = 1) is one chunk, as before chunking."""
+
+PROGRESS_EVERY_S = 15.0
+"""Seconds between progress lines of a running evaluation (none before the first)."""
 
 Progress = Callable[[int, int, float], None]
 """``progress(problems_done, problems_total, seconds)`` after each chunk."""
@@ -88,15 +94,42 @@ class EvalResult:
         }
 
 
-def print_progress(set_name: str) -> Progress:
-    """The default progress report: one line on stderr per chunk (no live bar: the trainer's
-    own bar may be on screen, and rich allows one live display at a time)."""
-    from vigor_cli.console import err_console
+class ProgressLines:
+    """The default progress report: while an evaluation runs, a line on stderr every
+    :data:`PROGRESS_EVERY_S` seconds (problems done, seconds), from a timer thread so that
+    one long chunk is not silent either, and a last line when it ends if any was printed.
+    No live bar: the trainer's own bar may be on screen, and rich allows one at a time."""
 
-    def report(done: int, total: int, seconds: float) -> None:
-        err_console.print(f"eval {set_name}: {done}/{total} problems ({seconds:.0f} s)", highlight=False)
+    def __init__(self, set_name: str, total: int, samples: int, every: float | None = None):
+        self.set_name, self.total, self.samples = set_name, total, samples
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.done, self.printed, self.start = 0, False, time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="vigor-eval-progress", daemon=True)
 
-    return report
+    def __enter__(self) -> "ProgressLines":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.printed and exc[0] is None:
+            self._line()
+
+    def __call__(self, done: int, total: int, seconds: float) -> None:
+        self.done = done
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._line()
+
+    def _line(self) -> None:
+        from vigor_cli.console import err_console
+
+        self.printed = True
+        err_console.print(f"eval {self.set_name}: {self.done}/{self.total} problems x {self.samples} samples "
+                          f"({time.time() - self.start:.0f} s)", highlight=False)
 
 
 def evaluate_examples(
@@ -111,10 +144,10 @@ def evaluate_examples(
 ) -> EvalResult:
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
 
-    ``progress``: True prints a line on stderr after each chunk of :data:`CHUNK_SAMPLES`
-    samples (and one at the start of a set of more than one chunk); a callable gets
-    (problems done, total, seconds) instead; False is silent (a caller with its own bar).
-    Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
+    ``progress``: True prints a line on stderr every :data:`PROGRESS_EVERY_S` seconds while
+    it runs (:class:`ProgressLines`); a callable gets (problems done, total, seconds) after
+    each chunk of :data:`CHUNK_SAMPLES` samples instead; False is silent (a caller with its
+    own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [])
     per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
@@ -133,22 +166,18 @@ def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples
                      sampling: SamplingParams, set_name: str, progress: Progress | bool = True) -> list[list[SampleResult]]:
     """Each example's n scored samples, generated and graded in chunks of :data:`CHUNK_SAMPLES`
     samples, with ``progress`` reported after each (see :func:`evaluate_examples`)."""
-    report = print_progress(set_name) if progress is True else (progress or None)
+    if progress is True:
+        with ProgressLines(set_name, len(examples), n) as lines:
+            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines)
     per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
-    chunks = [list(examples[i:i + per_chunk]) for i in range(0, len(examples), per_chunk)]
-    if progress is True and len(chunks) > 1:
-        from vigor_cli.console import err_console
-
-        err_console.print(f"eval {set_name}: {len(examples)} problems x {n} samples, {len(chunks)} chunks",
-                          highlight=False)
     start = time.time()
     out: list[list[SampleResult]] = []
-    for c, chunk in enumerate(chunks):
+    for c, i in enumerate(range(0, len(examples), per_chunk)):
         params = sampling if c == 0 or sampling.seed is None else SamplingParams(
             sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed + c)
-        out += _evaluate_chunk(engine, task, tokenizer, chunk, n, params, set_name)
-        if report is not None:
-            report(len(out), len(examples), time.time() - start)
+        out += _evaluate_chunk(engine, task, tokenizer, examples[i:i + per_chunk], n, params, set_name)
+        if progress:
+            progress(len(out), len(examples), time.time() - start)
     return out
 
 
