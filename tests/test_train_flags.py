@@ -25,6 +25,10 @@ def sample(flag) -> tuple[str, object]:
         return "", True
     if flag.key == "train.report_to":  # a list of registered names, comma-separated on the line
         return "tensorboard,trackio", ["tensorboard", "trackio"]
+    if flag.key == "task.rewards":
+        return "math", ["math"]
+    if flag.key == "task.reward_weights":  # one per reward (NEEDS gives one)
+        return "0.5", [0.5]
     if flag.names:
         name = known_names(flag.names).split(", ")[-1 if flag.names != "engine" else 1]  # engine: hf
         return name, name
@@ -46,12 +50,18 @@ def sample(flag) -> tuple[str, object]:
 
 
 def test_every_flag_sets_a_documented_key_once():
-    assert all(f.key in KEYS for f in FLAGS), [f.key for f in FLAGS if f.key not in KEYS]
+    documented = [f for f in FLAGS if f.key in KEYS or f.key.rsplit(".", 1)[0] in KEYS]  # or a mapping's entry
+    assert documented == list(FLAGS), [f.key for f in FLAGS if f not in documented]
     assert len({f.key for f in FLAGS}) == len(FLAGS) and len({f.name for f in FLAGS}) == len(FLAGS)
     assert FLAG_OF_KEY == {f.key: f.name for f in FLAGS}
 
 
-NEEDS = {"model.load_in_4bit": ["--set", "model.lora.enabled=true"]}
+_DATA, _REWARD = ["--data", "d.jsonl"], ["--reward", "math"]
+NEEDS = {"model.load_in_4bit": ["--set", "model.lora.enabled=true"],
+         "task.name": _DATA + _REWARD, "task.data": _REWARD, "task.rewards": _DATA}
+for _f in FLAGS:  # the custom task's other keys need its data and a reward (dry-run is stubbed)
+    if _f.key.startswith("task.") and _f.key not in NEEDS:
+        NEEDS[_f.key] = _DATA + _REWARD
 """Other keys a flag's sample value needs (a rule across keys)."""
 
 
@@ -66,7 +76,7 @@ def test_each_flag_sets_its_key(vigor, monkeypatch, tmp_path, flag):
     assert code == 0, err
     node = seen["cfg"]
     for part in flag.key.split("."):
-        node = getattr(node, part)
+        node = node[part] if isinstance(node, dict) else getattr(node, part)
     assert node == value, (flag.key, node, value)
 
 
@@ -92,7 +102,7 @@ def test_help_shows_each_flag_with_its_type_default_and_description(monkeypatch)
     for flag in FLAGS:
         row = rows[flag.name]
         kind = train_cmd._value_type(flag.key)
-        assert f"<{kind.__name__}>" in row, row
+        assert (f"<list[{kind.__name__}]>" if flag.multiple else f"<{kind.__name__}>") in row, row
         assert f"{flag.key}: " in row and opt.key_field(flag.key).description[:40] in row, row
         assert f"[default: ({train_cmd._default_text(flag.key)})]" in row, row
     assert "[default: (100; tiny-math.yaml: 150)]" in rows["--steps"]

@@ -189,7 +189,9 @@ class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, math, code.",
+        "tiny-code, tiny-facts, tiny-ladder, math, code, and custom (your own data and rewards: "
+        "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
+        "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
     split_seed: int = Field(
         0,
@@ -201,7 +203,8 @@ class TaskConfig(_Section):
     )
     train_path: Optional[str] = Field(
         None,
-        description="Local JSONL/Parquet file of training records; overrides the hub dataset.",
+        description="math, code: local file or folder of training records (any format task.data "
+        "reads); overrides the hub dataset.",
     )
     data_dir: Optional[str] = Field(
         None,
@@ -240,11 +243,96 @@ class TaskConfig(_Section):
         description="Code task reward: 'full' = 1 if every test passes (the paper's full pass "
         "rate), 'fraction' = share of tests passed.",
     )
+    # ---- custom: your own data and rewards (vigor_cli/tasks/custom.py, README "Train on your own task")
+    data: Optional[str] = Field(
+        None,
+        description="custom: training data (--data): a .jsonl/.json/.csv/.tsv/.parquet file, a "
+        "folder written by datasets' save_to_disk, a folder datasets.load_dataset reads, or a hub "
+        "dataset org/name; PATH:SPLIT or org/name:SPLIT picks a split (default train). A 'prompt' "
+        "column (a string, or a list of system/user messages) is the prompt; every other column "
+        "reaches the reward functions by name.",
+    )
+    eval_data: Optional[str] = Field(
+        None,
+        description="custom: held-out data (--eval-data), any form task.data takes (default split "
+        "test, then validation), scored by the same rewards. Unset: the first 64 training rows "
+        "are evaluated (set 'train-sample').",
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="custom: column names the data uses instead of the ones expected, as "
+        "{expected: column}: prompt (--prompt-field), answer (--answer-field, the gold the math "
+        "verifier reads), or any column a reward function names.",
+    )
+    prompt_template: Optional[str] = Field(
+        None,
+        description="custom: the prompt built from a row's columns, e.g. 'Reverse {word}:' "
+        "({{ and }} for literal braces); replaces the prompt column.",
+    )
+    system_prompt: Optional[str] = Field(
+        None,
+        description="custom: a system message put before each prompt (--system-prompt); the "
+        "prompt becomes a message list, so a tokenizer with a chat template applies it.",
+    )
+    chat_template: bool | Literal["auto"] = Field(
+        "auto",
+        description="custom: 'auto' (TRL's rule) applies the tokenizer's chat template to "
+        "message-list prompts (and to prompts given a system message) and uses string prompts "
+        "as they are; true applies it to string prompts too (as one user message); false never "
+        "(message contents joined by blank lines). Without a chat template, messages are joined.",
+    )
+    rewards: list[str] = Field(
+        default_factory=list,
+        description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder) or FILE.py:FUNC, a function "
+        "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
+        "cannot score). User code runs in the trainer's process.",
+    )
+    reward_weights: list[Annotated[float, Field(ge=-1e6, le=1e6)]] = Field(
+        default_factory=list,
+        description="custom: one weight per reward (--reward-weights 1,0.5); the reward is the "
+        "weighted sum of the values that are not None (TRL's rule). Empty: every weight 1.",
+    )
 
     @field_validator("name")
     @classmethod
     def _registered_task(cls, name: str, info: ValidationInfo) -> str:
         return _check_name(info, "task.name", name)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _read_by_the_task(cls, value: Any, info: ValidationInfo) -> Any:
+        """A task.* key the chosen task does not read is refused (never silently ignored), then
+        the task's own rules on the key: both come from the caller that knows the task registry
+        (``task_rules`` in the validation context, from :mod:`vigor_cli.settings`)."""
+        rules = (info.context or {}).get("task_rules")
+        key, name = info.field_name, info.data.get("name")
+        if rules is None or key in ("name", "max_prompt_tokens") or name is None:
+            return value
+        changed = value != cls.model_fields[key].get_default(call_default_factory=True)
+        try:
+            rules.check_key(name, key, value, changed, info.data)
+        except ValueError as e:
+            raise _task_rule(str(e)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _task_needs(self, info: ValidationInfo) -> "TaskConfig":
+        """What the task needs across its keys (the custom task: data and a reward)."""
+        rules = (info.context or {}).get("task_rules")
+        if rules is not None:
+            try:
+                rules.check_task(self)
+            except ValueError as e:
+                raise _task_rule(str(e)) from None
+        return self
+
+
+def _task_rule(message: str) -> Exception:
+    """A task rule's error: printed as is after its source (see _format_validation_error)."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("task_rule", "{message}", {"message": message})
 
 
 # --------------------------------------------------------------------------- allocation
@@ -693,6 +781,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{source}: unknown config key '{key}'"
+    if kind == "task_rule":  # the message names the key and the task
+        return f"{source}: {first['msg']}"
     msg = first["msg"].removeprefix("Value error, ").removeprefix(f"{key}: ")
     if kind == "value_error" and not first["loc"]:
         return f"{source}: {msg}"  # a rule across sections: the message names its keys
@@ -785,7 +875,8 @@ def assemble(
     for k, v in (overrides or {}).items():
         if v is not None:
             flag = (flags or {}).get(k)
-            given[k] = f"{flag} {v} ({k})" if flag else f"{k}={v} (command-line flag)"
+            shown = ",".join(map(str, v)) if isinstance(v, list) else v  # a repeated flag's values
+            given[k] = f"{flag} {shown} ({k})" if flag else f"{k}={shown} (command-line flag)"
             _set_dotted(tree, k, v, given[k])
     for s in sets or []:
         k, v = parse_override(s)

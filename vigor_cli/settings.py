@@ -87,10 +87,59 @@ def build_config(
     return assemble(path, overrides, sets, flags, checks(strategy_rules))
 
 
+class TaskRules:
+    """The task keys' rules that need the task registry: a ``task.*`` key the chosen task does
+    not read is refused (never silently ignored), and the custom task's own rules (its fields,
+    template and reward specs, then data and a reward). ValueErrors name the key and task."""
+
+    @staticmethod
+    def check_key(name: str, key: str, value: Any, changed: bool, earlier: dict) -> None:
+        from vigor_cli.tasks import task_reads
+
+        reads = task_reads(name)
+        if changed and reads is not None and key not in reads:
+            own = ", ".join(f"task.{k}" for k in reads) or "no other task key"
+            hint = "" if name == "custom" else "; your own data and rewards: --data PATH --reward ... (task 'custom')"
+            raise ValueError(f"task.{key} is not read by task '{name}' (it reads {own}){hint}")
+        if name == "custom":
+            TaskRules._custom_key(key, value, earlier)
+
+    @staticmethod
+    def _custom_key(key: str, value: Any, earlier: dict) -> None:
+        from vigor_cli import rewards
+        from vigor_cli.tasks.custom import check_fields, check_template
+
+        if key == "fields":
+            check_fields(value)
+        if key == "prompt_template" and value is not None:
+            check_template(value)
+            if "prompt" in earlier.get("fields", {}):
+                raise ValueError("task.prompt_template and task.fields.prompt (--prompt-field) both "
+                                 "say where the prompt comes from; give one")
+        if key == "rewards":
+            for spec in value:
+                rewards.check_spec(spec)
+        if key == "reward_weights" and value and len(value) != len(earlier.get("rewards", [])):
+            raise ValueError(f"task.reward_weights has {len(value)} weights for "
+                             f"{len(earlier.get('rewards', []))} rewards (task.rewards); give one per reward")
+
+    @staticmethod
+    def check_task(task: Any) -> None:
+        if task.name != "custom":
+            return
+        if not task.data:
+            raise ValueError("task 'custom' needs training data: --data PATH (task.data)")
+        if not task.rewards:
+            from vigor_cli.rewards import builtin_names
+
+            raise ValueError("task 'custom' needs at least one reward: --reward NAME (built-in: "
+                             f"{', '.join(builtin_names())}) or --reward FILE.py:FUNC (task.rewards)")
+
+
 def checks(strategy_rules: bool = True) -> dict:
     """The validation context that checks names against their registries (and, with
     ``strategy_rules``, the strategy's own rules): ``RunConfig.model_validate(tree, context=checks())``."""
-    context: dict = {"check_name": check_name}
+    context: dict = {"check_name": check_name, "task_rules": TaskRules}
     if strategy_rules:
         context["strategy_rules"] = check_strategy_rules
     return context

@@ -252,7 +252,7 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
                         seed=seed * 1_000_003 + c,  # one fixed stream per chunk
                     )
                     with torch.no_grad():
-                        res = evaluate_examples(eng, recorder, tokenizer, chunk, n, sampling, name)
+                        res = evaluate_examples(eng, recorder, tokenizer, chunk, n, sampling, name, progress=False)
                     samples.extend(res.to_json()["samples"])
                     progress.advance(bar, len(chunk))
                 if benchmark_kind(name) == "code":

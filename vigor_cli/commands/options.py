@@ -128,10 +128,19 @@ def key_field(key: str) -> Any:
     """The pydantic field that declares a dotted config key (any depth: model.lora.r)."""
     from vigor_cli.config import RunConfig
 
+    import typing
+
+    from pydantic.fields import FieldInfo
+
     *sections, name = key.split(".")
     model: Any = RunConfig
     for part in sections:
-        model = model.model_fields[part].annotation
+        field = model.model_fields[part]
+        if typing.get_origin(field.annotation) is dict:  # one entry of a mapping: task.fields.prompt
+            mapping = key.rsplit(".", 1)[0]
+            return FieldInfo(annotation=Optional[str], default=None,
+                             description=f"the {name!r} entry of {mapping}: {field.description}")
+        model = field.annotation
     return model.model_fields[name]
 
 

@@ -56,6 +56,10 @@ def resolve_config(path: Path) -> Path:
                     f"(bundled: {', '.join(bundled_configs())})")
 
 
+OWN_TASK = "Your own task"
+"""The help panel of the flags that describe the user's own task (task 'custom')."""
+
+
 @dataclass(frozen=True)
 class Flag:
     """One `vigor train` option that sets one config key. Its type, bounds (or choices), help
@@ -77,6 +81,8 @@ class Flag:
     parse: Optional[Callable[[str], Any]] = None
     """Text -> the key's value, for a key that is not a plain number, text or switch (default:
     read as YAML, like --set)."""
+    multiple: bool = False
+    """Repeatable (``--reward a --reward b``): the key gets the list of values."""
     with_resume: bool = False
     """May be given with --resume (the saved config is kept otherwise)."""
     panel: Optional[str] = None
@@ -110,6 +116,17 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--run-name", "train.run_name", panel="Logging and checkpoints"),
     Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints",
          note="Comma-separated (none: off); each backend is an extra: pip install 'vigor[tensorboard]'."),
+    # your own task (task 'custom'; README "Train on your own task")
+    Flag("--data", "task.data", panel=OWN_TASK, note="Without --task, selects task 'custom'."),
+    Flag("--eval-data", "task.eval_data", panel=OWN_TASK),
+    Flag("--reward", "task.rewards", panel=OWN_TASK, multiple=True,
+         note="Repeatable."),
+    Flag("--reward-weights", "task.reward_weights", panel=OWN_TASK, parse=lambda text: parse_weights(text),
+         note="Comma-separated, one per --reward: 1,0.5."),
+    Flag("--system-prompt", "task.system_prompt", panel=OWN_TASK),
+    Flag("--prompt-template", "task.prompt_template", panel=OWN_TASK),
+    Flag("--prompt-field", "task.fields.prompt", panel=OWN_TASK),
+    Flag("--answer-field", "task.fields.answer", panel=OWN_TASK),
 )
 """Every option of `vigor train` that sets a config key, in help order (the other options,
 --config, --set, --resume and --dry-run, are in ``train``'s own signature below)."""
@@ -177,8 +194,10 @@ def _option(flag: Flag) -> Any:
 
 def _flag_value(flag: Flag, value: Any) -> Any:
     """What the given flag sets its key to (None: not given)."""
-    if value is None or value is False:
+    if value is None or value is False or (flag.multiple and not value):
         return None
+    if flag.multiple:
+        return list(value)
     if flag.parse is not None:
         return flag.parse(value)
     if _value_type(flag.key) is str and not _plain_text(flag.key):
@@ -216,6 +235,7 @@ def _train(config: Optional[Path] = None, resume: Optional[Path] = None, set_: O
         print_summary(_run_training(resume=resume, steps=steps, out=console), console)
         return
     overrides = {f.key: _flag_value(f, values.get(f.param)) for f in FLAGS}
+    overrides.update(own_task_overrides(**values))
     model, task = overrides.get("model.name_or_path"), overrides.get("task.name")
     path = resolve_config(config) if config is not None else default_config_file(model, task)
     cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)
@@ -228,7 +248,7 @@ def _fixed(
     config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor).", show_default="configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable; the value is read as YAML).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming the keys to change if not.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the task's data and import its reward functions (--data: schema, first rows, the columns each reward needs), print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming what to change if not.")] = False,
 ) -> None:
     """The options of `vigor train` that set no single key (their order in --help: first)."""
 
@@ -240,6 +260,8 @@ def _signature() -> inspect.Signature:
     for f in FLAGS:
         kind = _value_type(f.key)
         default: Any = False if kind is bool else None
+        if f.multiple:
+            kind = List[str]
         ann = Annotated[kind if kind is bool else Optional[kind], _option(f)]
         table.append(inspect.Parameter(f.param, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann))
     fixed = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in fixed]
@@ -253,6 +275,29 @@ def train(**values: Any) -> None:
 train.__doc__ = _train.__doc__
 train.__signature__ = _signature()  # type: ignore[attr-defined]
 train.__annotations__ = {p.name: p.annotation for p in train.__signature__.parameters.values()}
+
+
+def own_task_overrides(**values: Any) -> dict[str, Any]:
+    """The keys the "Your own task" flags set, from their values by parameter name (``data``,
+    ``reward``, ...; the TRL entry point takes the same flags). ``--data`` without ``--task``
+    also selects task 'custom': the bundled default config's tiny-math must not swallow it."""
+    out = {f.key: _flag_value(f, values.get(f.param)) for f in FLAGS if f.panel == OWN_TASK}
+    if out["task.data"] is not None and values.get("task") is None:
+        out["task.name"] = "custom"
+    return out
+
+
+def parse_weights(text: str) -> list[float]:
+    """``--reward-weights 1,0.5``: finite numbers, comma-separated."""
+    import math
+
+    try:
+        weights = [float(w) for w in text.split(",")]
+    except ValueError:
+        raise UserError(f"--reward-weights {text}: expected numbers separated by commas, e.g. 1,0.5") from None
+    if not all(math.isfinite(w) for w in weights):
+        raise UserError(f"--reward-weights {text}: weights must be finite numbers")
+    return weights
 
 
 def _run_training(*args, **kwargs):
@@ -270,8 +315,13 @@ def _run_training(*args, **kwargs):
 
 
 def _dry_run(cfg, console) -> None:
-    """`--dry-run`: the memory plan and the verdict; nothing is loaded or written."""
+    """`--dry-run`: the task's data and rewards (read and checked: a bad file or function fails
+    here), the memory plan and the verdict; no model is loaded, nothing is written."""
     from vigor_cli import memory_plan
+    from vigor_cli.tasks import preview_task
+
+    for line in preview_task(cfg.task):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     plan = memory_plan.plan_run(cfg)
     console.print(memory_plan.render(plan))

@@ -190,7 +190,8 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
             graded.clear()
             seen_step[0] = step
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        out = [float(s.reward) for s in score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)]
+        scores = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)
+        out = [None if s.reward is None else float(s.reward) for s in scores]  # None: TRL's "cannot score"
         if step is None:
             graded.clear()
         return out
@@ -575,21 +576,26 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
-    path = resolve_model_path(m.name_or_path)
-    tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
-    dtype = pick_dtype(m, _trl_device(overrides))
-    model = AutoModelForCausalLM.from_pretrained(path, revision=m.revision, dtype=dtype)
+    task = get_task(cfg.task, workers=cfg.train.reward_workers)
+    try:  # the task's data and reward functions are read before the model: a bad one fails first
+        task.train_examples()
+        examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
+        path = resolve_model_path(m.name_or_path)
+        tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
+        dtype = pick_dtype(m, _trl_device(overrides))
+        model = AutoModelForCausalLM.from_pretrained(path, revision=m.revision, dtype=dtype)
+    except BaseException:
+        task.close()
+        raise
     peft_config = None
     if m.lora.enabled:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-    task = get_task(cfg.task, workers=cfg.train.reward_workers)
     trainer = VigorGRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
                                processing_class=tok, peft_config=peft_config)
-    examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
     held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
                            max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
                            samples=cfg.train.eval_samples)
@@ -618,6 +624,15 @@ def _parser() -> _Parser:
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
     ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
                     help="set a GRPOConfig key last: key=value (YAML), e.g. vllm_server_host=10.0.0.5")
+    own = ap.add_argument_group("your own task (as in vigor train; --data selects task 'custom')")
+    own.add_argument("--data", help="task.data: your training data (file, folder or hub org/name[:split])")
+    own.add_argument("--eval-data", help="task.eval_data: held-out data")
+    own.add_argument("--reward", action="append", help="task.rewards (repeatable): a built-in name or FILE.py:FUNC")
+    own.add_argument("--reward-weights", help="task.reward_weights: comma-separated, one per --reward")
+    own.add_argument("--system-prompt", help="task.system_prompt")
+    own.add_argument("--prompt-field", help="task.fields.prompt")
+    own.add_argument("--answer-field", help="task.fields.answer")
+    own.add_argument("--prompt-template", help="task.prompt_template")
     return ap
 
 
@@ -640,7 +655,13 @@ def _train(a: argparse.Namespace) -> int:
     from vigor_cli.errors import UserError, user_message
 
     try:
-        cfg = build_config(a.config, sets=a.sets)
+        from vigor_cli.commands.train import FLAG_OF_KEY, own_task_overrides
+
+        own = own_task_overrides(data=a.data, eval_data=a.eval_data, reward=a.reward,
+                                 reward_weights=a.reward_weights, system_prompt=a.system_prompt,
+                                 prompt_field=a.prompt_field, answer_field=a.answer_field,
+                                 prompt_template=a.prompt_template)
+        cfg = build_config(a.config, overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
         for text in a.trl_keys:
             key, value = parse_override(text)

@@ -50,13 +50,13 @@ def samples_by_uid(samples: list[dict]) -> dict[str, list[dict]]:
 def recompute_set(entry: dict) -> dict:
     """Refresh a set's avg@n, per-example means and metrics from its samples."""
     grouped = samples_by_uid(entry["samples"])
-    rewards = [[float(s["reward"]) for s in group] for group in grouped.values()]
+    rewards = [[float(s["reward"]) for s in group if s["reward"] is not None] for group in grouped.values()]
     fractions = None
     if entry.get("kind") == "code":
         fractions = [[s.get("test_fraction") for s in group] for group in grouped.values()]
     metrics = summarize_problems(rewards, fractions)
     entry["metrics"] = metrics
-    entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards)}
+    entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards) if r}  # None: unscored
     entry["examples"] = len(grouped)
     entry["accuracy"] = metrics["avg@n"] if metrics["avg@n"] is not None else 0.0
     return entry
