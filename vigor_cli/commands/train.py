@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -41,6 +42,10 @@ def resolve_config(path: Path) -> Path:
     ``qwen2.5-1.5b-math-vigor`` work from any folder and from a wheel install."""
     if path.is_file():
         return path
+    if os.path.lexists(path):  # a FIFO, a device, a folder: said as such, never 'no such file'
+        from vigor_cli.user_files import regular_file
+
+        regular_file(path, "--config ")
     if path.parent in (Path("."), Path("configs")):
         bundled = CONFIGS / (path.name if path.suffix in (".yaml", ".yml") else path.name + ".yaml")
         if bundled.is_file():
@@ -69,7 +74,7 @@ def train(
     engine: Annotated[Optional[str], opt.engine()] = None,
     load_in_4bit: Annotated[bool, typer.Option("--load-in-4bit", help="model.load_in_4bit (QLoRA, CUDA only).")] = False,
     device: Annotated[Optional[str], opt.device(help="model.device: auto, cuda, cpu (auto never falls back to the CPU on a machine with an unusable GPU).")] = None,
-    output_dir: Annotated[Optional[str], opt.output_dir("--output-dir", help="train.output_dir.")] = None,
+    output_dir: Annotated[Optional[str], opt.output_dir("--output-dir", help="train.output_dir.", as_path=False)] = None,
     run_name: Annotated[Optional[str], typer.Option("--run-name", help="train.run_name.")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable).")] = None,

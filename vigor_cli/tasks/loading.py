@@ -11,6 +11,7 @@ from typing import Any
 
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.user_files import regular_file
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -20,6 +21,7 @@ def read_records(path: str | Path) -> list[dict]:
         raise UserError(f"data file not found: {p}")
     if p.is_dir():
         raise UserError(f"{p} is a directory; expected a .jsonl or .parquet file")
+    regular_file(p)  # a FIFO or a device would block or never end: refused before it is opened
     suffix = p.suffix.lower()
     if suffix == ".parquet":
         return _read_parquet(p)
