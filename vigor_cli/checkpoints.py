@@ -171,7 +171,7 @@ def step_of(checkpoint: Path | None) -> int:
         return -1
     try:
         return int(json.loads((checkpoint / "data_state.json").read_text())["step"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise UserError(f"--resume: checkpoint {checkpoint} is damaged (data_state.json: {e}); "
                         f"delete {checkpoint} to resume from the one before") from None
 
@@ -206,7 +206,7 @@ def _writer(path: Path) -> str | None:
         return "legacy"
     try:
         marker = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return str(marker.get("written_by")) if isinstance(marker, dict) and marker.get("written_by") else None
 
@@ -221,6 +221,8 @@ def _legacy_problem(path: Path) -> str | None:
             bad = z.testzip()
         for name in ("allocator.json", "data_state.json"):
             json.loads((path / name).read_text())
+    except RecursionError:
+        return "a JSON file nested too deeply"
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         return f"{e.filename if isinstance(e, OSError) and e.filename else state.name}: {e}"
     return f"{state.name}: member {bad} fails its CRC" if bad else None
@@ -246,15 +248,16 @@ def verify_checkpoint(path: Path) -> str | None:
         return _legacy_problem(path)
     try:
         files = json.loads((path / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+        wanted = [(str(name), int(want["size"]), str(want["sha256"])) for name, want in files.items()]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"{MANIFEST} is unreadable"
-    for name, want in files.items():
+    for name, size_wanted, sha_wanted in wanted:
         f = path / name
         if not f.is_file():
             return f"{name} is missing"
         size = f.stat().st_size
-        if size != want["size"]:
-            return f"{name} has {size} bytes, the manifest says {want['size']}"
-        if _sha256(f) != want["sha256"]:
+        if size != size_wanted:
+            return f"{name} has {size} bytes, the manifest says {size_wanted}"
+        if _sha256(f) != sha_wanted:
             return f"{name} does not match its sha256 in the manifest"
     return None

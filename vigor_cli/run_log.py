@@ -146,8 +146,8 @@ class RunLog:
             return None
         try:
             data = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise UserError(f"{path}: damaged ({e}); restore it or delete it") from None
+        except (OSError, ValueError, RecursionError) as e:
+            raise UserError(f"{path}: damaged ({type(e).__name__}); restore it or delete it") from None
         if not isinstance(data, dict):
             raise UserError(f"{path}: damaged (not a JSON object); restore it or delete it")
         return data
@@ -159,6 +159,6 @@ def read_eval_line(path: Path) -> tuple[float, dict[str, float], int]:
         data = json.loads(path.read_text())
         sets = {name: float(s["accuracy"]) for name, s in data["sets"].items()}
         return float(data["accuracy"]), sets, sum(len(s["samples"]) for s in data["sets"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise UserError(f"--resume: {path}: damaged ({type(e).__name__}: {e}); it holds the checkpoint's "
                         "evaluation, whose metrics.jsonl line was cut short: restore it, or start a new run") from None

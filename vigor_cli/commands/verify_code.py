@@ -18,9 +18,9 @@ def _read_record(path: Path, question_id: str | None) -> dict:
 
     records = []
     if path.suffix != ".jsonl":
-        text = read_text(path, "--problem ", limit=LINE_MAX_BYTES)  # a FIFO or device: refused, not read
+        text = read_text(path, "cannot read problem file ", limit=LINE_MAX_BYTES)  # a FIFO or device: refused, not read
     if path.suffix != ".jsonl" and text.strip().startswith("{"):
-        records = [parse_json(text, f"--problem {path}")]
+        records = [parse_json(text, f"problem file {path}")]
     else:
         from vigor_cli.jsonl import iter_jsonl
 
@@ -45,7 +45,7 @@ def _read_program(path: Path) -> str:
 
     from vigor_cli.user_files import read_text
 
-    text = read_text(path, "--solution ")  # bounded; a FIFO or device is refused, not waited on
+    text = read_text(path, "cannot read solution file ")  # bounded; a FIFO or device is refused, not waited on
     if path.suffix == ".py":
         return text
     code = extract_code(text)
