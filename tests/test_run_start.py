@@ -100,17 +100,17 @@ def test_the_config_is_written_before_anything_slow(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_sigkill_while_loading_then_resume_and_rerun(tmp_path):
-    """A real `vigor train` killed (SIGKILL) as soon as its run.lock exists, i.e. while it
-    loads: `--resume` continues it, and a new run of the same name would reuse it."""
+    """A real `vigor train` killed (SIGKILL) as soon as its config.yaml exists, i.e. while it
+    loads the model and data: `--resume` continues it, and a new run of that name reuses it."""
     env = {**os.environ, "COLUMNS": "1000"}
     args = [sys.executable, "-m", "vigor_cli", "train", "--output-dir", str(tmp_path), "--run-name", "r"]
     for s in tiny_sets(tmp_path, "unused", "train.steps=1"):
         if not s.startswith(("train.output_dir", "train.run_name")):
             args += ["--set", s]
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    lock = tmp_path / "r" / "run.lock"
+    config = tmp_path / "r" / "config.yaml"
     deadline = time.time() + 120
-    while time.time() < deadline and not (lock.is_file() and lock.read_text().strip()):
+    while time.time() < deadline and not config.is_file():
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -119,8 +119,7 @@ def test_sigkill_while_loading_then_resume_and_rerun(tmp_path):
     rerun = RunDir.planned(build_config(sets=tiny_sets(tmp_path, "r")))
     assert rerun.path == tmp_path / "r"  # reused, not pushed to r-2
     rerun.abandon()
-    if (tmp_path / "copy" / "config.yaml").is_file():  # (a kill before it: reuse is the way back)
-        resumed = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--resume", str(tmp_path / "copy")],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert resumed.returncode == 0, resumed.stderr
-        assert "from the start (no checkpoint yet)" in resumed.stdout
+    resumed = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--resume", str(tmp_path / "copy")],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "from the start (no checkpoint yet)" in resumed.stdout
