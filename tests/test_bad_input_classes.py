@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -177,7 +176,7 @@ def test_eval_output_in_a_read_only_folder_fails_before_any_work(vigor, tmp_path
         subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
         line = one_line(vigor, "eval", "tiny", "--limit", "1", "--max-new-tokens", "4",
                         "--output", str(ro / "results.json"))
-        assert f"--output" in line and str(ro / "results.json") in line and "read-only" in line
+        assert "--output" in line and str(ro / "results.json") in line and "read-only" in line
         assert ".tmp" not in line
         line = one_line(vigor, "make-tiny", "--out", str(ro / "m"), "--no-measure")
         assert "--out" in line and "read-only" in line

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from vigor_cli import __version__
-from vigor_cli.atomic import disk_errors, fsync_dir, write_json_atomic, write_text_atomic
+from vigor_cli.atomic import disk_errors, fsync_dir, write_json_atomic
 from vigor_cli.errors import UserError
 
 MANIFEST = "manifest.json"

@@ -15,7 +15,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 from vigor_cli.atomic import disk_errors, write_json_atomic
 from vigor_cli.errors import UserError
