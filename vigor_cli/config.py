@@ -832,26 +832,36 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
+    from vigor_cli.user_files import FormatError, parse_yaml
+
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        first = str(e).splitlines()[0]
-        raise ConfigError(f"--set {key}={raw}: the value is not valid YAML ({first})") from None
+        value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+    except FormatError as e:
+        reason = e.reason if e.reason.startswith("not valid YAML") else f"not valid YAML: {e.reason}"
+        raise ConfigError(f"--set {key}={raw[:80]}: the value is {reason}") from None
     return key, value
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A YAML config file as a dict, read by the one bounded reader (vigor_cli/user_files.py):
+    not a regular file, too big, not UTF-8, not YAML, a duplicate key or deep nesting is
+    one ConfigError line naming the file (and line)."""
+    from vigor_cli.user_files import CONFIG_MAX_BYTES, parse_yaml, read_bytes
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not a UTF-8 text file (a YAML run config is expected)") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the config ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raw = read_bytes(p, limit=CONFIG_MAX_BYTES)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a UTF-8 text file (a YAML run config is expected)") from None
+        data = parse_yaml(text, str(p))
+    except ConfigError:
+        raise
+    except UserError as e:
+        raise ConfigError(str(e).replace(": no such file", ": config file not found", 1)) from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping of sections")
     return data

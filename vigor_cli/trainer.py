@@ -347,7 +347,7 @@ class Trainer:
 
     def stop_status(self, signal_name: str, loading: bool = False) -> str:
         """The one line a stopped run prints: where it stands and the command that resumes it."""
-        if loading and not (self.rundir.path / "config.yaml").is_file():
+        if loading and self.rundir.fresh:  # a new run's directory is removed again (RunDir.abandon)
             return f"{signal_name}: training stopped while loading, before a step; nothing was written"
         if loading:
             return (f"{signal_name}: training stopped while loading, before a step; run directory "
@@ -687,8 +687,8 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
         assert cfg is not None
         run = RunDir.planned(cfg, announce=out.print)  # claims a fresh directory and its lock
         try:
+            run.make(cfg)  # config.yaml at once: a run killed while loading can be resumed or reused
             trainer = Trainer(cfg, run, None, out, signals)  # validates the config, loads model and data
-            run.make(cfg)
         except BaseException:
             run.abandon()  # a run that never started leaves no directory behind
             raise
@@ -701,31 +701,19 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
 
 def _resume(path: Path, steps: int | None, out: Any,
             signals: StopSignals | None = None) -> tuple[RunDir, "Trainer"]:
-    """Lock the run, pick its newest intact checkpoint, check config and logs, then load."""
-    from vigor_cli.settings import build_config
-    from vigor_cli.runs import check_resume_config
+    """Lock the run, check it (vigor_cli/resume.py: checkpoint, config, logs), then load."""
+    from vigor_cli import resume
 
     def warn(message: str) -> None:
         out.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
 
     run = RunDir.open_existing(path).acquire()  # refuses a run another process has
     try:
-        cfg = build_config(run.path / "config.yaml")
-        checkpoint = run.intact_checkpoint(warn)
-        check_resume_config(run, cfg, checkpoint, steps, warn)
-        at = run.checkpoint_step(checkpoint)
-        run.keep_logs_until(at, warn, dry_run=True)  # damaged lines refuse before the model loads
-        relog = run.check_history(at)  # so do lost lines the checkpoint covers
-        if steps is not None:
-            cfg.train.steps = steps
-        trainer = Trainer(cfg, run, checkpoint, out, signals)
-        run.keep_logs_until(at, warn)
-        for step in relog:
-            warn(f"{run.path / 'metrics.jsonl'}: logged the evaluation of step {step} again from eval/step-{step}.json")
-            trainer.relog_eval(step)
-        run.write_config(cfg)
+        plan = resume.prepare(run, steps, warn)  # reads only: a refusal changes nothing
+        trainer = Trainer(plan.cfg, run, plan.checkpoint, out, signals)
+        plan.apply(run, warn, trainer.relog_eval)
     except BaseException:
         run.release()
         raise
-    out.print(f"resuming {run.path} from {checkpoint or 'the start (no checkpoint yet)'}")
+    out.print(f"resuming {run.path} from {plan.checkpoint or 'the start (no checkpoint yet)'}")
     return run, trainer

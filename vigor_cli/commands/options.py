@@ -217,7 +217,44 @@ def device(*flags: str, help: str = "", **kw: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- output paths
-def _no_file_in_the_way(is_dir: bool) -> Callable[[Any], Any]:
+def writable_problem(directory: Path) -> Optional[str]:
+    """Why nothing can be written in ``directory`` or, when it does not exist yet, in the
+    nearest folder above it that does (where it would be made); None when a file can be.
+
+    Tried for real (a hidden file made and removed at once): permission bits say nothing of
+    a read-only mount, and root passes them all."""
+    import errno
+    import os
+    import tempfile
+
+    where = directory
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".vigor-write-check-", dir=where)
+    except OSError as e:
+        reason = "read-only file system" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
+        return f"cannot write in {where} ({reason})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _path_parser(what: str, as_path: bool) -> Callable[[Any], Any]:
+    """Typer's parser for a path option: sees the text as typed, so ``''`` (which ``Path``
+    would turn into ``.``, the current folder) is refused instead of written into."""
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and value.strip() == "":
+            raise typer.BadParameter(f"an empty path; give a {what} name")
+        return Path(value) if as_path else str(value)
+
+    return parse
+
+
+def _output_path(is_dir: bool) -> Callable[[Any], Any]:
     from vigor_cli.errors import file_in_the_way
 
     def check(value: Any) -> Any:
@@ -232,16 +269,49 @@ def _no_file_in_the_way(is_dir: bool) -> Callable[[Any], Any]:
             blocker = file_in_the_way(path.parent)
         if blocker is not None:
             raise typer.BadParameter(f"cannot write under {path}: {blocker} is a file, not a directory")
+        problem = writable_problem(path if is_dir else path.parent)
+        if problem is not None:
+            raise typer.BadParameter(f"{path}: {problem}")
         return value
 
     return check
 
 
-def output_dir(*flags: str, help: str, **kw: Any) -> Any:
-    """A directory to write into: no regular file may stand at it or above it."""
-    return typer.Option(*flags, help=help, callback=_no_file_in_the_way(True), **kw)
+def output_dir(*flags: str, help: str, as_path: bool = True, **kw: Any) -> Any:
+    """A directory to write into: not empty text, no regular file at it or above it, and
+    writable (checked when the command line is parsed, before any work). The command gets
+    a Path (a str with ``as_path=False``)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("directory", as_path),
+                        callback=_output_path(True), **kw)
 
 
-def output_file(*flags: str, help: str, **kw: Any) -> Any:
-    """A file to write: not a directory, and no regular file above it."""
-    return typer.Option(*flags, help=help, callback=_no_file_in_the_way(False), **kw)
+def output_file(*flags: str, help: str, as_path: bool = True, **kw: Any) -> Any:
+    """A file to write: not empty text, not a directory, no regular file above it, and its
+    folder writable (checked when the command line is parsed, before any work)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("file", as_path),
+                        callback=_output_path(False), **kw)
+
+
+# --------------------------------------------------------------------------- input paths
+def _input_path(value: Any) -> Any:
+    if value is None:
+        return value
+    path = Path(value)
+    if not path.exists():
+        raise typer.BadParameter(f"{path}: no such file or directory")
+    if not path.is_dir():
+        from vigor_cli.errors import UserError
+        from vigor_cli.user_files import regular_file
+
+        try:
+            regular_file(path)  # a FIFO or a device: said as such
+        except UserError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
+def input_path(*flags: str, help: str, **kw: Any) -> Any:
+    """An existing file or directory to read from, checked when the command line is parsed
+    (what reads it then checks that it is the kind it needs)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("file or directory", True),
+                        callback=_input_path, **kw)

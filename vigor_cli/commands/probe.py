@@ -54,8 +54,12 @@ def probe(
     from vigor_cli.settings import build_config
     from vigor_cli.report.probe_view import print_result
 
-    if config is not None and not config.is_file():
-        raise UserError(f"--config {config}: file not found")
+    if config is not None:
+        from vigor_cli.user_files import regular_file
+
+        if not config.exists() and not config.is_symlink():
+            raise UserError(f"--config {config}: file not found")
+        regular_file(config, "--config ")  # a folder, a FIFO or a device: said as such
     overrides = {"model.name_or_path": model, "task.name": task, "engine.kind": engine, "train.seed": seed}
     path = config if config is not None else default_config_file(model, task)
     cfg = build_config(path, overrides=overrides, sets=set_)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import types
 import typing
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ def resolve_config(path: Path) -> Path:
     ``qwen2.5-1.5b-math-vigor`` work from any folder and from a wheel install."""
     if path.is_file():
         return path
+    if os.path.lexists(path):  # a FIFO, a device, a folder: said as such, never 'no such file'
+        from vigor_cli.user_files import regular_file
+
+        regular_file(path, "--config ")
     if path.parent in (Path("."), Path("configs")):
         bundled = CONFIGS / (path.name if path.suffix in (".yaml", ".yml") else path.name + ".yaml")
         if bundled.is_file():
@@ -112,7 +117,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--eval-every", "train.eval_every", panel="Logging and checkpoints"),
     Flag("--save-every", "train.save_every", panel="Logging and checkpoints"),
     Flag("--log-completions-every", "train.log_completions_every", panel="Logging and checkpoints"),
-    Flag("--output-dir", "train.output_dir", option=opt.output_dir, panel="Logging and checkpoints"),
+    Flag("--output-dir", "train.output_dir", option=functools.partial(opt.output_dir, as_path=False), panel="Logging and checkpoints"),
     Flag("--run-name", "train.run_name", panel="Logging and checkpoints"),
     Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints",
          note="Comma-separated (none: off); each backend is an extra: pip install 'vigor[tensorboard]'."),

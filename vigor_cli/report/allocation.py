@@ -168,15 +168,16 @@ def parse_step(record: dict, where: str) -> StepAllocation:
         totals = dict(record.get("totals") or {})
         n_rounds = int(totals.get("rounds") or max(
             (r.round for p in prompts for r in p.rounds), default=0))
+        budget = totals.get("budget")
+        budget = None if budget is None else int(budget)
     except (KeyError, TypeError, ValueError) as e:
         what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
         raise UserError(f"{where}: not an allocation record ({what}; "
                         "format in vigor_cli/allocation/README.md)") from None
-    budget = totals.get("budget")
     return StepAllocation(
         step=step,
         strategy=str(record.get("strategy", "?")),
-        budget=None if budget is None else int(budget),
+        budget=budget,
         prompts=prompts,
         rounds=n_rounds,
         totals=totals,

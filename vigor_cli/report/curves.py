@@ -36,6 +36,7 @@ last evaluation, so a longer run is never cut to the shorter one's length.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -81,9 +82,14 @@ class Curve:
 def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
     """The run's evaluation points for ``metric`` (last line wins when a step repeats)."""
     by_step: dict[int, dict] = {}
-    for rec in run.metrics():
+    content = run.read_log("metrics.jsonl")  # each line checked: step, documented metrics
+    for rec, line in zip(content.records, content.lines):
         if metric in rec and rec[metric] is not None:
-            by_step[int(rec.get("step", 0))] = rec
+            value = rec[metric]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"{run.path / 'metrics.jsonl'}:{line}: '{metric}' is {value!r:.60}; "
+                                "expected a finite number")
+            by_step[rec["step"]] = rec
     if not by_step:
         raise UserError(
             f"{run.path / 'metrics.jsonl'}: no evaluation line with '{metric}' "

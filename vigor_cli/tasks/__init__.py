@@ -183,8 +183,9 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     entry = EVAL_SETS[benchmark]
     given = {"data_dir": str(data_dir) if data_dir else None, "contest_date_start": date_start,
              "contest_date_end": date_end}
-    reads = task_reads(entry.task)
-    cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if reads is None or k in reads})
+    # every given key is kept: one the task does not read is refused by its source check
+    # (vigor_cli/preflight.py), never dropped
+    cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if v is not None})
     return cfg, entry.set_name
 
 

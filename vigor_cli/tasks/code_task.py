@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
@@ -161,10 +162,15 @@ def _parse_date(text: str, where: str) -> datetime:
 
 
 def check_record(record: dict, where: str) -> None:
-    """Raise a one-line UserError naming the record and the first missing LCB field."""
+    """Raise a one-line UserError naming the record and the first missing LCB field, or the
+    first field of the wrong kind (vigor_cli/records.py: an object or NaN where text belongs)."""
+    if not isinstance(record, dict):
+        raise UserError(f"{where}: not a record (a JSON object)")
     for key in LCB_FIELDS:
         if key not in record:
             raise UserError(f"{where}: missing field '{key}' (LiveCodeBench records need {', '.join(LCB_FIELDS)})")
+    records.check_record(record, where, text=("question_content", "question_title", "starter_code"),
+                         answers=("question_id",))
 
 
 def filter_by_date(records: list[dict], start: str | None, end: str | None) -> list[dict]:

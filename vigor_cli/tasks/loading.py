@@ -31,6 +31,7 @@ from typing import Any
 
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.user_files import regular_file
 
 FILE_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
               ".parquet": "parquet"}
@@ -81,6 +82,7 @@ def read_table(spec: str | Path, *, key: str, purpose: str = "train", hub_flag: 
     else:
         if split:
             raise UserError(f"{key} {text}: ':{split}' names a split, which only a folder or hub dataset has")
+        regular_file(path)  # a FIFO or a device would block or never end: refused before it is opened
         table = _file_table(path, key=key)
     table.source = text
     if not table.rows:
