@@ -78,18 +78,27 @@ def evaluate_examples(
     shard: Shard | None = None,
 ) -> EvalResult:
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
-    With ``shard``, this process does its share and every process gets the whole result."""
+
+    With ``shard``, this process does its share and every process gets the whole result.
+    Every process then generates for the same number of prompts (a short share repeats its
+    first example and drops the copy): engines that shard their weights (ZeRO-3, FSDP) or
+    gather prompts (TRL's vLLM server) need every rank in each generate call, equally sized."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [])
-    indices = list(range(len(examples)))[shard.rank::shard.world] if shard else list(range(len(examples)))
+    indices = list(range(len(examples)))
+    slots = len(indices)
+    if shard is not None:
+        indices = indices[shard.rank::shard.world]
+        slots = -(-len(examples) // shard.world)
     mine = [examples[i] for i in indices]
     done: list[tuple[int, list[SampleResult]]] = []
-    if mine:
-        prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in mine]
-        outs = engine.generate(prompts, [n] * len(mine), sampling)
+    if mine or shard is not None:
+        padded = mine + [examples[indices[0] if indices else 0]] * (slots - len(mine))
+        prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in padded]
+        outs = engine.generate(prompts, [n] * len(padded), sampling)[: len(mine)]
         flat_examples = [ex for ex, rollouts in zip(mine, outs) for _ in rollouts]
         flat_rollouts = [r for rollouts in outs for r in rollouts]
-        scores = iter(task.score(flat_examples, [r.text for r in flat_rollouts]))
+        scores = iter(task.score(flat_examples, [r.text for r in flat_rollouts]) if flat_rollouts else [])
         for i, ex, rollouts in zip(indices, mine, outs):
             results = []
             for j, r in enumerate(rollouts):
