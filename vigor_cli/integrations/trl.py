@@ -666,6 +666,8 @@ class HeldOutEval(TrainerCallback):
         self.max_new_tokens, self.every, self.samples = max_new_tokens, every, samples
         self.temperature, self.top_p = temperature, top_p
         self.results: dict[int, float] = {}
+        self.seconds = 0.0
+        """Wall time spent evaluating (bench/trl_path.py's per-phase split)."""
 
     def evaluate(self, step: int) -> float:
         from accelerate.utils import gather_object
@@ -674,6 +676,7 @@ class HeldOutEval(TrainerCallback):
 
         tr = self.trainer
         acc = tr.accelerator
+        t0 = time.perf_counter()
         shard = Shard(acc.process_index, acc.num_processes, gather_object) if acc.num_processes > 1 else None
         params = held_out_sampling(tr.args.seed, step, self.temperature, self.top_p, self.max_new_tokens)
         was_training = tr.model.training
@@ -687,6 +690,7 @@ class HeldOutEval(TrainerCallback):
         if acc.is_main_process:
             write_run_files(tr.vigor_run_dir, evaluation=held.to_json(),
                             metrics=held.line(tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"]))
+        self.seconds += time.perf_counter() - t0
         return held.accuracy
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
