@@ -773,14 +773,16 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
     held-out evaluation as `vigor train` schedules it); returns (trainer, evaluation, task)."""
     from transformers import AutoModelForCausalLM
 
-    from vigor_cli.models import load_tokenizer, resolve_model_path
+    from vigor_cli.models import load_tokenizer, resolve_model_path, set_cpu_threads
     from vigor_cli.tasks import get_task
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
     path = resolve_model_path(m.name_or_path)
     tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
-    model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, _trl_device(overrides)))
+    device = _trl_device(overrides)
+    model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, device))
+    set_cpu_threads(model, m.cpu_threads, device)  # model.cpu_threads, as vigor train sets it
     peft_config = None
     if m.lora.enabled:
         from peft import LoraConfig
