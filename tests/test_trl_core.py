@@ -200,6 +200,23 @@ def test_precision_and_4bit_follow_the_model_section(tmp_path, capsys):
         assert err.startswith("error: model.load_in_4bit") and err.count("\n") == 1
 
 
+def test_build_trainer_runs_the_tiny_model_on_one_thread_as_vigor_train(tmp_path):
+    """model.cpu_threads (0: one thread for a model this small) applies on the TRL path too:
+    without it the CPU run spent most of its time in OpenMP threads (bench/trl_path.py)."""
+    from vigor_cli.integrations.trl import build_trainer
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        cfg = build_config(DEFAULT_CONFIG, sets=["train.steps=1", "train.eval_limit=2"])
+        trainer, held_out, task = build_trainer(cfg, tmp_path / "out", use_cpu=True)
+        task.close()
+        assert torch.get_num_threads() == 1
+        assert next(trainer.model.parameters()).dtype == torch.float32 and trainer.args.bf16 is False
+    finally:
+        torch.set_num_threads(before)
+
+
 # --------------------------------------------------------------------------- ranks
 def test_the_ranks_compare_a_hash_of_each_rounds_requests():
     a = [Request("q1", 2), Request("q2", 4)]

@@ -4,7 +4,8 @@ Read it top to bottom like CleanRL's ppo.py: :func:`train` sets things up and ru
 loop; :meth:`Trainer.rollout_phase` is the allocation (vigor_cli/rollout_core.py's rounds,
 shared with the TRL path, over this engine and task), :meth:`Trainer.train_step` hands its
 samples to the :class:`~vigor_cli.learner.Learner`. What is logged and printed lives in
-vigor_cli/train_log.py, checkpoints in vigor_cli/train_checkpoint.py.
+vigor_cli/train_log.py, checkpoints in vigor_cli/train_checkpoint.py, what is read before
+the weights load in vigor_cli/train_data.py.
 
 Reproducibility: every random choice is seeded from ``train.seed`` and the step (data order
 per epoch, each generate call, allocation), and the model, optimizer, scheduler, RNG,
@@ -22,10 +23,10 @@ import torch
 
 from vigor_cli import train_checkpoint
 from vigor_cli.allocation.base import Request
-from vigor_cli.config import RunConfig, check_against_data
+from vigor_cli.config import RunConfig
 from vigor_cli.console import console as default_console
 from vigor_cli.errors import UserError
-from vigor_cli.evaluation import encode_prompt, eval_line, evaluate_sets, held_out_sampling
+from vigor_cli.evaluation import eval_line, evaluate_sets, held_out_sampling
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
 from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import SamplingParams
@@ -33,27 +34,10 @@ from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public n
     DataOrder, Generated, RolloutBatch, Sample, derive_seed, run_rounds, step_metrics,
 )
 from vigor_cli.runs import RunDir
-from vigor_cli.tasks.base import Example, Score, score_once
+from vigor_cli.tasks.base import Score, score_once
+from vigor_cli.train_data import announce_memory_plan, load_train_data, validate_config  # noqa: F401
 from vigor_cli.train_checkpoint import rng_state, set_rng_state  # noqa: F401  (public names)
 from vigor_cli.train_log import COMPLETIONS_SHOWN, StepLog, TrainLog, progress, resume_command, stop_status  # noqa: F401
-
-
-# --------------------------------------------------------------------------- setup
-def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
-    """The config's rules live in vigor_cli/config.py (checked when it is built); here only
-    the ones that need the task's training-set size, once it is known."""
-    if n_train is not None:
-        check_against_data(cfg, n_train)
-
-
-def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
-    """Print the memory plan (vigor_cli/memory_plan.py) and refuse, exit 2, when it cannot fit."""
-    from vigor_cli import memory_plan
-
-    plan = memory_plan.plan_run(cfg)
-    out.print(memory_plan.render(plan))
-    memory_plan.check(plan)
-    return plan
 
 
 class EngineRounds:
@@ -124,49 +108,12 @@ class Trainer:
         self.session_start = time.time()
 
     def _load_data(self) -> None:
-        """Every check that needs no download (vigor_cli/preflight.py), the memory plan, the
-        task's training and evaluation sets and the tokenizer, all before any weights load."""
-        from vigor_cli.models import load_tokenizer
-        from vigor_cli.preflight import check_static, check_tokenizer
-        from vigor_cli.tasks import get_task
-
-        cfg, t = self.cfg, self.cfg.train
-        check_static(cfg)
-        # The plan reads the model's config.json (a small download for a hub id); it refuses a
-        # run that cannot fit before any weights load.
-        self.memory_plan = announce_memory_plan(cfg, self.out)
-        self.task = get_task(cfg.task, workers=t.reward_workers)
-        train_examples = self.task.train_examples()
-        validate_config(cfg, len(train_examples))
-        self.eval_sets: dict[str, list[Example]] = {}
-        for name in cfg.task.eval_sets or [None]:
-            exs = self.task.eval_examples(name)
-            self.eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
-        self.tokenizer = load_tokenizer(cfg.model)
-        check_tokenizer(cfg, self.tokenizer, warn=lambda m: self.out.print(m))
-        self._encode_prompts(train_examples)
-        self.data = DataOrder(list(self.examples), t.seed)
-
-    def _encode_prompts(self, train_examples: list[Example]) -> None:
-        """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped."""
-        cfg = self.cfg
-        self.examples: dict[str, Example] = {}
-        self.prompt_ids: dict[str, list[int]] = {}
-        dropped = 0
-        for ex in train_examples:
-            ids = encode_prompt(self.tokenizer, self.task.render_prompt(ex, self.tokenizer))
-            if len(ids) > cfg.task.max_prompt_tokens:
-                dropped += 1
-                continue
-            self.examples[ex.uid] = ex
-            self.prompt_ids[ex.uid] = ids
-        if dropped:
-            self.out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
-        if len(self.examples) < cfg.train.prompts_per_step:
-            raise UserError(
-                f"only {len(self.examples)} training prompts fit task.max_prompt_tokens="
-                f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({cfg.train.prompts_per_step})"
-            )
+        """The task, its sets, the tokenizer and the encoded prompts (vigor_cli/train_data.py),
+        all before any weights load; then the data order."""
+        d = load_train_data(self.cfg, self.out)
+        self.task, self.tokenizer, self.memory_plan = d.task, d.tokenizer, d.memory_plan
+        self.examples, self.prompt_ids, self.eval_sets = d.examples, d.prompt_ids, d.eval_sets
+        self.data = DataOrder(list(self.examples), self.cfg.train.seed)
 
     def _make_allocator(self) -> Any:
         from vigor_cli.allocation import make_allocator

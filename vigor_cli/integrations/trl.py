@@ -406,7 +406,8 @@ class VigorGRPOTrainer(GRPOTrainer):
                 raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir")
             write_run_files(self.vigor_run_dir, config={
                 "allocation": a.allocation.model_dump(mode="json"),
-                "train": {"seed": a.seed, "prompts_per_step": a.prompts_per_step, "steps": a.max_steps},
+                "train": {"seed": a.seed, "prompts_per_step": a.prompts_per_step,
+                          "steps": a.max_steps // max(1, a.num_iterations)},
                 "trainer": {"kind": "trl", "loss_type": a.loss_type, "scale_rewards": a.scale_rewards,
                             "processes": self.accelerator.num_processes},
             })
