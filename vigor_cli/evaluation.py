@@ -1,10 +1,8 @@
 """The evaluation core: n samples per held-out example, scored by the task, avg@n.
 
-`vigor eval` calls :func:`evaluate_examples`; both trainers' periodic evaluations call
-:func:`evaluate_sets` (the TRL path on every rank, each on its shard of the examples,
-results gathered). The CLI, pass@k and tables live with `vigor eval`. The JSON form
-(:meth:`HeldOut.to_json`) is what ``eval/step-<N>.json`` holds; :func:`eval_line` is the
-metrics.jsonl line of an evaluation.
+The trainer's periodic evaluation and `vigor eval` both call
+:func:`evaluate_examples`; the CLI, pass@k and tables live with `vigor eval`.
+The JSON form (:meth:`EvalResult.to_json`) is what ``eval/step-<N>.json`` holds.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ class SampleResult:
     sample: int
     """Index of this sample among the example's n."""
     completion: str
-    reward: float | None
-    """None: the task could not score it (left out of the example's mean)."""
+    reward: float
     reason: str
     truncated: bool
     tokens: int
@@ -57,6 +54,41 @@ class EvalResult:
         }
 
 
+def evaluate_examples(
+    engine: RolloutEngine,
+    task: Task,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    n: int,
+    sampling: SamplingParams,
+    set_name: str = "default",
+) -> EvalResult:
+    """Generate ``n`` completions per example with ``engine``, score them with ``task``."""
+    if not examples:
+        return EvalResult(set_name, n, 0.0, {}, [])
+    prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in examples]
+    outs = engine.generate(prompts, [n] * len(examples), sampling)
+    flat_examples = [ex for ex, rollouts in zip(examples, outs) for _ in rollouts]
+    flat_rollouts = [r for rollouts in outs for r in rollouts]
+    scores = task.score(flat_examples, [r.text for r in flat_rollouts])
+    samples: list[SampleResult] = []
+    per_example: dict[str, float] = {}
+    k = 0
+    for ex, rollouts in zip(examples, outs):
+        rewards = []
+        for i, r in enumerate(rollouts):
+            s = scores[k]
+            k += 1
+            rewards.append(float(s.reward))
+            samples.append(
+                SampleResult(ex.uid, i, r.text, float(s.reward), s.reason, r.truncated, len(r.token_ids))
+            )
+        per_example[ex.uid] = sum(rewards) / len(rewards)
+    accuracy = sum(per_example.values()) / len(per_example)
+    return EvalResult(set_name, n, accuracy, per_example, samples)
+
+
+# --------------------------------------------------------------------------- over several processes
 @dataclass(frozen=True)
 class Shard:
     """This process's share of an evaluation over several: examples ``rank::world``, and
@@ -67,51 +99,21 @@ class Shard:
     gather: Callable[[list], list]
 
 
-def evaluate_examples(
-    engine: RolloutEngine,
-    task: Task,
-    tokenizer: Any,
-    examples: Sequence[Example],
-    n: int,
-    sampling: SamplingParams,
-    set_name: str = "default",
-    shard: Shard | None = None,
-) -> EvalResult:
-    """Generate ``n`` completions per example with ``engine``, score them with ``task``.
-
-    With ``shard``, this process does its share and every process gets the whole result.
-    Every process then generates for the same number of prompts (a short share repeats its
-    first example and drops the copy): engines that shard their weights (ZeRO-3, FSDP) or
-    gather prompts (TRL's vLLM server) need every rank in each generate call, equally sized."""
-    if not examples:
-        return EvalResult(set_name, n, 0.0, {}, [])
-    indices = list(range(len(examples)))
-    slots = len(indices)
-    if shard is not None:
-        indices = indices[shard.rank::shard.world]
-        slots = -(-len(examples) // shard.world)
-    mine = [examples[i] for i in indices]
-    done: list[tuple[int, list[SampleResult]]] = []
-    if mine or shard is not None:
-        padded = mine + [examples[indices[0] if indices else 0]] * (slots - len(mine))
-        prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in padded]
-        outs = engine.generate(prompts, [n] * len(padded), sampling)[: len(mine)]
-        flat_examples = [ex for ex, rollouts in zip(mine, outs) for _ in rollouts]
-        flat_rollouts = [r for rollouts in outs for r in rollouts]
-        scores = iter(task.score(flat_examples, [r.text for r in flat_rollouts]) if flat_rollouts else [])
-        for i, ex, rollouts in zip(indices, mine, outs):
-            results = []
-            for j, r in enumerate(rollouts):
-                s = next(scores)
-                reward = None if s.reward is None else float(s.reward)
-                results.append(SampleResult(ex.uid, j, r.text, reward, s.reason, r.truncated, len(r.token_ids)))
-            done.append((i, results))
-    if shard is not None:
-        done = sorted(shard.gather(done), key=lambda pair: pair[0])
-    samples: list[SampleResult] = []
+def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
+                   sampling: SamplingParams, set_name: str, shard: Shard) -> EvalResult:
+    """:func:`evaluate_examples` on this process's share, every share gathered: each process
+    gets the whole result. Every process generates for the same number of prompts (a short
+    share repeats an example and drops the copy): engines that shard their weights (ZeRO-3,
+    FSDP) or gather prompts (TRL's vLLM server) need every rank in each call, equally sized."""
+    indices = list(range(len(examples)))[shard.rank::shard.world]
+    slots = -(-len(examples) // shard.world)
+    padded = [examples[i] for i in indices]
+    padded += [examples[indices[0] if indices else 0]] * (slots - len(padded))
+    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name).samples
+    done = sorted(shard.gather([(i, local[k * n:(k + 1) * n]) for k, i in enumerate(indices)]), key=lambda p: p[0])
+    samples = [s for _, results in done for s in results]
     per_example: dict[str, float] = {}
     for i, results in done:
-        samples += results
         rewards = [s.reward for s in results if s.reward is not None]
         if rewards:
             per_example[examples[i].uid] = sum(rewards) / len(rewards)
@@ -157,7 +159,10 @@ def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, ma
 def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
                   n: int, sampling: SamplingParams, step: int, shard: Shard | None = None) -> HeldOut:
     """Every held-out set of a training run at ``step`` (both trainers call this)."""
-    return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name, shard)
+    if shard is None:
+        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+                              for name, exs in sets.items()})
+    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
                           for name, exs in sets.items()})
 
 
