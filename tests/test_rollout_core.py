@@ -116,3 +116,52 @@ def test_a_reward_functions_error_names_the_step(tmp_path):
         tr.close()
     assert str(e.value) == "step 3: reward function my_reward.py:score raised ValueError: boom"
 
+
+
+class Doubled(SomeUnscored):
+    """The real tiny-math verdicts, doubled: rewards in [0, 2] (a weighted sum of two rewards)."""
+
+    def score(self, examples, completions: Sequence[str]) -> list[Score]:
+        return [Score(2 * s.reward, s.reason, components={"right": s.reward})
+                for s in self.task.score(examples, completions)]
+
+
+def test_rewards_outside_the_allocators_range_stop_in_one_line_or_are_mapped(tmp_path):
+    """Allocators read rewards as pass rates: a reward outside allocation.reward_range stops the
+    step with one line naming the key; inside it, the allocator is told (r - low) / (high - low)
+    while the update's advantages use the rewards as they are."""
+    cfg = build_config(sets=tiny_sets(tmp_path, "grpo", "allocation.strategy=grpo", "sampling.temperature=1.5"))
+    tr = Trainer(cfg, RunDir(tmp_path / "narrow"), None, quiet())
+    tr.task, tr.dedupe_scoring = Doubled(tr.task), False
+    try:
+        with pytest.raises(UserError, match=r"^step 1 round 1: reward 2 \(the weighted sum of right 1\) is "
+                                            r"outside allocation.reward_range \[0, 1\]"):
+            tr.rollout_phase(1)
+    finally:
+        tr.close()
+    cfg = build_config(sets=tiny_sets(tmp_path, "grpo", "allocation.strategy=grpo", "sampling.temperature=1.5",
+                                      "allocation.reward_range=[0,2]"))
+    tr = Trainer(cfg, RunDir(tmp_path / "wide"), None, quiet())
+    tr.task, tr.dedupe_scoring = Doubled(tr.task), False
+    try:
+        batch = tr.rollout_phase(1)
+    finally:
+        tr.close()
+    assert {s.reward for s in batch.generated} == {0.0, 2.0}
+    told = [r for p in batch.record["prompts"] for rd in p["rounds"] for r in rd["rewards"]]
+    assert set(told) == {0.0, 1.0}
+    expected = grpo.compute_advantages([s.reward for s in batch.samples], [s.uid for s in batch.samples], "group")
+    assert [s.advantage for s in batch.samples] == pytest.approx(expected.tolist())
+
+
+def test_a_reward_range_must_be_ordered():
+    with pytest.raises(UserError, match="allocation.reward_range.*low end must be below the high end"):
+        build_config(sets=["allocation.reward_range=[1,0]"])
+
+
+def test_each_reward_functions_mean_is_in_the_step_line():
+    from vigor_cli.train_log import reward_parts
+
+    m = {"reward/mean": 0.5, "reward/std": 0.1, "reward/letters/mean": 0.625, "reward/format/mean": 0.9}
+    assert reward_parts(m) == " (letters 0.625, format 0.900)"
+    assert reward_parts({"reward/mean": 0.5, "reward/unscored": 0}) == ""

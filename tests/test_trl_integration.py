@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from vigor_cli.errors import UserError
+
 pytest.importorskip("trl")
 
 from vigor_cli import grpo  # noqa: E402
@@ -245,8 +247,15 @@ def test_rewards_outside_unit_interval_stop_with_a_clear_error(tmp_path):
     trainer = VigorGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[two],
                                args=_args(tmp_path, max_steps=1, vigor={"strategy": "grpo", "group_size": 2}),
                                train_dataset=task_dataset(task, tok), processing_class=tok)
-    with pytest.raises(ValueError, match=r"step 1 round 1: reward 2.0 outside \[0, 1\].*two"):
+    with pytest.raises(UserError, match=r"step 1 round 1: reward 2 \(the weighted sum of two 2\) is outside "
+                                        r"allocation.reward_range \[0, 1\]"):
         trainer.train()
+    # the range the rewards really have: told to the allocator as pass rates, trained on as they are
+    wide = VigorGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[two],
+                            args=_args(tmp_path / "wide", max_steps=1,
+                                       vigor={"strategy": "grpo", "group_size": 2, "reward_range": [0, 2]}),
+                            train_dataset=task_dataset(task, tok), processing_class=tok)
+    wide.train()
 
 
 def test_trl_batch_shapes_it_cannot_honour_are_refused(tmp_path):

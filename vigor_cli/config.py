@@ -482,6 +482,22 @@ class AllocationConfig(_Section):
         "memory, auto scores plans by breadth only).",
     )
 
+    reward_range: tuple[float, float] = Field(
+        (0.0, 1.0),
+        description="The lowest and highest reward a rollout can get. Allocation strategies read "
+        "rewards as pass rates in [0, 1]: each reward is told to the allocator as "
+        "(reward - low) / (high - low); a reward outside the range stops the run in one line "
+        "naming it (a weighted sum of several --reward functions can exceed 1: set "
+        "allocation.reward_range=[0,2]). The GRPO update uses the rewards as they are.",
+    )
+
+    @field_validator("reward_range")
+    @classmethod
+    def _ordered_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not value[0] < value[1]:
+            raise ValueError(f"the low end must be below the high end, got {list(value)}")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _budget_from_old_key(cls, data: Any) -> Any:

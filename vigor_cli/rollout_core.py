@@ -161,10 +161,12 @@ class RoundRunner(Protocol):
 
 # --------------------------------------------------------------------------- the rounds
 def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRunner,
-               scale_rewards: str) -> RolloutBatch:
+               scale_rewards: str, reward_range: tuple[float, float] = (0.0, 1.0)) -> RolloutBatch:
     """Ask the allocator for rollouts round by round, generate and score them, tell it the
     scored rewards (an unscored rollout is not told: the allocator's indices count scored
-    ones); then the advantages of the rollouts it keeps, over groups of any size."""
+    ones), mapped from ``reward_range`` (allocation.reward_range) onto the [0, 1] its pass
+    rates live in; then the advantages of the rollouts it keeps, over groups of any size."""
+    low, high = reward_range
     data.new_step()
     allocator.start_step(step, data.draw)
     scored: dict[str, list[Sample]] = defaultdict(list)  # what each prompt told, in order
@@ -186,8 +188,10 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
                        tokens=g.tokens, truncated=g.truncated)
             every[g.uid].append(s)
             if reward is not None:
+                if not low <= reward <= high:
+                    raise UserError(_out_of_range(step, len(sizes), reward, sc, reward_range))
                 scored[g.uid].append(s)
-                told[g.uid].append(reward)
+                told[g.uid].append((reward - low) / (high - low))
         allocator.tell({r.uid: told[r.uid] for r in requests})
         sizes.append(len(rollouts))
     result = allocator.finish()
@@ -198,6 +202,15 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
         s.in_update = True
     generated = [s for group in every.values() for s in group]
     return RolloutBatch(samples, generated, result.record, t_gen, t_reward, sizes)
+
+
+def _out_of_range(step: int, round_index: int, reward: float, score: Score, reward_range: tuple[float, float]) -> str:
+    low, high = reward_range
+    parts = ", ".join(f"{n} {'None' if v is None else f'{v:g}'}" for n, v in score.components.items())
+    of = f" (the weighted sum of {parts})" if parts else ""
+    return (f"step {step} round {round_index + 1}: reward {reward:g}{of} is outside allocation.reward_range "
+            f"[{low:g}, {high:g}], the range the allocator reads as pass rates; set "
+            f"allocation.reward_range to the rewards' real range (--set allocation.reward_range=[LOW,HIGH])")
 
 
 def _score(runner: RoundRunner, rollouts: Sequence[Generated], step: int) -> list[Score]:

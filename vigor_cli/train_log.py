@@ -46,7 +46,7 @@ class TrainLog:
         self.rundir.append("allocation.jsonl", log.record)
         self.weight_check(m["step"], weight_check)
         self.out.print(
-            f"step {m['step']:>4}  reward {m['reward/mean']:.3f}  zero-var {m['groups/zero_var_frac']:.2f}  "
+            f"step {m['step']:>4}  reward {m['reward/mean']:.3f}{reward_parts(m)}  zero-var {m['groups/zero_var_frac']:.2f}  "
             f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
             f"loss {m['losses/loss']:+.4f}  clip {m['losses/clipfrac_low'] + m['losses/clipfrac_high']:.3f}  "
             f"gen {m['time/generate']:.1f}s rew {m['time/reward']:.1f}s upd {m['time/update']:.1f}s",
@@ -77,6 +77,14 @@ class TrainLog:
         elif wc.status != self._last_check_status and wc.status not in ("no-tokens", "unchecked"):
             self.out.print(f"[dim]weight check, step {step}: {wc.describe()}[/]", highlight=False)
         self._last_check_status = wc.status
+
+
+def reward_parts(metrics: Mapping[str, Any]) -> str:
+    """Each reward function's mean this step, `` (letters 0.62, format 0.90)``; empty for a
+    task with one reward."""
+    parts = [f"{k[len('reward/'):-len('/mean')]} {v:.3f}" for k, v in metrics.items()
+             if k.startswith("reward/") and k.endswith("/mean") and k.count("/") == 2]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def resume_command(run_dir: str | Path) -> str:

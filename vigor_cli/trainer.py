@@ -38,7 +38,9 @@ from vigor_cli.tasks.base import Score, score_once
 from vigor_cli.tracking import Trackers
 from vigor_cli.train_data import announce_memory_plan, load_train_data, validate_config  # noqa: F401
 from vigor_cli.train_checkpoint import rng_state, set_rng_state  # noqa: F401  (public names)
-from vigor_cli.train_log import COMPLETIONS_SHOWN, StepLog, TrainLog, progress, resume_command, stop_status  # noqa: F401
+from vigor_cli.train_log import (  # noqa: F401
+    COMPLETIONS_SHOWN, StepLog, TrainLog, progress, resume_command, reward_parts, stop_status,
+)
 
 
 class EngineRounds:
@@ -163,7 +165,7 @@ class Trainer:
                         log = self._step()
                     bars.update(
                         bar, completed=self.rollouts_total if by_rollouts else self.step,
-                        info=f"reward {log.metrics['reward/mean']:.3f}  acc {self.last_accuracy or 0:.3f}  "
+                        info=f"reward {log.metrics['reward/mean']:.3f}{reward_parts(log.metrics)}  acc {self.last_accuracy or 0:.3f}  "
                         f"rollouts {self.rollouts_total}",
                     )
                     if self.signals.requested and not self.finished():
@@ -258,7 +260,8 @@ class Trainer:
     def rollout_phase(self, step: int) -> RolloutBatch:
         """The step's allocation rounds (vigor_cli/rollout_core.run_rounds) on this engine and
         task: the samples the update uses and every rollout generated."""
-        batch = run_rounds(step, self.allocator, self.data, EngineRounds(self), self.cfg.grpo.scale_rewards)
+        batch = run_rounds(step, self.allocator, self.data, EngineRounds(self), self.cfg.grpo.scale_rewards,
+                           self.cfg.allocation.reward_range)
         self.engine.end_generation()  # vLLM frees the GPU for the update
         return batch
 

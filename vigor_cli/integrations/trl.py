@@ -340,9 +340,8 @@ class TRLRounds:
                 values = per_func[r, j]
                 scored = ~torch.isnan(values)
                 reward = float((values[scored] * weights[scored]).sum()) if bool(scored.any()) else None
-                parts = {n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, values)} if len(names) > 1 else {}
+                parts = {n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, values)}
                 scores[key] = Score(reward, components=parts)
-        tr.check_rewards(*self._where, [s.reward for s in scores.values()])
         self.rows += mine
         self.outputs.append(out)
         self.per_func.append(per_func)
@@ -434,7 +433,8 @@ class VigorGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         self.vigor_step += 1
         rounds = TRLRounds(self)
-        batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards))
+        batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
+                           tuple(self.args.allocation.reward_range))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
         used = len(batch.samples)  # the update's rows over every rank
@@ -530,14 +530,6 @@ class VigorGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in rows]
         gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
         return gathered.float().cpu()
-
-    def check_rewards(self, step: int, round_index: int, rewards: Sequence[float | None]) -> None:
-        bad = [r for r in rewards if r is not None and not 0.0 <= r <= 1.0]
-        if bad:
-            raise ValueError(
-                f"step {step} round {round_index + 1}: reward {bad[0]} outside [0, 1] (weighted sum of "
-                f"{', '.join(self.reward_func_names)}); allocation needs rewards in [0, 1]"
-            )
 
     # ------------------------------------------------------------------ logs
     def _log_step(self, batch: RolloutBatch, layout: StepLayout, scoring_seconds: float) -> None:
