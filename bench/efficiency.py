@@ -261,7 +261,7 @@ def study_config(spec: RunSpec) -> Any:
     """The run's config: the task's bundled config, the spec's overrides, and the stop and
     evaluation schedule by rollouts (train.steps only as a bound)."""
     from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     run_dir = Path(spec.run_dir)
     sets = [
@@ -290,7 +290,7 @@ def timing(model: str, arms: list[str], steps: int, prompts_per_step: int, workd
     from rich.console import Console
 
     from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.runs import RunDir
     from vigor_cli.trainer import Trainer
 

@@ -55,7 +55,7 @@ def build(arm: str, workdir: Path, prompts: int):
     from rich.console import Console
 
     from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.runs import RunDir
     from vigor_cli.trainer import Trainer
 

@@ -2,12 +2,14 @@
 default strategy and budget) through VigorGRPOTrainer and through `vigor train`, same seed,
 prompts per step, budget, steps, learning rate and clip range; held-out accuracy (greedy, the
 whole held-out set, vigor's evaluation code in both arms) before and after, wall time and
-rollouts side by side. Each arm runs in its own process, one after the other.
+rollouts side by side, and where the wall time goes, per phase: generation, rewards, TRL's
+scoring pass, the update, evaluation and the rest. Each arm runs in its own process, one
+after the other.
 
     python bench/trl_path.py                  # 20 steps (the shared 2-core CPU's budget)
     python bench/trl_path.py --steps 150      # the full default run
 
-Prints a rich table and writes bench/results/trl_path.json.
+Prints rich tables and writes bench/trl_path_results.json.
 """
 
 from __future__ import annotations
@@ -39,35 +41,64 @@ def vigor_arm(steps: int, seed: int, workdir: Path) -> dict:
         raise SystemExit(f"vigor train failed:\n{proc.stderr[-3000:]}")
     summary = json.loads((workdir / "vigor" / "summary.json").read_text())
     lines = [json.loads(x) for x in (workdir / "vigor" / "metrics.jsonl").read_text().splitlines()]
-    steps_logged = [m for m in lines if "time/step" in m]
-    mean = lambda key: sum(m[key] for m in steps_logged) / len(steps_logged)  # noqa: E731
+    logged = [m for m in lines if "time/step" in m]
+    total = lambda key: sum(m[key] for m in logged)  # noqa: E731
+    phases = {"generate": total("time/generate"), "reward": total("time/reward"), "scoring pass": 0.0,
+              "update": total("time/update"),
+              "evaluation, checkpoint, rest": summary["wall_time"] - total("time/step")}
     return {"start_accuracy": summary["start_accuracy"], "final_accuracy": summary["final_accuracy"],
             "rollouts": summary["rollouts"], "train_seconds": summary["wall_time"], "process_seconds": wall,
-            "mean_step_seconds": mean("time/step"),
-            "mean_rollout_seconds": mean("time/generate") + mean("time/reward")}
+            "mean_step_seconds": total("time/step") / len(logged),
+            "mean_rollout_seconds": (total("time/generate") + total("time/reward")) / len(logged),
+            "phases": phases}
 
 
 def trl_arm(steps: int, seed: int, workdir: Path) -> dict:
     """The same run through VigorGRPOTrainer (in this process; called by --arm trl): the
     default config mapped to TRL's keys by vigor_cli.integrations.trl.trl_args."""
+    from transformers import TrainerCallback
+
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.integrations.trl import build_trainer
+
+    class StepClock(TrainerCallback):
+        """Wall time of each optimizer step, generation to optimizer step."""
+
+        def __init__(self) -> None:
+            self.seconds: list[float] = []
+
+        def on_step_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            self.seconds.append(time.perf_counter() - self.t0)
 
     cfg = build_config(DEFAULT_CONFIG, overrides={"train.seed": seed, "train.steps": steps,
                                                    "train.eval_every": 0})
     t0 = time.time()
     trainer, held_out, task = build_trainer(cfg, workdir / "trl", use_cpu=True)
+    clock = StepClock()
+    trainer.add_callback(clock)
+    t_loaded = time.time()
     try:
         trainer.train()
     finally:
         task.close()
-    logged = [h for h in trainer.state.log_history if "vigor/step_seconds" in h]
+    t_done = time.time()
+    logged = [h for h in trainer.state.log_history if "vigor/time/generate" in h]
+    total = lambda key: sum(h[key] for h in logged)  # noqa: E731
+    in_steps = sum(clock.seconds)
+    phases = {"generate": total("vigor/time/generate"), "reward": total("vigor/time/reward"),
+              "scoring pass": total("vigor/time/scoring_pass")}
+    phases["update"] = in_steps - sum(phases.values())  # loss, backward and optimizer step
+    phases["evaluation, checkpoint, rest"] = (t_done - t_loaded) - in_steps
     return {"start_accuracy": held_out.results[0], "final_accuracy": held_out.results[steps],
-            "rollouts": trainer.vigor_totals["rollouts"], "train_seconds": time.time() - t0,
-            "mean_step_seconds": sum(h["step_time"] for h in logged) / len(logged),
-            "mean_rollout_seconds": sum(h["vigor/step_seconds"] for h in logged) / len(logged),
-            "strategy": cfg.allocation.strategy, "prompts_per_step": cfg.train.prompts_per_step}
+            "rollouts": trainer.vigor_totals["rollouts"], "train_seconds": t_done - t_loaded,
+            "load_seconds": t_loaded - t0, "evaluation_seconds": held_out.seconds,
+            "mean_step_seconds": in_steps / len(clock.seconds),
+            "mean_rollout_seconds": (total("vigor/time/generate") + total("vigor/time/reward")) / len(logged),
+            "phases": phases, "strategy": cfg.allocation.strategy, "prompts_per_step": cfg.train.prompts_per_step}
 
 
 def run_trl_child(steps: int, seed: int, workdir: Path) -> dict:
@@ -116,15 +147,23 @@ def report(arms: dict, a: argparse.Namespace) -> None:
         table.add_row(name, f"{r['start_accuracy']:.3f}", f"{r['final_accuracy']:.3f}", str(r["rollouts"]),
                       f"{r['train_seconds']:.1f}", f"{r['process_seconds']:.1f}",
                       f"{r['mean_step_seconds']:.2f}", f"{r['mean_rollout_seconds']:.2f}")
-    Console().print(table)
-    Console().print(f"TRL path / vigor train wall time (training + evaluation): {overhead:.2f}x")
-    out = ROOT / "bench" / "results" / "trl_path.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    console.print(table)
+    phases = Table(title="where the wall time goes (seconds over the run)")
+    for col in ("phase", "vigor train", "TRL path", "TRL - vigor", "share of the gap"):
+        phases.add_column(col, justify="right" if col != "phase" else "left")
+    gap = trl_row["train_seconds"] - base["train_seconds"]
+    for name in base["phases"]:
+        v, t = base["phases"][name], trl_row["phases"][name]
+        phases.add_row(name, f"{v:.1f}", f"{t:.1f}", f"{t - v:+.1f}", f"{(t - v) / gap:.0%}" if gap else "-")
+    console.print(phases)
+    console.print(f"TRL path / vigor train wall time (training + evaluation): {overhead:.2f}x")
+    out = ROOT / "bench" / "trl_path_results.json"
     out.write_text(json.dumps({
         "steps": a.steps, "seed": a.seed, "arms": arms, "trl_over_vigor_wall_time": overhead,
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__, "torch": torch.__version__},
     }, indent=1) + "\n")
-    Console().print(f"wrote {out.relative_to(ROOT)}")
+    console.print(f"wrote {out.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -72,11 +72,13 @@ def model_dir(name: str, workdir: Path) -> str:
     return str(path)
 
 
-def run_config(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int):
-    from vigor_cli.config import build_config
+def run_config(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int,
+               dtype: str = "auto"):
+    from vigor_cli.settings import build_config
 
     return build_config(sets=[
         f"model.name_or_path={model_path}", "model.lora.enabled=false", f"model.gradient_checkpointing={str(checkpointing).lower()}",
+        f"model.dtype={dtype}",
         f"grpo.micro_batch_tokens={tokens}", f"grpo.logits_chunk_tokens={chunk}",
         f"task.max_prompt_tokens={prompt}", f"sampling.max_new_tokens={completion}", "engine.kind=hf",
     ])
@@ -94,7 +96,8 @@ def worker(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(1)
     rss_imports = _status("VmRSS")
-    cfg = run_config(args.model_path, args.tokens, args.chunk, args.checkpointing, args.prompt, args.completion)
+    cfg = run_config(args.model_path, args.tokens, args.chunk, args.checkpointing, args.prompt, args.completion,
+                     args.dtype)
     model, tokenizer, device = load_policy(cfg.model)
     vocab = model.config.vocab_size
     rows = max(1, args.tokens // (args.prompt + args.completion))
@@ -168,6 +171,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int)
     ap.add_argument("--completion", type=int)
     ap.add_argument("--checkpointing", action="store_true")
+    ap.add_argument("--dtype", default="auto", help="model.dtype of the worker's policy (bfloat16: float32 "
+                    "master weights under bf16 autocast, as full fine-tuning on CUDA)")
     ap.add_argument("--quick", action="store_true", help="tiny model only")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "update_memory.json"))
     args = ap.parse_args()

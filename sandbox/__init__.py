@@ -13,20 +13,25 @@ Layers, outermost first:
   "weak (no ...)"). Slot ``i`` runs programs as uid ``SANDBOX_UID_BASE + i``.
 * ``worker``: the fork server. Imported once: the harness, LiveCodeBench's
   prelude modules, numpy. At start it enters its own network, IPC and mount
-  namespaces (private tmpfs ``/tmp``, ``/var/tmp``, ``/dev/shm``; the Python
+  namespaces (private tmpfs ``/tmp``, ``/var/tmp``; a private ``/dev``; the Python
   installation made reachable by the sandbox uid), see ``namespace``, computes the
   Landlock allow-list (``landlock``), compiles the seccomp filter, and forks the
   **zygote**: the init of a PID namespace of its own, which never holds a job's
-  data and forks one child per test. Per test the server writes the program to the
-  job directory (a capped tmpfs), passes stdin through a memfd, reads
-  stdout/stderr/status into fixed buffers, kills the child at the wall-clock
-  limit, empties the job directory without recursion and removes the System V
-  objects the job made.
+  data and forks one child per test. Per test the server mounts a fresh capped tmpfs
+  as the job directory (``work/``, ``tmp/`` for TMPDIR, ``shm/`` behind the slot's
+  ``/dev/shm``), writes the program there, passes stdin through a memfd, reads
+  stdout/stderr/status into fixed buffers, kills the child at the wall-clock limit,
+  detaches the tmpfs and removes any System V object left in the slot's IPC namespace.
 * ``child``: new session, fds 0-3 only, scrubbed environment, rlimits (CPU,
   address space relative to its own size, stack, file size, open files,
   processes), the slot's unprivileged uid (when root), non-dumpable, dies with the
-  zygote, Landlock, seccomp (``seccomp_filter``); then the program runs as a real
-  ``__main__`` script.
+  zygote, an IPC namespace of its own sized to its memory limit, Landlock, seccomp
+  (``seccomp_filter``); one byte on the ready pipe (closed
+  before user code: the only way the server learns the child is confined); then the
+  program runs as a real ``__main__`` script.
+* ``values``: what a program produced (status line, returned value) is read with
+  bounded nesting and compared without recursion; ``pool.clean_stderr`` cuts the
+  harness's frames and paths from its stderr.
 """
 
 from vigor_cli.sandbox.limits import NOBODY_UID, SANDBOX_UID_BASE, Limits

@@ -12,15 +12,23 @@ last) behave here exactly as under ``python3 solution.py``.
 Before user code the child (forked by the worker's zygote, which never held a job's data):
   1. starts a new session (its own process group);
   2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
-     memfd, and closes every other descriptor but the Landlock ruleset;
-  3. enters its job directory (on a capped tmpfs, emptied after it), scrubs the environment;
-  4. sets rlimits: CPU, address space (own size + headroom), stack, file size,
-     open files, processes (counted per uid: each pool slot has its own), no core dumps;
-  5. drops to its slot's unprivileged uid/gid (when root), becomes non-dumpable, and
-     asks to be killed if its parent (the zygote) dies;
+     memfd, and closes every other descriptor but the Landlock ruleset and the *ready* pipe;
+  3. enters its job directory (on a fresh capped tmpfs per job), scrubs the environment and
+     points ``TMPDIR`` (and ``tempfile``, which the fork server had already asked) at the
+     job's private temp folder;
+  4. sets rlimits: CPU, address space (own size + headroom), stack (the hard limit left open,
+     as competitive programs raise it), file size, open files, processes (counted per uid:
+     each pool slot has its own), no core dumps;
+  5. enters an IPC namespace of its own, its System V limits sized to its memory (when
+     root: no object or id of an earlier job, and nothing it makes outlives it), drops to
+     its slot's unprivileged uid/gid (when root), becomes non-dumpable, and asks to be
+     killed if its parent (the zygote) dies;
   6. enforces the Landlock allow-list (``sandbox.landlock``), then installs the seccomp
-     filter (compiled once, its own pid patched in).
-Any step that fails ends the child with exit code 125 (a sandbox error, never a verdict).
+     filter (compiled once, its own pid patched in);
+  7. reads its program, writes one byte to the ready pipe and closes it.
+The byte is how the server learns that the child confined itself: a child that fails a step
+exits without it (a sandbox error, never a verdict), and since the pipe is closed before user
+code runs, a program cannot fake it. The program's exit code, whatever it is, is its own.
 
 Status channel: fd 3 carries one JSON line from the harness (never from the
 verifier's expected answers, which the child never sees): ``{"compile_error":
@@ -41,10 +49,13 @@ import random
 import resource
 import signal
 import sys
+import tempfile
 import threading
 import types
 
 STATUS_FD = 3
+READY_BYTE = b"\x01"
+"""Written to the ready pipe once the child is confined, just before user code runs."""
 RECURSION_LIMIT = 50_000
 """LiveCodeBench's harness sets this; recursive reference solutions rely on it."""
 
@@ -120,8 +131,10 @@ def _set_limits(limits: dict) -> None:
     # should seccomp be missing (root ignores it, so it only bites after the uid drop). Each
     # pool slot has a uid of its own, so a program can exhaust only its own count.
     resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC_LIMIT, _NPROC_LIMIT))
+    # Soft stack limit only: `setrlimit(RLIMIT_STACK, (RLIM_INFINITY, RLIM_INFINITY))` is a
+    # common idiom of recursive solutions, and the address-space limit bounds the stack anyway.
     stack = limits["stack_mb"] * mb
-    resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
+    resource.setrlimit(resource.RLIMIT_STACK, (stack, resource.RLIM_INFINITY))
     address_space = _own_address_space_bytes() + limits["memory_mb"] * mb
     resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
@@ -216,9 +229,11 @@ def _plain(value: object) -> object:
     raise TypeError(type(value).__name__)
 
 
-def confine(fds: dict, workdir: str, limits: dict, settings: dict) -> str:
-    """Steps 1-6 above, in this (forked) process; returns the call arguments (or "").
-    Raises on any failure: the caller must then exit without running anything."""
+def confine(fds: dict, workdir: str, limits: dict, settings: dict,
+            tmpdir: str | None = None) -> tuple[str, int | None]:
+    """Steps 1-6 above, in this (forked) process; returns the call arguments (or "") and the
+    ready pipe's descriptor (or None). Raises on any failure: the caller must then exit
+    without running anything."""
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     args = ""
@@ -230,18 +245,28 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict) -> str:
     for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"]),
                        (STATUS_FD, fds["status"])):
         os.dup2(fd, target)
-    ruleset_fd = settings.get("landlock_fd")
     keep = STATUS_FD + 1
+    ruleset_fd, ready_fd = settings.get("landlock_fd"), fds.get("ready")
     if ruleset_fd is not None:
         os.dup2(ruleset_fd, keep)
         ruleset_fd = keep
         keep += 1
+    if ready_fd is not None:
+        os.dup2(ready_fd, keep)
+        ready_fd = keep
+        keep += 1
     os.closerange(keep, 1 << 20)
     os.chdir(workdir)
+    tmpdir = tmpdir or workdir
     os.environ.clear()
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
-                       "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+                       "TMPDIR": tmpdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
+    tempfile.tempdir = tmpdir  # the fork server asked tempfile before: it cached its own /tmp
     _set_limits(limits)
+    if settings.get("job_ipc"):  # still root: an IPC namespace of the job's own, sized to it
+        from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
+
+        enter_job_ipc_namespace(int(limits["memory_mb"]))
     if settings["drop_uid"]:
         _drop_privileges(settings["uid"])
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -256,19 +281,22 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict) -> str:
         os.close(ruleset_fd)
     if settings["seccomp"]:
         settings["seccomp_filter"].load(os.getpid())
-    return args
+    return args, ready_fd
 
 
 def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
     """Confine this (forked) process and run ``job``'s program. Never returns.
 
-    ``job``: ``{"limits": {...}, "call": func_name or None}``; the program is
-    ``workdir/solution.py``, written by the fork server."""
+    ``job``: ``{"limits": {...}, "call": func_name or None, "tmpdir": path}``; the program
+    is ``workdir/solution.py``, written by the fork server."""
     try:
-        args = confine(fds, workdir, job["limits"], settings)
+        args, ready_fd = confine(fds, workdir, job["limits"], settings, job.get("tmpdir"))
         script = os.path.join(workdir, "solution.py")
         with open(script, "rb") as f:
             source = f.read().decode("utf-8", "surrogatepass")
+        if ready_fd is not None:  # confined: say so, on a pipe the program never sees
+            os.write(ready_fd, READY_BYTE)
+            os.close(ready_fd)
     except BaseException:
         os._exit(125)  # the sandbox could not be set up: never run the program unconfined
 

@@ -12,10 +12,16 @@ When the fork server runs as root and the kernel lets it create namespaces
 * a new **mount namespace**, with every mount made private first (nothing
   propagates back to the host), in which:
 
-  - ``/tmp``, ``/var/tmp`` and ``/dev/shm`` are fresh size-capped tmpfs mounts,
-    so files a program drops there never reach the host and vanish with the
-    fork server; folders the harness imports from that live there (a checkout or
-    virtualenv under /tmp) are bound back in place, read as before;
+  - ``/tmp`` and ``/var/tmp`` are fresh size-capped tmpfs mounts, so files a
+    program drops there never reach the host and vanish with the fork server;
+    folders the harness imports from that live there (a checkout or virtualenv
+    under /tmp) are bound back in place, read as before;
+  - ``/dev`` is a small tmpfs of its own (:func:`_private_dev`) holding only what a
+    program may use: ``null``, ``zero``, ``full``, ``random``, ``urandom`` (bound from
+    the host), the ``fd``/``stdin``/``stdout``/``stderr`` links, and ``/dev/shm``, a link
+    the fork server points into each job's own tmpfs (POSIX semaphores, which
+    ``multiprocessing``'s locks and ``ThreadPool`` need, live there). Where that
+    fails, ``/dev/shm`` is a private tmpfs as ``/tmp`` is;
   - the Python installation is made readable to the sandbox uid when it lives
     below a directory that uid cannot enter (a pyenv or venv under a 0700
     ``/root``): each import directory is bind-mounted aside, an empty tmpfs
@@ -24,9 +30,14 @@ When the fork server runs as root and the kernel lets it create namespaces
     tracebacks look as usual.
 
 Then, per worker: :func:`enter_pid_namespace` before the zygote is forked (it becomes
-the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), and
-a capped tmpfs as the job directory (:func:`mount_job_tmpfs`), emptied after each job by
-:func:`remove_tree`, which neither recurses nor builds long paths.
+the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), the
+System V limits of its IPC namespace sized to a job's memory (:func:`limit_system_v`);
+per job an IPC namespace of the child's own with the same limits
+(:func:`enter_job_ipc_namespace`) and a fresh capped tmpfs as the job directory (:func:`mount_job_tmpfs`),
+detached after the job (:func:`unmount`): nothing of a job (files, attributes of its root,
+a default ACL, the inode count) reaches the next. Without a tmpfs, the folder is emptied
+by :func:`remove_tree`, which neither recurses nor builds long paths, and its root's
+attributes are reset (:func:`reset_attributes`).
 
 Without the privilege, nothing changes and the pool reports what is missing.
 """
@@ -44,11 +55,26 @@ _CLONE_NEWPID = 0x20000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 2, 4, 8
 _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 4096, 8192, 16384, 1 << 18
 _MNT_DETACH = 2
-_MS_REMOUNT = 32
 
 PRIVATE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 PRIVATE_TMP_SIZE = "512m"
 """Cap of each private tmpfs: what all of one worker's programs may leave in it at once."""
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+DEV_NODES = ("null", "zero", "full", "random", "urandom")
+"""Device nodes of the private /dev (the only ones the Landlock allow-list opens anyway)."""
+DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+             "stderr": "/proc/self/fd/2"}
+SYSTEM_V_FIXED = {
+    "shm_rmid_forced": "1",      # a detached segment is freed at once: it belongs to no process
+    "shmmni": "64",
+    "msgmni": "16",              # 16 queues x 64 KiB: at most 1 MiB queued
+    "msgmnb": "65536",
+    "msgmax": "8192",
+    "sem": "250 4096 32 128",    # at most 4096 semaphores (a few hundred KiB of kernel memory)
+}
+"""System V limits of a worker's IPC namespace (``/proc/sys/kernel``): none of this memory is
+counted by RLIMIT_AS, so the namespace allows little of it; shared memory is sized per job by
+:func:`limit_system_v`."""
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -153,6 +179,56 @@ def _cover_with_tmpfs(path: str, keep: list[str]) -> None:
             os.close(fd)
 
 
+def _private_dev() -> None:
+    """Mount a small tmpfs over /dev holding :data:`DEV_NODES` (bound from the host's, held
+    open across the mount) and :data:`DEV_LINKS`; /dev/shm is added by :func:`link_dev_shm`."""
+    fds = {}
+    for name in DEV_NODES:
+        try:
+            fds[name] = os.open(f"/dev/{name}", os.O_PATH)
+        except OSError:
+            pass
+    try:
+        _mount("tmpfs", "/dev", "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64")
+        for name, fd in fds.items():
+            os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
+            _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, _MS_BIND)
+        for name, target in DEV_LINKS.items():
+            os.symlink(target, f"/dev/{name}")
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def link_dev_shm(target: str) -> None:
+    """Point the private /dev's ``shm`` at ``target`` (a folder of each job's tmpfs)."""
+    os.symlink(target, "/dev/shm")
+
+
+def limit_system_v(memory_mb: int, fixed: bool = False) -> None:
+    """Size the caller's IPC namespace to a job of ``memory_mb``: all shared memory segments
+    together at most that, freed as soon as they are detached (``fixed``: also write the
+    :data:`SYSTEM_V_FIXED` limits). Call as root in the worker's own IPC namespace, with a
+    writable procfs. Raises OSError."""
+    values = dict(SYSTEM_V_FIXED) if fixed else {}
+    values.update({"shmmax": str(memory_mb << 20),
+                   "shmall": str(max(1, (memory_mb << 20) // _PAGE_SIZE))})
+    for name, value in values.items():  # raw descriptors: this runs once per job
+        fd = os.open(f"/proc/sys/kernel/{name}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+
+def enter_job_ipc_namespace(memory_mb: int) -> None:
+    """Give the calling process (one job's child, still root) an IPC namespace of its own,
+    sized to ``memory_mb``: no System V object, id or queue of an earlier job is there, and
+    all of its own go with it. Raises OSError."""
+    _check(_libc.unshare(_CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+    limit_system_v(memory_mb, fixed=True)
+
+
 def isolate_fork_server(uid: int) -> dict:
     """Enter new network, IPC and mount namespaces (see the module doc). Never raises: the
     returned report says what worked, with the reasons for what did not."""
@@ -177,7 +253,18 @@ def isolate_fork_server(uid: int) -> dict:
         report["namespace_detail"].append(str(exc))
         return report
     imports = import_dirs()
+    try:
+        if any(d.startswith("/dev" + os.sep) for d in imports):
+            raise OSError("the harness imports from below /dev: /dev is kept")
+        _private_dev()
+        report["private_dev"] = True
+    except OSError as exc:
+        report["private_dev"] = False
+        report["namespace_detail"].append(f"no private /dev (jobs get no /dev/shm): {exc}")
     for path in PRIVATE_TMP_DIRS:
+        if path == "/dev/shm" and report["private_dev"]:
+            report["private_tmp"].append(path)  # a link into each job's own tmpfs
+            continue
         if os.path.isdir(path):
             try:
                 keep = [d for d in imports if d.startswith(os.path.realpath(path) + os.sep)]
@@ -215,12 +302,25 @@ def mount_private_proc() -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "hidepid=2")  # 2 = invisible (kernels before 5.8 know only the number)
 
 
-def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int, remount: bool = False) -> None:
-    """A tmpfs at ``path`` owned by ``uid``, capped in bytes and entries: the worker's job
-    directory (emptied after each job). ``remount``: only change the size. Raises OSError."""
-    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | (_MS_REMOUNT if remount else 0)
-    _mount("tmpfs", path, "tmpfs", flags,
+def mount_job_tmpfs(path: str, uid: int, size_mb: int, inodes: int) -> None:
+    """A fresh tmpfs at ``path`` owned by ``uid``, capped in bytes and entries: one job's
+    directory (detached with :func:`unmount` after the job). Raises OSError."""
+    _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
            f"size={size_mb}m,nr_inodes={inodes},mode=0700,uid={uid},gid={uid}")
+
+
+def reset_attributes(path: str, uid: int | None, mode: int = 0o700) -> None:
+    """Give a reused folder back its plain state: no extended attribute (user ones, a default
+    or access ACL), ``mode``, owned by ``uid`` (None: leave the owner). Raises OSError."""
+    for name in os.listxattr(path, follow_symlinks=False):
+        try:
+            os.removexattr(path, name, follow_symlinks=False)
+        except OSError:
+            if name.startswith(("user.", "system.posix_acl")):
+                raise
+    if uid is not None:
+        os.chown(path, uid, uid)
+    os.chmod(path, mode)
 
 
 def unmount(path: str) -> None:

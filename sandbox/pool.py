@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -25,11 +26,19 @@ from typing import Callable, Sequence
 import vigor_cli
 from vigor_cli.sandbox import protocol
 from vigor_cli.sandbox.limits import SANDBOX_UID_BASE, Limits
+from vigor_cli.sandbox.values import parse_json
 
 # The folder that holds the vigor_cli package (a checkout or site-packages).
 _PACKAGE_PARENT = str(Path(vigor_cli.__file__).resolve().parents[1])
 _WORKER_BOOT = "import sys; sys.path.insert(0, sys.argv[1]); import vigor_cli.sandbox.worker as w; w.main()"
 _warned: set[str] = set()
+_HARNESS_DIRS = tuple(sorted({
+    os.path.dirname(vigor_cli.__file__),
+    str(Path(vigor_cli.__file__).resolve().parent),
+    str(Path(__file__).resolve().parent),
+    str((Path(vigor_cli.__file__).parent / "verifiers").resolve()),
+}, key=len, reverse=True))
+"""Where the harness's own code lives: never shown in a program's stderr."""
 
 ISOLATION_LAYERS = ("seccomp", "landlock", "uid_switch", "pid_namespace", "ipc_per_job",
                     "network_namespace", "mount_namespace", "job_tmpfs")
@@ -114,6 +123,8 @@ class RunResult:
     value: object = None
     """Functional runs: the returned value (JSON round-tripped), if any."""
     has_value: bool = False
+    status_error: str | None = None
+    """Why the status line could not be read (nested too deep, not JSON), if it could not."""
     unserialisable: str | None = None
     """Functional runs: the type name of a return value JSON cannot hold."""
     wall_s: float = 0.0
@@ -130,35 +141,80 @@ class RunResult:
         return "\n".join(text.splitlines()[:20])[:2000]
 
 
-def _classify(reply: dict, limits: Limits) -> RunResult:
+def _read_status(data: bytes) -> tuple[dict, str | None]:
+    """The harness's status line (the first line on fd 3), bounded and total: a program can
+    write there too, so whatever is there is read like any program output."""
+    line = data.split(b"\n", 1)[0]
+    if not line.strip():
+        return {}, None
+    parsed, why = parse_json(line)
+    if why is not None:
+        return {}, why
+    return (parsed, None) if isinstance(parsed, dict) else ({}, "not a JSON object")
+
+
+_FRAME_LINE = re.compile(r'^([ \t]*)File "([^"\n]*)", line \d+')
+
+
+def clean_stderr(data: bytes, base_dir: str | None = None) -> bytes:
+    """A program's stderr without the harness: traceback frames of the harness's own files
+    (with their source lines) are dropped, other mentions of its folders read ``<sandbox>``,
+    and the job's folder is cut from paths (``solution.py``, ``tmp/...``)."""
+    text = data.decode("utf-8", "surrogateescape")
+    job = os.path.join(base_dir, "job") if base_dir else None
+    harness = [d for d in _HARNESS_DIRS if d in text]
+    if harness:
+        kept, skip_deeper_than = [], None
+        for line in text.split("\n"):
+            indent = len(line) - len(line.lstrip(" \t"))
+            if skip_deeper_than is not None and line.strip() and indent > skip_deeper_than:
+                continue  # the source line (and carets) of a dropped frame or warning
+            skip_deeper_than = None
+            frame = _FRAME_LINE.match(line)
+            if frame and frame.group(2).startswith(tuple(d + os.sep for d in harness)):
+                skip_deeper_than = len(frame.group(1))
+                continue
+            if any(d in line for d in harness):
+                skip_deeper_than = indent  # e.g. a warning's location: drop its source line
+                for folder in harness:
+                    line = re.sub(re.escape(folder) + r'[^\s"\':]*', "<sandbox>", line)
+            kept.append(line)
+        text = "\n".join(kept)
+    if job and job in text:
+        text = text.replace(os.path.join(job, "work") + os.sep, "").replace(job + os.sep, "")
+    if base_dir and base_dir in text:
+        text = text.replace(base_dir, "<sandbox>")
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _classify(reply: dict, limits: Limits, base_dir: str | None = None) -> RunResult:
     """Turn a worker's raw reply into a :class:`RunResult`."""
     if "internal_error" in reply:
         return RunResult("sandbox_error", detail=reply["internal_error"])
-    status_lines = [reply["status"].split(b"\n", 1)[0].decode("utf-8", "replace")]
-    status: dict = {}
-    for line in status_lines[:1]:
-        try:
-            parsed = json.loads(line)
-            status = parsed if isinstance(parsed, dict) else {}
-        except ValueError:
-            status = {}
+    if reply.get("too_large"):
+        return RunResult("compile_error", detail=f"the program does not fit in its job "
+                                                 f"directory ({limits.disk_mb} MiB)")
+    status, status_error = _read_status(reply["status"])
     result = RunResult(
         outcome="ok",
         exit_code=reply["exit_code"],
         signal=reply["signal"],
         stdout=reply["stdout"],
-        stderr=reply["stderr"],
+        stderr=clean_stderr(reply["stderr"], base_dir),
         wall_s=reply["wall_s"],
         cpu_s=reply["cpu_s"],
         max_rss_kb=reply["max_rss_kb"],
+        status_error=status_error,
     )
     if "value" in status:
         result.value, result.has_value = status["value"], True
     if "unserialisable" in status:
-        result.unserialisable = str(status["unserialisable"])
+        result.unserialisable = str(status["unserialisable"])[:100]
     tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     cpu_limit = limits.cpu_limit_s()
-    if reply["timed_out"]:
+    if not reply.get("confined"):  # the child never said it was confined: no program ran
+        result.outcome, result.detail = "sandbox_error", "the child could not confine itself"
+    elif reply["timed_out"]:
         result.outcome, result.detail = "timeout", f"wall-clock limit {limits.timeout_s:g} s"
     elif reply["output_limited"]:
         result.outcome, result.detail = "output_limit", f"output over {limits.stdout_cap} bytes"
@@ -166,9 +222,7 @@ def _classify(reply: dict, limits: Limits) -> RunResult:
         result.signal == signal.SIGKILL and result.cpu_s >= cpu_limit
     ):
         result.outcome, result.detail = "timeout", f"CPU limit {cpu_limit} s"
-    elif result.exit_code == 125:
-        result.outcome, result.detail = "sandbox_error", "the child could not confine itself"
-    elif status.get("compile_error"):
+    elif status.get("compile_error") is True:
         result.outcome, result.detail = "compile_error", tail[0]
     elif result.exit_code == 0:
         pass
@@ -332,7 +386,8 @@ class SandboxPool:
                     result = RunResult("sandbox_error", detail="sandbox worker died")
                     worker = self._replace(worker)
                 else:
-                    result = _classify(reply, jobs[index].limits)
+                    result = _classify(reply, jobs[index].limits,
+                                       worker.capabilities.get("base_dir"))
                 result.isolation = self.isolation
                 results[index] = result
                 idle.append(worker)

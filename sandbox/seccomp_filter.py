@@ -13,8 +13,16 @@ action is ALLOW; the rules deny, with an errno the program sees as an
   ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_open``,
   ``pidfd_send_signal``; signals the kernel would send on the program's behalf
   (``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``ioctl`` ``FIOSETOWN``/
-  ``SIOCSPGRP``); priorities of anything but itself (``setpriority`` and
+  ``SIOCSPGRP``: the kernel reads these commands as 32-bit numbers, so only the low 32
+  bits of the register are compared, or setting bit 32 would pass the rule);
+  priorities of anything but itself (``setpriority`` and
   ``ioprio_set`` only for the calling process: no ``PRIO_USER``/``PRIO_PGRP``);
+* kernel memory no limit counts (RLIMIT_AS sees mappings only), where a test program
+  never needs it: ``memfd_create`` (a program's files live in its capped job tmpfs
+  instead), ``fcntl`` ``F_SETPIPE_SZ`` (pipes keep their 64 KiB), ``setsockopt``
+  ``SO_SNDBUF``/``SO_RCVBUF`` (and their ``FORCE`` forms), ``inotify_init``/
+  ``inotify_init1``. System V objects are bounded by the IPC namespace's limits instead
+  (``namespace.limit_system_v``);
 * the machine: ``mount``, ``umount2``, ``unshare``, ``setns``, ``reboot``,
   ``swapon``, ``swapoff``, ``init_module``, ``finit_module``, ``delete_module``,
   ``kexec_load``, ``bpf``, ``perf_event_open``, ``keyctl``, ``add_key``,
@@ -73,6 +81,9 @@ _DENIED_OUTRIGHT = (
     "migrate_pages",
     "move_pages",
     "kcmp",
+    "memfd_create",
+    "inotify_init",
+    "inotify_init1",
 )
 
 _SELF_ONLY_ARG0 = (
@@ -90,8 +101,13 @@ _SELF_ONLY_ARG1 = ("setpriority", "ioprio_set")
 _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 """...and whose first argument says what kind of target: only a process (never a process
 group or a whole uid, which ``who == 0`` would make every program of the same uid)."""
-_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ = 8, 10, 15, 1031
+_SOL_SOCKET = 1
+_SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
+"""SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE."""
 _FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
+_LOW_32_BITS = 0xFFFFFFFF
+"""fcntl's and ioctl's command argument is an ``unsigned int`` to the kernel: compare only it."""
 
 
 def build_filter(own_pid: int):
@@ -113,10 +129,13 @@ def build_filter(own_pid: int):
         filt.add_rule(deny, name, sc.Arg(1, sc.NE, 0))
     filt.add_rule(deny, "setpriority", sc.Arg(0, sc.NE, _PRIO_PROCESS))
     filt.add_rule(deny, "ioprio_set", sc.Arg(0, sc.NE, _IOPRIO_WHO_PROCESS))
-    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
-        filt.add_rule(deny, "fcntl", sc.Arg(1, sc.EQ, command))
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ):
+        filt.add_rule(deny, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, command))
+    for option in _SOCKET_BUFFER_OPTIONS:
+        filt.add_rule(deny, "setsockopt", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, _SOL_SOCKET),
+                      sc.Arg(2, sc.MASKED_EQ, _LOW_32_BITS, option))
     for request in (_FIOSETOWN, _SIOCSPGRP):
-        filt.add_rule(deny, "ioctl", sc.Arg(1, sc.EQ, request))
+        filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, request))
     for name in _DENIED_OUTRIGHT:
         filt.add_rule(deny, name)
     return filt

@@ -5,12 +5,15 @@ Two processes per slot:
 * the **server** imports the harness and the prelude modules, sets up the worker's
   namespaces (``sandbox.namespace``), computes the Landlock allow-list and compiles the
   seccomp filter, then serves jobs from its stdin. Per job it mounts a fresh tmpfs as the
-  job directory (a tmpfs of the worker's own, capped in size and entries), writes the
-  program there, puts stdin (and a functional test's arguments) in memfds, and hands them
-  with the output pipes to the zygote; it reads stdout, stderr and status into fixed
+  job directory (capped in size and entries; in it ``work/``, the program's folder,
+  ``tmp/``, its ``TMPDIR``, and ``shm/``, where the worker's ``/dev/shm`` points), writes
+  the program there, puts stdin (and a functional test's arguments) in memfds, and hands
+  them with the output pipes to the zygote; it reads stdout, stderr and status into fixed
   capture buffers (never more than their caps), kills the child at the wall-clock limit
-  through a pidfd, then empties the job directory with a walk that neither recurses nor
-  builds paths, removes the System V objects the job made, and answers with plain data.
+  through a pidfd, then detaches the job's tmpfs (nothing of it, not even its root's
+  attributes or its inode count, reaches the next job), removes the System V objects the
+  job made, and answers with plain data. Whether the child confined itself it learns from
+  one byte on a pipe the child closes before user code runs (never from an exit code).
 * the **zygote** is forked by the server before any job, so it never held a job's source,
   input or output; it is the init (pid 1) of the slot's own PID namespace and mounts a
   procfs there that shows each program only itself. Per job it receives descriptors and
@@ -39,7 +42,7 @@ import tempfile
 import time
 
 from vigor_cli.sandbox import protocol
-from vigor_cli.sandbox.child import confine, import_prelude_modules, run_child
+from vigor_cli.sandbox.child import READY_BYTE, confine, import_prelude_modules, run_child
 from vigor_cli.sandbox.limits import Limits
 
 PRELOADED_MODULES = (
@@ -55,6 +58,8 @@ WORLD_WRITABLE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/dev/mqueue
 
 JOB_INODES = 4096
 """Files and directories a program may create in its job directory (a tmpfs per job)."""
+JOB_SUBDIRS = ("work", "tmp", "shm")
+"""A job directory's folders: the program's own (cwd, HOME), its TMPDIR, its /dev/shm."""
 _READ_CHUNK = 1 << 16
 _ZYGOTE_REPORT_S = 10.0
 
@@ -175,9 +180,11 @@ def _probe_child(settings: dict, workdir: str, null: int, write_fd: int) -> None
 def _probe_landlock(settings: dict, workdir: str, found: dict) -> None:
     """Landlock must deny reading the project and writing outside the job, and allow the rest."""
     denied = 0
-    for path, mode in ((settings["landlock_probe"], "rb"), ("/dev/shm/vigor-landlock-probe", "wb")):
+    for path, mode in ((settings["landlock_probe"], "rb"), (settings["landlock_probe_write"], "wb")):
         try:
             open(path, mode).close()
+            if mode == "wb":
+                os.unlink(path)
         except PermissionError:
             denied += 1
         except OSError:
@@ -227,6 +234,12 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
             mount_private_proc()
         except OSError as exc:
             detail.append(f"could not mount a private /proc: {exc}")
+    if settings.get("job_ipc"):
+        why = _job_ipc_fails()
+        if why:
+            settings["job_ipc"] = False
+            detail.append(f"no IPC namespace per job ({why}): System V objects are removed "
+                          "after each job instead")
     ruleset = None
     if rules:
         try:
@@ -241,6 +254,7 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
     report = _probe(settings, probe_dir)
     report["detail"] = detail + report["detail"]
     report["landlock_abi"] = settings.get("landlock_abi", 0)
+    report["job_ipc_namespace"] = bool(settings.get("job_ipc"))
     sock.send(json.dumps(report).encode())
     gc.freeze()
     while True:
@@ -287,6 +301,29 @@ def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: st
         ruleset.close()
 
 
+def _job_ipc_fails() -> str | None:
+    """Whether a child can enter an IPC namespace of its own and size it (a fork that
+    tries): None if it can, else why not. Runs in the zygote, after its procfs is mounted."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        try:
+            from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
+
+            enter_job_ipc_namespace(Limits().memory_mb)
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:500])
+        os._exit(0)
+    os.close(write_fd)
+    why = b""
+    while chunk := os.read(read_fd, 4096):
+        why += chunk
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    return why.decode("utf-8", "replace") or None
+
+
 def _to_high_fd(fd: int) -> int:
     """Move ``fd`` to 64 or above, out of the way of the child's fds 0-4."""
     high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
@@ -306,7 +343,7 @@ class ForkServer:
     def __init__(self, uid: int, isolation: dict, disable: set[str], keep_fds: tuple[int, ...]):
         self.uid = uid
         self.parent_pidfd: int | None = None  # the pool's pidfd, polled during a job (see main)
-        root = os.geteuid() == 0
+        root = self.root = os.geteuid() == 0
         seccomp_filter, filter_error = _compile_filter()
         self._make_dirs(root, isolation, disable)
         # System V objects a job made are removed after it, in the worker's own IPC namespace.
@@ -316,6 +353,7 @@ class ForkServer:
             "uid": uid,
             "drop_uid": root,
             "seccomp": seccomp_filter is not None and "seccomp" not in disable,
+            "job_ipc": self.ipc_cleanup,  # the zygote checks it works before any job
         }
         rules: list = []
         import vigor_cli
@@ -326,6 +364,8 @@ class ForkServer:
 
             rules = allow_list(self.base_dir, forbidden=(project,))
             settings["landlock_probe"] = os.path.realpath(__file__)
+            settings["landlock_probe_write"] = os.path.join(
+                os.path.dirname(self.base_dir), f"vigor-landlock-probe-{os.getpid()}")
         pid_namespace = False
         if root and "pid_namespace" not in disable:
             try:
@@ -336,11 +376,19 @@ class ForkServer:
             except OSError as exc:
                 isolation.setdefault("namespace_detail", []).append(str(exc))
         report = self._start_zygote(settings, rules, keep_fds)
+        self.memory_mb: int | None = None
+        if self.ipc_cleanup:  # after the zygote mounted its procfs: /proc/sys is writable there
+            try:
+                self._limit_system_v(Limits().memory_mb, fixed=True)
+            except OSError as exc:
+                self.ipc_cleanup = False
+                report["detail"].append(f"could not limit System V objects: {exc}")
         report["root"] = root
         report["uid"] = uid
         report["pid_namespace"] = bool(report.get("pid_namespace")) and pid_namespace
         report["job_tmpfs"] = self.job_tmpfs
         report["ipc_per_job"] = self.ipc_cleanup
+        report["dev_shm"] = self.dev_shm
         report["zygote_pid"] = self.zygote_pid
         if not root:
             report["detail"].append(
@@ -353,39 +401,88 @@ class ForkServer:
         self.runs = 0
 
     def _make_dirs(self, root: bool, isolation: dict, disable: set[str]) -> None:
-        """The worker's base folder, and in it the job folder: a capped tmpfs of this worker's
-        own (one job at a time), emptied after each job; a plain folder where no tmpfs can be
-        mounted."""
-        # tmpfs when there is one: the worker's own /dev/shm in its mount namespace.
-        shm = "/dev/shm"
-        parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+        """The worker's base folder and in it the job folder's mount point: per job a fresh
+        capped tmpfs (:meth:`_open_job`), or, where no tmpfs can be mounted, a plain folder
+        emptied and reset after each job."""
+        # A tmpfs when there is one: the worker's own /tmp in its mount namespace, else the
+        # host's /dev/shm.
+        if "/tmp" in isolation.get("private_tmp", ()):
+            parent = "/tmp"
+        else:
+            shm = "/dev/shm"
+            parent = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
         self.base_dir = tempfile.mkdtemp(prefix="vigor-sandbox-", dir=parent)
         os.chmod(self.base_dir, 0o711)  # children may enter their own dir, not list others
         self.job_dir = os.path.join(self.base_dir, "job")
         os.mkdir(self.job_dir, 0o700)
-        self.disk_mb = Limits().disk_mb
         self.job_tmpfs = False
         if root and isolation.get("mount_namespace") and "job_tmpfs" not in disable:
-            from vigor_cli.sandbox.namespace import mount_job_tmpfs
+            from vigor_cli.sandbox.namespace import mount_job_tmpfs, unmount
 
             try:
-                mount_job_tmpfs(self.job_dir, self.uid, self.disk_mb, JOB_INODES)
+                mount_job_tmpfs(self.job_dir, self.uid, Limits().disk_mb, JOB_INODES)
+                unmount(self.job_dir)
                 self.job_tmpfs = True
             except OSError as exc:
                 isolation.setdefault("namespace_detail", []).append(str(exc))
+        self.dev_shm = False
+        if isolation.get("private_dev"):
+            from vigor_cli.sandbox.namespace import link_dev_shm
+
+            try:
+                link_dev_shm(os.path.join(self.job_dir, "shm"))
+                self.dev_shm = True
+            except OSError as exc:
+                isolation.setdefault("namespace_detail", []).append(f"no /dev/shm for jobs: {exc}")
         if root:
             os.chown(self.job_dir, self.uid, self.uid)
+
+    def _open_job(self, disk_mb: int) -> None:
+        """A fresh job directory: its own tmpfs (or the reset plain folder) with
+        :data:`JOB_SUBDIRS`, owned by the slot's uid."""
+        from vigor_cli.sandbox import namespace
+
+        if self.job_tmpfs:
+            namespace.mount_job_tmpfs(self.job_dir, self.uid, disk_mb, JOB_INODES)
+        try:
+            for name in JOB_SUBDIRS:
+                path = os.path.join(self.job_dir, name)
+                os.mkdir(path, 0o700)
+                if self.root:
+                    os.chown(path, self.uid, self.uid)
+        except BaseException:
+            self._close_job()
+            raise
+
+    def _close_job(self) -> None:
+        """Drop everything the job left. A tmpfs is detached whole (a chain thousands deep, a
+        full disk, attributes of its root: all gone at once); a plain folder is emptied by a
+        walk that neither recurses nor builds paths, and its root's attributes are reset."""
+        from vigor_cli.sandbox import namespace
+
+        if self.job_tmpfs:
+            namespace.unmount(self.job_dir)
+            return
+        namespace.remove_tree(self.job_dir, keep_top=True)
+        namespace.reset_attributes(self.job_dir, self.uid if self.root else None)
+
+    def _limit_system_v(self, memory_mb: int, fixed: bool = False) -> None:
+        from vigor_cli.sandbox.namespace import limit_system_v
+
+        limit_system_v(memory_mb, fixed)
+        self.memory_mb = memory_mb
 
     def _start_zygote(self, settings: dict, rules: list, keep_fds: tuple[int, ...]) -> dict:
         """Fork the zygote (it probes the confinement in the job folder); its report."""
         server_sock, zygote_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._open_job(Limits().disk_mb)  # the probe confines a child in it
         pid = os.fork()
         if pid == 0:
             try:
                 server_sock.close()
                 for fd in keep_fds:
                     os.close(fd)
-                _zygote_main(zygote_sock, settings, rules, self.job_dir)
+                _zygote_main(zygote_sock, settings, rules, os.path.join(self.job_dir, "work"))
             finally:
                 os._exit(0)
         zygote_sock.close()
@@ -393,22 +490,22 @@ class ForkServer:
         self.sock = server_sock
         hello = self.sock.recv(65536)
         report = json.loads(hello) if hello else {"detail": ["the zygote died at start"]}
-        from vigor_cli.sandbox.namespace import remove_tree
-
-        remove_tree(self.job_dir, keep_top=True)
+        self._close_job()
         return report
 
     def close(self) -> None:
+        """End the zygote (and with it any child) and remove the base folder. In a mount
+        namespace of its own the worker's mounts vanish with it; the folder is removed for
+        the case without one (the host's /dev/shm)."""
         self.sock.close()
         try:
+            os.kill(self.zygote_pid, signal.SIGKILL)
             os.waitpid(self.zygote_pid, 0)
-        except ChildProcessError:
+        except (ChildProcessError, ProcessLookupError):
             pass
-        from vigor_cli.sandbox.namespace import remove_tree, unmount
+        from vigor_cli.sandbox.namespace import remove_tree
 
         try:
-            if self.job_tmpfs:
-                unmount(self.job_dir)
             remove_tree(self.base_dir)
         except OSError:
             pass
@@ -416,31 +513,31 @@ class ForkServer:
     # ------------------------------------------------------------------ one job
     def run(self, job: dict) -> tuple[dict, dict]:
         """(reply, sections) for one job."""
-        from vigor_cli.sandbox import namespace
-
         self.runs += 1
-        workdir = self.job_dir
-        disk_mb = int(job["limits"].get("disk_mb", 64))
-        if self.job_tmpfs and disk_mb != self.disk_mb:
-            namespace.mount_job_tmpfs(workdir, self.uid, disk_mb, JOB_INODES, remount=True)
-            self.disk_mb = disk_mb
+        memory_mb = int(job["limits"].get("memory_mb", 512))
+        if self.ipc_cleanup and memory_mb != self.memory_mb:
+            self._limit_system_v(memory_mb)
+        self._open_job(int(job["limits"].get("disk_mb", 64)))  # closed again if it raises
+        workdir = os.path.join(self.job_dir, "work")
         swept, started_ns = {}, time.time_ns()
         try:
-            with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
-                      errors="surrogatepass") as f:
-                f.write(job["source"])
+            try:
+                with open(os.path.join(workdir, "solution.py"), "w", encoding="utf-8",
+                          errors="surrogatepass") as f:
+                    f.write(job["source"])
+            except OSError as exc:  # the program's own size: its outcome, not a sandbox fault
+                if exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                    raise
+                return {"too_large": True}, {}
             if self.sweep:
                 swept = self._world_writable_mtimes()
             return self._fork_and_watch(job, workdir)
         finally:
-            # Cleanup the program cannot break: it is dead, the walk of remove_tree neither
-            # recurses nor builds paths (a chain thousands deep is fine), and the job's tmpfs
-            # caps how much there is to walk.
-            namespace.remove_tree(workdir, keep_top=True)
-            os.chmod(workdir, 0o700)
-            if self.capabilities.get("root"):
-                os.chown(workdir, self.uid, self.uid)
+            # Cleanup the program cannot break: it is dead, and its tmpfs is detached whole.
+            self._close_job()
             if self.ipc_cleanup:
+                from vigor_cli.sandbox import namespace
+
                 namespace.remove_system_v_objects()
             if self.sweep:
                 self._sweep(swept, started_ns)
@@ -448,7 +545,7 @@ class ForkServer:
     def _fork_and_watch(self, job: dict, workdir: str) -> tuple[dict, dict]:
         limits = job["limits"]
         start = time.monotonic()
-        pidfd, (out_r, err_r, status_r) = self._start_child(job, workdir)
+        pidfd, (out_r, err_r, status_r, ready_r) = self._start_child(job, workdir)
         captures = {out_r: self.stdout, err_r: self.stderr, status_r: self.status}
         self.stdout.reset(limits["stdout_cap"])
         self.stderr.reset(limits["stderr_cap"])
@@ -472,10 +569,16 @@ class ForkServer:
         for fd in list(open_fds):
             while not self._output_limited() and self._read_some(fd, captures, open_fds):
                 pass
-        for fd in (out_r, err_r, status_r, pidfd):
+        os.set_blocking(ready_r, False)
+        try:
+            confined = os.read(ready_r, 1) == READY_BYTE
+        except OSError:
+            confined = False
+        for fd in (out_r, err_r, status_r, ready_r, pidfd):
             os.close(fd)
         status = report["status"]
         reply = {
+            "confined": confined,
             "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
             "timed_out": timed_out,
@@ -489,9 +592,9 @@ class ForkServer:
                     "status": self.status.view()}
         return reply, sections
 
-    def _start_child(self, job: dict, workdir: str) -> tuple[int, tuple[int, int, int]]:
+    def _start_child(self, job: dict, workdir: str) -> tuple[int, tuple[int, int, int, int]]:
         """Hand the job's fds to the zygote, which forks the child; (the child's pidfd,
-        (stdout, stderr, status) read ends)."""
+        (stdout, stderr, status, ready) read ends)."""
         passed: dict[str, int] = {}
         stdin_fd = os.memfd_create("stdin")
         passed["stdin"] = stdin_fd
@@ -506,7 +609,9 @@ class ForkServer:
         out_r, passed["stdout"] = os.pipe()
         err_r, passed["stderr"] = os.pipe()
         status_r, passed["status"] = os.pipe()
+        ready_r, passed["ready"] = os.pipe()
         request = {"fds": list(passed), "workdir": workdir,
+                   "tmpdir": os.path.join(self.job_dir, "tmp"),
                    "limits": job["limits"], "call": (job.get("call") or {}).get("func_name")}
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(passed.values()))
@@ -516,10 +621,10 @@ class ForkServer:
         message, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
         answer = json.loads(message) if message else {"error": "the zygote died"}
         if "error" in answer or not fds:
-            for fd in (out_r, err_r, status_r, *fds):
+            for fd in (out_r, err_r, status_r, ready_r, *fds):
                 os.close(fd)
             raise OSError(errno.ECHILD, answer.get("error", "no pidfd from the zygote"))
-        return fds[0], (out_r, err_r, status_r)
+        return fds[0], (out_r, err_r, status_r, ready_r)
 
     def _watch(self, pidfd: int, captures: dict, open_fds: set, deadline: float) -> bool:
         """Read the child's output until it exits, its output is over the cap, the deadline
@@ -630,9 +735,17 @@ def main() -> None:
         server.parent_pidfd = pidfd(int(options["parent_pid"]))
     server.capabilities["detail"].extend(isolation.pop("namespace_detail", []))
     server.capabilities.update(isolation)
+    idle = select.poll()
+    idle.register(requests, select.POLLIN)
+    if server.parent_pidfd is not None:
+        idle.register(server.parent_pidfd, select.POLLIN)
     try:
         protocol.send(replies, {"hello": {**server.capabilities, "base_dir": server.base_dir}})
         while True:
+            # Waiting for a job: a dead pool ends the worker even if its request pipe stays
+            # open (a process forked from the pool without exec holds the write end).
+            if any(fd == server.parent_pidfd for fd, _ in idle.poll()):
+                break
             job = protocol.receive(requests)
             if job is None:
                 break
@@ -654,6 +767,9 @@ def main() -> None:
             raise
     finally:
         server.close()
+    # Leave at once: the interpreter's own shutdown (numpy, the frozen harness) took seconds
+    # on a loaded machine, and everything that needed closing is closed.
+    os._exit(0)
 
 
 def _zygote_alive(server: ForkServer) -> bool:

@@ -32,9 +32,9 @@ _DISTRIBUTED_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_S
 
 @pytest.fixture(autouse=True)
 def _no_leaked_distributed_env():
-    """The vLLM engine sets torchrun's variables for its single process (rollout/vllm.py); in
-    the test process they would outlive the test and make later tests (TRL's, accelerate's)
-    start a process group on a stale port. Restore them after each test."""
+    """torchrun's variables set by a test (or by the vLLM engine's start, which restores them
+    itself: rollout/vllm.py) would outlive it and make later tests (TRL's, accelerate's) start
+    a process group on a stale port. Restore them after each test."""
     import os
 
     before = {k: os.environ.get(k) for k in _DISTRIBUTED_ENV}

@@ -352,14 +352,43 @@ def test_tell_must_answer_exactly_what_was_asked():
     requests = alloc.ask()
     with pytest.raises(AllocationError, match="exactly the asked uids"):
         alloc.tell({requests[0].uid: [1, 0]})
-    with pytest.raises(AllocationError, match="asked for 2 rewards, got 1"):
-        alloc.tell({r.uid: [1] for r in requests})
+    with pytest.raises(AllocationError, match="asked for 2 rewards, got 3"):
+        alloc.tell({r.uid: [1, 0, 1] for r in requests})
     with pytest.raises(AllocationError, match="not in"):
         alloc.tell({r.uid: [1.5, 0] for r in requests})
     with pytest.raises(AllocationError, match="not in"):
         alloc.tell({r.uid: [float("nan"), 0] for r in requests})
     with pytest.raises(AllocationError, match="not done"):
         alloc.finish()
+
+
+@pytest.mark.parametrize(
+    "strategy",
+    ["vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods", "knapsack", "reinforce-ada", "auto"],
+)
+def test_fewer_rewards_than_asked_are_unscored_rollouts(strategy):
+    """A rollout whose reward is None is not told: every strategy takes fewer rewards than it
+    asked for, counts the rest as generated (unscored) and indexes only the told ones."""
+    alloc = make_allocator(vigor(strategy=strategy, gen_batch_multiplier=2), 8, 0)
+    alloc.start_step(1, Counter().draw)
+    rng = random.Random(0)
+    asked = dropped = 0
+    told_per_uid: dict[str, int] = {}
+    while requests := alloc.ask():
+        told = {}
+        for r in requests:
+            values = [float(rng.random() < 0.5) for _ in range(r.n)]
+            keep = [v for i, v in enumerate(values) if (asked + i) % 3]  # every third one unscored
+            asked += r.n
+            dropped += r.n - len(keep)
+            told[r.uid] = keep
+            told_per_uid[r.uid] = told_per_uid.get(r.uid, 0) + len(keep)
+        alloc.tell(told)
+    result = alloc.finish()
+    totals = result.record["totals"]
+    assert dropped > 0 and totals["rollouts"] == asked and totals["unscored"] == dropped
+    for uid, indices in result.groups.items():
+        assert all(0 <= i < told_per_uid[uid] for i in indices)
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,8 @@ def test_knapsack_bounds_and_errors():
         make_allocator(cfg("knapsack", budget=7), 4, seed=0)
     with pytest.raises(UserError, match="knapsack_max"):
         make_allocator(cfg("knapsack", knapsack_max=1), 4, seed=0)
-    from vigor_cli.config import build_config, ConfigError
+    from vigor_cli.config import ConfigError
+    from vigor_cli.settings import build_config
     with pytest.raises(ConfigError, match="knapsack_max"):
         build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack_max=1"])
 
@@ -306,7 +307,8 @@ def test_budget_is_never_exceeded_over_random_settings(strategy):
 def test_auto_errors():
     with pytest.raises(UserError, match="auto's census"):
         make_allocator(cfg("auto", budget=10), 4, seed=0)  # census 8 x 2 = 16
-    from vigor_cli.config import ConfigError, build_config
+    from vigor_cli.config import ConfigError
+    from vigor_cli.settings import build_config
     with pytest.raises(ConfigError, match="auto_max_rollouts"):
         build_config(sets=["allocation.strategy=auto", "allocation.auto_max_rollouts=1"])
 
@@ -319,4 +321,8 @@ def test_every_strategy_is_registered_everywhere():
     for name in STRATEGIES:  # the config accepts every registered name; the registry builds it
         assert make_allocator(A(strategy=name), 4, seed=0).name == name
     with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):
-        A(strategy="nosuch")
+        make_allocator(A(strategy="nosuch"), 4, seed=0)  # the registry refuses the name
+    from vigor_cli.settings import build_config
+
+    with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):
+        build_config(sets=["allocation.strategy=nosuch"])  # and so does every built config

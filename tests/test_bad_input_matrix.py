@@ -37,6 +37,7 @@ CASES = [
     ("verify code", "usage", ["verify", "code", "--solution", "{sol}"], "--problem"),
     ("make-tiny", "usage", ["make-tiny"], "--out"),
     ("probe", "usage", ["probe", "--samples", "many"], "--samples"),
+    ("export", "usage", ["export", "{run}"], "--out"),
     # undecodable files
     ("train", "decode", ["train", "--config", "{latin1}", "--dry-run"], "{latin1}"),
     ("probe", "decode", ["probe", "--config", "{latin1}"], "{latin1}"),
@@ -68,12 +69,15 @@ CASES = [
     ("make-tiny", "range", ["make-tiny", "--out", "{tmp}/tiny", "--seed", BIG, "--max-steps", "1", "--no-measure"], "--seed"),
     ("probe", "range", ["probe", "--seed", BIG, "--prompts", "2", "--samples", "2"], "--seed"),
     ("probe", "range", ["probe", "--engine", "nosuch", "--prompts", "2", "--samples", "2"], "--engine"),
+    ("export", "range", ["export", "{run}", "--out", "{tmp}/m", "--step", "-1"], "--step"),
+    ("export", "range", ["export", "{run}", "--out", "{tmp}/m", "--dtype", "int8"], "--dtype"),
     # output paths under a regular file
     ("train", "output", ["train", "--output-dir", "{file}/runs", "--steps", "1"], "--output-dir"),
     ("eval", "output", ["eval", "tiny", "--output", "{file}/o.json", "--limit", "1", "--max-new-tokens", "4"], "--output"),
     ("report", "output", ["report", "{run}", "--out", "{file}"], "--out"),
     ("report", "output", ["report", "{run}", "--out", "{file}/sub"], "--out"),
     ("make-tiny", "output", ["make-tiny", "--out", "{file}", "--no-measure"], "--out"),
+    ("export", "output", ["export", "{run}", "--out", "{file}/model"], "--out"),
 ]
 
 
@@ -148,7 +152,7 @@ def test_every_command_is_in_the_matrix():
     for kind in ("usage", "range"):
         assert {c[0] for c in CASES if c[1] == kind} >= {"train", "eval", "inspect-allocation", "report",
                                                             "simulate", "verify math", "verify code",
-                                                            "make-tiny", "probe"}
+                                                            "make-tiny", "probe", "export"}
 
 
 def test_the_same_flag_has_the_same_bounds_in_every_command(vigor):
@@ -286,7 +290,8 @@ def _parse_flag(path: list[str], flag: str, value: str):
 def test_a_flag_that_sets_a_key_has_that_keys_bounds(path, flag, key, value):
     """The flag is refused when parsed exactly when the config refuses the key's value, and
     the message names both."""
-    from vigor_cli.config import ConfigError, build_config
+    from vigor_cli.config import ConfigError
+    from vigor_cli.settings import build_config
 
     try:
         build_config(None, sets=[f"{key}={value}"])

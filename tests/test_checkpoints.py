@@ -18,7 +18,7 @@ import yaml
 
 from test_rundir import _small_tmpfs
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir, verify_checkpoint
 from vigor_cli.trainer import train
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.config import ConfigError, RunConfig, build_config, describe
+from vigor_cli.config import ConfigError, RunConfig, describe
+from vigor_cli.settings import build_config
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -47,7 +48,8 @@ def test_help_lists_every_command():
     listed = listed_commands(out.stdout)
     registered = sorted(typer.main.get_command(app).commands)
     assert sorted(listed) == registered
-    assert set(listed) == {"train", "eval", "inspect-allocation", "report", "simulate", "verify", "make-tiny", "probe"}
+    assert set(listed) == {"train", "eval", "inspect-allocation", "report", "simulate", "verify", "make-tiny", "probe",
+                           "export"}
     verify = run_cli("verify", "--help", env=env)
     assert verify.returncode == 0 and sorted(listed_commands(verify.stdout)) == ["code", "math"]
 

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from vigor_cli.allocation import make_allocator, registry
-from vigor_cli.config import (
-    ConfigError, RunConfig, build_config, check_against_data, describe, field_bounds,
-)
+from vigor_cli.config import ConfigError, RunConfig, describe, field_bounds
+from vigor_cli.settings import build_config, check_against_data
 from vigor_cli.errors import UserError
 
 TINY = Path(__file__).resolve().parents[1] / "configs" / "tiny-math.yaml"
@@ -243,3 +242,39 @@ def test_a_flag_error_names_the_flag(tmp_path):
                           str(tmp_path / "runs"), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stderr.startswith("error: --run-name .. (train.run_name): ")
     assert out.stderr.strip().count("\n") == 0 and not (tmp_path / "runs").exists()
+
+
+# --------------------------------------------------------------------------- mode words
+WEIGHT_CHECK_SPELLINGS = [
+    ("off", "off"), ("Off", "off"), ("OFF", "off"), ("false", "off"), ("False", "off"), ("no", "off"),
+    ("'off'", "off"), ('"false"', "off"), ("warn", "warn"), ("Warn", "warn"), ("'WARN'", "warn"),
+    ("error", "error"), ("Error", "error"), ("' error '", "error"),
+]
+
+
+@pytest.mark.parametrize("text, want", WEIGHT_CHECK_SPELLINGS)
+def test_weight_check_reads_every_yaml_spelling(tmp_path, text, want):
+    """YAML 1.1 reads a bare off/no/false as the boolean false: it means 'off' (it used to be
+    refused, exit 2, unless quoted). The same from --set and from a config file."""
+    assert build_config(sets=[f"engine.weight_check={text}"]).engine.weight_check == want
+    p = tmp_path / "c.yaml"
+    p.write_text(f"engine:\n  weight_check: {text}\n")
+    assert build_config(p).engine.weight_check == want
+    saved = tmp_path / "saved.yaml"  # what a run directory stores reads back the same
+    from vigor_cli.config import dump_config
+
+    saved.write_text(dump_config(build_config(p)))
+    assert build_config(saved).engine.weight_check == want
+
+
+@pytest.mark.parametrize("text", ["on", "true", "yes", "bogus", "2"])
+def test_weight_check_refuses_a_switch_without_a_mode(text):
+    msg = refused(f"engine.weight_check={text}")
+    assert msg.startswith(f"--set engine.weight_check={text}: bad value for 'engine.weight_check'")
+    assert "error" in msg and "warn" in msg and "off" in msg
+
+
+def test_weight_check_off_from_the_command_line(vigor, tmp_path):
+    code, out, err = vigor("train", "--dry-run", "--set", "engine.weight_check=off", "--output-dir", str(tmp_path))
+    assert code == 0, err
+    assert list(tmp_path.iterdir()) == []

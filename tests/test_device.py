@@ -12,7 +12,7 @@ import torch
 
 import vigor_cli.models as models
 import vigor_cli.rollout as rollout_pkg
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.models import pick_device, probe_cuda
 

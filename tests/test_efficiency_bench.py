@@ -110,7 +110,7 @@ def test_default_target_comes_from_the_baseline(tmp_path):
 
 def test_every_arm_is_a_valid_config():
     from vigor_cli.commands.train import default_config_file
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     for arm, sets in eff.ARM_SETS.items():
         cfg = build_config(default_config_file(None, "tiny-math"), sets=sets)

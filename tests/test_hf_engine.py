@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vigor_cli.config import ModelConfig, build_config
+from vigor_cli.config import ModelConfig
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.models import load_policy, resolve_model_path
 from vigor_cli.rollout import make_engine

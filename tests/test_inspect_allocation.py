@@ -65,9 +65,9 @@ def test_vigor_step_summary_matches_the_record(tmp_path):
         zero = sum(1 for p in raw["prompts"] if len(set(p["rounds"][0]["rewards"] +
                    [x for r in p["rounds"][1:] for x in r["rewards"]])) == 1)
         assert summary["zero_var_frac"] == pytest.approx(zero / 16)
-        # VIGOR keeps the highest pool variance: kept prompts never have less on average
-        if summary["mean_var_dropped"] is not None:
-            assert summary["mean_var_kept"] >= summary["mean_var_dropped"]
+        # VIGOR keeps the highest pool variance: prompts given more never have less on average
+        if summary["mean_var_none"] is not None:
+            assert summary["mean_var_more"] >= summary["mean_var_none"]
         statuses = [p.status for p in s.prompts]
         assert statuses.count("kept") == 2
         assert sum(st.startswith("dropped@1") for st in statuses) == 8
@@ -108,6 +108,11 @@ def test_other_strategies(tmp_path, strategy, vigor):
     if strategy in ("dapo", "greso"):
         assert summary["used"] == 16 * 8  # the train batch, filled with non-zero-variance groups
         assert summary["rollouts"] >= summary["used"]
+        # no prompt is ever given more rollouts; the filter shows as in update vs left out
+        assert summary["given_more"] == 0 and summary["mean_var_more"] is None
+        assert summary["left_out"] > 0 and summary["mean_var_in_update"] > 0
+    if strategy in ("grpo", "pods"):
+        assert summary["given_more"] == 0 and summary["left_out"] == 0
     if strategy in ("knapsack", "auto", "reinforce-ada"):
         assert summary["rollouts"] <= summary["budget"] == 128 and summary["budget_is_cap"]
     if strategy == "reinforce-ada":
@@ -155,3 +160,88 @@ def test_the_configured_budget_is_vigors_own_key():
     assert config_budget({"allocation": {"group_size": 4}, "train": {"prompts_per_step": 16}}, prompts=99) == 64
     assert config_budget({"allocation": {"budget": 300, "rollouts_per_prompt": 8}}, prompts=16) == 300
     assert config_budget({"allocation": {}}, prompts=16) is None
+
+
+def test_more_vs_none_is_read_from_the_rounds_for_every_strategy(tmp_path):
+    """'given more' means a later round added rollouts to the prompt, 'none' that none did,
+    whatever the strategy's own kept flags say (DAPO's mean 'in the batch', Reinforce-Ada's
+    dropped ones are resolved prompts)."""
+    from vigor_cli.allocation import registry
+
+    for strategy in registry.names():
+        run = write_allocation_run(tmp_path / strategy, strategy, steps=2)
+        steps, _ = load_allocation(run, {})
+        for s in steps:
+            more, none = [], []
+            by_round: dict[int, list] = {}
+            for p in s.prompts:
+                for i, r in enumerate(p.rounds):
+                    by_round.setdefault(r.round, []).append((r.pool_variance, sum(x.added for x in p.rounds[i + 1:]) > 0))
+            for entries in by_round.values():
+                if any(later for _, later in entries):
+                    more += [v for v, later in entries if later]
+                    none += [v for v, later in entries if not later]
+            summary = summarize_step(s)
+            assert (summary["given_more"], summary["given_none"]) == (len(more), len(none)), strategy
+            assert summary["mean_var_more"] == (pytest.approx(sum(more) / len(more)) if more else None), strategy
+            assert summary["mean_var_none"] == (pytest.approx(sum(none) / len(none)) if none else None), strategy
+            assert summary["rule"] == registry.get(strategy).summary
+
+
+def write_revisiting_auto_run(path: Path, steps: int = 4) -> Path:
+    """An `auto` run whose census covers the same 64 prompts every step (32 per step, census
+    width 2): prompts have history, the depth weight is 1 and auto goes deep."""
+    path.mkdir(parents=True)
+    cfg = AllocationConfig(strategy="auto")
+    alloc = make_allocator(cfg, 32, seed=0)
+    rng = random.Random(0)
+    pool = [f"p{i}" for i in range(64)]
+    pass_rate = {u: rng.choice([0.0, 0.0, 1.0, 0.5, 0.3]) for u in pool}
+    lines = []
+    for step in range(1, steps + 1):
+        order = iter(rng.sample(pool, len(pool)))
+        alloc.start_step(step, lambda n: [next(order) for _ in range(n)])
+        while requests := alloc.ask():
+            alloc.tell({r.uid: [float(rng.random() < pass_rate[r.uid]) for _ in range(r.n)] for r in requests})
+        lines.append(json.dumps({"step": step, **alloc.finish().record}))
+    (path / "allocation.jsonl").write_text("\n".join(lines) + "\n")
+    (path / "config.yaml").write_text(yaml.safe_dump({"allocation": cfg.model_dump(), "train": {"prompts_per_step": 32}}))
+    return path
+
+
+def test_auto_says_what_it_decided_in_its_own_terms(tmp_path, vigor):
+    """The issue's case: auto's deep plan gave its extras to prompts whose census rewards were
+    all equal (pool variance 0) and none to mixed ones; 'kept 0.000 vs dropped 0.050' read as
+    if it kept the wrong prompts. The readout now says who got more, by what rule, and what
+    auto measured and decided."""
+    run = write_revisiting_auto_run(tmp_path / "run")
+    steps, _ = load_allocation(run, {})
+    last = steps[-1]
+    summary = summarize_step(last)
+    assert summary["decision"] == "deep"
+    record = json.loads((run / "allocation.jsonl").read_text().splitlines()[-1])["totals"]["auto"]
+    assert summary["decision_reason"] == record["reason"]
+    assert summary["decision_record"] == {k: v for k, v in record.items() if k not in ("decision", "reason")}
+    # given more: the prompts with a round 2; their census variance, as recorded
+    census = {p["uid"]: p["rounds"][0]["var"] for p in record_prompts(run, -1)}
+    extra = {p["uid"] for p in record_prompts(run, -1) if len(p["rounds"]) > 1}
+    assert summary["given_more"] == len(extra) and summary["given_none"] == len(census) - len(extra)
+    assert summary["mean_var_more"] == pytest.approx(sum(census[u] for u in extra) / len(extra))
+    assert summary["mean_var_more"] < summary["mean_var_none"]  # the case that read as a bug
+
+    code, out, err = vigor("inspect-allocation", str(run))
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "kept vs" not in flat
+    assert (f"mean pool variance {summary['mean_var_more']:.3f} of the {summary['given_more']} prompts given more "
+            f"rollouts vs {summary['mean_var_none']:.3f} of the {summary['given_none']} given none") in flat
+    assert "rule auto: a census round, then a wide or a deep plan chosen by expected signal" in flat
+    assert f"decided {record['reason']}" in flat
+    census_fields = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in record["census"].items())
+    assert f"census: {census_fields}" in flat  # its census and its depth weight (seen_before), as recorded
+    assert "p_hat" in flat  # the posterior pass rate each prompt was planned on
+    assert "auto's decision per step:" in flat and "deep" in flat
+
+
+def record_prompts(run: Path, index: int) -> list[dict]:
+    return json.loads((run / "allocation.jsonl").read_text().splitlines()[index])["prompts"]

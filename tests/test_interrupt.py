@@ -17,7 +17,7 @@ import pytest
 from test_learner import _grandchildren, _processes
 from test_trainer import quiet, strip_times, tiny_sets
 from vigor_cli import cli
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer, train

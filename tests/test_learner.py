@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.learner import Learner
 from vigor_cli.models import load_tokenizer, save_policy
 from vigor_cli.rollout.base import Rollout

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from test_trainer import quiet, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer
 

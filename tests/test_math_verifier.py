@@ -202,12 +202,10 @@ def test_dead_worker_is_an_error_verdict_not_a_crash():
 
 
 def test_worker_turns_exceptions_into_error_verdicts():
-    from vigor_cli.verifiers.math import _context, _worker_main
+    from vigor_cli.verifiers.math import _Zygote
 
-    ctx = _context()
-    parent, child = ctx.Pipe()
-    proc = ctx.Process(target=_worker_main, args=(child, 1 << 30), daemon=True)
-    proc.start()
+    zygote = _Zygote(1 << 30)
+    parent, proc = zygote.fork()
     try:
         assert parent.poll(120) and parent.recv() == "ready"
         parent.send([(0, None, "x"), (1, "2", r"\boxed{2}")])  # None is no gold: TypeError inside
@@ -216,9 +214,11 @@ def test_worker_turns_exceptions_into_error_verdicts():
         assert second[:3] == (1, 1.0, "correct")
         parent.send(None)
         proc.join(10)
-        assert proc.exitcode == 0
+        assert not proc.is_alive()
     finally:
         proc.kill()
+        proc.close()
+        zygote.close()
 
 
 def test_close_ends_every_worker():

@@ -9,7 +9,7 @@ import io
 import torch
 from rich.console import Console
 
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer
 

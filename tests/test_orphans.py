@@ -1,8 +1,10 @@
-"""Workers die with their parent, whatever killed it (issue 17: leftovers).
+"""Workers die with their parent, whatever killed it (issues 17 and 24: leftovers).
 
 The parent is SIGKILLed (no cleanup code of its own runs), and every process it had started
-(sandbox fork servers, their zygotes and the program under test; math verifier workers)
-must be gone within 2 s, although the program under test had a 60 s limit to run out.
+(sandbox fork servers, their zygotes and the program under test; math verifier workers and
+the process they are forked from) must be gone within 1 s, although the program under test
+had a 60 s limit to run out, and nothing may be left in the temp directory (multiprocessing's
+forkserver left a ``pymp-*`` folder there, and took up to 2.9 s to exit).
 """
 
 from __future__ import annotations
@@ -71,19 +73,38 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _kill_and_check(proc: subprocess.Popen, started: set[int]) -> None:
+GRACE_S = 1.0
+"""How long a child may outlive its SIGKILLed parent."""
+
+
+KEPT_CACHES = ("torchinductor_",)
+"""Caches a library keeps in the temp directory across runs on purpose (torch's compile cache,
+there after a clean exit too): not leftovers of a killed run."""
+
+
+def _kill_and_check(proc: subprocess.Popen, started: set[int], temp_dir: Path | None = None) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + GRACE_S
     while _alive(started) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.02)
     left = _alive(started)
     for pid in left:  # do not leave them to the next test
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    assert not left, f"{len(left)} process(es) outlived their killed parent by 2 s"
+    assert not left, f"{len(left)} process(es) outlived their killed parent by {GRACE_S} s"
+    if temp_dir is not None:
+        left = sorted(p.name for p in temp_dir.iterdir() if not p.name.startswith(KEPT_CACHES))
+        assert left == [], "left in the temp directory"
+
+
+def _private_temp(tmp_path: Path) -> Path:
+    """A temp directory of the test's own (TMPDIR for the parent), so leftovers are its own."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    return folder
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
@@ -91,7 +112,8 @@ def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
     problem = FIXTURES / "stdin_problem.json"
     solution = tmp_path / "slow.py"
     solution.write_text("import time\nwhile True:\n    time.sleep(0.05)\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "vigor_cli", "verify", "code", "--problem", str(problem),
          "--solution", str(solution), "--timeout", "60", "--allow-weak-sandbox"],
@@ -112,7 +134,7 @@ def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
 
 
 MATH_PARENT = textwrap.dedent(
@@ -134,32 +156,80 @@ MATH_PARENT = textwrap.dedent(
 )
 
 
-def test_math_workers_die_with_a_killed_parent(tmp_path):
+def _kill_math_parent(tmp_path: Path) -> None:
     script = tmp_path / "parent.py"
     script.write_text(MATH_PARENT)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.strip() == "ready", proc.stderr.read()
         started = _descendants(proc.pid)
-        assert len(started) >= 2  # the forkserver and its workers
+        assert len(started) >= 3  # the process workers are forked from, and two workers
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
+
+
+def test_math_workers_die_with_a_killed_parent(tmp_path):
+    _kill_math_parent(tmp_path)
+
+
+STARTING_PARENT = textwrap.dedent(
+    """
+    import threading, time
+    from vigor_cli.verifiers.math import MathVerifier
+
+    if __name__ == "__main__":
+        verifier = MathVerifier(timeout_s=60, workers=1)
+        threading.Thread(target=verifier.score_many, args=([("x^2", "\\\\boxed{x*x}", None)],),
+                         daemon=True).start()
+        time.sleep(120)
+    """
+)
+
+
+def test_a_verifier_starting_up_dies_with_a_killed_parent(tmp_path):
+    """Killed while the process workers are forked from is still importing Math-Verify."""
+    script = tmp_path / "parent.py"
+    script.write_text(STARTING_PARENT)
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        started = _wait_for(lambda: _descendants(proc.pid), 60, "the verifier's first process")
+    except BaseException:
+        proc.kill()
+        raise
+    _kill_and_check(proc, started, temp)
+
+
+@pytest.mark.slow
+def test_math_workers_die_with_a_killed_parent_every_time(tmp_path):
+    """The issue's measure: 8 of 40 kills left a child alive for more than 2 s. Ten in a row,
+    each within 1 s. (Slow: ten verifier starts.)"""
+    for attempt in range(10):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        _kill_math_parent(folder)
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
-def test_a_killed_training_leaves_no_reward_worker(tmp_path):
-    """tiny-code's rewards run in the sandbox pool: SIGKILL the training after its first
-    logged step (workers busy or idle between steps) and nothing it started survives 2 s.
-    (Slow: a real training. The busy-worker case is the two tests above.)"""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+@pytest.mark.parametrize("task", ["tiny-code", "tiny-math"])
+def test_a_killed_training_leaves_no_reward_worker(tmp_path, task):
+    """tiny-code's rewards run in the sandbox pool, tiny-math's in the math verifier's
+    workers: SIGKILL the training after its first logged step (workers busy or idle between
+    steps) and nothing it started survives 1 s, nothing is left in its temp directory.
+    (Slow: a real training. The busy-worker case is the tests above.)"""
+    temp = _private_temp(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(temp)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "vigor_cli", "train", "--task", "tiny-code", "--steps", "50",
+        [sys.executable, "-m", "vigor_cli", "train", "--task", task, "--steps", "50",
          "--output-dir", str(tmp_path), "--run-name", "killed"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
@@ -172,7 +242,7 @@ def test_a_killed_training_leaves_no_reward_worker(tmp_path):
     except BaseException:
         proc.kill()
         raise
-    _kill_and_check(proc, started)
+    _kill_and_check(proc, started, temp)
 
 
 def test_math_workers_ride_out_a_group_sigterm(tmp_path):

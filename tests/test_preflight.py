@@ -10,7 +10,7 @@ import pytest
 
 import vigor_cli.models as models
 import vigor_cli.tasks.loading as loading
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.preflight import check_static, check_tokenizer, thinking_template
 from vigor_cli.tasks.code_task import LCB_HUB_ID, lcb_release_files, load_lcb

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from vigor_cli.commands import probe as probe_cmd
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.variance_law import census
 
 
@@ -61,23 +61,59 @@ def _cfg():
     return build_config(None, overrides={}, sets=["train.prompts_per_step=16"])
 
 
-def test_recommendation_follows_the_law():
+HEAVY = [0] * 100 + [8] * 90 + [2, 4, 6, 3, 5] * 13
+FLAT = [3, 4, 5] * 80
+MIDDLE = [0] * 40 + [8] * 30 + [1, 2, 3, 4, 5, 6, 7] * 25
+
+
+def test_recommendation_follows_the_printed_simulation():
+    """The recommendation is the fastest simulated strategy other than vigor; a departure (vigor
+    faster, a tie) is said in the reason. The issue's case: the simulation had auto slowest and
+    the probe still recommended auto."""
     cfg = _cfg()
-    heavy = [0] * 100 + [8] * 90 + [2, 4, 6, 3, 5] * 13
-    flat = [3, 4, 5] * 80
-    middle = [0] * 40 + [8] * 30 + [1, 2, 3, 4, 5, 6, 7] * 25
-    reasons = {}
-    for name, counts in (("heavy", heavy), ("flat", flat), ("middle", middle)):
+    sims = {}
+    for name, counts in (("heavy", HEAVY), ("flat", FLAT), ("middle", MIDDLE)):
         law = census(counts, 8)
-        sim = probe_cmd.simulate_on(counts, 8, cfg)
+        sim = sims[name] = probe_cmd.simulate_on(counts, 8, cfg)
+        cost = {n: r["rollouts_to_target"] for n, r in sim["strategies"].items() if r["rollouts_to_target"]}
         strategy, why = probe_cmd.recommend(law, sim)
-        assert strategy == "auto", (name, law.summary(), why)
-        reasons[name] = why
-    assert "tail is heavy" in reasons["heavy"] and "concentrates" in reasons["heavy"]
-    assert "little to reallocate" in reasons["flat"]
-    assert "moderate" in reasons["middle"] and "goes wide" in reasons["middle"]
-    # without auto the study's evidence leaves grpo
-    assert probe_cmd.recommend(census(heavy, 8), {"strategies": {}})[0] == "grpo"
+        fastest = min((n for n in cost if n != "vigor"), key=cost.get)
+        tie = fastest == "grpo" and cost.get("auto", 10**9) <= cost["grpo"] * 1.05
+        assert strategy == ("auto" if tie else fastest), (name, cost, why)
+        assert why.startswith("simulated rollouts to target: ")
+        for n, c in cost.items():
+            assert f"{n} {c:,}" in why  # the numbers it printed
+        if "vigor" in cost and cost["vigor"] * 1.05 < cost[strategy]:
+            assert "vigor is faster in this simulation" in why and "not recommended" in why
+    # the flat law: grpo fastest, auto slowest -> grpo, with auto's cost named
+    strategy, why = probe_cmd.recommend(census(FLAT, 8), sims["flat"])
+    assert strategy == "grpo" and "grpo beats auto (auto needs" in why
+    # heavy: grpo never reaches the target; auto does, with the law's reading
+    strategy, why = probe_cmd.recommend(census(HEAVY, 8), sims["heavy"])
+    assert strategy == "auto" and "auto reaches it, grpo does not" in why and "tail is heavy" in why
+    # without auto the study's evidence leaves grpo; with no strategy reaching it, the study decides
+    assert probe_cmd.recommend(census(HEAVY, 8), {"strategies": {}})[0] == "grpo"
+    none = {"strategies": {n: {"rollouts_to_target": None} for n in ("grpo", "vigor", "auto")}}
+    strategy, why = probe_cmd.recommend(census(FLAT, 8), none)
+    assert strategy == "auto" and "numbers decide nothing" in why
+
+
+def test_a_probe_whose_simulation_favours_grpo_recommends_grpo(monkeypatch, capsys):
+    """The probe's readout (tables and recommendation) on probed pass counts where grpo is the
+    fastest in the simulation: the recommendation is grpo and matches the printed table."""
+    from vigor_cli.console import console
+    from vigor_cli.report.probe_view import print_result
+
+    monkeypatch.setattr(console, "width", 250)
+    info = {"model": "tiny", "task": "tiny-math", "temperature": 1.0, "binary_rewards": True}
+    result = probe_cmd.analyse(FLAT, 8, _cfg(), info)
+    sim = result["simulated"]["strategies"]
+    assert sim["auto"]["speedup_vs_grpo"] < 1 and sim["grpo"]["speedup_vs_grpo"] == 1.0
+    assert result["recommended"] == "grpo"
+    print_result(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{sim['auto']['speedup_vs_grpo']:.2f}x" in out
+    assert "recommended strategy: grpo (simulated rollouts to target: grpo 4,608" in out
 
 
 def test_simulation_on_probed_rates_reports_speedups():

@@ -124,3 +124,50 @@ def test_exit_code_from_the_command_line(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert "run directory not found" in res.stderr
+
+
+def test_two_runs_of_one_seed_are_not_averaged_as_seeds(tmp_path, vigor):
+    """The issue's case: two grpo runs, both seed 0 (one longer), read as 'grpo (2 seeds)' and
+    cut to the shorter run. Repeats of a seed stand alone, with a note naming them."""
+    a = write_run(tmp_path / "a", "grpo", 0, [0.1, 0.2, 0.3])
+    b = write_run(tmp_path / "b", "grpo", 0, [0.1, 0.25, 0.35, 0.5, 0.6])
+    loaded = [load_run(a), load_run(b)]
+    notes: list[str] = []
+    groups = group_runs(loaded, [run_curve(r) for r in loaded], notes)
+    assert [g.label for g in groups] == ["a", "b"] and all(len(g.runs) == 1 for g in groups)
+    assert notes == ["a (seed 0), b (seed 0): one config, and seeds that do not all differ; repeats of a "
+                     "seed are not seeds, so each run is shown alone"]
+    code, out, err = vigor("report", str(a), str(b), "--out", str(tmp_path / "rep"), "--target", "0.3")
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "2 seeds" not in flat and "seed groups" not in flat
+    assert "note: a (seed 0), b (seed 0): one config" in flat
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert rep["groups"] == [] and rep["grouped"] == [] and len(rep["notes"]) == 1
+    # b drawn to its own end (its 5 evaluations), a to its 3
+    from vigor_cli.report.plots import plot_lines
+
+    lines = plot_lines([g.mean for g in groups], "rollouts")
+    assert [(ln["label"], ln["x"][-1]) for ln in lines] == [("a", 256.0), ("b", 512.0)]
+
+
+def test_seed_groups_say_which_runs_and_draw_each_to_its_end(tmp_path, vigor):
+    g0 = write_run(tmp_path / "g0", "grpo", 0, [0.1, 0.2, 0.3])
+    g1 = write_run(tmp_path / "g1", "grpo", 1, [0.1, 0.15, 0.25, 0.4, 0.45])
+    v0 = write_run(tmp_path / "v0", "vigor", 0, [0.1, 0.3, 0.4])
+    loaded = [load_run(p) for p in (g0, g1, v0)]
+    groups = group_runs(loaded, [run_curve(r) for r in loaded])
+    assert [g.label for g in groups] == ["grpo (2 seeds)", "vigor"]
+    assert groups[0].describe() == "grpo (2 seeds): g0 (seed 0), g1 (seed 1)"
+    from vigor_cli.report.plots import plot_lines
+
+    lines = plot_lines([g.mean for g in groups], "rollouts")
+    ends = [(ln["label"], ln["member"], ln["x"][-1]) for ln in lines]
+    # the mean and band over the rollouts both seeds reached (256), each seed to its own end
+    assert ends == [("grpo (2 seeds)", False, 256.0), ("g0", True, 256.0), ("g1", True, 512.0),
+                    ("vigor", False, 256.0)]
+    code, out, err = vigor("report", str(g0), str(g1), str(v0), "--out", str(tmp_path / "rep"))
+    assert code == 0, err
+    assert "seed group grpo (2 seeds): g0 (seed 0), g1 (seed 1)" in " ".join(out.split())
+    rep = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert rep["groups"][0]["runs"] == ["g0", "g1"] and rep["groups"][0]["seeds"] == [0, 1]

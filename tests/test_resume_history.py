@@ -13,7 +13,7 @@ import pytest
 
 from test_checkpoints import snapshot
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.jsonl import read_jsonl
 from vigor_cli.errors import UserError
 from vigor_cli.runs import RunDir
@@ -80,6 +80,18 @@ CASES = {
     "binary-file": (lambda r: (r.path / "metrics.jsonl").write_bytes(BINARY), "metrics.jsonl:1: not UTF-8"),
     "binary-allocation": (lambda r: append(r, "allocation.jsonl", BINARY), "allocation.jsonl:5: not UTF-8"),
     "binary-completions": (lambda r: append(r, "completions.jsonl", BINARY), "completions.jsonl:17: not UTF-8"),
+    "completions-deleted": (lambda r: (r.path / "completions.jsonl").unlink(), "completions.jsonl: no such file"),
+    "completions-cut": (lambda r: keep(r, "completions.jsonl", 8), "completions.jsonl: the completions line of step 3 is missing"),
+    # logged steps no checkpoint on disk covers (issue 24): re-running them would rewrite them
+    "checkpoints-deleted": (lambda r: shutil.rmtree(r.checkpoints),
+                            "metrics.jsonl: step 3 is logged, but no checkpoint covers it"),
+    "only-checkpoint-incomplete": (lambda r: (shutil.rmtree(r.checkpoints / "step-2"),
+                                              (r.checkpoints / "step-4" / "COMPLETE").unlink()),
+                                   "no intact checkpoint: step-4 is damaged (no COMPLETE marker)"),
+    "final-checkpoint-deleted": (lambda r: shutil.rmtree(r.checkpoints / "step-4"),
+                                 "summary.json: the run finished step 4, but no checkpoint of that step is on disk"),
+    "manifests-deleted": (lambda r: [(r.checkpoints / f"step-{s}" / "manifest.json").unlink() for s in (2, 4)],
+                          "no intact checkpoint: step-4 is damaged (manifest.json is missing (written by vigor"),
     # the checkpoint's evaluation line is cut short and its file, needed to log it again, is damaged
     "eval-file-damaged": (lambda r: (keep(r, "metrics.jsonl", 6, b'{"step": 4, "eval/acc'),
                                      (r.eval_dir / "step-4.json").write_bytes(b"{}")), "eval/step-4.json: damaged"),
@@ -168,3 +180,21 @@ def test_only_a_prefix_of_a_json_line_is_a_torn_line(tmp_path, tail, torn):
     else:
         with pytest.raises(UserError, match=r"metrics.jsonl:3: not (UTF-8|valid JSON)"):
             read_jsonl(p)
+
+
+def test_a_checkpoint_without_its_manifest_is_damaged_not_trusted(run, finished, vigor, tmp_path):
+    """Issue 24: step-4 loses its manifest.json and model bytes change. It was written by a
+    version that writes manifests, so it is damaged: eval --run and resume warn and use
+    step-2, and the resumed run matches the uninterrupted one."""
+    ckpt = run.checkpoints / "step-4"
+    (ckpt / "manifest.json").unlink()
+    model = next(p for p in ckpt.iterdir() if p.suffix == ".safetensors")
+    data = bytearray(model.read_bytes())
+    data[-100] ^= 0xFF  # a flipped byte in the weights, the file size unchanged
+    model.write_bytes(bytes(data))
+    code, out, err = vigor("eval", "--run", str(run.path), "--checkpoint", "step-4")
+    assert code == 2 and "--checkpoint step-4: damaged (manifest.json is missing (written by vigor" in err
+    code, out, err = vigor("train", "--resume", str(run.path))
+    assert code == 0, err
+    assert "step-4 is damaged (manifest.json is missing" in out and "resuming from step-2" in out
+    assert strip_times(run.metrics()) == strip_times(finished.metrics())

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl, read_jsonl
+from vigor_cli.resume import keep_logs_until
 from vigor_cli.runs import DiskFullError, RunDir, load_run, verify_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +95,7 @@ def test_resume_cut_keeps_lines_byte_for_byte_and_skips_rescored_files(tmp_path)
     run = RunDir(tmp_path / "r")
     text = write_logs(run)
     warnings = []
-    run.keep_logs_until(2, warnings.append)
+    keep_logs_until(run, 2, warnings.append)
     kept = (run.path / "metrics.jsonl").read_bytes()
     assert kept == b"".join(text.splitlines(keepends=True)[:3])  # "1.50" and the two spaces kept
     assert len(warnings) == 1 and "metrics.jsonl:5: removed a torn last line" in warnings[0]
@@ -109,7 +110,7 @@ def test_resume_refuses_a_damaged_line_and_changes_nothing(tmp_path):
     path.write_bytes(path.read_bytes().replace(b'{"step": 2}', b'{"step": 2'))
     before = path.read_bytes()
     with pytest.raises(UserError, match=r"metrics.jsonl:3: not valid JSON.*resume keeps every logged line"):
-        run.keep_logs_until(1, print)
+        keep_logs_until(run, 1, print)
     assert path.read_bytes() == before
 
 
@@ -117,12 +118,12 @@ def test_a_last_line_without_newline_that_parses_is_kept_and_closed(tmp_path):
     run = RunDir(tmp_path / "r")
     run.path.mkdir()
     (run.path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}')
-    run.keep_logs_until(5, print)  # a whole line killed before its newline: kept, closed
+    keep_logs_until(run, 5, print)  # a whole line killed before its newline: kept, closed
     assert (run.path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n{"step": 3}\n'
-    run.keep_logs_until(2, print)
+    keep_logs_until(run, 2, print)
     assert (run.path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
     (run.path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}')  # killed before its newline
-    run.keep_logs_until(2, print)
+    keep_logs_until(run, 2, print)
     assert (run.path / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
 
 
@@ -149,6 +150,7 @@ def _claim_in_child(out: str, name: str, barrier, queue) -> None:
     barrier.wait()
     run = RunDir.planned(cfg_for(Path(out), name))
     queue.put(str(run.path))
+    barrier.wait()  # alive, holding its claim, until every child has claimed (a dead one's is reusable)
 
 
 @pytest.mark.parametrize("name", ["same", None])
@@ -235,11 +237,11 @@ def test_fallback_to_the_newest_intact_checkpoint(tmp_path):
     (run.checkpoints / "step-6" / "sub" / "x.bin").write_bytes(b"")
     (run.checkpoints / "step-4" / "model.safetensors").write_bytes(b"short")
     warnings = []
-    assert run.intact_checkpoint(warnings.append).name == "step-2"
+    assert run.store.newest_intact(warnings.append).name == "step-2"
     assert len(warnings) == 2 and "step-6 is damaged (sub/x.bin has 0 bytes" in warnings[0]
     (run.checkpoints / "step-2" / "data_state.json").write_text("{}")
     with pytest.raises(UserError, match="no intact checkpoint: step-6 is damaged.*step-2 is damaged"):
-        run.intact_checkpoint(warnings.append)
+        run.store.newest_intact(warnings.append)
 
 
 def test_rotation_keeps_the_newest_and_drops_an_abandoned_future(tmp_path):
@@ -300,7 +302,7 @@ def test_a_kill_anywhere_in_commit_or_rotation_leaves_an_intact_checkpoint(tmp_p
         fake_checkpoint(run, 2, keep=1)
         proc = commit_in_child(run, target, nth, new_step)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
-        ckpt = run.intact_checkpoint(lambda m: None)  # what a resume does first
+        ckpt = run.store.newest_intact(lambda m: None)  # what a resume does first
         assert ckpt is not None and verify_checkpoint(ckpt) is None, f"kill at {target} #{nth}"
         assert ckpt.name in ("step-2", f"step-{new_step}")
         names = sorted(p.name for p in run.checkpoints.iterdir())
@@ -350,7 +352,7 @@ def test_a_real_full_disk_keeps_the_earlier_checkpoint(tmp_path):
 
             write_json_atomic(tmp / "big.json", {"pad": "x" * 400_000})
         assert not (tmp / ".big.json.tmp").exists()  # the half-written temporary is gone
-        assert run.intact_checkpoint(print).name == "step-2"
+        assert run.store.newest_intact(print).name == "step-2"
     finally:
         subprocess.run(["umount", str(disk)])
 
@@ -370,4 +372,27 @@ def test_a_checkpoint_from_before_manifests_is_checked_as_far_as_it_can_be(tmp_p
     (path / "trainer_state.pt").write_bytes(data[: len(data) // 2])
     assert "trainer_state.pt" in verify_checkpoint(path)
     with pytest.raises(UserError, match="no intact checkpoint: step-2 is damaged"):
-        run.intact_checkpoint(print)
+        run.store.newest_intact(print)
+
+
+def test_a_checkpoint_that_lost_its_manifest_is_damaged(tmp_path):
+    """Issue 24: a checkpoint this version wrote (its COMPLETE names the version) without its
+    manifest.json is damaged; so is one holding config.yaml (written with manifests) whose
+    COMPLETE is a bare step. The legacy checks apply only to checkpoints older than both."""
+    run = RunDir(tmp_path / "r")
+    path = fake_checkpoint(run, 2)
+    assert json.loads((path / "COMPLETE").read_text())["written_by"].startswith("vigor ")
+    assert json.loads((path / "manifest.json").read_text())["written_by"].startswith("vigor ")
+    (path / "manifest.json").unlink()
+    assert verify_checkpoint(path).startswith("manifest.json is missing (written by vigor ")
+    (path / "COMPLETE").write_text("2")  # as the version before this one wrote it
+    (path / "config.yaml").write_text("train:\n  seed: 0\n")
+    assert "manifest.json is missing (a checkpoint holding config.yaml" in verify_checkpoint(path)
+    (path / "COMPLETE").write_text("garbage")
+    assert "COMPLETE marker is unreadable" in verify_checkpoint(path)
+    other = RunDir(tmp_path / "other")
+    fake_checkpoint(other, 1, keep=3)
+    (fake_checkpoint(other, 2, keep=3) / "COMPLETE").unlink()
+    warnings = []
+    assert other.store.newest_intact(warnings.append).name == "step-1"  # a step-N without COMPLETE: damaged
+    assert "step-2 is damaged (no COMPLETE marker)" in warnings[0]

@@ -591,3 +591,236 @@ def test_output_just_under_the_cap_does_not_grow_the_grader():
     grown_mb = (numbers["after_kb"] - numbers["before_kb"]) / 1024
     assert grown_mb < 24, f"the grader grew by {grown_mb:.0f} MiB reading program output"
     assert max(numbers["workers_kb"]) / 1024 < 120, numbers["workers_kb"]
+
+
+# --------------------------------------------------------------------------- no state between jobs
+# (issue 24, part 2) Each program below was run against the sandbox before the fix and the test
+# failed there: the job directory's root kept its extended attributes and default ACL between
+# jobs, System V objects were bounded by the host's limits only, the seccomp rules on fcntl and
+# ioctl compared 64 bits where the kernel reads 32, and tracebacks showed the harness's paths.
+MARK_ROOTS = r"""
+import os
+roots = [os.getcwd(), os.path.dirname(os.getcwd()), os.environ.get("TMPDIR", "")]
+acl = bytes.fromhex("02000000" "0100070000000000" "0400070000000000" "2000070000000000")
+done, secret = [], input().encode()
+for n in range(50):
+    open(f"f{n}", "w").close()
+for root in roots:
+    for name, value in (("user.vigor_leak", secret), ("system.posix_acl_default", acl)):
+        try:
+            os.setxattr(root, name, value)
+            done.append(name)
+        except OSError:
+            pass
+print(sorted(set(done)))
+"""
+
+READ_ROOTS = r"""
+import os
+roots = [os.getcwd(), os.path.dirname(os.getcwd()), os.environ.get("TMPDIR", "")]
+found = []
+for root in roots:
+    try:
+        found += [(name, os.getxattr(root, name)) for name in os.listxattr(root)]
+    except OSError:
+        pass
+os.umask(0o022)
+with open("made", "w") as f:
+    f.write("x")
+info = os.stat("made")
+print(found, oct(info.st_mode & 0o777), info.st_ino)
+"""
+
+
+def test_no_attribute_acl_or_inode_count_survives_a_job():
+    """One job marks every directory it can write above its files (user xattr, default ACL) and
+    makes 50 files; the next job on the same worker finds no mark, creates files with the
+    mode its umask says, and its first file has the inode number a first job's file has."""
+    with SandboxPool(workers=1) as one:
+        baseline = one.run_one(Job(READ_ROOTS, b"", LIMITS))
+        marker = one.run_one(Job(MARK_ROOTS, f"{TOKEN}-secret\n".encode(), LIMITS))
+        after = one.run_one(Job(READ_ROOTS, b"", LIMITS))
+    assert marker.outcome == "ok" and b"user.vigor_leak" in marker.stdout, marker.stderr_head
+    assert baseline.outcome == after.outcome == "ok", (baseline.stderr_head, after.stderr_head)
+    found, mode, inode = after.stdout.decode().rsplit(" ", 2)
+    assert found == "[]", f"a job read what the previous job left on its directory: {found}"
+    assert mode == "0o644", "the previous job's default ACL decided this job's file mode"
+    assert inode.strip() == baseline.stdout.decode().rsplit(" ", 1)[1].strip(), (
+        "the job's tmpfs counted the previous job's inodes")
+
+
+SYSTEM_V_IDS = r"""
+import ctypes
+libc = ctypes.CDLL(None)
+ids = [libc.shmget(0, 4096, 0o1600), libc.msgget(0, 0o1600), libc.semget(0, 1, 0o1600)]
+for n in range(int(input())):          # make and remove objects: their ids count up
+    libc.shmctl(libc.shmget(0, 4096, 0o1600), 0, None)
+print(ids)
+"""
+
+
+def test_system_v_ids_start_afresh_in_each_job():
+    """Ids of System V objects count up within an IPC namespace: a job that made 500 would
+    tell the next one on the worker (a channel between jobs). Each job has its own."""
+    with SandboxPool(workers=1) as one:
+        first = one.run_one(Job(SYSTEM_V_IDS, b"500\n", LIMITS))
+        second = one.run_one(Job(SYSTEM_V_IDS, b"0\n", LIMITS))
+    assert first.outcome == second.outcome == "ok", (first.stderr_head, second.stderr_head)
+    assert second.stdout == first.stdout, (first.stdout, second.stdout)
+
+
+SYSTEM_V_HOARD = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+libc.shmdt.argtypes = (ctypes.c_void_p,)
+MiB = 1 << 20
+segments = []
+for _ in range(16):                      # 16 x 32 MiB, each touched, then detached
+    sid = libc.shmget(0, 32 * MiB, 0o1600)
+    if sid < 0:
+        break
+    address = libc.shmat(sid, None, 0)
+    if address in (None, ctypes.c_void_p(-1).value):
+        break
+    ctypes.memset(address, 1, 32 * MiB)
+    libc.shmdt(address)
+    segments.append(sid)
+buffer = (ctypes.c_char * 256)()
+shm_held = sum(32 * MiB for sid in segments if libc.shmctl(sid, 2, buffer) == 0)  # IPC_STAT
+queued = 0
+message = ctypes.create_string_buffer(8 + 8192)
+for _ in range(4000):                    # message queues, each filled until it is full
+    qid = libc.msgget(0, 0o1600)
+    if qid < 0:
+        break
+    while libc.msgsnd(qid, message, 8192, 0o4000) == 0:   # IPC_NOWAIT
+        queued += 8192
+        ctypes.c_long.from_buffer(message).value = 1
+    if ctypes.get_errno() != 11:
+        break
+    ctypes.c_long.from_buffer(message).value = 1
+semaphores = 0
+for _ in range(200):                     # semaphore sets of up to 32000 semaphores
+    for size in (32000, 250):
+        if libc.semget(0, size, 0o1600) >= 0:
+            semaphores += size
+            break
+    else:
+        break
+memfd = 0
+libc.syscall.restype = ctypes.c_long
+for n in range(40):                      # memfd files are no mapping: RLIMIT_AS misses them
+    fd = libc.syscall(319, b"hoard", 0)
+    if fd < 0:
+        break
+    try:
+        import os
+        os.write(fd, b"x" * (8 * MiB))
+        memfd += 8 * MiB
+    except OSError:
+        break
+import fcntl, os, socket
+piped = 0
+for _ in range(12):                      # pipes grown to 1 MiB and filled
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(w, 1031, 1 << 20)    # F_SETPIPE_SZ
+    except OSError:
+        pass
+    os.set_blocking(w, False)
+    try:
+        while True:
+            piped += os.write(w, b"p" * 65536)
+    except BlockingIOError:
+        pass
+buffered = 0
+for _ in range(12):                      # socket pairs with the largest buffers, filled
+    a, b = socket.socketpair()
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        for end in (a, b):
+            try:
+                end.setsockopt(socket.SOL_SOCKET, option, 64 << 20)
+            except OSError:
+                pass
+    a.setblocking(False)
+    try:
+        while True:
+            buffered += a.send(b"s" * 65536)
+    except BlockingIOError:
+        pass
+print(shm_held // MiB, queued // MiB, semaphores * 64 // MiB, memfd // MiB, piped // MiB,
+      buffered // MiB)
+"""
+
+
+def test_memory_outside_the_address_space_is_bounded_by_the_limit():
+    """System V segments (detached ones belong to no process), message queues, semaphore sets,
+    memfd files, pipe and socket buffers: none is counted by RLIMIT_AS. What a job can hold in
+    them stays within its memory limit (here 64 MiB; one job held 3.6 GiB at 512 MiB before)."""
+    limits = Limits(timeout_s=20.0, memory_mb=64)
+    with SandboxPool(workers=1) as one:
+        run = one.run_one(Job(SYSTEM_V_HOARD, b"", limits))
+        assert run.outcome == "ok", (run.outcome, run.detail, run.stderr_head)
+        shm, queues, semaphores, memfd, piped, buffered = map(int, run.stdout.split())
+        assert shm <= 64, f"{shm} MiB of detached System V shared memory held at a 64 MiB limit"
+        assert queues <= 64, f"{queues} MiB queued in System V message queues"
+        assert semaphores <= 64, f"about {semaphores} MiB of kernel memory in semaphores"
+        assert memfd <= 64, f"{memfd} MiB in memfd files"
+        assert shm + queues + semaphores + memfd + piped + buffered <= 64, run.stdout
+        _assert_nothing_left(one)
+
+
+HIGH_BITS = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+r, w = os.pipe()
+high = 1 << 32
+out = []
+for cmd, arg in ((8, os.getpid()), (10, 9), (15, 0)):            # F_SETOWN, F_SETSIG, F_SETOWN_EX
+    owner = (ctypes.c_int * 2)(0, os.getpid())
+    value = ctypes.addressof(owner) if cmd == 15 else arg
+    rc = libc.syscall(72, r, ctypes.c_ulong(cmd | high), ctypes.c_ulong(value))
+    out.append('refused' if rc == -1 else 'allowed')
+pid = ctypes.c_int(os.getpid())
+for request in (0x8901, 0x8902):                                  # FIOSETOWN, SIOCSPGRP
+    rc = libc.syscall(16, r, ctypes.c_ulong(request | high), ctypes.byref(pid))
+    out.append('refused' if rc == -1 and ctypes.get_errno() == 1 else 'allowed')
+print(out)
+"""
+
+
+def test_fcntl_and_ioctl_rules_compare_the_32_bits_the_kernel_reads(pool):
+    run = pool.run_one(Job(HIGH_BITS, b"", LIMITS))
+    assert run.outcome == "ok", run.stderr_head
+    assert run.stdout == b"['refused', 'refused', 'refused', 'refused', 'refused']\n", run.stdout
+
+
+HARNESS_SHOWING = r"""
+import traceback, warnings
+class Solution:
+    def nest(self, n):
+        traceback.print_stack()
+        warnings.warn("careful", stacklevel=3)
+        return helper(n)
+def helper(n):
+    raise ValueError("boom in helper")
+"""
+
+
+def test_a_programs_stderr_carries_no_path_of_the_grader(verifier):
+    import vigor_cli.sandbox.child as child
+
+    record = {**_record("trace", []), "metadata": json.dumps({"func_name": "nest"}),
+              "public_test_cases": json.dumps([{"input": "2", "output": "[]",
+                                                "testtype": "functional"}])}
+    verdict = verifier.grade(load_problem(record), HARNESS_SHOWING)
+    test = verdict.tests[0]
+    assert test.status == "runtime_error", test
+    shown = test.stderr_head + test.detail
+    assert "boom in helper" in shown and "solution.py" in shown and "in helper" in shown
+    for path in {str(ROOT), os.path.dirname(child.__file__), os.path.realpath(child.__file__),
+                 "vigor_cli", "child.py", "vigor-sandbox"}:
+        assert path not in shown, (path, shown)

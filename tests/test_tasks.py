@@ -33,8 +33,10 @@ def tiny_tokenizer():
 
 # --------------------------------------------------------------------------- registry
 def test_unknown_task_lists_valid_names():
-    with pytest.raises(ValueError) as err:  # the config refuses it
-        TaskConfig(name="tiny-maths")
+    from vigor_cli.settings import build_config
+
+    with pytest.raises(ValueError) as err:  # a built config refuses it (vigor_cli/settings.py)
+        build_config(sets=["task.name=tiny-maths"])
     with pytest.raises(UserError) as err2:  # and so does the registry, given an unchecked config
         get_task(TaskConfig.model_construct(name="tiny-maths"))
     for msg in (str(err.value), str(err2.value)):
@@ -43,7 +45,8 @@ def test_unknown_task_lists_valid_names():
 
 def test_registry_builds_every_task():
     for name in TASKS:
-        task = get_task(TaskConfig(name=name))
+        own = {"data": "train.jsonl", "rewards": ["math"]} if name == "custom" else {}  # read later
+        task = get_task(TaskConfig(name=name, **own))
         assert task.name == name
         task.close()
 
@@ -155,9 +158,9 @@ def test_missing_and_unreadable_files(tmp_path):
     broken.write_text('{"problem": "x", "answer": "1"}\n{not json\n')
     with pytest.raises(UserError, match=r"broken.jsonl:2: not valid JSON"):
         get_task(TaskConfig(name="math", train_path=str(broken))).train_examples()
-    (tmp_path / "t.csv").write_text("a,b\n")
-    with pytest.raises(UserError, match="unsupported file type '.csv'"):
-        get_task(TaskConfig(name="math", train_path=str(tmp_path / "t.csv"))).train_examples()
+    (tmp_path / "t.txt").write_text("a,b\n")
+    with pytest.raises(UserError, match="unsupported file type '.txt'"):
+        get_task(TaskConfig(name="math", train_path=str(tmp_path / "t.txt"))).train_examples()
     (tmp_path / "junk.parquet").write_text("not parquet")
     with pytest.raises(UserError, match="junk.parquet: cannot read as Parquet"):
         get_task(TaskConfig(name="math", train_path=str(tmp_path / "junk.parquet"))).train_examples()

@@ -11,7 +11,8 @@ import pytest
 
 from test_trainer import quiet, tiny_sets
 from vigor_cli.allocation import make_allocator, registry
-from vigor_cli.config import ConfigError, build_config, known_names
+from vigor_cli.config import ConfigError
+from vigor_cli.settings import build_config, known_names
 from vigor_cli.simulate import SimSettings, simulate
 
 MODULE = Path(__file__).parent / "extensions" / "top_up.py"

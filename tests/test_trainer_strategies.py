@@ -7,7 +7,7 @@ import json
 import pytest
 
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer, train
 

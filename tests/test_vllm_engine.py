@@ -14,15 +14,13 @@ random) Qwen2 with a real peft LoRA.
 from __future__ import annotations
 
 import copy
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from vllm_stand_in import (
-    EOS, REPO, SIGNATURES, VOCAB, StandInLLM, StandInVLLMModel, _constant, _fields, _params,
-    _real_params, stand_in_api,
+    EOS, SIGNATURES, VOCAB, LauncherStandInLLM, StandInLLM, StandInVLLMModel, _constant, _fields,
+    _params, _real_params, stand_in_api,
 )
 
 from vigor_cli.config import RunConfig
@@ -271,9 +269,48 @@ def test_lora_on_embeddings_is_refused(checkpoint):
         dict(policy_weights(policy))
 
 
-def test_gpu_smoke_says_what_it_needs():
-    out = subprocess.run([sys.executable, "bench/gpu_smoke.py"], cwd=REPO, capture_output=True,
-                         text=True, timeout=120)
-    assert out.returncode == 3  # distinct from 1 (a check failed) and 2 (bad arguments)
-    lines = (out.stdout + out.stderr).strip().splitlines()
-    assert len(lines) == 1 and "needs CUDA + vllm and did not run" in lines[0]
+# --------------------------------------------------------------------------- process group
+TORCHRUN_ENV = {  # rank 3 of 8 under torchrun, its master on an address nothing answers for
+    "RANK": "3", "LOCAL_RANK": "3", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "GROUP_RANK": "0",
+    "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "ROLE_WORLD_SIZE": "8", "ROLE_NAME": "default",
+    "MASTER_ADDR": "10.255.255.1", "MASTER_PORT": "29500", "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_RUN_ID": "job-42", "TORCHELASTIC_MAX_RESTARTS": "0",
+}
+
+
+def test_engine_starts_its_own_group_under_a_torchrun_environment(checkpoint, monkeypatch):
+    """The launcher's variables are hidden for the engine's start (which then makes a group of
+    one on loopback at once, instead of waiting on a master that never answers), and are all
+    back afterwards."""
+    import os
+    import time
+
+    for k, v in TORCHRUN_ENV.items():
+        monkeypatch.setenv(k, v)
+    before = dict(os.environ)
+    names = {n for n, _ in _base(checkpoint).named_parameters()}
+    t0 = time.perf_counter()
+    try:
+        engine = VLLMEngine(_cfg(), _lora_policy(checkpoint), _tokenizer(),
+                            vllm_api=stand_in_api(names, llm=LauncherStandInLLM))
+        took = time.perf_counter() - t0
+        import torch.distributed as dist
+
+        assert dist.get_world_size() == 1 and dist.get_rank() == 0
+    finally:
+        LauncherStandInLLM.close_group()
+    assert took < LauncherStandInLLM.timeout_s
+    seen = engine.llm.seen_env
+    assert (seen["RANK"], seen["LOCAL_RANK"], seen["WORLD_SIZE"], seen["MASTER_ADDR"]) == ("0", "0", "1", "127.0.0.1")
+    assert seen["MASTER_PORT"] != "29500"
+    assert not [k for k in seen if k.startswith("TORCHELASTIC_") or k in ("GROUP_RANK", "ROLE_RANK")]
+    assert dict(os.environ) == before  # the launcher's variables are back, nothing of ours stayed
+
+
+def test_engine_refuses_a_process_already_in_a_larger_group(checkpoint, monkeypatch):
+    import torch.distributed as dist
+
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
+    with pytest.raises(UserError, match="group of its own"):
+        _engine(checkpoint, _lora_policy(checkpoint))

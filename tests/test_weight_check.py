@@ -18,7 +18,7 @@ from vllm_stand_in import WeightedStandInLLM, stand_in_api
 
 import vigor_cli.rollout as rollout_pkg
 import vigor_cli.rollout.weights as engine_weights
-from vigor_cli.config import build_config
+from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.vllm import VLLMEngine
 from vigor_cli.rollout.weight_check import EngineWeightsError, WeightCheckSums, judge

@@ -1,50 +1,58 @@
-"""The package stands on its own: a wheel built from this checkout, installed into a fresh
-virtual environment, runs `vigor train` and `vigor eval` from a folder outside the checkout
-with the same bundled config, model and benchmark files, and installs no top-level
-`verifiers` or `sandbox` module.
+"""The package stands on its own: a wheel built from this checkout's sdist, installed into a
+fresh virtual environment, runs `vigor train` and `vigor eval` from a folder outside the
+checkout with the same bundled config, model and benchmark files, and installs no top-level
+`verifiers` or `sandbox` module. The sdist holds the repository's own layout (``sandbox/``,
+``verifiers/``, ``configs/`` at the top, mapped into ``vigor_cli`` by ``pyproject.toml``), and a
+clean venv (no other package) imports ``vigor_cli.verifiers`` and ``vigor_cli.sandbox`` from the
+wheel and from an editable install alike.
 
-The venv sees the system site-packages (torch and the other dependencies are not installed
-again; inside a venv, that venv's packages too), so the test checks that its `vigor_cli` is the wheel's copy, not this checkout or an
-editable install.
+The venv that runs vigor sees this interpreter's packages (torch and the other dependencies are
+not installed again), so the test checks that its `vigor_cli` is the wheel's copy, not this
+checkout or an editable install.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
+from venvs import COPY_IGNORE, clean_env, make_venv, pip_install, run
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
-COPY_IGNORE = shutil.ignore_patterns(".git", "runs", "build", "dist", "*.egg-info", "__pycache__",
-                                     ".pytest_cache", ".venv", "results", "*.whl")
-
-
-def run(cmd: list[str], cwd: Path, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert res.returncode == 0, f"{' '.join(map(str, cmd))} failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    return res
+IMPORTS = ("import vigor_cli, vigor_cli.verifiers.math_answers, vigor_cli.sandbox.landlock\n"
+           "from vigor_cli.package_data import CONFIGS_DIR, MATH_EVAL_DIR\n"
+           "print(vigor_cli.__file__); print(vigor_cli.verifiers.math_answers.__file__)\n"
+           "print(vigor_cli.sandbox.landlock.__file__); print(CONFIGS_DIR); print(MATH_EVAL_DIR)")
+"""Imports the mapped packages (standard library only) and prints where each came from."""
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """A wheel built from a copy of this checkout (so no build/ or egg-info lands in it)."""
-    base = tmp_path_factory.mktemp("wheel")
+def sdist(tmp_path_factory) -> Path:
+    """An sdist built from a copy of this checkout (so no build/ or egg-info lands in it)."""
+    base = tmp_path_factory.mktemp("sdist")
     src = base / "src"
-    shutil.copytree(ROOT, src, symlinks=True, ignore=COPY_IGNORE)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(base / "dist"), str(src)]
-    if importlib.util.find_spec("setuptools") is not None:
-        cmd.insert(4, "--no-build-isolation")  # build offline with the setuptools already here
-    run(cmd, cwd=base)
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+    build = "import sys; from setuptools import build_meta as b; print(b.build_sdist(sys.argv[1]))"
+    name = run([sys.executable, "-c", build, base / "dist"], cwd=src).stdout.split()[-1]
+    return base / "dist" / name
+
+
+@pytest.fixture(scope="module")
+def wheel(sdist, tmp_path_factory) -> Path:
+    """A wheel built from the sdist (so the sdist holds everything the package needs)."""
+    base = tmp_path_factory.mktemp("wheel")
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+         base / "dist", sdist], cwd=base, env=clean_env())
     (whl,) = (base / "dist").glob("vigor-*.whl")
     return whl
 
@@ -55,33 +63,62 @@ def venv(wheel, tmp_path_factory) -> dict:
     outside the checkout and the environment to run them in."""
     base = tmp_path_factory.mktemp("venv")
     env_dir = base / "env"
-    run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)], cwd=base)
-    python = env_dir / "bin" / "python"
-    if sys.prefix != sys.base_prefix:
-        # This interpreter is itself a venv (as under .ci/run): --system-site-packages shows
-        # the base interpreter's packages, not this venv's, so point the new venv at them too.
-        # A plain path line: the .pth files there (an editable vigor) are not run.
-        import sysconfig
-
-        theirs = run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                     cwd=base).stdout.strip()
-        ours = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-        (Path(theirs) / "outer-env.pth").write_text("".join(f"{p}\n" for p in ours))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env |= {"PATH": f"{env_dir / 'bin'}{os.pathsep}{env.get('PATH', '')}", "HF_HUB_OFFLINE": "1",
-            "COLUMNS": "200", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
-         "--force-reinstall", str(wheel)], cwd=base, env=env)
+    python = make_venv(env_dir)
+    env = clean_env(PATH=f"{env_dir / 'bin'}:{clean_env().get('PATH', '')}", HF_HUB_OFFLINE="1", COLUMNS="200")
+    pip_install(python, "--no-index", "--force-reinstall", str(wheel), cwd=base)
     work = base / "work"
     work.mkdir()
     return {"python": python, "vigor": env_dir / "bin" / "vigor", "work": work, "env": env, "root": env_dir}
+
+
+def test_sdist_keeps_the_repository_layout(sdist):
+    """Every file of the sdist lies where it lies in the repository (sandbox/ at the top, no
+    vigor_cli/sandbox copy), and every source file and config of the package is in it."""
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    with tarfile.open(sdist) as t:
+        names = {m.name.split("/", 1)[1] for m in t.getmembers() if m.isfile()}
+    generated = {"PKG-INFO", "setup.cfg"}
+    names = {n for n in names if n not in generated and ".egg-info/" not in n}
+    assert names <= tracked, f"files of the sdist that are not in the repository: {sorted(names - tracked)}"
+    package = {n for n in tracked if n.split("/")[0] in ("vigor_cli", "sandbox", "verifiers", "configs")
+               and (n.endswith((".py", ".yaml")))}
+    assert package <= names, f"package files missing from the sdist: {sorted(package - names)}"
+    assert not any(n.startswith(("vigor_cli/sandbox/", "vigor_cli/verifiers/", "vigor_cli/configs/"))
+                   for n in names)
+
+
+@pytest.mark.parametrize("how", ["wheel", "editable"])
+def test_a_clean_venv_imports_the_mapped_packages(how, wheel, tmp_path):
+    """A venv with nothing else installed: `vigor_cli.verifiers`, `vigor_cli.sandbox` and the
+    configs come from the wheel's copy, or (editable) from the checkout's top-level folders."""
+    python = make_venv(tmp_path / "env", inherit=False)
+    if how == "wheel":
+        pip_install(python, "--no-index", str(wheel), cwd=tmp_path)
+        src = tmp_path / "env"
+    else:
+        src = tmp_path / "src"
+        shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*COPY_IGNORE))
+        pip_install(python, "-e", str(src), cwd=tmp_path)  # builds with setuptools from the index
+    work = tmp_path / "work"
+    work.mkdir()
+    out = run([python, "-c", IMPORTS], cwd=work, env=clean_env()).stdout.split()
+    package, verifiers, sandbox, configs, math_eval = (Path(line).resolve() for line in out)
+    for p in (package, verifiers, sandbox, configs, math_eval):
+        assert src.resolve() in p.parents, f"{p} is not from {src}"
+    if how == "wheel":
+        assert verifiers.parent.parent == sandbox.parent.parent == configs.parent == package.parent
+    else:
+        top = src.resolve()
+        assert (verifiers.parent, sandbox.parent, configs) == (top / "verifiers", top / "sandbox", top / "configs")
+    assert (configs / "tiny-math.yaml").is_file() and len(list(math_eval.glob("*.jsonl"))) == 7
 
 
 def test_wheel_ships_configs_model_and_data_under_vigor_cli(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.startswith("vigor-")}
     assert top == {"vigor_cli"}, f"top-level entries besides vigor_cli: {top}"
-    configs = {p.name for p in (ROOT / "configs").glob("*.yaml")}
+    configs = {p.name for p in (ROOT / "configs").glob("*.yaml")} | {"__init__.py"}
     assert {n.removeprefix("vigor_cli/configs/") for n in names if n.startswith("vigor_cli/configs/")} == configs
     data = {n.removeprefix("vigor_cli/data/math-eval/") for n in names if n.startswith("vigor_cli/data/math-eval/")}
     assert data == {f"{b}.jsonl" for b in ("math500", "aime24", "amc23", "gaokao2023en", "minerva_math",
@@ -97,11 +134,8 @@ def test_wheel_ships_configs_model_and_data_under_vigor_cli(wheel):
 
 
 def test_venv_imports_the_wheel_and_no_top_level_verifiers_or_sandbox(venv):
-    code = ("import vigor_cli, vigor_cli.verifiers.math, vigor_cli.sandbox\n"
-            "from vigor_cli.package_data import CONFIGS_DIR, MATH_EVAL_DIR\n"
-            "print(vigor_cli.__file__); print(vigor_cli.verifiers.math.__file__)\n"
-            "print(vigor_cli.sandbox.__file__); print(CONFIGS_DIR); print(MATH_EVAL_DIR)")
-    res = run([str(venv["python"]), "-c", code], cwd=venv["work"], env=venv["env"])
+    res = run([str(venv["python"]), "-c", IMPORTS.replace("math_answers", "math")], cwd=venv["work"],
+              env=venv["env"])
     paths = [Path(line).resolve() for line in res.stdout.split()]
     site = venv["root"].resolve()
     for p in paths:
@@ -128,7 +162,7 @@ def test_bare_vigor_train_from_the_wheel_runs_the_bundled_tiny_config(venv):
     (run_dir,) = (venv["work"] / "runs").iterdir()
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())
     from vigor_cli.commands.train import DEFAULT_CONFIG
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
 
     expected = build_config(DEFAULT_CONFIG, overrides={"train.steps": 2}).model_dump(mode="json")
     for cfg in (saved, expected):

@@ -1,8 +1,10 @@
 """Two steps of VigorGRPOTrainer on the bundled tiny model with a reward that depends only on
 (uid, rollout index), so one process and two (`torchrun --nproc_per_node 2`, gloo on CPU)
-see the same rewards. Each rank writes what it generated and its allocator's records to
-OUT/rank-<r>.json; rank 0 also writes the run directory OUT/run. Used by
-tests/test_trl_integration.py."""
+see the same rewards; held-out evaluation at the start and the end. Each rank writes what
+it generated, its layout per step, its allocator's state and its held-out results to
+OUT/rank-<r>.json; rank 0 also writes the run directory OUT/run. With ``diverge``, rank 1
+draws its prompts in another order (its allocator asks for other rollouts than rank 0's).
+Used by tests/test_trl_integration.py."""
 
 from __future__ import annotations
 
@@ -22,42 +24,55 @@ def keyed_reward(prompts, completions, uid, rollout_index, **kwargs):
     return out
 
 
-def main(out: Path, strategy: str = "vigor") -> None:
+def main(out: Path, mode: str = "") -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from vigor_cli.config import TaskConfig
-    from vigor_cli.integrations.trl import VigorGRPOConfig, VigorGRPOTrainer, task_dataset
+    from vigor_cli.integrations.trl import HeldOutEval, VigorGRPOConfig, VigorGRPOTrainer, task_dataset
     from vigor_cli.models import TINY_DIR
+    from vigor_cli.rollout_core import DataOrder
     from vigor_cli.tasks import get_task
 
     class Recording(VigorGRPOTrainer):
         generated: list = []
-        records: list = []
+        steps: list = []
 
         def _generate_round(self, rows):
             self.generated.append(len(rows))
             return super()._generate_round(rows)
 
-        def _finish_step(self, step, layout, *args):
-            result = super()._finish_step(step, layout, *args)
-            self.records.append({"step": step, "spent": list(layout.spent)})
+        def _generate_and_score_completions(self, inputs):
+            result = super()._generate_and_score_completions(inputs)
+            if self.model.training:
+                layout = self.last_rounds.layout
+                self.steps.append({"step": self.vigor_step, "spent": list(layout.spent),
+                                   "tokens": list(layout.tokens), "rows": layout.rows})
             return result
 
     tok = AutoTokenizer.from_pretrained(TINY_DIR)
-    data = task_dataset(get_task(TaskConfig(name="tiny-math")), tok)
+    task = get_task(TaskConfig(name="tiny-math"))
+    data = task_dataset(task, tok)
     args = VigorGRPOConfig(
         output_dir=str(out / "run"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-        max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True,
+        max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
         seed=3, lr_scheduler_type="constant", prompts_per_step=5,
-        vigor={"strategy": strategy, "m0": 1, "gamma": 3.0},
+        vigor={"strategy": "vigor", "m0": 1, "gamma": 3.0},
     )
     trainer = Recording(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[keyed_reward],
                         args=args, train_dataset=data, processing_class=tok)
-    trainer.train()
+    held_out = HeldOutEval(trainer, task, task.eval_examples()[:7], max_new_tokens=8)
+    trainer.add_callback(held_out)
     rank = trainer.accelerator.process_index
+    if mode == "diverge" and rank == 1:
+        trainer.vigor_data = DataOrder(list(reversed(list(trainer.vigor_index))), args.seed)
+    try:
+        trainer.train()
+    finally:
+        task.close()
     (out / f"rank-{rank}.json").write_text(json.dumps({
         "ranks": trainer.accelerator.num_processes, "generated": trainer.generated,
-        "steps": trainer.records, "allocator": trainer.allocator.state_dict(),
+        "steps": trainer.steps, "allocator": trainer.allocator.state_dict(),
+        "held_out": held_out.results, "max_prompt_tokens": max(trainer._prompt_tokens.values()),
     }))
 
 

@@ -269,6 +269,36 @@ class ScriptedStandInLLM(StandInLLM):
         return SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=outputs)
 
 
+class LauncherStandInLLM(StandInLLM):
+    """Starts its process group as vLLM 0.33's ``ExecutorWithExternalLauncher`` does at build:
+    rank and local rank from RANK and LOCAL_RANK, ``torch.distributed`` initialised with
+    ``env://`` (MASTER_ADDR, MASTER_PORT, and TORCHELASTIC_USE_AGENT_STORE under torchrun) for
+    the engine's world of one (tensor parallel 1). gloo and a short timeout stand in for NCCL and
+    vLLM's default, so a wrong environment fails in seconds instead of hanging. Records the
+    variables it saw; :meth:`close_group` ends the group."""
+
+    timeout_s = 5.0
+
+    def __init__(self, model, **kwargs):
+        import datetime
+        import os
+
+        import torch.distributed as dist
+
+        super().__init__(model, **kwargs)
+        self.seen_env = dict(os.environ)
+        rank, self.local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("gloo", init_method="env://", world_size=1, rank=rank,
+                                timeout=datetime.timedelta(seconds=self.timeout_s))
+
+    @staticmethod
+    def close_group():
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def stand_in_api(checkpoint_names: set[str] | None = None, llm: type = StandInLLM, **attrs):
     """A ``vllm``-like namespace whose ``LLM`` is ``llm`` (with class attributes ``attrs``)."""
     llm_class = type("LLM", (llm,), {"checkpoint_names": checkpoint_names or set(), **attrs})

@@ -8,8 +8,16 @@ protocol), or all of them on request.
 Isolation: the verifier refuses to run programs on a pool weaker than full
 isolation (Landlock, seccomp, a uid per slot, PID/IPC/network/mount namespaces,
 a tmpfs per job) unless ``allow_weak_sandbox=True``; every verdict records the
-level it ran under. A test the sandbox itself failed on is ``sandbox_error``,
-never a wrong answer: callers that train on rewards must stop on it.
+level it ran under. A test the sandbox itself failed on is ``sandbox_error``, and a
+test whose judging raised (a bug of the grader, never expected) is
+``grading_error``: neither is a verdict on the program, and neither stops the others
+(callers that train on rewards score such a submission 0 and count it, and stop
+only when most of a batch fails; see ``tasks/code_task.py``).
+
+Totality: judging never raises on what a program produced. Its status line and
+returned value are read by :mod:`sandbox.values` (nesting bounded, equality without
+recursion), and number tokens that are NaN (quiet or signalling) never equal
+anything as numbers.
 
 Memory: each test's output cap follows its expected output (four times its size
 plus 64 KiB, at least 1 MiB, at most ``Limits.stdout_cap``), and each run is
@@ -36,7 +44,8 @@ Comparison, as LiveCodeBench does it:
     number (``1.50`` = ``1.5``);
   * functional tests: ``Solution().<func_name>(*args)`` with one JSON argument
     per input line; the return value (a tuple becomes a list) must ``==`` the
-    expected JSON value.
+    expected JSON value (a value nested deeper than ``sandbox.values.MAX_DEPTH``
+    levels is a wrong answer).
 """
 
 from __future__ import annotations
@@ -45,10 +54,11 @@ import json
 import re
 import sys
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Iterable
 
 from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool, WeakSandboxError
+from vigor_cli.sandbox.values import json_equal, parse_json
 from vigor_cli.verifiers.lcb import Problem, ProblemError, TestCase, load_problem
 
 __all__ = [
@@ -85,14 +95,25 @@ def _stripped_lines(text: str) -> list[str]:
 
 
 def _decimals(line: str) -> list[Decimal] | None:
+    """The line's tokens as decimal numbers, or None if any is not one. NaN (quiet or
+    signalling) is no number here: a signalling NaN raises when compared, and no NaN
+    equals anything."""
     try:
-        return [Decimal(token) for token in line.split()]
-    except (InvalidOperation, ValueError):
+        numbers = [Decimal(token) for token in line.split()]
+    except (ArithmeticError, ValueError):
         return None
+    return None if any(n.is_nan() for n in numbers) else numbers
+
+
+def _same_numbers(a: list[Decimal], b: list[Decimal]) -> bool:
+    try:
+        return len(a) == len(b) and all(x == y for x, y in zip(a, b))
+    except ArithmeticError:  # no NaN gets here; kept total whatever the context says
+        return False
 
 
 def outputs_match(actual: str, expected: str) -> tuple[bool, str]:
-    """LiveCodeBench's stdin comparison; returns (match, why not)."""
+    """LiveCodeBench's stdin comparison; returns (match, why not). Never raises."""
     got, want = _stripped_lines(actual), _stripped_lines(expected)
     if len(got) != len(want):
         return False, f"{len(got)} output lines, expected {len(want)}"
@@ -100,7 +121,7 @@ def outputs_match(actual: str, expected: str) -> tuple[bool, str]:
         if a == b:
             continue
         da, db = _decimals(a), _decimals(b)
-        if da is None or db is None or da != db:
+        if da is None or db is None or not _same_numbers(da, db):
             return False, f"line {number}: {_short(a)!r} != expected {_short(b)!r}"
     return True, ""
 
@@ -109,12 +130,21 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "..." + text[-limit // 2:]
 
 
+def _describe(value: object) -> str:
+    """A returned value, short (its nesting is bounded by the parse that produced it)."""
+    try:
+        return _short(json.dumps(value))
+    except (ValueError, TypeError, RecursionError):
+        return f"a {type(value).__name__}"
+
+
 # --------------------------------------------------------------------------- verdicts
 @dataclass
 class TestVerdict:
     status: str
     """pass | wrong_answer | time_limit | runtime_error | memory_limit | compile_error | skipped
-    | sandbox_error (the sandbox failed: no verdict on the program)"""
+    | sandbox_error (the sandbox failed: no verdict on the program) | grading_error (judging
+    the run raised: no verdict on the program)"""
     stderr_head: str = ""
     detail: str = ""
     wall_s: float = 0.0
@@ -151,6 +181,11 @@ class CodeVerdict:
         """Tests the sandbox failed to run (no verdict on the program)."""
         return [t for t in self.tests if t.status == "sandbox_error"]
 
+    @property
+    def grading_errors(self) -> list[TestVerdict]:
+        """Tests that were not judged: the sandbox failed, or judging raised."""
+        return [t for t in self.tests if t.status in ("sandbox_error", "grading_error")]
+
     def to_dict(self) -> dict:
         return {"full": self.full, "fraction": self.fraction, "reason": self.reason,
                 "flag": self.flag, "isolation": self.isolation,
@@ -170,21 +205,38 @@ _OUTCOME_STATUS = {
 
 
 def judge(test: TestCase, run: RunResult) -> TestVerdict:
-    """The verdict for one test from its run."""
+    """The verdict for one test from its run. Never raises: a failure of the judging itself
+    is a ``grading_error`` verdict (see :func:`_judge`)."""
+    try:
+        return _judge(test, run)
+    except Exception as exc:  # noqa: BLE001 - a grader bug must cost one test, not a batch
+        return TestVerdict("grading_error", detail=f"{type(exc).__name__}: {_short(str(exc))}",
+                           wall_s=run.wall_s, cpu_s=run.cpu_s, max_rss_kb=run.max_rss_kb,
+                           testtype=test.testtype)
+
+
+def _judge(test: TestCase, run: RunResult) -> TestVerdict:
     verdict = TestVerdict(status="pass", stderr_head=run.stderr_head, wall_s=run.wall_s,
                           cpu_s=run.cpu_s, max_rss_kb=run.max_rss_kb, testtype=test.testtype)
     if run.outcome != "ok":
-        verdict.status = _OUTCOME_STATUS[run.outcome]
+        verdict.status = _OUTCOME_STATUS.get(run.outcome, "sandbox_error")
         verdict.detail = run.detail
         return verdict
     if test.testtype == "functional":
         if run.unserialisable:
             verdict.status, verdict.detail = "wrong_answer", f"returned a {run.unserialisable}"
+        elif not run.has_value and run.status_error:
+            verdict.status = "wrong_answer"
+            verdict.detail = f"returned a value that cannot be read ({run.status_error})"
         elif not run.has_value:
             verdict.status, verdict.detail = "runtime_error", "the method returned nothing"
-        elif run.value != json.loads(test.output):
-            verdict.status = "wrong_answer"
-            verdict.detail = f"returned {_short(json.dumps(run.value))}, expected {_short(test.output)}"
+        else:
+            expected, why = parse_json(test.output)
+            if why is not None:
+                raise ProblemError(f"the expected output cannot be read ({why})")
+            if not json_equal(run.value, expected):
+                verdict.status = "wrong_answer"
+                verdict.detail = f"returned {_describe(run.value)}, expected {_short(test.output)}"
         return verdict
     ok, why = outputs_match(run.stdout.decode("utf-8", "replace"), test.output)
     if not ok:
@@ -328,7 +380,7 @@ class CodeVerifier:
         runs = self.pool.run(jobs)
         for (qid, index, case), run in zip(owners, runs):
             status = judge(case, run).status
-            if status == "sandbox_error":
+            if status in ("sandbox_error", "grading_error"):
                 self._references.pop(qid, None)  # not the reference's fault: ask again later
             elif status != "pass" and self._references.get(qid) is None:
                 self._references[qid] = f"its reference solution gets {status} on test {index + 1}"

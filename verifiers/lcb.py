@@ -17,6 +17,8 @@ import pickle
 import zlib
 from dataclasses import dataclass, field
 
+from vigor_cli.sandbox.values import parse_json
+
 TEST_TYPES = ("stdin", "functional")
 MAX_DECOMPRESSED_BYTES = 1 << 30
 """The most a ``private_test_cases`` blob may decompress to (1 GiB; the largest release_v6
@@ -103,7 +105,7 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
     if stripped.startswith("["):
         try:
             return json.loads(stripped)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON ({exc})") from None
     try:
         packed = _bounded_decompress(base64.b64decode(stripped, validate=True))
@@ -126,7 +128,7 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
                            f"{type(inner).__name__}, not a JSON string")
     try:
         return json.loads(inner)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON inside its "
                            f"pickle ({exc})") from None
 
@@ -160,12 +162,10 @@ def _check_tests(raw: object, qid: str, field_name: str, func_name: str | None) 
         if kind == "functional":
             if not func_name:
                 raise ProblemError(f"{where} is functional but metadata has no func_name")
-            try:
-                for line in test.input.split("\n"):
-                    json.loads(line)
-                json.loads(test.output)
-            except ValueError as exc:
-                raise ProblemError(f"{where} is not one JSON value per line ({exc})") from None
+            for text in (*test.input.split("\n"), test.output):
+                why = parse_json(text)[1]  # bounded: a record is data from the internet
+                if why is not None:
+                    raise ProblemError(f"{where} is not one JSON value per line ({why})")
         tests.append(test)
     return tests
 

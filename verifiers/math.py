@@ -35,8 +35,13 @@ How one completion is graded (:func:`grade`):
 
 Time: Math-Verify's own timeouts use SIGALRM (main thread only, and they cancel any
 outer alarm), so they are off (``parsing_timeout=None``, ``timeout_seconds=None``).
-:class:`MathVerifier` runs the grading in worker processes forked from a forkserver that
-has already imported sympy and Math-Verify; a worker that passes the limit on one item is
+:class:`MathVerifier` runs the grading in worker processes forked from a zygote of its own (a
+fresh interpreter that has imported sympy and Math-Verify: :class:`_Zygote`; not
+multiprocessing's forkserver, which left a ``pymp-*`` folder in the temp directory when its
+parent was SIGKILLed, and with its resource tracker took seconds of interpreter shutdown to
+follow it). The zygote and every worker die within moments of the process that owns them,
+whatever killed it (a pidfd the zygote polls; :func:`sandbox.lifeline.die_with` in each
+worker). A worker that passes the limit on one item is
 killed at once (a replacement starts when there is more work), that item scores 0 with
 reason ``timeout``, and its unfinished items go to other workers. Exceptions (also MemoryError under the workers' address-space
 limit) score 0 with reason ``error: ...``. Nothing raises or hangs. For a few cases
@@ -50,12 +55,17 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import select
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from fractions import Fraction
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from typing import Sequence, Union
 
 from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans, split_top_level
@@ -635,13 +645,154 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
     return results
 
 
+_ZYGOTE_BOOT = "from vigor_cli.verifiers.math import _zygote_main; _zygote_main()"
+
+
+def _zygote_main() -> None:
+    """The zygote's life (``python -c _ZYGOTE_BOOT SOCKET_FD PARENT_PID EXTRA_MEMORY``): import
+    Math-Verify once, then fork a worker for each descriptor the verifier sends and send back
+    the worker's pidfd. Ends the moment its parent does (no interpreter shutdown)."""
+    from vigor_cli.sandbox.lifeline import _exists, die_with, pidfd
+
+    sock_fd, parent_pid, extra_memory = (int(arg) for arg in sys.argv[1:4])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C and a group's SIGTERM are the
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # parent's to handle (it needs us to finish)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    die_with(parent_pid)  # also during the second or two of importing Math-Verify
+    sock = socket.socket(fileno=sock_fd)
+    parent = pidfd(parent_pid)
+    _math_verify()
+    sock.send(b"ready")
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if parent is not None:
+        poller.register(parent, select.POLLIN)
+    while True:
+        events = poller.poll(None if parent is not None else 200)
+        if any(fd == parent for fd, _ in events) or (parent is None and not _exists(parent_pid)):
+            os._exit(0)
+        if not events:
+            continue
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, 16, 1)
+        except OSError:
+            os._exit(0)
+        if not message:  # the verifier closed
+            os._exit(0)
+        if not fds:
+            continue
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(fds[0])
+            sock.send(b"failed")
+            continue
+        if pid == 0:
+            try:
+                sock.close()
+                if parent is not None:
+                    os.close(parent)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _worker_main(Connection(fds[0]), extra_memory, parent_pid)
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        child = os.pidfd_open(pid)
+        socket.send_fds(sock, [b"started"], [child])
+        os.close(child)
+
+
+class _Child:
+    """A worker process (the zygote's child) seen through its pidfd: no pid reuse, no waiting
+    on a process that is not ours."""
+
+    def __init__(self, pidfd: int):
+        self.pidfd = pidfd
+        self.pid = int(next((line.split()[1] for line in open(f"/proc/self/fdinfo/{pidfd}")
+                             if line.startswith("Pid:")), "-1"))
+
+    def kill(self) -> None:
+        if self.pidfd >= 0:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def join(self, timeout: float | None = None) -> None:
+        if self.pidfd >= 0:
+            select.select([self.pidfd], [], [], timeout)
+
+    def is_alive(self) -> bool:
+        return self.pidfd >= 0 and not select.select([self.pidfd], [], [], 0)[0]
+
+    def close(self) -> None:
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
+class _Zygote:
+    """A fresh interpreter (never a fork of the caller, which may hold GPUs and threads) that
+    has imported Math-Verify and forks workers on request, in milliseconds."""
+
+    def __init__(self, extra_memory: int):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path
+                                            if p and os.path.isdir(p))
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", _ZYGOTE_BOOT, str(theirs.fileno()), str(os.getpid()),
+                 str(extra_memory)],
+                pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, cwd="/")
+        finally:
+            theirs.close()
+        self.sock = ours
+        if self._reply(STARTUP_TIMEOUT_S)[0] != b"ready":
+            self.close()
+            raise RuntimeError("the math verifier's zygote did not start (see its stderr above)")
+
+    def _reply(self, timeout: float) -> tuple[bytes, list[int]]:
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return b"", []
+        try:
+            message, fds, _, _ = socket.recv_fds(self.sock, 16, 1)
+        except OSError:
+            return b"", []
+        return message, fds
+
+    def fork(self) -> tuple[Connection, _Child]:
+        """A new worker: (the connection to it, its handle). Raises RuntimeError."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            socket.send_fds(self.sock, [b"fork"], [theirs.fileno()])
+        except OSError as exc:
+            ours.close()
+            raise RuntimeError(f"the math verifier's zygote is gone: {exc}") from None
+        finally:
+            theirs.close()
+        message, fds = self._reply(STARTUP_TIMEOUT_S)
+        if message != b"started" or not fds:
+            ours.close()
+            raise RuntimeError("the math verifier's zygote could not start a worker")
+        return Connection(ours.detach()), _Child(fds[0])
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        self.sock.close()  # the zygote sees the end of file and leaves
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
 class _Worker:
-    def __init__(self, ctx, extra_memory: int):
-        self.conn, child = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_worker_main, args=(child, extra_memory, os.getpid()),
-                                daemon=True)
-        self.proc.start()
-        child.close()
+    def __init__(self, zygote: _Zygote):
+        self.conn, self.proc = zygote.fork()
         ready = self.conn.poll(STARTUP_TIMEOUT_S)
         try:
             ok = ready and self.conn.recv() == "ready"
@@ -649,10 +800,7 @@ class _Worker:
             ok = False
         if not ok:
             self.kill()
-            raise RuntimeError(
-                "a math verifier worker did not start (is the main module guarded by "
-                "`if __name__ == '__main__':`?)"
-            )
+            raise RuntimeError("a math verifier worker did not start")
         self.items: deque = deque()  # (index, gold, completion, problem) sent and not yet answered
         self.item_started = 0.0
 
@@ -662,15 +810,8 @@ class _Worker:
             self.proc.join(timeout=5)
         except Exception:  # noqa: BLE001 - already gone
             pass
+        self.proc.close()
         self.conn.close()
-
-
-def _context():
-    """A forkserver that has imported Math-Verify: new workers start in milliseconds and
-    never inherit the parent's threads or CUDA state."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["vigor_cli.verifiers.math", "math_verify", "sympy"])
-    return ctx
 
 
 class MathVerifier:
@@ -687,7 +828,7 @@ class MathVerifier:
         self.timeout_s = float(timeout_s)
         self.workers = workers if workers > 0 else min(os.cpu_count() or 1, DEFAULT_MAX_WORKERS)
         self._extra_memory = extra_memory
-        self._ctx = None
+        self._zygote: _Zygote | None = None
         self._pool: list[_Worker] = []
         self._dying: list = []  # killed worker processes not yet seen to exit
         self._lock = threading.Lock()
@@ -728,7 +869,11 @@ class MathVerifier:
                 w.kill()
             for proc in self._dying:
                 proc.join(timeout=5)
+                proc.close()
             self._pool, self._dying = [], []
+            if self._zygote is not None:
+                self._zygote.close()
+                self._zygote = None
 
     def __enter__(self) -> "MathVerifier":
         return self
@@ -745,9 +890,12 @@ class MathVerifier:
     # -- scheduling ---------------------------------------------------------------------
 
     def _spawn(self) -> _Worker:
-        if self._ctx is None:
-            self._ctx = _context()
-        return _Worker(self._ctx, self._extra_memory)
+        if self._zygote is not None and not self._zygote.alive():
+            self._zygote.close()
+            self._zygote = None
+        if self._zygote is None:
+            self._zygote = _Zygote(self._extra_memory)
+        return _Worker(self._zygote)
 
     def _run(self, items: list) -> list[MathVerdict]:
         results: list[MathVerdict | None] = [None] * len(items)
@@ -817,4 +965,10 @@ class MathVerifier:
         self.restarts += 1
 
     def _reap(self) -> None:
-        self._dying = [p for p in self._dying if p.is_alive()]
+        alive = []
+        for proc in self._dying:
+            if proc.is_alive():
+                alive.append(proc)
+            else:
+                proc.close()
+        self._dying = alive

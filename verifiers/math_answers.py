@@ -30,6 +30,7 @@ from pathlib import Path
 
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.records import check_record
 from vigor_cli.package_data import MATH_EVAL_DIR
 
 BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]
@@ -235,7 +236,10 @@ def load_benchmark(name_or_path: str, data_dir: str | Path | None = None) -> lis
         if not path.suffix == ".jsonl" and not path.exists():
             raise UserError(f"unknown benchmark {name_or_path!r}: use one of {', '.join(KNOWN)} or a .jsonl path")
     records = []
+    read_solution = ("solution",) if name == "minerva_math" else ()  # its gold is the solution's box
     for number, row in iter_jsonl(path):
+        check_record(row, f"{path}:{number}", text=("question", "problem", *read_solution),
+                     answers=("answer", "final_answer"))  # a null, NaN or object answer: refused
         try:
             records.append(_record(name, number - 1, row))
         except KeyError as e:

@@ -7,10 +7,12 @@ functions, so `vigor --help` stays fast.
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 from vigor_cli.commands import eval as eval_cmd
+from vigor_cli.commands import export as export_cmd
 from vigor_cli.commands import inspect as inspect_cmd
 from vigor_cli.commands import make_tiny as make_tiny_cmd
 from vigor_cli.commands import probe as probe_cmd
@@ -29,7 +31,24 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"show_default": True},  # every option's default in --help
 )
+
+def _version(value: bool) -> None:
+    if value:
+        from vigor_cli import __version__
+
+        typer.echo(f"vigor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print vigor's version and exit.")] = False,
+) -> None:
+    """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
+
 
 app.command("train")(train_cmd.train)
 app.command("eval")(eval_cmd.evaluate)
@@ -39,6 +58,7 @@ app.command("simulate")(simulate_cmd.simulate)
 app.add_typer(verify_cmd.app, name="verify")
 app.command("make-tiny")(make_tiny_cmd.make_tiny)
 app.command("probe")(probe_cmd.probe)
+app.command("export")(export_cmd.export)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,6 +7,12 @@ types raise :class:`ConfigError` with a one-line message naming the key.
 Override syntax on the command line: ``--set section.key=value`` (value parsed
 as YAML, so ``--set allocation.alpha=0.25`` gives a float and
 ``--set model.lora.target_modules=[q_proj,v_proj]`` a list).
+
+This module sits at the bottom of the import graph: it imports no registry. The keys that
+name a registered thing (``task.name``, ``allocation.strategy`` and the strategy's own rules,
+``engine.kind``, ``grpo.loss_agg``, ``grpo.scale_rewards``) are checked where the registries
+are known, :mod:`vigor_cli.settings`, through the validation context (:func:`_check_name`);
+a run's config is built with :func:`vigor_cli.settings.build_config`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional
 
 import yaml
 from pydantic import (
@@ -38,6 +44,17 @@ STEPS_MAX = 10**7
 """Largest step count, interval or step number."""
 TOTAL_ROLLOUTS_MAX = 10**12
 """Largest count of rollouts over a whole run (a stop or evaluation schedule)."""
+
+
+def _check_name(info: ValidationInfo, key: str, name: Any) -> Any:
+    """A key that names a registered thing: the check comes from the caller that knows the
+    registries (``check_name(key, name)`` in the validation context, from
+    :mod:`vigor_cli.settings`); its ValueError names the registered names. Without that
+    context (a default config, an assignment) only the key's type is checked here."""
+    check = (info.context or {}).get("check_name")
+    if check is not None:
+        check(key, name)
+    return name
 
 
 def _scalar_types(annotation: Any) -> set:
@@ -70,6 +87,31 @@ class _Section(BaseModel):
             if not (isinstance(value, str) and str in kinds):  # 'auto' where a Literal allows it
                 raise ValueError(f"expected true or false, not {value!r}")
         return value
+
+
+FALSE_WORDS = ("false", "no", "off")
+TRUE_WORDS = ("true", "yes", "on")
+
+
+def mode_word(value: Any, choices: tuple[str, ...], true: str | None = None) -> Any:
+    """A mode as a YAML user writes it (``engine.weight_check: off``): any case, spaces around.
+    YAML 1.1 reads off/no/false (any case) as the boolean false, which means 'off'; true
+    (on/yes/true) means ``true`` where a mode stands for it, and is refused elsewhere."""
+    word = value
+    if isinstance(value, bool):
+        word = "true" if value else "false"
+    elif isinstance(value, str):
+        word = value.strip().lower()
+    else:
+        return value  # a number or a list: the Literal's own error names the choices
+    if word in FALSE_WORDS and "off" in choices:
+        return "off"
+    if word in TRUE_WORDS and word not in choices:
+        if true is None:
+            shown = "true (YAML reads on, yes and true as true)" if isinstance(value, bool) else repr(value)
+            raise ValueError(f"expected one of {', '.join(choices)}, not {shown}: name the mode")
+        return true
+    return word if word in choices else value
 
 
 # --------------------------------------------------------------------------- model
@@ -147,7 +189,9 @@ class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, math, code.",
+        "tiny-code, tiny-facts, tiny-ladder, math, code, and custom (your own data and rewards: "
+        "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
+        "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
     split_seed: int = Field(
         0,
@@ -159,7 +203,8 @@ class TaskConfig(_Section):
     )
     train_path: Optional[str] = Field(
         None,
-        description="Local JSONL/Parquet file of training records; overrides the hub dataset.",
+        description="math, code: local file or folder of training records (any format task.data "
+        "reads); overrides the hub dataset.",
     )
     data_dir: Optional[str] = Field(
         None,
@@ -198,15 +243,96 @@ class TaskConfig(_Section):
         description="Code task reward: 'full' = 1 if every test passes (the paper's full pass "
         "rate), 'fraction' = share of tests passed.",
     )
+    # ---- custom: your own data and rewards (vigor_cli/tasks/custom.py, README "Train on your own task")
+    data: Optional[str] = Field(
+        None,
+        description="custom: training data (--data): a .jsonl/.json/.csv/.tsv/.parquet file, a "
+        "folder written by datasets' save_to_disk, a folder datasets.load_dataset reads, or a hub "
+        "dataset org/name; PATH:SPLIT or org/name:SPLIT picks a split (default train). A 'prompt' "
+        "column (a string, or a list of system/user messages) is the prompt; every other column "
+        "reaches the reward functions by name.",
+    )
+    eval_data: Optional[str] = Field(
+        None,
+        description="custom: held-out data (--eval-data), any form task.data takes (default split "
+        "test, then validation), scored by the same rewards. Unset: the first 64 training rows "
+        "are evaluated (set 'train-sample').",
+    )
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="custom: column names the data uses instead of the ones expected, as "
+        "{expected: column}: prompt (--prompt-field), answer (--answer-field, the gold the math "
+        "verifier reads), or any column a reward function names.",
+    )
+    prompt_template: Optional[str] = Field(
+        None,
+        description="custom: the prompt built from a row's columns, e.g. 'Reverse {word}:' "
+        "({{ and }} for literal braces); replaces the prompt column.",
+    )
+    system_prompt: Optional[str] = Field(
+        None,
+        description="custom: a system message put before each prompt (--system-prompt); the "
+        "prompt becomes a message list, so a tokenizer with a chat template applies it.",
+    )
+    chat_template: bool | Literal["auto"] = Field(
+        "auto",
+        description="custom: 'auto' (TRL's rule) applies the tokenizer's chat template to "
+        "message-list prompts (and to prompts given a system message) and uses string prompts "
+        "as they are; true applies it to string prompts too (as one user message); false never "
+        "(message contents joined by blank lines). Without a chat template, messages are joined.",
+    )
+    rewards: list[str] = Field(
+        default_factory=list,
+        description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder) or FILE.py:FUNC, a function "
+        "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
+        "cannot score). User code runs in the trainer's process.",
+    )
+    reward_weights: list[Annotated[float, Field(ge=-1e6, le=1e6)]] = Field(
+        default_factory=list,
+        description="custom: one weight per reward (--reward-weights 1,0.5); the reward is the "
+        "weighted sum of the values that are not None (TRL's rule). Empty: every weight 1.",
+    )
 
     @field_validator("name")
     @classmethod
-    def _registered_task(cls, name: str) -> str:
-        from vigor_cli.tasks import TASKS
+    def _registered_task(cls, name: str, info: ValidationInfo) -> str:
+        return _check_name(info, "task.name", name)
 
-        if name not in TASKS:
-            raise ValueError(f"task.name: unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
-        return name
+    @field_validator("*", mode="after")
+    @classmethod
+    def _read_by_the_task(cls, value: Any, info: ValidationInfo) -> Any:
+        """A task.* key the chosen task does not read is refused (never silently ignored), then
+        the task's own rules on the key: both come from the caller that knows the task registry
+        (``task_rules`` in the validation context, from :mod:`vigor_cli.settings`)."""
+        rules = (info.context or {}).get("task_rules")
+        key, name = info.field_name, info.data.get("name")
+        if rules is None or key in ("name", "max_prompt_tokens") or name is None:
+            return value
+        changed = value != cls.model_fields[key].get_default(call_default_factory=True)
+        try:
+            rules.check_key(name, key, value, changed, info.data)
+        except ValueError as e:
+            raise _task_rule(str(e)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _task_needs(self, info: ValidationInfo) -> "TaskConfig":
+        """What the task needs across its keys (the custom task: data and a reward)."""
+        rules = (info.context or {}).get("task_rules")
+        if rules is not None:
+            try:
+                rules.check_task(self)
+            except ValueError as e:
+                raise _task_rule(str(e)) from None
+        return self
+
+
+def _task_rule(message: str) -> Exception:
+    """A task rule's error: printed as is after its source (see _format_validation_error)."""
+    from pydantic_core import PydanticCustomError
+
+    return PydanticCustomError("task_rule", "{message}", {"message": message})
 
 
 # --------------------------------------------------------------------------- allocation
@@ -356,6 +482,22 @@ class AllocationConfig(_Section):
         "memory, auto scores plans by breadth only).",
     )
 
+    reward_range: tuple[float, float] = Field(
+        (0.0, 1.0),
+        description="The lowest and highest reward a rollout can get. Allocation strategies read "
+        "rewards as pass rates in [0, 1]: each reward is told to the allocator as "
+        "(reward - low) / (high - low); a reward outside the range stops the run in one line "
+        "naming it (a weighted sum of several --reward functions can exceed 1: set "
+        "allocation.reward_range=[0,2]). The GRPO update uses the rewards as they are.",
+    )
+
+    @field_validator("reward_range")
+    @classmethod
+    def _ordered_range(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if not value[0] < value[1]:
+            raise ValueError(f"the low end must be below the high end, got {list(value)}")
+        return value
+
     @model_validator(mode="before")
     @classmethod
     def _budget_from_old_key(cls, data: Any) -> Any:
@@ -366,11 +508,8 @@ class AllocationConfig(_Section):
 
     @field_validator("strategy")
     @classmethod
-    def _registered_strategy(cls, name: str) -> str:
-        from vigor_cli.allocation import registry
-
-        registry.get(name)  # ValueError naming the registered strategies
-        return name
+    def _registered_strategy(cls, name: str, info: ValidationInfo) -> str:
+        return _check_name(info, "allocation.strategy", name)
 
 
 # --------------------------------------------------------------------------- sampling
@@ -426,7 +565,7 @@ class EngineConfig(_Section):
         description="After every step, check that the engine samples from the policy's weights: "
         "compare engine, policy and base-model log-probs on the same sampled tokens (rule in "
         "vigor_cli/rollout/weight_check.py). 'error' stops training when the engine tracks the "
-        "base or stale weights, 'warn' prints and logs it, 'off' skips the check.",
+        "base or stale weights, 'warn' prints and logs it, 'off' (or false) skips the check.",
     )
     weight_check_rows: int = Field(
         16,
@@ -445,14 +584,15 @@ class EngineConfig(_Section):
         "numerics stay well below it.",
     )
 
+    @field_validator("weight_check", mode="before")
+    @classmethod
+    def _weight_check_word(cls, value: Any) -> Any:
+        return mode_word(value, ("error", "warn", "off"))
+
     @field_validator("kind")
     @classmethod
-    def _registered_engine(cls, kind: str) -> str:
-        from vigor_cli.rollout import ENGINES
-
-        if kind != "auto" and kind not in ENGINES:
-            raise ValueError(f"engine.kind: unknown engine {kind!r}; known: auto, {', '.join(ENGINES)}")
-        return kind
+    def _registered_engine(cls, kind: str, info: ValidationInfo) -> str:
+        return _check_name(info, "engine.kind", kind)
 
 
 # --------------------------------------------------------------------------- GRPO
@@ -498,15 +638,31 @@ class GRPOConfig(_Section):
         "bytes per token per vocabulary entry).",
     )
 
+    importance_sampling: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Correct the policy-gradient term for the gap between the engine that sampled "
+        "(vLLM: bf16, its own kernels) and the policy that trains: each token's loss is weighted by "
+        "min(pi_policy / pi_engine, grpo.importance_sampling_cap), the ratio of the policy's "
+        "probability (before the update) to the engine's (TRL's and verl's token-level truncated "
+        "importance sampling; vigor_cli/grpo.py). 'auto': on with an engine that holds its own "
+        "copy of the weights (vllm), off with one that samples with the policy itself (hf). "
+        "engine.weight_check stays the alarm for an engine on stale weights.",
+    )
+    importance_sampling_cap: float = Field(
+        3.0, ge=1.0, le=1000.0,
+        description="Upper bound of the importance-sampling ratio (its truncation, as TRL's "
+        "vllm_importance_sampling_cap).",
+    )
+
+    @field_validator("importance_sampling", mode="before")
+    @classmethod
+    def _importance_sampling_word(cls, value: Any) -> Any:
+        return mode_word(value, ("auto", "on", "off"), true="on")
+
     @field_validator("loss_agg", "scale_rewards")
     @classmethod
     def _registered_function(cls, name: str, info: ValidationInfo) -> str:
-        from vigor_cli import grpo
-
-        known = grpo.LOSS_AGGREGATIONS if info.field_name == "loss_agg" else grpo.ADVANTAGE_SCALINGS
-        if name not in known:
-            raise ValueError(f"grpo.{info.field_name}: unknown name {name!r}; known: {', '.join(known)}")
-        return name
+        return _check_name(info, f"grpo.{info.field_name}", name)
 
 
 # --------------------------------------------------------------------------- loop
@@ -543,6 +699,31 @@ class TrainConfig(_Section):
         10, ge=0, le=STEPS_MAX, description="Print a table of a few completions every N steps (0: never)."
     )
     output_dir: str = Field("runs", description="Parent directory of run directories.")
+    report_to: list[str] = Field(
+        default_factory=list, description="Dashboards that get every metrics.jsonl line and the "
+        "completions sample, names in vigor_cli/tracking.py's registry (tensorboard, wandb, trackio; "
+        "several allowed, comma-separated; empty or 'none': none). Each needs its extra, e.g. "
+        "pip install 'vigor[tensorboard]'.",
+    )
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _known_backends(cls, v: Any, info: ValidationInfo) -> list[str]:
+        """One name, comma-separated names or a list; 'none' alone is []; each name is checked
+        against the tracker registry where it is known (vigor_cli/settings.py)."""
+        if v is None:
+            return []
+        items = v if isinstance(v, (list, tuple)) else [v]
+        if not all(isinstance(i, str) for i in items):
+            raise ValueError(f"expected backend names, not {v!r}")
+        names = list(dict.fromkeys(n.strip() for i in items for n in i.split(",") if n.strip()))
+        if "none" in names and len(names) > 1:
+            raise ValueError("'none' turns dashboards off; it cannot be combined with other backends")
+        names = [n for n in names if n != "none"]
+        for name in names:
+            _check_name(info, "train.report_to", name)
+        return names
+
     run_name: Optional[str] = Field(
         None, description="Run directory name (a plain name, no '/'); default "
         "<date>-<task>-<strategy>-s<seed>."
@@ -652,11 +833,9 @@ class RunConfig(_Section):
 
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
-        """Rules across sections; the strategy's own rules come from its registry entry (skipped
-        with the context ``{"strategy_rules": False}``: `vigor simulate` checks each strategy it
-        compares instead of the config's one)."""
-        from vigor_cli.allocation import registry
-
+        """Rules across sections; the strategy's own rules come from its registry entry, through
+        ``strategy_rules(cfg)`` in the validation context (:mod:`vigor_cli.settings`; left out
+        by `vigor simulate`, which checks each strategy it compares instead of the config's)."""
         s, g, e, t = self.sampling, self.grpo, self.engine, self.task
         if self.model.load_in_4bit and not self.model.lora.enabled:
             raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")
@@ -676,29 +855,10 @@ class RunConfig(_Section):
                 f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
                 f"sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
             )
-        strategy = registry.get(self.allocation.strategy)
-        if not (info.context or {}).get("strategy_rules", True):
-            return self
-        registry.options(self.allocation)
-        if strategy.check is not None:
-            strategy.check(self.allocation, self.train.prompts_per_step, None)
+        strategy_rules = (info.context or {}).get("strategy_rules")
+        if strategy_rules is not None:
+            strategy_rules(self)
         return self
-
-
-def check_against_data(cfg: RunConfig, n_train: int) -> None:
-    """The rules that need the task's training-set size (known once its data is read):
-    raises ConfigError naming the keys to change."""
-    from vigor_cli.allocation import registry
-
-    p = cfg.train.prompts_per_step
-    if p > n_train:
-        raise ConfigError(
-            f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'"
-        )
-    try:
-        registry.check(cfg.allocation, p, n_train)
-    except UserError as e:
-        raise ConfigError(str(e)) from None
 
 
 # --------------------------------------------------------------------------- loading
@@ -708,6 +868,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     kind = first["type"]
     if kind == "extra_forbidden":
         return f"{source}: unknown config key '{key}'"
+    if kind == "task_rule":  # the message names the key and the task
+        return f"{source}: {first['msg']}"
     msg = first["msg"].removeprefix("Value error, ").removeprefix(f"{key}: ")
     if kind == "value_error" and not first["loc"]:
         return f"{source}: {msg}"  # a rule across sections: the message names its keys
@@ -757,50 +919,61 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
+    from vigor_cli.user_files import FormatError, parse_yaml
+
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as e:
-        first = str(e).splitlines()[0]
-        raise ConfigError(f"--set {key}={raw}: the value is not valid YAML ({first})") from None
+        value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
+    except FormatError as e:
+        reason = e.reason if e.reason.startswith("not valid YAML") else f"not valid YAML: {e.reason}"
+        raise ConfigError(f"--set {key}={raw[:80]}: the value is {reason}") from None
     return key, value
 
 
 def load_yaml(path: str | Path) -> dict:
+    """A YAML config file as a dict, read by the one bounded reader (vigor_cli/user_files.py):
+    not a regular file, too big, not UTF-8, not YAML, a duplicate key or deep nesting is
+    one ConfigError line naming the file (and line)."""
+    from vigor_cli.user_files import CONFIG_MAX_BYTES, parse_yaml, read_bytes
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file not found: {p}")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError:
-        raise ConfigError(f"{p}: not a UTF-8 text file (a YAML run config is expected)") from None
-    except OSError as e:
-        raise ConfigError(f"{p}: cannot read the config ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raw = read_bytes(p, limit=CONFIG_MAX_BYTES)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{p}: not a UTF-8 text file (a YAML run config is expected)") from None
+        data = parse_yaml(text, str(p))
+    except ConfigError:
+        raise
+    except UserError as e:
+        raise ConfigError(str(e).replace(": no such file", ": config file not found", 1)) from None
+    if data is None:
+        return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping of sections")
     return data
 
 
-def build_config(
-    path: str | Path | None = None,
-    overrides: dict[str, Any] | None = None,
-    sets: list[str] | None = None,
-    strategy_rules: bool = True,
-    flags: dict[str, str] | None = None,
+def assemble(
+    path: str | Path | None,
+    overrides: dict[str, Any] | None,
+    sets: list[str] | None,
+    flags: dict[str, str] | None,
+    context: dict[str, Callable[..., None]],
 ) -> RunConfig:
-    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``.
+    """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``,
+    validated with ``context`` (the registry checks: ``check_name``, ``strategy_rules``).
 
-    An error names where the bad value came from: ``--set key=value``, the flag's key, or
-    the file. ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a
-    caller that runs other strategies with these keys and checks each: `vigor simulate`).
+    Use :func:`vigor_cli.settings.build_config`, which passes the registry checks. An error
+    names where the bad value came from: ``--set key=value``, the flag's key, or the file.
     ``flags`` maps an override's key to the command-line flag that set it, for the message."""
     tree: dict = load_yaml(path) if path else {}
     given: dict[str, str] = {}
     for k, v in (overrides or {}).items():
         if v is not None:
             flag = (flags or {}).get(k)
-            given[k] = f"{flag} {v} ({k})" if flag else f"{k}={v} (command-line flag)"
+            shown = ",".join(map(str, v)) if isinstance(v, list) else v  # a repeated flag's values
+            given[k] = f"{flag} {shown} ({k})" if flag else f"{k}={shown} (command-line flag)"
             _set_dotted(tree, k, v, given[k])
     for s in sets or []:
         k, v = parse_override(s)
@@ -808,7 +981,7 @@ def build_config(
         given[k] = f"--set {s.strip()}"
         _set_dotted(tree, k, v, given[k])
     try:
-        return RunConfig.model_validate(tree, context={"strategy_rules": strategy_rules})
+        return RunConfig.model_validate(tree, context=context)
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
@@ -833,23 +1006,6 @@ def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple
     return rows
 
 
-def known_names(what: Literal["strategy", "engine", "task", "benchmark"]) -> str:
-    """The registered names behind a key, comma-separated, for help texts and messages:
-    strategies (allocation.strategy), engines (engine.kind, 'auto' first), tasks (task.name),
-    benchmarks (`vigor eval --benchmarks`). Read from the registries, never listed here."""
-    if what == "strategy":
-        from vigor_cli.allocation import registry
-
-        return ", ".join(registry.names())
-    if what == "engine":
-        from vigor_cli.rollout import ENGINES
-
-        return ", ".join(["auto", *ENGINES])
-    from vigor_cli.tasks import EVAL_SETS, TASKS
-
-    return ", ".join(TASKS if what == "task" else EVAL_SETS)
-
-
 def field_bounds(dotted: str) -> dict[str, float]:
     """The bounds a key's Field declares, as {'ge'|'gt': low, 'le'|'lt': high} (absent: unbounded
     that side), for command-line options that set a config key: a flag and its key share bounds."""
@@ -863,17 +1019,3 @@ def field_bounds(dotted: str) -> dict[str, float]:
             if getattr(meta, side, None) is not None:
                 found[side] = getattr(meta, side)
     return found
-
-
-def set_key(cfg: RunConfig, dotted: str, value: Any, flag: str) -> None:
-    """Set one key of a built config from a command-line option, validated like the file's;
-    a bad value is a ConfigError naming the option: ``--engine nosuch: unknown engine ...``."""
-    *sections, name = dotted.split(".")
-    node: Any = cfg
-    for part in sections:
-        node = getattr(node, part)
-    try:
-        setattr(node, name, value)
-    except ValidationError as e:
-        msg = e.errors()[0]["msg"].removeprefix("Value error, ").removeprefix(f"{dotted}: ")
-        raise ConfigError(f"{flag} {value}: {dotted}: {msg}") from None

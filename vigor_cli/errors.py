@@ -29,10 +29,9 @@ EXIT_SIGTERM = 143
 
 
 def user_message(exc: BaseException) -> Optional[str]:
-    """The one-line message for an error the user can fix, or None for a bug."""
-    from vigor_cli.config import ConfigError
-
-    if isinstance(exc, (UserError, ConfigError)):
+    """The one-line message for an error the user can fix, or None for a bug (a ConfigError
+    is a UserError: this module imports nothing of vigor_cli's)."""
+    if isinstance(exc, UserError):
         return _one_line(str(exc))
     if _is_usage_error(exc):
         return _usage_message(exc)

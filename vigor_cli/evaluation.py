@@ -1,17 +1,36 @@
-"""The evaluation core: n samples per held-out example, scored by the task, avg@n.
+"""The evaluation core: n samples per held-out example, scored by the task, avg@n and pass@k.
 
 The trainer's periodic evaluation and `vigor eval` both call
-:func:`evaluate_examples`; the CLI, pass@k and tables live with `vigor eval`.
-The JSON form (:meth:`EvalResult.to_json`) is what ``eval/step-<N>.json`` holds.
+:func:`evaluate_examples`; the CLI and tables live with `vigor eval`. The JSON form
+(:meth:`EvalResult.to_json`) is what ``eval/step-<N>.json`` holds, with the same avg@n and
+pass@k (vigor_cli/report/metrics.py) `vigor eval` reports, for any set (a user's
+``--eval-data`` included). Generation runs in chunks of :data:`CHUNK_SAMPLES` samples; an
+evaluation that runs longer than :data:`PROGRESS_EVERY_S` prints a progress line on stderr
+that often, whatever the set's size, so none runs silent for minutes (a quick one prints
+nothing). A reward of None (a completion the reward function cannot score) is left out of
+the means and counted.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import RolloutEngine, SamplingParams
 from vigor_cli.tasks.base import Example, Task
+
+CHUNK_SAMPLES = 256
+"""Samples generated per engine call (at least one example's n): a progress line after each.
+The bundled tiny-math held-out set (256 problems, n = 1) is one chunk, as before chunking."""
+
+PROGRESS_EVERY_S = 15.0
+"""Seconds between progress lines of a running evaluation (none before the first)."""
+
+Progress = Callable[[int, int, float], None]
+"""``progress(problems_done, problems_total, seconds)`` after each chunk."""
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
@@ -27,7 +46,8 @@ class SampleResult:
     sample: int
     """Index of this sample among the example's n."""
     completion: str
-    reward: float
+    reward: float | None
+    """None: the reward function could not score it (left out of the means)."""
     reason: str
     truncated: bool
     tokens: int
@@ -40,8 +60,27 @@ class EvalResult:
     accuracy: float
     """avg@n: mean over examples of the mean reward of their n samples."""
     per_example: dict[str, float]
-    """uid -> mean reward of its n samples."""
+    """uid -> mean reward of its scored samples (examples with none scored are left out)."""
     samples: list[SampleResult] = field(default_factory=list)
+
+    @property
+    def unscored(self) -> int:
+        """Samples whose reward is None."""
+        return sum(s.reward is None for s in self.samples)
+
+    def metrics(self) -> dict:
+        """avg@n and unbiased pass@k (a sample passes at reward >= 1) over the scored samples,
+        as `vigor eval` computes them (vigor_cli/report/metrics.py)."""
+        from vigor_cli.report.metrics import summarize_problems
+
+        by_uid: dict[str, list[float]] = {}
+        for s in self.samples:
+            by_uid.setdefault(s.uid, [])
+            if s.reward is not None:
+                by_uid[s.uid].append(s.reward)
+        out = summarize_problems(list(by_uid.values()))
+        out["unscored"] = self.unscored
+        return out
 
     def to_json(self) -> dict:
         return {
@@ -50,8 +89,47 @@ class EvalResult:
             "accuracy": self.accuracy,
             "examples": len(self.per_example),
             "per_example": self.per_example,
+            "metrics": self.metrics(),
             "samples": [asdict(s) for s in self.samples],
         }
+
+
+class ProgressLines:
+    """The default progress report: while an evaluation runs, a line on stderr every
+    :data:`PROGRESS_EVERY_S` seconds (problems done, seconds), from a timer thread so that
+    one long chunk is not silent either, and a last line when it ends if any was printed.
+    No live bar: the trainer's own bar may be on screen, and rich allows one at a time."""
+
+    def __init__(self, set_name: str, total: int, samples: int, every: float | None = None):
+        self.set_name, self.total, self.samples = set_name, total, samples
+        self.every = PROGRESS_EVERY_S if every is None else every
+        self.done, self.printed, self.start = 0, False, time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="vigor-eval-progress", daemon=True)
+
+    def __enter__(self) -> "ProgressLines":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        if self.printed and exc[0] is None:
+            self._line()
+
+    def __call__(self, done: int, total: int, seconds: float) -> None:
+        self.done = done
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            self._line()
+
+    def _line(self) -> None:
+        from vigor_cli.console import err_console
+
+        self.printed = True
+        err_console.print(f"eval {self.set_name}: {self.done}/{self.total} problems x {self.samples} samples "
+                          f"({time.time() - self.start:.0f} s)", highlight=False)
 
 
 def evaluate_examples(
@@ -62,27 +140,155 @@ def evaluate_examples(
     n: int,
     sampling: SamplingParams,
     set_name: str = "default",
+    progress: Progress | bool = True,
 ) -> EvalResult:
-    """Generate ``n`` completions per example with ``engine``, score them with ``task``."""
+    """Generate ``n`` completions per example with ``engine``, score them with ``task``.
+
+    ``progress``: True prints a line on stderr every :data:`PROGRESS_EVERY_S` seconds while
+    it runs (:class:`ProgressLines`); a callable gets (problems done, total, seconds) after
+    each chunk of :data:`CHUNK_SAMPLES` samples instead; False is silent (a caller with its
+    own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [])
+    per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
+    samples: list[SampleResult] = []
+    per_example: dict[str, float] = {}
+    for ex, results in zip(examples, per_sample):
+        samples += results
+        rewards = [s.reward for s in results if s.reward is not None]
+        if rewards:
+            per_example[ex.uid] = sum(rewards) / len(rewards)
+    accuracy = sum(per_example.values()) / len(per_example) if per_example else 0.0
+    return EvalResult(set_name, n, accuracy, per_example, samples)
+
+
+def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
+                     sampling: SamplingParams, set_name: str, progress: Progress | bool = True) -> list[list[SampleResult]]:
+    """Each example's n scored samples, generated and graded in chunks of :data:`CHUNK_SAMPLES`
+    samples, with ``progress`` reported after each (see :func:`evaluate_examples`)."""
+    if progress is True:
+        with ProgressLines(set_name, len(examples), n) as lines:
+            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines)
+    per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
+    start = time.time()
+    out: list[list[SampleResult]] = []
+    for c, i in enumerate(range(0, len(examples), per_chunk)):
+        params = sampling if c == 0 or sampling.seed is None else SamplingParams(
+            sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed + c)
+        out += _evaluate_chunk(engine, task, tokenizer, examples[i:i + per_chunk], n, params, set_name)
+        if progress:
+            progress(len(out), len(examples), time.time() - start)
+    return out
+
+
+def _evaluate_chunk(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
+                    sampling: SamplingParams, set_name: str) -> list[list[SampleResult]]:
     prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in examples]
     outs = engine.generate(prompts, [n] * len(examples), sampling)
     flat_examples = [ex for ex, rollouts in zip(examples, outs) for _ in rollouts]
     flat_rollouts = [r for rollouts in outs for r in rollouts]
-    scores = task.score(flat_examples, [r.text for r in flat_rollouts])
-    samples: list[SampleResult] = []
-    per_example: dict[str, float] = {}
-    k = 0
+    try:
+        scores = task.score(flat_examples, [r.text for r in flat_rollouts])
+    except UserError as e:  # a user's reward function that failed: say it was the evaluation
+        raise UserError(f"evaluation of {set_name}: {e}") from None
+    found = iter(scores)
+    out = []
     for ex, rollouts in zip(examples, outs):
-        rewards = []
+        results = []
         for i, r in enumerate(rollouts):
-            s = scores[k]
-            k += 1
-            rewards.append(float(s.reward))
-            samples.append(
-                SampleResult(ex.uid, i, r.text, float(s.reward), s.reason, r.truncated, len(r.token_ids))
-            )
-        per_example[ex.uid] = sum(rewards) / len(rewards)
-    accuracy = sum(per_example.values()) / len(per_example)
+            s = next(found)
+            reward = None if s.reward is None else float(s.reward)
+            results.append(SampleResult(ex.uid, i, r.text, reward, s.reason, r.truncated, len(r.token_ids)))
+        out.append(results)
+    return out
+
+
+# --------------------------------------------------------------------------- over several processes
+@dataclass(frozen=True)
+class Shard:
+    """This process's share of an evaluation over several: examples ``rank::world``, and
+    ``gather`` (every rank's list, concatenated in rank order; accelerate's gather_object)."""
+
+    rank: int
+    world: int
+    gather: Callable[[list], list]
+
+
+def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
+                   sampling: SamplingParams, set_name: str, shard: Shard) -> EvalResult:
+    """:func:`evaluate_examples` on this process's share, every share gathered: each process
+    gets the whole result. Every process generates for the same number of prompts (a short
+    share repeats an example and drops the copy): engines that shard their weights (ZeRO-3,
+    FSDP) or gather prompts (TRL's vLLM server) need every rank in each call, equally sized."""
+    indices = list(range(len(examples)))[shard.rank::shard.world]
+    slots = -(-len(examples) // shard.world)
+    padded = [examples[i] for i in indices]
+    padded += [examples[indices[0] if indices else 0]] * (slots - len(padded))
+    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name).samples
+    done = sorted(shard.gather([(i, local[k * n:(k + 1) * n]) for k, i in enumerate(indices)]), key=lambda p: p[0])
+    samples = [s for _, results in done for s in results]
+    per_example: dict[str, float] = {}
+    for i, results in done:
+        rewards = [s.reward for s in results if s.reward is not None]
+        if rewards:
+            per_example[examples[i].uid] = sum(rewards) / len(rewards)
+    accuracy = sum(per_example.values()) / len(per_example) if per_example else 0.0
     return EvalResult(set_name, n, accuracy, per_example, samples)
+
+
+# --------------------------------------------------------------------------- held-out sets
+@dataclass
+class HeldOut:
+    """A training run's evaluation at one step: every held-out set, and their mean."""
+
+    step: int
+    results: dict[str, EvalResult]
+
+    @property
+    def accuracy(self) -> float:
+        return sum(r.accuracy for r in self.results.values()) / len(self.results)
+
+    def to_json(self) -> dict:
+        """What ``eval/step-<N>.json`` holds."""
+        return {"step": self.step, "accuracy": self.accuracy,
+                "sets": {name: r.to_json() for name, r in self.results.items()}}
+
+    def line(self, rollouts: int, tokens: int) -> dict:
+        return eval_line(self.step, self.accuracy, {n: r.accuracy for n, r in self.results.items()},
+                         sum(len(r.samples) for r in self.results.values()), rollouts, tokens)
+
+    def describe(self) -> str:
+        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in self.results.items())
+        return f"[bold]eval[/] step {self.step}: accuracy {self.accuracy:.3f} ({sets})"
+
+
+def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, max_new_tokens: int) -> SamplingParams:
+    """A training run's evaluation sampling: greedy at temperature 0 (top_p then unused),
+    seeded by the run's seed and the step."""
+    from vigor_cli.rollout_core import derive_seed
+
+    return SamplingParams(temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                          max_new_tokens=max_new_tokens, seed=derive_seed(seed, "eval", step))
+
+
+def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
+                  n: int, sampling: SamplingParams, step: int, shard: Shard | None = None) -> HeldOut:
+    """Every held-out set of a training run at ``step`` (both trainers call this)."""
+    if shard is None:
+        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+                              for name, exs in sets.items()})
+    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
+                          for name, exs in sets.items()})
+
+
+def eval_line(step: int, accuracy: float, sets: Mapping[str, float], samples: int, rollouts: int,
+              tokens: int) -> dict:
+    """An evaluation's metrics.jsonl line (the loop adds ``time/elapsed``)."""
+    return {
+        "step": step,
+        "eval/accuracy": accuracy,
+        **{f"eval/{name}/accuracy": a for name, a in sets.items()},
+        "eval/samples": samples,
+        "rollouts/cumulative": rollouts,
+        "tokens/cumulative": tokens,
+    }

@@ -14,7 +14,9 @@ Conventions (docs/algorithms.md, "GRPO update"):
   GRPO), the std of every reward in the batch ('batch'), or no scaling
   ('none', Dr. GRPO: A = r - group mean).
 - Per-token loss: -min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) with
-  rho = exp(logp - logp_old), plus beta * k3 KL to the reference.
+  rho = exp(logp - logp_old), times w = min(exp(logp_old - logp_engine), cap) when
+  importance sampling corrects for the engine (grpo.importance_sampling), plus beta * k3
+  KL to the reference.
 - Aggregations take step-wide normalisers (:class:`StepTotals`, built by
   :func:`step_totals` before micro-batching) and the micro-batch's row indices in
   the step, so a loss summed over micro-batches equals the loss of the whole step
@@ -114,6 +116,23 @@ def clipped_policy_loss(
     clipped_low = (ratio < 1.0 - epsilon) & (adv < 0)
     clipped_high = (ratio > 1.0 + epsilon_high) & (adv > 0)
     return loss, clipped_low, clipped_high
+
+
+def truncated_importance_weights(policy_logp: torch.Tensor, engine_logp: torch.Tensor,
+                                 cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token weights min(pi_policy / pi_engine, cap) of tokens the engine sampled, without
+    gradient, and where the cap cut the ratio (TRL's and verl's token-level truncate mode).
+
+    ``policy_logp`` are the policy's log-probs before the update (the GRPO "old" ones),
+    ``engine_logp`` those the engine reported for the same tokens under the same sampling
+    distribution (temperature applied). The policy-gradient term of each token is multiplied
+    by its weight: samples drawn from the engine then estimate the gradient under the policy,
+    up to the truncation (which trades that bias for bounded variance). The log-ratio is
+    clamped at +-20 before exp, as verl does, so a garbage engine log-prob cannot overflow.
+    """
+    log_ratio = (policy_logp.detach().float() - engine_logp.float()).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    return ratio.clamp(max=cap), ratio > cap
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,8 @@ The rule for a damaged line, once for every JSONL file this project reads:
 - **Any other bad line** (not UTF-8, not JSON, not a JSON object) is damage: a
   :class:`~vigor_cli.errors.UserError` naming ``file:line``. Nothing is skipped silently.
 
+Files are opened by :mod:`vigor_cli.user_files` (a FIFO or a device is refused before it is
+opened), and a line over ``LINE_MAX_BYTES`` or nested past ``MAX_DEPTH`` levels is damage too.
 Blank lines are allowed and skipped. Every record keeps its byte span in the file, so a
 writer can keep lines byte for byte (resume cuts logs without re-serialising them).
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 from vigor_cli.errors import UserError
+from vigor_cli.user_files import LINE_MAX_BYTES, MAX_DEPTH, check_depth, open_binary
 
 
 @dataclass
@@ -50,6 +53,9 @@ def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
         row = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
+    except RecursionError:  # nested past Python's own parser
+        raise UserError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels; not data this tool reads") from None
+    check_depth(row, f"{path}:{number}")
     if not isinstance(row, dict):
         raise UserError(f"{path}:{number}: expected {expected}")
     return row
@@ -66,18 +72,16 @@ def _torn_prefix(raw: bytes) -> bool:
 
 
 def _scan(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
-    """(line number, byte offset, raw line without newline, had newline) per line."""
-    try:
-        f = path.open("rb")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a .jsonl file") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read ({e.strerror})") from None
-    with f:
+    """(line number, byte offset, raw line without newline, had newline) per line; the file
+    is opened by the one bounded reader (a FIFO or a device is refused, never waited on)."""
+    with open_binary(path) as f:
         offset = 0
-        for number, line in enumerate(f, start=1):
+        number = 0
+        while line := f.readline(LINE_MAX_BYTES + 1):
+            number += 1
+            if len(line) > LINE_MAX_BYTES:
+                raise UserError(f"{path}:{number}: a line longer than {LINE_MAX_BYTES >> 20} MiB; "
+                                "not a record this tool reads")
             ended = line.endswith(b"\n")
             yield number, offset, line[:-1] if ended else line, ended
             offset += len(line)

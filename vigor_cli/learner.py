@@ -23,6 +23,24 @@ from vigor_cli.config import RunConfig
 from vigor_cli.rollout.weight_check import WeightCheckSums, judge
 
 
+IMPORTANCE_METRICS = (
+    "sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min",
+    "sampling/importance_sampling_ratio/max", "sampling/importance_sampling_ratio/clipped_frac",
+    "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+)
+"""What an update with importance sampling adds to metrics.jsonl (absent when it is off)."""
+
+
+def loads_base_copy(cfg: RunConfig, shares_policy: bool) -> bool:
+    """Whether the weight check loads a frozen copy of the starting weights of its own (after
+    the engine has started, see :meth:`Learner.watch_engine`): full fine-tuning without a KL
+    reference, with an engine that holds its own weights and the check on. The memory plan
+    counts that copy from here."""
+    m = cfg.model
+    return (cfg.engine.weight_check != "off" and cfg.grpo.beta == 0 and not m.lora.enabled
+            and not m.load_in_4bit and not shares_policy)
+
+
 def release_cached_memory() -> None:
     """Return the CUDA blocks PyTorch's allocator cached during the update: the colocated vLLM
     engine allocates its weights and KV cache outside that cache when it wakes."""
@@ -62,6 +80,10 @@ class Learner:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
         )
+        mode = cfg.grpo.importance_sampling
+        self.importance_sampling = mode == "on" or (mode == "auto" and cfg.engine.kind == "vllm")
+        """Weight the policy-gradient term by the truncated policy/engine ratio (resolved for
+        the engine by :meth:`watch_engine`)."""
         self.weight_base: Any = None
         """The base model the weight check compares with (set by :meth:`watch_engine`)."""
         self.weight_check = judge(0.0, 0.0, 0.0, 0, cfg.engine.logprob_check_threshold)
@@ -104,6 +126,7 @@ class Learner:
         sums, grad_norm = self._passes(samples, batches, totals, temp)
         self.scheduler.step()
         denom = max(sums.pop("tokens", 0.0), 1.0)
+        sampling = self._importance_metrics(sums) if self.importance_sampling else {}
         return {
             "losses/loss": sums["loss"],
             "losses/clipfrac_low": sums["clip_low"] / denom,
@@ -112,7 +135,24 @@ class Learner:
             "losses/entropy": sums["entropy"] / denom,
             "losses/grad_norm": grad_norm,
             **self.weight_check.metrics(),
+            **sampling,
             "lr": lr,
+        }
+
+    @staticmethod
+    def _importance_metrics(sums: Mapping[str, float]) -> dict[str, float | None]:
+        """The truncated ratio (as applied) and the log-prob gap over the update's loss tokens,
+        under TRL's names; None when the update computed no token."""
+        n = sums.get("is_tokens", 0.0)
+        if not n:
+            return {k: None for k in IMPORTANCE_METRICS}
+        return {
+            "sampling/importance_sampling_ratio/mean": sums["is_sum"] / n,
+            "sampling/importance_sampling_ratio/min": sums["is_min"],
+            "sampling/importance_sampling_ratio/max": sums["is_max"],
+            "sampling/importance_sampling_ratio/clipped_frac": sums["is_clipped"] / n,
+            "sampling/sampling_logp_difference/mean": sums["is_diff_sum"] / n,
+            "sampling/sampling_logp_difference/max": sums["is_diff_max"],
         }
 
     def _passes(self, samples: Sequence[Any], batches: list[list[int]], totals: Any,
@@ -124,6 +164,7 @@ class Learner:
         # reference's log-probs do not change between passes: both are computed once.
         old_cache: dict[int, torch.Tensor] = {}
         ref_cache: dict[int, torch.Tensor] = {}
+        is_cache: dict[int, torch.Tensor] = {}  # importance weights, fixed by pass 0's log-probs
         sums: dict[str, float] = defaultdict(float)
         grad_norm = 0.0
         for pass_index in range(g.mu):
@@ -133,6 +174,10 @@ class Learner:
                 adv = torch.tensor([samples[i].advantage for i in b], dtype=lp.dtype, device=lp.device)
                 old = old_cache.setdefault(bi, lp.detach())
                 tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high)
+                if self.importance_sampling:
+                    if bi not in is_cache:
+                        is_cache[bi] = self._importance_weights(samples, b, old, mask, sums)
+                    tok_loss = tok_loss * is_cache[bi]
                 kl = None
                 if self.reference is not None:
                     if bi not in ref_cache:
@@ -153,6 +198,28 @@ class Learner:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, g.max_grad_norm))
             self.optimizer.step()
         return sums, grad_norm
+
+    def _importance_weights(self, samples: Sequence[Any], rows: list[int], policy_lp: torch.Tensor,
+                            mask: torch.Tensor, sums: dict[str, float]) -> torch.Tensor:
+        """min(pi_policy / pi_engine, cap) per token of the rows (grpo.truncated_importance_weights)
+        from the engine's log-probs stored with each rollout; adds the step's statistics to
+        ``sums`` (loss tokens only)."""
+        engine_lp = torch.zeros_like(policy_lp)
+        for k, i in enumerate(rows):
+            got = samples[i].rollout.logprobs
+            engine_lp[k, : len(got)] = torch.tensor(got, dtype=engine_lp.dtype)
+        weights, clipped = grpo.truncated_importance_weights(policy_lp, engine_lp, self.cfg.grpo.importance_sampling_cap)
+        on = mask.bool()
+        if bool(on.any()):
+            w, diff = weights[on], (policy_lp.detach() - engine_lp)[on].abs()
+            sums["is_tokens"] += float(on.sum())
+            sums["is_sum"] += float(w.sum())
+            sums["is_min"] = min(sums.get("is_min", float("inf")), float(w.min()))
+            sums["is_max"] = max(sums.get("is_max", 0.0), float(w.max()))
+            sums["is_clipped"] += float(clipped[on].sum())
+            sums["is_diff_sum"] += float(diff.sum())
+            sums["is_diff_max"] = max(sums.get("is_diff_max", 0.0), float(diff.max()))
+        return weights
 
     def release_gradients(self) -> None:
         """Free the step's gradients (they are not kept through generation) and hand the CUDA
@@ -191,21 +258,25 @@ class Learner:
         copy of the weights (vLLM), a frozen copy of the starting weights (one
         more copy of the model in memory; engine.weight_check=off avoids it). An
         engine that samples with the policy module itself cannot hold stale
-        weights and gets no base copy. Called once the engine exists (a vLLM
-        engine sizes its memory from what is free when it starts).
+        weights and gets no base copy. Called once the engine exists: the copy
+        loads after a vLLM engine has sized itself, and its 'auto' share leaves
+        room for it (memory_plan.engine_utilization, :func:`loads_base_copy`).
         """
         from vigor_cli.models import Reference, load_policy
 
+        shares = bool(getattr(engine, "shares_policy", False))
+        if self.cfg.grpo.importance_sampling == "auto":
+            self.importance_sampling = not shares
         if self.cfg.engine.weight_check == "off":
             self.weight_base = None
         elif self.reference is not None:
             self.weight_base = self.reference
         elif self.cfg.model.lora.enabled:
             self.weight_base = Reference(self.model)
-        elif getattr(engine, "shares_policy", False):
-            self.weight_base = None
-        else:
+        elif loads_base_copy(self.cfg, shares):
             self.weight_base = Reference(self.model, load_policy(self.cfg.model)[0])
+        else:
+            self.weight_base = None
 
     @torch.no_grad()
     def check_engine_weights(self, samples: Sequence[Any], temp: float) -> Any:

@@ -12,15 +12,21 @@ KV cache released) while the trainer updates. Three phases:
   master weights for full fine-tuning, or NF4 for 4-bit, whose other tensors
   peft's ``prepare_model_for_kbit_training`` casts to float32), LoRA adapters
   (float32), AdamW's two states per trained parameter, a frozen reference copy
-  (full fine-tuning with ``grpo.beta > 0``).
+  (full fine-tuning with ``grpo.beta > 0``), and for full fine-tuning with vLLM and no KL
+  reference the weight check's frozen base copy. AdamW's states and that copy are
+  allocated after the vLLM engine has sized itself: its share leaves room for them.
 - ``generate``: resident + the engine: vLLM takes ``engine.gpu_memory_utilization``
   x GPU memory for its bf16 weights, its own working memory and the KV cache
-  (the rest); the hf engine the KV cache of one generate call.
+  (the rest); the hf engine the KV cache of one generate call, its last-position
+  logits and the prompts' forward (one layer's MLP and hidden-size tensors at a time).
 - ``update``: resident + gradients + the activations of one micro-batch
   (``grpo.micro_batch_tokens`` padded tokens; all of them, or with gradient
   checkpointing each layer's input plus one layer recomputed) + one output-layer
   chunk (``grpo.logits_chunk_tokens`` positions x vocabulary) + what a sleeping
-  engine keeps.
+  engine keeps. Under float32 master weights (full fine-tuning in a 16-bit dtype) the
+  residual stream, so the layer inputs checkpointing keeps, is float32; each linear
+  layer that reads a norm's output keeps its own 16-bit cast of it; and autocast's
+  16-bit copies of the weights live until the forward ends.
 
 Activation bytes per token per layer follow the tensors a Qwen2/Llama decoder
 layer saves for backward under transformers (RMSNorm's float32 copy and output,
@@ -50,6 +56,12 @@ CUDA graphs): an assumption, not measured here."""
 
 VLLM_ASLEEP_BYTES = 1.0 * GIB
 """What a sleeping vLLM still holds (CUDA graphs, its allocator's cache): an assumption."""
+
+BASE_COPY = "weight-check base copy"
+AFTER_ENGINE_START = ("AdamW states", BASE_COPY)
+"""Resident items allocated after the vLLM engine has sized itself (AdamW's states at the first
+optimizer step, the weight check's base copy when the engine exists): the engine's share must
+leave room for them, and they are not yet there when it starts."""
 
 MARGIN_BYTES = 1.0 * GIB
 MARGIN_SHARE = 0.05
@@ -142,12 +154,14 @@ def model_shape(model_cfg: Any) -> ModelShape:
 
 
 # --------------------------------------------------------------------------- the arithmetic
-def layer_activation_bytes(s: ModelShape, act: int, stream: int, lora_r: int = 0) -> float:
+def layer_activation_bytes(s: ModelShape, act: int, stream: int, lora_r: int = 0, casts: bool = False) -> float:
     """Bytes one decoder layer saves for backward per token (no checkpointing).
 
     ``act`` is the activations' element size, ``stream`` the residual stream's. Under
     4-bit both are 4: peft's ``prepare_model_for_kbit_training`` casts embeddings and
-    norms to float32, and bitsandbytes layers return their input's dtype.
+    norms to float32, and bitsandbytes layers return their input's dtype. ``casts``: under
+    master weights autocast gives each of q, k, v, gate and up its own 16-bit copy of the
+    float32 norm output, and each keeps it (measured with saved-tensor hooks on CPU).
     """
     q = s.heads * s.head_dim
     kv = s.kv_heads * s.head_dim
@@ -157,7 +171,8 @@ def layer_activation_bytes(s: ModelShape, act: int, stream: int, lora_r: int = 0
     attention = act * 2 * q + 4 * s.heads  # output (+ log-sum-exp) and o_proj's contiguous input
     mlp = act * 4 * s.intermediate  # gate, up, SiLU(gate), product
     adapters = 4 * lora_r * s.lora_targets  # LoRA's rank-r intermediates (float32)
-    return norms + qkv + repeat + attention + mlp + adapters
+    copies = 5 * act * s.hidden if casts else 0
+    return norms + qkv + repeat + attention + mlp + adapters + copies
 
 
 def logits_chunk_bytes(vocab: int, chunk: int, head_bytes: int) -> float:
@@ -237,7 +252,8 @@ def _gib(x: float | None) -> float | None:
 class _Precision:
     """How the policy is held and trained: what every phase's arithmetic depends on."""
 
-    act: int  # bytes of an activation (and of the head's output, and of the residual stream)
+    act: int  # bytes of an activation (and of the head's output)
+    stream: int  # bytes of the residual stream (a layer's input): float32 under master weights
     lora: bool
     four_bit: bool
     master: bool  # float32 master weights under 16-bit autocast
@@ -252,8 +268,11 @@ def _precision(cfg: Any, shape: ModelShape, device: str) -> _Precision:
         act = 4  # peft upcasts embeddings and norms to float32; bitsandbytes returns its input's dtype
     lora = m.lora.enabled
     master = not lora and not m.load_in_4bit and m.fp32_master_weights and act == 2
-    return _Precision(act, lora, m.load_in_4bit, master, shape.lora_params if lora else shape.params,
-                      4 if (lora or master or act == 4) else act)
+    # Under master weights the embedding (float32, not autocast) starts a float32 residual
+    # stream and every residual add keeps it float32: the linear layers' outputs are 16-bit, the
+    # layer inputs (what checkpointing keeps) and the norms' outputs are not.
+    return _Precision(act, 4 if master else act, lora, m.load_in_4bit, master,
+                      shape.lora_params if lora else shape.params, 4 if (lora or master or act == 4) else act)
 
 
 def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None, total: float | None,
@@ -263,11 +282,11 @@ def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None,
     adds, what the update adds, then the verdict."""
     plan = Plan(model=shape.name, device=device, available=available, total=total, source=source)
     p = _precision(cfg, shape, device)
-    _plan_resident(plan, cfg, shape, p)
     kind = cfg.engine.kind
     if kind == "auto":
         kind = "vllm" if device == "cuda" and vllm_present else "hf"
     plan.engine = kind
+    _plan_resident(plan, cfg, shape, p)
     if kind == "vllm":
         _plan_vllm(plan, cfg, shape)
     else:
@@ -297,6 +316,11 @@ def _plan_resident(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> No
     plan.items.append(Item("resident", "AdamW states", 2 * p.trainable * p.train_bytes, "2 per trained parameter"))
     if not p.lora and cfg.grpo.beta > 0:
         plan.items.append(Item("resident", "KL reference copy", shape.params * p.act, "frozen, compute dtype"))
+    from vigor_cli.learner import loads_base_copy
+
+    if loads_base_copy(cfg, shares_policy=plan.engine != "vllm"):
+        plan.items.append(Item("resident", BASE_COPY, shape.params * p.act,
+                               "frozen, compute dtype; loads after the engine starts"))
 
 
 def _max_len(cfg: Any, shape: ModelShape) -> int:
@@ -340,7 +364,8 @@ def _plan_vllm(plan: Plan, cfg: Any, shape: ModelShape) -> None:
             "engine.gpu_memory_utilization (or 'auto'), or lower sampling.max_new_tokens / engine.max_model_len"
         )
     if util is not None and available is not None:
-        at_build = available - sum(i.bytes for i in plan.items if i.phase == "resident" and i.name != "AdamW states")
+        at_build = available - sum(i.bytes for i in plan.items
+                                   if i.phase == "resident" and i.name not in AFTER_ENGINE_START)
         if util * (total or 0) > at_build:
             plan.problems.append(
                 f"vLLM starts only if {util:.2f} x {total / GIB:.1f} GiB is free after the policy "
@@ -355,6 +380,9 @@ def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) ->
     kv_hf = gen_tokens * _kv_per_token(shape) * p.act / 2
     plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
     plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
+    prefill = rows * cfg.task.max_prompt_tokens  # the prompts' forward: one layer's tensors at a time
+    plan.items.append(Item("generate", "hf generate prefill", prefill * (3 * shape.intermediate + 6 * shape.hidden) * p.act,
+                           f"{prefill} prompt tokens through one layer"))
 
 
 def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool:
@@ -364,9 +392,9 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
 
     from vigor_cli.models import gradient_checkpointing_on
 
-    tokens, stream = cfg.grpo.micro_batch_tokens, p.act
+    tokens, stream = cfg.grpo.micro_batch_tokens, p.stream
     checkpointing = gradient_checkpointing_on(cfg.model, torch.device(plan.device))
-    per_layer = layer_activation_bytes(shape, p.act, stream, cfg.model.lora.r if p.lora else 0)
+    per_layer = layer_activation_bytes(shape, p.act, stream, cfg.model.lora.r if p.lora else 0, casts=p.master)
     if checkpointing:
         activations = tokens * (shape.layers * stream * shape.hidden + per_layer)
         how = f"checkpointed: {shape.layers} layer inputs + 1 layer"
@@ -375,8 +403,12 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
         how = f"{shape.layers} layers x {per_layer / 1024:.0f} KiB per token"
     width = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
     outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + min(width, tokens))  # final norm, kept rows, mask
-    transient = tokens * p.act * 4 * (shape.hidden + shape.intermediate)  # one layer's gradients in flight
+    transient = tokens * 4 * (stream * shape.hidden + p.act * shape.intermediate)  # one layer's gradients in flight
     plan.items.append(Item("update", "gradients", p.trainable * p.train_bytes, ""))
+    if p.master:  # autocast's 16-bit casts of the float32 weights (decoder linears and the head)
+        copies = (shape.quantizable_params + shape.vocab * shape.hidden) * p.act
+        plan.items.append(Item("update", "autocast weight copies", copies,
+                               "16-bit casts of the float32 weights, kept until the forward ends"))
     plan.items.append(Item("update", "activations", activations + outside + transient,
                            f"{tokens} tokens (grpo.micro_batch_tokens), {how}"))
     chunk = cfg.grpo.logits_chunk_tokens
@@ -466,7 +498,8 @@ def plan_run(cfg: Any, mem_get_info: Callable[[], tuple[int, int]] | None = None
 
 def engine_utilization(cfg: Any, model: Any, mem_get_info: Callable[[], tuple[int, int]] | None = None) -> float:
     """``engine.gpu_memory_utilization`` as vLLM takes it: the number, or for 'auto' what the
-    GPU has free now (policy loaded) minus the AdamW states still to come and the margin."""
+    GPU has free now (policy loaded) minus what the trainer allocates after the engine starts
+    (AdamW's states, the weight check's base copy: :func:`to_come_after_engine`) and the margin."""
     from vigor_cli.errors import UserError
 
     util = cfg.engine.gpu_memory_utilization
@@ -479,9 +512,7 @@ def engine_utilization(cfg: Any, model: Any, mem_get_info: Callable[[], tuple[in
             raise UserError("engine.gpu_memory_utilization=auto needs a visible CUDA GPU")
         mem_get_info = torch.cuda.mem_get_info
     free, total = mem_get_info()
-    trained = [p for p in model.parameters() if p.requires_grad]
-    optimizer = sum(2 * p.numel() * (4 if p.element_size() < 4 else p.element_size()) for p in trained)
-    share = (free - optimizer - MARGIN_BYTES - MARGIN_SHARE * total) / total
+    share = (free - to_come_after_engine(cfg, model) - MARGIN_BYTES - MARGIN_SHARE * total) / total
     share = math.floor(min(AUTO_UTILIZATION_CAP, share) * 100) / 100
     if share <= 0.05:
         raise UserError(
@@ -489,6 +520,21 @@ def engine_utilization(cfg: Any, model: Any, mem_get_info: Callable[[], tuple[in
             "after loading the policy; use a smaller model, model.load_in_4bit, or a larger GPU"
         )
     return share
+
+
+def to_come_after_engine(cfg: Any, model: Any) -> float:
+    """Bytes the trainer allocates after the vLLM engine has started (:data:`AFTER_ENGINE_START`):
+    AdamW's two states per trained parameter (float32 for 16-bit ones) and, when the weight
+    check needs one, the frozen copy of the starting weights in the compute dtype."""
+    from vigor_cli.learner import loads_base_copy
+
+    trained = [p for p in model.parameters() if p.requires_grad]
+    total = float(sum(2 * p.numel() * (4 if p.element_size() < 4 else p.element_size()) for p in trained))
+    if loads_base_copy(cfg, shares_policy=False):
+        compute = getattr(model, "vigor_autocast_dtype", None)
+        total += sum(p.numel() * (compute.itemsize if compute is not None else p.element_size())
+                     for p in model.parameters())
+    return total
 
 
 # --------------------------------------------------------------------------- output

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
 from vigor_cli.errors import UserError
@@ -33,13 +34,24 @@ THINKING_RECOMMENDED_NEW_TOKENS = 32768
 
 
 # --------------------------------------------------------------------------- data sources
-def _missing_file(path: str, key: str) -> None:
-    if not Path(path).expanduser().exists():
+def _missing_file(path: str, key: str, folder_ok: bool = False) -> None:
+    """A data path that is missing, or (a folder aside, where allowed) not a regular file: a
+    FIFO or a device would block the loader or never end."""
+    from vigor_cli.user_files import regular_file
+
+    p = Path(path).expanduser()
+    if not p.exists() and not p.is_symlink():
         raise UserError(f"{key}={path}: file not found")
+    if not (folder_ok and p.is_dir()):
+        regular_file(p, f"{key}=")
 
 
 def _tiny_sources(cfg: Any) -> None:
     t = cfg.task
+    for key in ("data_dir", "train_path"):  # set but never read: refused, not ignored
+        if getattr(t, key, None) is not None:
+            raise UserError(f"task.{key}={getattr(t, key)}: {t.name} ships its own problems and reads "
+                            "no files (data files are for the math and code tasks)")
     allowed = (None, t.name, "test")
     bad = [name for name in t.eval_sets if name not in allowed]
     if bad:
@@ -58,7 +70,7 @@ def _math_sources(cfg: Any) -> None:
     if unknown:
         raise UserError(f"task.eval_sets: unknown math evaluation set {unknown[0]!r}; valid: {', '.join(KNOWN)}")
     where = Path(t.data_dir).expanduser() if t.data_dir is not None else Path(DEFAULT_DATA_DIR)
-    missing = [n for n in (t.eval_sets or ["math500"]) if not (where / f"{n}.jsonl").is_file()]
+    missing = [n for n in (t.eval_sets or ["math500"]) if not (where / f"{n}.jsonl").exists()]  # (a FIFO: refused when read)
     if missing:
         files = ", ".join(f"{n}.jsonl" for n in missing)
         if t.data_dir is None:  # the package ships all seven files: an install lost them
@@ -73,12 +85,19 @@ def _code_sources(cfg: Any) -> None:
     t = cfg.task
     lcb_release_files(t.lcb_release)  # a known release name
     if t.train_path:
-        _missing_file(t.train_path, "task.train_path")
+        _missing_file(t.train_path, "task.train_path", folder_ok=True)
     if t.data_dir is not None:
         lcb_local_files(Path(t.data_dir).expanduser(), t.lcb_release)
     bad = [n for n in t.eval_sets if n not in EVAL_SET_NAMES]
     if bad:
         raise UserError(f"task.eval_sets: code has one evaluation set, 'livecodebench'; got {bad[0]!r}")
+
+
+def check_task_sources(task_cfg: Any) -> None:
+    """The static data check of one TaskConfig (what `vigor eval` builds per benchmark)."""
+    check = DATA_CHECKS.get(task_cfg.name)
+    if check is not None:
+        check(SimpleNamespace(task=task_cfg))
 
 
 DATA_CHECKS: dict[str, Callable[[Any], None]] = {

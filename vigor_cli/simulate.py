@@ -24,6 +24,7 @@ a zero-variance group contributes nothing.
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,11 +124,13 @@ def parse_law(spec: str) -> PassRateLaw:
 
 
 def _file_law(spec: str, path_text: str) -> PassRateLaw:
+    from vigor_cli.user_files import read_text
+
     path = Path(path_text)
-    if not path_text or not path.is_file():
+    if not path_text or not os.path.lexists(path):
         raise UserError(f"--pass-rates {spec!r}: file not found: {path_text or '(empty)'}")
     values: list[float] = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(read_text(path, "--pass-rates file:").splitlines(), 1):
         for token in re.split(r"[,\s]+", line.split("#", 1)[0].strip()):
             if not token:
                 continue

@@ -80,7 +80,7 @@ class DynamicSamplingAllocator(RoundAllocator):
     def _after_round(self, uids: list[str]) -> None:
         for uid in uids:  # draw order
             stats = self._stats[uid]
-            if stats[2] == stats[3]:  # all rewards equal
+            if stats[2] == stats[3] or len(self._rewards[uid]) < 2:  # all (scored) rewards equal
                 self._mark(uid, False, "zero_var")
             elif not self._full():
                 self._kept.append(uid)
@@ -89,7 +89,7 @@ class DynamicSamplingAllocator(RoundAllocator):
                 self._mark(uid, False, "batch_full")
 
     def _groups(self) -> dict[str, list[int]]:
-        return {uid: list(range(self.group_size)) for uid in self._kept}
+        return {uid: list(range(len(self._rewards[uid]))) for uid in self._kept}
 
     def _extra_totals(self) -> dict[str, Any]:
         return {"gen_batches": self._batches}

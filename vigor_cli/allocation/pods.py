@@ -26,6 +26,9 @@ def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> lis
     at random (seeded).
     """
     n = len(rewards)
+    m = min(m, n)  # fewer rewards than asked when some rollouts could not be scored
+    if m == 0:
+        return []
     rand = rng.random
     ranked = sorted(zip(rewards, [rand() for _ in range(n)], range(n)))  # ties: seeded random
     order = [j for _, _, j in ranked]

@@ -33,7 +33,7 @@ Check = Callable[["AllocationConfig", int, Optional[int]], None]
 """Rules of one strategy across its keys: ``check(allocation_cfg, prompts_per_step, n_train)``
 raises ``ValueError`` with a message naming the keys to change. It runs when the config is
 built (``n_train`` None: the rules against the task's size are skipped) and once the task's
-data is read (``n_train`` its training prompts; ``config.check_against_data``)."""
+data is read (``n_train`` its training prompts; ``settings.check_against_data``)."""
 
 
 @dataclass(frozen=True)

@@ -126,6 +126,7 @@ class RoundAllocator(Allocator):
         self._rounds: dict[str, list[dict[str, Any]]] = {}
         self._notes: dict[str, dict[str, Any]] = {}  # extra per-prompt record fields
         self._round_totals: list[dict[str, Any]] = []
+        self._unscored: dict[str, int] = {}  # rollouts generated but not told (reward None)
         self._pending: dict[str, int] | None = None
         self._done = False
         self._begin()
@@ -164,13 +165,15 @@ class RoundAllocator(Allocator):
         pools, all_stats, logs = self._rewards, self._stats, self._rounds
         for uid, n in pending.items():
             values = list(map(float, rewards[uid]))
-            if len(values) != n:
+            if len(values) > n:
                 raise AllocationError(f"tell(): prompt {uid!r} asked for {n} rewards, got {len(values)}")
-            lo, hi, total = min(values), max(values), sum(values)
+            # Fewer than asked: the rest could not be scored (a reward of None); they count as
+            # generated (the budget) but not as rewards (variance, groups, indices).
+            lo, hi, total = min(values, default=0.0), max(values, default=0.0), sum(values)
             if not (lo >= 0.0 and hi <= 1.0 and total == total):  # total == total rejects NaN
                 bad = next(v for v in values if not 0.0 <= v <= 1.0)
                 raise AllocationError(f"tell(): prompt {uid!r} reward {bad!r} is not in [0, 1]")
-            if values.count(0.0) + values.count(1.0) == n:  # binary: the common case, fast path
+            if values.count(0.0) + values.count(1.0) == len(values):  # binary: the common case, fast path
                 shown = list(map(int, values))
                 total_sq = total
             else:
@@ -180,19 +183,16 @@ class RoundAllocator(Allocator):
             stats = all_stats[uid]
             stats[0] += total
             stats[1] += total_sq
-            if lo < stats[2]:
+            if values and lo < stats[2]:
                 stats[2] = lo
-            if hi > stats[3]:
+            if values and hi > stats[3]:
                 stats[3] = hi
-            logs[uid].append(
-                {
-                    "round": round_no,
-                    "added": n,
-                    "rewards": shown,
-                    "var": compact(self._variance(uid)),
-                    "kept": None,
-                }
-            )
+            entry = {"round": round_no, "added": n, "rewards": shown, "var": compact(self._variance(uid)),
+                     "kept": None}
+            if len(values) < n:
+                entry["unscored"] = n - len(values)
+                self._unscored[uid] = self._unscored.get(uid, 0) + n - len(values)
+            logs[uid].append(entry)
             told.append(uid)
             added += n
         self._pending = None
@@ -268,18 +268,21 @@ class RoundAllocator(Allocator):
         for uid in self._order:
             pool = self._rewards[uid]
             used = groups.get(uid, [])
+            unscored = self._unscored.get(uid, 0)
             entry: dict[str, Any] = {
                 "uid": uid,
                 "rounds": self._rounds[uid],
-                "rollouts": len(pool),
+                "rollouts": len(pool) + unscored,
                 "used": len(used),
                 "in_update": bool(used),
             }
+            if unscored:
+                entry["unscored"] = unscored
             if used and len(used) != len(pool):
                 entry["used_idx"] = used
             entry.update(self._notes.get(uid, {}))
             prompts.append(entry)
-            generated += len(pool)
+            generated += len(pool) + unscored
             used_total += len(used)
             zero_pool = bool(pool) and self._stats[uid][2] == self._stats[uid][3]
             zero_var_generated += zero_pool
@@ -295,6 +298,8 @@ class RoundAllocator(Allocator):
             "zero_var_generated": zero_var_generated,
             "budget": self._budget(),
         }
+        if self._unscored:
+            totals["unscored"] = sum(self._unscored.values())
         totals.update(self._extra_totals())
         return {
             "strategy": self.name,

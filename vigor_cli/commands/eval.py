@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional, Sequence
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.config import known_names, set_key
+from vigor_cli.settings import known_names, set_key
 from vigor_cli.console import console, err_console
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
@@ -84,6 +84,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
                   checkpoint: Optional[str]) -> tuple[Any, Optional[str], dict]:
     """(RunConfig for the policy, directory to load on top of it, description for the file)."""
     from vigor_cli.config import RunConfig
+    from vigor_cli.settings import checks
 
     if run is not None:
         if model is not None or adapter is not None:
@@ -93,11 +94,11 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
         if not (run / "config.yaml").is_file():
             raise UserError(f"--run {run}: not a run directory (no config.yaml)")
         try:
-            cfg = RunConfig.model_validate(read_config(run))
+            cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
         warn = lambda m: err_console.print(f"[yellow]warning:[/] {m}", highlight=False)  # noqa: E731
-        ckpt = RunDir(run).pick_checkpoint(checkpoint, warn)
+        ckpt = RunDir(run).store.pick(checkpoint, warn)
         return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
                                 "name_or_path": cfg.model.name_or_path}
     if checkpoint is not None:
@@ -119,7 +120,7 @@ def evaluate(
     run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate this run directory's checkpoint.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="With --run: checkpoint name, e.g. step-20 (default the latest).")] = None,
     benchmarks: Annotated[str, typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)}.")] = "tiny-math",
-    data_dir: Annotated[Optional[Path], typer.Option(help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval.")] = None,
+    data_dir: Annotated[Optional[Path], opt.input_path("--data-dir", help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval.")] = None,
     n: Annotated[Optional[int], opt.for_key("train.eval_samples", "--n", help="Samples per problem (default train.eval_samples).")] = None,
     temperature: Annotated[Optional[float], opt.for_key("train.eval_temperature", "--temperature", help="Sampling temperature (default train.eval_temperature).")] = None,
     top_p: Annotated[Optional[float], opt.for_key("sampling.top_p", "--top-p", help="Nucleus sampling (default sampling.top_p).")] = None,
@@ -196,9 +197,15 @@ def load_tasks(names: list[str], data_dir: Optional[Path], date_start: Optional[
     file fails first."""
     from vigor_cli.tasks import get_task
 
-    tasks = {}
+    from vigor_cli.preflight import check_task_sources
+
+    tasks = {}  # each benchmark's sources checked first: e.g. a --data-dir it would never read
     for name in names:
         task_cfg, set_name = task_config_for(name, data_dir, date_start, date_end)
+        try:
+            check_task_sources(task_cfg.model_copy(update={"eval_sets": [set_name]}) if set_name else task_cfg)
+        except UserError as e:
+            raise UserError(f"--benchmarks {name}: {e}".replace("task.data_dir=", "--data-dir ", 1)) from None
         task = get_task(task_cfg)
         tasks[name] = (task, load_examples(name, task, set_name, limit))
     return tasks
@@ -251,7 +258,7 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
                         seed=seed * 1_000_003 + c,  # one fixed stream per chunk
                     )
                     with torch.no_grad():
-                        res = evaluate_examples(eng, recorder, tokenizer, chunk, n, sampling, name)
+                        res = evaluate_examples(eng, recorder, tokenizer, chunk, n, sampling, name, progress=False)
                     samples.extend(res.to_json()["samples"])
                     progress.advance(bar, len(chunk))
                 if benchmark_kind(name) == "code":

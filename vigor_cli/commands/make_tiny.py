@@ -31,6 +31,8 @@ def make_tiny(
 
     if recipe not in RECIPES:
         raise UserError(f"--recipe: unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")
+    if out.is_dir() and any(out.iterdir()):  # its files would end up beside the model's
+        raise UserError(f"--out {out}: the folder is not empty; give a new or empty folder")
     torch.set_num_threads(threads)
     log = lambda line: console.print(line, highlight=False)  # noqa: E731
     if recipe != "tiny":

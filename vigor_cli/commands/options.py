@@ -11,6 +11,7 @@ flag and the key can never disagree.
 
 from __future__ import annotations
 
+import json
 import math
 import typing
 from pathlib import Path
@@ -123,18 +124,31 @@ def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] 
 
 
 # --------------------------------------------------------------------------- config keys
-def _field(key: str) -> Any:
+def key_field(key: str) -> Any:
+    """The pydantic field that declares a dotted config key (any depth: model.lora.r)."""
     from vigor_cli.config import RunConfig
 
-    section, name = key.split(".")
-    return RunConfig.model_fields[section].annotation.model_fields[name]
+    import typing
+
+    from pydantic.fields import FieldInfo
+
+    *sections, name = key.split(".")
+    model: Any = RunConfig
+    for part in sections:
+        field = model.model_fields[part]
+        if typing.get_origin(field.annotation) is dict:  # one entry of a mapping: task.fields.prompt
+            mapping = key.rsplit(".", 1)[0]
+            return FieldInfo(annotation=Optional[str], default=None,
+                             description=f"the {name!r} entry of {mapping}: {field.description}")
+        model = field.annotation
+    return model.model_fields[name]
 
 
 def key_bounds(key: str) -> Bounds:
     """The bounds a config key declares (``Field(ge=..., gt=..., le=..., lt=...)``)."""
     low = high = None
     low_open = high_open = False
-    for m in _field(key).metadata:
+    for m in key_field(key).metadata:
         for attr, is_low, is_open in (("ge", True, False), ("gt", True, True),
                                       ("le", False, False), ("lt", False, True)):
             value = getattr(m, attr, None)
@@ -147,9 +161,21 @@ def key_bounds(key: str) -> Bounds:
     return Bounds(low, high, low_open, high_open)
 
 
+def shown_default(key: str) -> str:
+    """A key's built-in default as --help shows it: ``0.5``, ``true``, ``unset`` (None)."""
+    value = key_field(key).get_default(call_default_factory=True)
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
 def key_choices(key: str) -> tuple[str, ...]:
     """The names a config key accepts (its ``Literal[...]``)."""
-    ann = _field(key).annotation
+    ann = key_field(key).annotation
     args = typing.get_args(ann) if typing.get_origin(ann) is typing.Literal else ()
     return tuple(str(a) for a in args)
 
@@ -157,10 +183,12 @@ def key_choices(key: str) -> tuple[str, ...]:
 def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **kw: Any) -> Any:
     """The option that sets config key ``key``: that key's bounds (or choices), checked when
     the command line is parsed. Extra bounds in ``kw`` (low=, high=) narrow the key's own."""
+    if "show_default" not in kw:  # the key's built-in default (the flag's own default is None)
+        kw["show_default"] = shown_default(key)
     choices = key_choices(key)
     if choices:
         return choice(*flags, help=help, choices=choices, key=key, **kw)
-    ann = _field(key).annotation
+    ann = key_field(key).annotation
     if ann not in (int, float, Optional[int], Optional[float]):
         return typer.Option(*flags, help=help, **kw)  # the config's own validation judges it
     b = key_bounds(key)
@@ -173,21 +201,60 @@ def for_key(key: str, *flags: str, help: str, integer: Optional[bool] = None, **
 
 
 def engine(*flags: str, help: str = "", **kw: Any) -> Any:
-    from vigor_cli.config import known_names
+    from vigor_cli.settings import known_names
 
     names = tuple(known_names("engine").split(", "))  # the engine registry's names, and auto
+    kw.setdefault("show_default", shown_default("engine.kind"))
     return choice(*(flags or ("--engine",)), help=help or f"engine.kind: {', '.join(names)}.",
                   choices=names, key="engine.kind", **kw)
 
 
 def device(*flags: str, help: str = "", **kw: Any) -> Any:
     names = key_choices("model.device")
+    kw.setdefault("show_default", shown_default("model.device"))
     return choice(*(flags or ("--device",)), help=help or f"model.device: {', '.join(names)}.",
                   choices=names, key="model.device", **kw)
 
 
 # --------------------------------------------------------------------------- output paths
-def _no_file_in_the_way(is_dir: bool) -> Callable[[Any], Any]:
+def writable_problem(directory: Path) -> Optional[str]:
+    """Why nothing can be written in ``directory`` or, when it does not exist yet, in the
+    nearest folder above it that does (where it would be made); None when a file can be.
+
+    Tried for real (a hidden file made and removed at once): permission bits say nothing of
+    a read-only mount, and root passes them all."""
+    import errno
+    import os
+    import tempfile
+
+    where = directory
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is not a directory"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".vigor-write-check-", dir=where)
+    except OSError as e:
+        reason = "read-only file system" if e.errno == errno.EROFS else (e.strerror or str(e)).lower()
+        return f"cannot write in {where} ({reason})"
+    os.close(fd)
+    os.unlink(probe)
+    return None
+
+
+def _path_parser(what: str, as_path: bool) -> Callable[[Any], Any]:
+    """Typer's parser for a path option: sees the text as typed, so ``''`` (which ``Path``
+    would turn into ``.``, the current folder) is refused instead of written into."""
+
+    def parse(value: Any) -> Any:
+        if isinstance(value, str) and value.strip() == "":
+            raise typer.BadParameter(f"an empty path; give a {what} name")
+        return Path(value) if as_path else str(value)
+
+    return parse
+
+
+def _output_path(is_dir: bool) -> Callable[[Any], Any]:
     from vigor_cli.errors import file_in_the_way
 
     def check(value: Any) -> Any:
@@ -202,16 +269,49 @@ def _no_file_in_the_way(is_dir: bool) -> Callable[[Any], Any]:
             blocker = file_in_the_way(path.parent)
         if blocker is not None:
             raise typer.BadParameter(f"cannot write under {path}: {blocker} is a file, not a directory")
+        problem = writable_problem(path if is_dir else path.parent)
+        if problem is not None:
+            raise typer.BadParameter(f"{path}: {problem}")
         return value
 
     return check
 
 
-def output_dir(*flags: str, help: str, **kw: Any) -> Any:
-    """A directory to write into: no regular file may stand at it or above it."""
-    return typer.Option(*flags, help=help, callback=_no_file_in_the_way(True), **kw)
+def output_dir(*flags: str, help: str, as_path: bool = True, **kw: Any) -> Any:
+    """A directory to write into: not empty text, no regular file at it or above it, and
+    writable (checked when the command line is parsed, before any work). The command gets
+    a Path (a str with ``as_path=False``)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("directory", as_path),
+                        callback=_output_path(True), **kw)
 
 
-def output_file(*flags: str, help: str, **kw: Any) -> Any:
-    """A file to write: not a directory, and no regular file above it."""
-    return typer.Option(*flags, help=help, callback=_no_file_in_the_way(False), **kw)
+def output_file(*flags: str, help: str, as_path: bool = True, **kw: Any) -> Any:
+    """A file to write: not empty text, not a directory, no regular file above it, and its
+    folder writable (checked when the command line is parsed, before any work)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("file", as_path),
+                        callback=_output_path(False), **kw)
+
+
+# --------------------------------------------------------------------------- input paths
+def _input_path(value: Any) -> Any:
+    if value is None:
+        return value
+    path = Path(value)
+    if not path.exists():
+        raise typer.BadParameter(f"{path}: no such file or directory")
+    if not path.is_dir():
+        from vigor_cli.errors import UserError
+        from vigor_cli.user_files import regular_file
+
+        try:
+            regular_file(path)  # a FIFO or a device: said as such
+        except UserError as e:
+            raise typer.BadParameter(str(e)) from None
+    return value
+
+
+def input_path(*flags: str, help: str, **kw: Any) -> Any:
+    """An existing file or directory to read from, checked when the command line is parsed
+    (what reads it then checks that it is the kind it needs)."""
+    return typer.Option(*flags, help=help, parser=_path_parser("file or directory", True),
+                        callback=_input_path, **kw)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.config import known_names
+from vigor_cli.settings import known_names
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
 from vigor_cli.simulate import POOL_PER_PROMPT, TARGET_GAIN, SimSettings
@@ -58,7 +58,7 @@ def simulate(
     target: Annotated[Optional[float], opt.number("--target", low=0, low_open=True, high=1, integer=False, help=f"Target mean pass rate (default: initial mean + {TARGET_GAIN}).", rich_help_panel=_LEARN)] = None,
 ) -> None:
     """Drive the real allocators with simulated rewards and compare where the rollouts go."""
-    from vigor_cli.config import build_config
+    from vigor_cli.settings import build_config
     from vigor_cli.report.simulate_table import print_table
     from vigor_cli.simulate import simulate as run_simulation
 

@@ -14,17 +14,13 @@ from vigor_cli.errors import UserError
 
 def _read_record(path: Path, question_id: str | None) -> dict:
     """One record from a .json file (an object) or a .jsonl file (one object per line)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read problem file {path}: {exc}") from None
+    from vigor_cli.user_files import LINE_MAX_BYTES, parse_json, read_text
+
     records = []
-    stripped = text.strip()
-    if stripped.startswith("{") and path.suffix != ".jsonl":
-        try:
-            records = [json.loads(stripped)]
-        except ValueError as exc:
-            raise UserError(f"problem file {path} is not valid JSON: {exc}") from None
+    if path.suffix != ".jsonl":
+        text = read_text(path, "cannot read problem file ", limit=LINE_MAX_BYTES)  # a FIFO or device: refused, not read
+    if path.suffix != ".jsonl" and text.strip().startswith("{"):
+        records = [parse_json(text, f"problem file {path}")]
     else:
         from vigor_cli.jsonl import iter_jsonl
 
@@ -47,10 +43,9 @@ def _read_program(path: Path) -> str:
     """A .py file is the program; any other file is a completion whose code block is taken."""
     from vigor_cli.verifiers.code import extract_code
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read solution file {path}: {exc}") from None
+    from vigor_cli.user_files import read_text
+
+    text = read_text(path, "cannot read solution file ")  # bounded; a FIFO or device is refused, not waited on
     if path.suffix == ".py":
         return text
     code = extract_code(text)

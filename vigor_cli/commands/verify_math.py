@@ -11,6 +11,7 @@ import typer
 from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.records import check_record
 
 
 FORKED_MAX_CASES = 32
@@ -23,9 +24,7 @@ def _read_cases(path: Path) -> list[tuple[object, str, Optional[str]]]:
     strings; ``problem`` (the question's text) is optional."""
     cases = []
     for i, row in iter_jsonl(path, "a JSON object with fields gold and pred"):
-        for key in ("gold", "pred"):
-            if key not in row:
-                raise UserError(f"{path}:{i}: missing field {key!r}")
+        check_record(row, f"{path}:{i}", required=("gold", "pred"), answers=("gold", "pred"))
         gold, pred = row["gold"], row["pred"]
         if isinstance(gold, list):
             if not gold or not all(isinstance(g, (str, int, float)) for g in gold):

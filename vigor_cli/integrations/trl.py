@@ -1,53 +1,25 @@
 """The allocation strategies inside TRL's ``GRPOTrainer``: one GPU, several, several nodes.
 
-``pip install 'vigor[trl]'`` (TRL 1.16). :class:`VigorGRPOTrainer` replaces the one place
-TRL draws ``num_generations`` completions per prompt: each training step runs the
-allocator's rounds (``vigor_cli.allocation``'s ask/tell), one generation call per round
-with per-prompt counts, scores them with TRL's reward functions, tells the allocator, and
-asks again. The update then uses TRL's own machinery (old/reference log-probs, TRL's
-loss) with advantages from :func:`vigor_cli.grpo.compute_advantages` over uid groups of
-any size. Everything else is TRL's: ``accelerate launch``, DeepSpeed/FSDP, vLLM
-server or colocate generation. docs/scaling.md has the commands and what is tested.
-
-Several processes. Every rank runs the same allocator with the same seed, draws the same
-prompts (:class:`vigor_cli.trainer.DataOrder` over ``train_dataset``) and is told the same
-rewards, which are gathered across ranks after every round; so the selection is global
-and identical on every rank, without a broadcast. Each round's requests are split into
-contiguous per-rank chunks whose sizes differ by at most one rollout, the extra ones
-going to the ranks that got the fewest so far in the step, so that over a step the
-ranks' rollout counts differ by at most one. A rank with a shorter chunk generates
-duplicates of its last request to match (TRL's collectives need equal row counts); they
-are left out of rewards, the allocator, the loss and the metrics.
-
-What TRL constrains, and how this works around it:
-
-- TRL's batch is ``num_generations`` copies of ``generation_batch_size / num_generations``
-  prompts. Here the prompts of a step come from the allocator (which may draw more than
-  ``prompts_per_step``: auto's census, DAPO's batches); TRL's dataloader only paces the
-  steps, and its ``num_generations`` divisibility checks still apply to the config but
-  not to what is generated.
-- ``steps_per_generation`` must be 1 (``gradient_accumulation_steps=1``): TRL splits a
-  generation batch into equal slices and would drop the remainder of a variable-size one.
-  The whole step's rollouts of a rank are one micro-batch of TRL's loss.
-- Rows that are not in the update (PODS's unused rollouts, DAPO's filtered groups, the
-  balancing duplicates) stay in the batch with a zero loss mask (``tool_mask``), so every
-  rank holds the same number of rows. With ``loss_type`` ``dapo`` (TRL's default) or
-  ``bnpo`` they change nothing; ``grpo`` and ``dr_grpo`` average over rows and count them.
-- Rewards must lie in [0, 1] after TRL's weighting (the allocator's contract);
-  ``multi_objective_aggregation`` must be ``sum_then_normalize``.
+``pip install 'vigor[trl]'`` (TRL 1.16). :class:`VigorGRPOTrainer` runs each step's rollout
+phase through vigor's rollout core (vigor_cli/rollout_core.py, the copy `vigor train` runs),
+with TRL's generation and reward functions as the round runner, then replays the step through
+TRL's scoring pass so that TRL's log-probs, KL and loss train on it. docs/scaling.md has the
+commands, how the ranks share a step, the constraints TRL imposes and what is tested.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
+import hashlib
 import json
 import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, NoReturn, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 import torch
 
@@ -59,16 +31,22 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         f"vigor_cli.integrations.trl needs TRL: pip install 'vigor[trl]' ({e})"
     ) from None
 
-from vigor_cli import grpo
 from vigor_cli.allocation import make_allocator
-from vigor_cli.config import AllocationConfig, ConfigError, build_config, parse_override
-from vigor_cli.tasks.base import score_once
+from vigor_cli.allocation.base import Request
+from vigor_cli.config import AllocationConfig, ConfigError, parse_override
+from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, run_rounds, step_metrics
+from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
-from vigor_cli.trainer import DataOrder
+from vigor_cli.tasks.base import Score, score_once
 
 ROLLOUT_INDEX = "rollout_index"
 """Column added to every row handed to reward functions: the rollout's index among its
 prompt's rollouts of the step (generation order across rounds)."""
+
+ROW_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
+"""TRL loss types normalised by the rank's row count; the rows outside the update are
+taken out of that count by rescaling (:meth:`VigorGRPOTrainer._compute_loss`)."""
 
 
 # --------------------------------------------------------------------------- config
@@ -115,6 +93,12 @@ class VigorGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.gradient_accumulation_steps != 1 or self.steps_per_generation != 1:
+            raise ValueError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, steps_per_generation="
+                f"{self.steps_per_generation}: VigorGRPOTrainer needs 1 and 1 (a step's rollouts are one "
+                "variable-size batch of TRL's loss, generated once per optimizer step)"
+            )
         if self.prompts_per_step is None:
             self.prompts_per_step = self.generation_batch_size // self.num_generations
         if self.prompts_per_step < 1:
@@ -122,7 +106,7 @@ class VigorGRPOConfig(GRPOConfig):
         self.allocation = allocation_config(self.vigor, self.prompts_per_step)
 
 
-# --------------------------------------------------------------------------- balancing
+# --------------------------------------------------------------------------- ranks
 def split_requests(n: int, spent: Sequence[int]) -> list[int]:
     """Per-rank sizes of a round of ``n`` rollouts: n // ranks each, the remainder one more
     each to the ranks with the fewest rollouts so far in the step (``spent``; ties to the
@@ -140,36 +124,77 @@ Key = tuple[str, int]
 
 @dataclass
 class StepLayout:
-    """Which rank generated which rollout, in every rank's row order."""
+    """Which rank generates which rollout of a step: decided on every rank from the same
+    inputs (the allocator's requests and the gathered token counts), so identically.
+
+    Each round's rollouts are dealt to the ranks by estimated tokens (prompt plus expected
+    completion), the costliest first, each to the rank with the fewest tokens so far in the
+    step among those with room; a rank's room is its share of the round's count
+    (:func:`split_requests`). So a prompt's rollouts spread over the ranks, and the ranks'
+    tokens stay close as well as their rollout counts."""
 
     ranks: int
     rows: list[list[tuple[Key, bool]]] = field(default_factory=list)
-    """Per rank: (key, real) per row, rounds appended; real=False marks a balancing duplicate."""
+    """Per rank: (key, real) per row, rounds appended; real=False marks a balancing copy."""
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     spent: list[int] = field(default_factory=list)
+    """Real rollouts per rank this step."""
+    tokens: list[int] = field(default_factory=list)
+    """Measured tokens (prompt + completion) of the real rollouts per rank this step."""
 
     def __post_init__(self) -> None:
         self.rows = [[] for _ in range(self.ranks)]
         self.spent = [0] * self.ranks
+        self.tokens = [0] * self.ranks
 
-    def add_round(self, flat: Sequence[str]) -> list[list[tuple[Key, bool]]]:
-        """Lay out one round's requests (a uid per rollout, in request order); return each
-        rank's rows of the round, padded to the longest with copies of its last row."""
+    def add_round(self, flat: Sequence[str], cost: Callable[[str], float] = lambda uid: 0.0
+                  ) -> tuple[list[Key], list[list[tuple[Key, bool]]]]:
+        """Lay out one round's requests (a uid per rollout, in request order): the round's keys
+        in request order, and each rank's rows of the round (request order within a rank),
+        padded to the longest with copies of its last row."""
         keys = []
         for uid in flat:
             keys.append((uid, self.counts[uid]))
             self.counts[uid] += 1
         sizes = split_requests(len(keys), self.spent)
-        width, start, out = max(sizes), 0, []
-        for r, size in enumerate(sizes):
-            chunk = [(k, True) for k in keys[start:start + size]]
+        load = [float(t) for t in self.tokens]
+        mine: list[list[int]] = [[] for _ in range(self.ranks)]
+        for i in sorted(range(len(keys)), key=lambda i: -cost(keys[i][0])):  # stable: ties in request order
+            r = min((r for r in range(self.ranks) if len(mine[r]) < sizes[r]), key=lambda r: (load[r], r))
+            mine[r].append(i)
+            load[r] += cost(keys[i][0])
+        width, out = max(sizes), []
+        for r in range(self.ranks):
+            chunk = [(keys[i], True) for i in sorted(mine[r])]
             filler = chunk[-1][0] if chunk else keys[0]
-            chunk += [(filler, False)] * (width - size)
+            chunk += [(filler, False)] * (width - len(chunk))
             out.append(chunk)
             self.rows[r].extend(chunk)
-            self.spent[r] += size
-            start += size
-        return out
+            self.spent[r] += len(mine[r])
+        return keys, out
+
+
+def round_digest(step: int, round_index: int, requests: Sequence[Request]) -> int:
+    """A signed 64-bit hash of a round's requests, for the ranks to compare."""
+    text = json.dumps([step, round_index, [[r.uid, r.n] for r in requests]])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little", signed=True)
+
+
+class RankDisagreement(RuntimeError):
+    """The ranks' allocators asked for different rollouts: their selection is no longer one."""
+
+
+def check_agreement(digests: Sequence[int], step: int, round_index: int) -> None:
+    """Raise :class:`RankDisagreement` (on every rank: each compares the gathered hashes)
+    unless every rank's round hash is the same."""
+    if len(set(digests)) > 1:
+        first = digests[0]
+        apart = [r for r, d in enumerate(digests) if d != first]
+        raise RankDisagreement(
+            f"step {step} round {round_index + 1}: rank(s) {apart} asked for other rollouts than rank 0 "
+            f"(request hashes by rank: {list(digests)}); every rank must run the same allocation config, "
+            "seed, train_dataset order and reward functions"
+        )
 
 
 # --------------------------------------------------------------------------- verifiers
@@ -177,22 +202,23 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
     """A TRL reward function scoring with a vigor task's verifier (math, code: the real
     verifiers and sandbox): rows carry the example's uid in ``uid_column``. As in `vigor
     train`, each distinct (uid, completion) of a training step is graded once (a reward is
-    a function of the two alone; repeats are common, a sandbox run each for code)."""
+    a function of the two alone; repeats are common, a sandbox run each for code). A
+    completion the task cannot score gets None (TRL's convention)."""
     examples = {ex.uid: ex for ex in task.train_examples()}
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
-    def reward(prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    def reward(prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         state = kwargs.get("trainer_state")
         step = getattr(state, "global_step", None)
         if step is None or step != seen_step[0]:
             graded.clear()
             seen_step[0] = step
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        out = [float(s.reward) for s in score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)]
+        scores = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)
         if step is None:
             graded.clear()
-        return out
+        return [None if s.reward is None else float(s.reward) for s in scores]
 
     reward.__name__ = f"{task.name}_verifier"
     return reward
@@ -215,11 +241,11 @@ def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None
 
 # --------------------------------------------------------------------------- run directory
 def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics: dict | None = None,
-                    config: dict | None = None) -> None:
+                    config: dict | None = None, evaluation: dict | None = None) -> None:
     """The one place the TRL path writes vigor's run-directory files (docs/run-directory.md):
     ``config.yaml`` (the allocation section and the step's prompts), one ``allocation.jsonl``
-    record and one ``metrics.jsonl`` line, so `vigor inspect-allocation` and `vigor report`
-    read the run."""
+    record, one ``metrics.jsonl`` line and an evaluation's ``eval/step-<N>.json``, so `vigor
+    inspect-allocation` and `vigor report` read the run."""
     import yaml
 
     from vigor_cli.runs import write_text_atomic
@@ -230,6 +256,8 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
         write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     if allocation is not None:
         run.append("allocation.jsonl", allocation)
+    if evaluation is not None:
+        run.write_eval(evaluation["step"], evaluation)
     if metrics is not None:
         run.append("metrics.jsonl", metrics)
 
@@ -238,26 +266,11 @@ def _prompt_text(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else str(prompt[-1].get("content", ""))
 
 
-# --------------------------------------------------------------------------- the step's rollouts
-@dataclass
-class _StepRollouts:
-    """What the allocation rounds of one step produced, for TRL's scoring pass to replay."""
-
-    layout: StepLayout
-    rows: list[dict]
-    """This rank's rows (dataset row + rollout index), in generation order."""
-    generated: list
-    """This rank's ``_generate`` outputs, rounds concatenated (TRL's tuple of 8)."""
-    per_func: torch.Tensor
-    """Every rank's per-function rewards, [ranks x rows, functions], NaN for duplicates."""
-    advantages: dict[Key, float]
-    loss_rows: list[bool]
-    """This rank's rows that the update uses."""
-    zero_var_frac: float
-
-
-def _concat_generated(parts: list[tuple]) -> tuple:
-    """Concatenate per-round ``GRPOTrainer._generate`` outputs along the rows."""
+# --------------------------------------------------------------------------- the step's rounds
+def _concat_generated(parts: list[tuple], loss_rows: Sequence[bool]) -> tuple:
+    """Per-round ``GRPOTrainer._generate`` outputs concatenated along the rows, with a zero
+    loss mask (``tool_mask``) on the rows outside the update: TRL's token normaliser
+    (``num_items_in_batch``) and its row means then count the update's rows only."""
     prompt_ids, completion_ids, tool_mask, completions, logprobs, extra = [], [], [], [], [], defaultdict(list)
     for p, c, tm, comp, lp, ex, _images, _tool_images in parts:
         prompt_ids += p
@@ -267,7 +280,83 @@ def _concat_generated(parts: list[tuple]) -> tuple:
         logprobs = None if lp is None else (logprobs or []) + list(lp)
         for key, values in ex.items():
             extra[key] += values if isinstance(values, list) else [values] * len(c)
+    tool_mask = [mask if use else [0] * len(mask) for mask, use in zip(tool_mask, loss_rows, strict=True)]
     return prompt_ids, completion_ids, tool_mask, completions, logprobs, dict(extra), None, []
+
+
+class TRLRounds:
+    """The TRL path's rounds (vigor_cli/rollout_core.RoundRunner). Every rank runs the
+    same allocator and sees every rank's rewards, so each round's requests are the same on
+    every rank (a gathered hash checks it); the round is laid out over the ranks
+    (:class:`StepLayout`), each rank generates its rows with TRL's generation and scores
+    them with TRL's reward functions, which gather every rank's rewards."""
+
+    def __init__(self, trainer: "VigorGRPOTrainer"):
+        self.tr = trainer
+        self.layout = StepLayout(trainer.accelerator.num_processes)
+        self.rank = trainer.accelerator.process_index
+        self.rows: list[dict] = []
+        """This rank's rows (dataset row + rollout index), rounds concatenated."""
+        self.outputs: list[tuple] = []
+        """This rank's ``_generate`` outputs per round (TRL's tuple of 8)."""
+        self.per_func: list[torch.Tensor] = []
+        """Per round, every rank's per-function rewards [ranks, width, functions], NaN for copies."""
+        self._round: tuple | None = None
+        self._where: tuple[int, int] = (0, 0)
+
+    def generate(self, requests: Sequence[Request], step: int, round_index: int) -> list[Generated]:
+        tr = self.tr
+        tr.check_ranks_agree(step, round_index, requests)
+        keys, chunks = self.layout.add_round([r.uid for r in requests for _ in range(r.n)], tr.rollout_cost)
+        mine = [tr._row(key) for key, _ in chunks[self.rank]]
+        out, measured = tr._generate_round(mine)
+        width = len(chunks[0])
+        measured = measured.view(self.layout.ranks, width, 3).tolist()
+        sizes: dict[Key, tuple[int, int, bool]] = {}
+        for r, chunk in enumerate(chunks):
+            for (key, real), (prompt_len, completion_len, truncated) in zip(chunk, measured[r]):
+                if real:
+                    sizes[key] = (int(prompt_len), int(completion_len), bool(truncated))
+                    self.layout.tokens[r] += int(prompt_len) + int(completion_len)
+        tr.observe_sizes(sizes)
+        self._round = (chunks, mine, out)
+        self._where = (step, round_index)
+        return [Generated(key[0], key, sizes[key][1], sizes[key][2]) for key in keys]
+
+    def score(self, generated: Sequence[Generated]) -> list[Score]:
+        tr = self.tr
+        chunks, mine, out = self._round
+        per_func = tr._score_round(mine, out)  # [ranks * width, functions], every rank's
+        width = len(chunks[0])
+        real = torch.tensor([[is_real for _, is_real in chunk] for chunk in chunks])
+        per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~real[..., None], float("nan"))
+        scores: dict[Key, Score] = {}
+        names = tr.reward_func_names
+        weights = tr.reward_weights.cpu()
+        for r, chunk in enumerate(chunks):
+            for j, (key, is_real) in enumerate(chunk):
+                if not is_real:
+                    continue
+                values = per_func[r, j]
+                scored = ~torch.isnan(values)
+                reward = float((values[scored] * weights[scored]).sum()) if bool(scored.any()) else None
+                parts = {n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, values)}
+                scores[key] = Score(reward, components=parts)
+        self.rows += mine
+        self.outputs.append(out)
+        self.per_func.append(per_func)
+        return [scores[g.rollout] for g in generated]
+
+    def replay(self, batch: RolloutBatch) -> tuple[tuple, torch.Tensor, list[float]]:
+        """This rank's whole step for TRL's scoring pass: its ``_generate`` outputs with the
+        loss mask, every rank's per-function rewards (rank-major, as TRL gathers them) and
+        this rank's advantages (0 outside the update)."""
+        by_key = {(s.uid, s.index): s for s in batch.generated}
+        mine = self.layout.rows[self.rank]
+        use = [real and by_key[key].in_update for key, real in mine]
+        advantages = [by_key[key].advantage if u else 0.0 for (key, _), u in zip(mine, use)]
+        per_func = torch.cat(self.per_func, dim=1).flatten(0, 1)
+        return _concat_generated(self.outputs, use), per_func, advantages
 
 
 class VigorGRPOTrainer(GRPOTrainer):
@@ -275,7 +364,8 @@ class VigorGRPOTrainer(GRPOTrainer):
 
     ``args`` is a :class:`VigorGRPOConfig`. Rows of ``train_dataset`` are prompts keyed by
     ``uid_column`` (default ``uid``; the row index when the column is absent). Reward
-    functions get every dataset column plus ``rollout_index``.
+    functions get every dataset column plus ``rollout_index``; a reward function may return
+    None for a completion it cannot score (excluded as `vigor train` excludes it).
     """
 
     def __init__(self, *args: Any, uid_column: str = "uid", **kwargs: Any):
@@ -283,13 +373,14 @@ class VigorGRPOTrainer(GRPOTrainer):
         a = self.args
         if not isinstance(a, VigorGRPOConfig):
             raise TypeError("VigorGRPOTrainer needs args=VigorGRPOConfig(...)")
-        if a.steps_per_generation != 1:
-            raise ValueError(
-                f"steps_per_generation={a.steps_per_generation}: VigorGRPOTrainer needs 1 "
-                "(gradient_accumulation_steps=1); a step's rollouts are one variable-size batch"
-            )
         if a.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("VigorGRPOTrainer needs multi_objective_aggregation='sum_then_normalize'")
+        if a.loss_type in ROW_MEAN_LOSSES and (self._entropy_bonus_enabled or self.aux_loss_enabled):
+            raise ValueError(
+                f"loss_type={a.loss_type!r} with an entropy bonus or a router aux loss: VigorGRPOTrainer "
+                "rescales row-mean losses to the update's rows, which would rescale those terms too; "
+                "use loss_type='dapo'"
+            )
         data = self.train_dataset
         uids = [str(u) for u in data[uid_column]] if uid_column in data.column_names else [
             str(i) for i in range(len(data))]
@@ -300,47 +391,84 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.allocator = make_allocator(a.allocation, a.prompts_per_step, a.seed)
         self.vigor_run_dir = Path(a.vigor_run_dir or a.output_dir)
         self.vigor_totals = {"rollouts": 0, "tokens": 0}
-        self._replay: _StepRollouts | None = None
+        self.vigor_step = 0
+        """Rollout phases so far: vigor's step (TRL's optimizer steps are num_iterations per phase)."""
+        self._prompt_tokens: dict[str, int] = {}
+        self._completion_tokens: dict[str, tuple[int, int]] = {}  # uid -> (sum, count), this step
+        self._all_completions = [0, 0]  # (sum, count) over the run: the estimate of an unseen prompt
+        self._replay: tuple | None = None
+        self._row_scale = 1.0
+        self.last_batch: RolloutBatch | None = None
+        self.last_rounds: TRLRounds | None = None
+        self._use_vigor_stops()
         if self.accelerator.is_main_process:
             if (self.vigor_run_dir / "allocation.jsonl").exists():
                 raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir")
             write_run_files(self.vigor_run_dir, config={
                 "allocation": a.allocation.model_dump(mode="json"),
-                "train": {"seed": a.seed, "prompts_per_step": a.prompts_per_step, "steps": a.max_steps},
+                "train": {"seed": a.seed, "prompts_per_step": a.prompts_per_step,
+                          "steps": a.max_steps // max(1, a.num_iterations)},
                 "trainer": {"kind": "trl", "loss_type": a.loss_type, "scale_rewards": a.scale_rewards,
                             "processes": self.accelerator.num_processes},
             })
+
+    def _use_vigor_stops(self) -> None:
+        """vigor's stop tokens (rollout/weights.py: EOS, the generation config's, the chat
+        template's end of turn) in TRL's generation settings: a base model under a chat
+        template (Qwen2.5 base) would otherwise write past ``<|im_end|>``."""
+        from vigor_cli.rollout.weights import stop_token_ids
+
+        stops = stop_token_ids(self.accelerator.unwrap_model(self.model), self._tokenizer)
+        self.eos_token_ids = list(dict.fromkeys([*self.eos_token_ids, *stops]))
+        if self.use_vllm:
+            kwargs = self.vllm_generation.generation_kwargs
+            kwargs["stop_token_ids"] = list(dict.fromkeys([*(kwargs.get("stop_token_ids") or []), *stops]))
+        else:
+            self.generation_kwargs["eos_token_id"] = self.eos_token_ids
+            self.generation_config.eos_token_id = self.eos_token_ids
 
     # ------------------------------------------------------------------ TRL's hooks
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
         if not self.model.training:  # evaluation keeps TRL's fixed groups
             return super()._generate_and_score_completions(inputs)
+        self.vigor_step += 1
+        rounds = TRLRounds(self)
+        batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
+                           tuple(self.args.allocation.reward_range))
+        self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
+        generated, per_func, advantages = rounds.replay(batch)
+        used = len(batch.samples)  # the update's rows over every rank
+        self._row_scale = len(advantages) * rounds.layout.ranks / max(used, 1)
         t0 = time.perf_counter()
-        step = self._run_rounds()
-        self._replay = step
+        self._replay = (generated, per_func)
         try:
             with self._one_generation_per_row():
-                out = super()._generate_and_score_completions(step.rows)
+                out = super()._generate_and_score_completions(rounds.rows)
         finally:
             self._replay = None
-        rank = self.accelerator.process_index
-        keys = [key for key, _ in step.layout.rows[rank]]
-        adv = [step.advantages.get(k, 0.0) if use else 0.0 for k, use in zip(keys, step.loss_rows)]
-        out["advantages"] = torch.tensor(adv, dtype=out["advantages"].dtype, device=out["advantages"].device)
-        self._fix_logged_advantages(step)
-        self._metrics["train"]["frac_reward_zero_std"][-1] = step.zero_var_frac
-        self._metrics["train"]["vigor/step_seconds"].append(time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        out["advantages"] = torch.tensor(advantages, dtype=out["advantages"].dtype, device=out["advantages"].device)
+        self._completion_tokens.clear()
+        self._log_step(batch, rounds.layout, t1 - t0)
         return out
 
     def _generate(self, prompts: list) -> tuple:
         if self._replay is not None:
-            return self._replay.generated
+            return self._replay[0]
         return super()._generate(prompts)
 
     def _calculate_rewards(self, inputs: list, prompts: list, completions: list, completion_ids_list: list):
         if self._replay is not None:
-            return self._replay.per_func.to(self.accelerator.device)
+            return self._replay[1].to(self.accelerator.device)
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _compute_loss(self, model: Any, inputs: dict) -> torch.Tensor:
+        """TRL's loss; a row-mean loss type rescaled so that it averages over the update's
+        rows only (TRL divides by every row of the rank, the zero-mask ones too)."""
+        loss = super()._compute_loss(model, inputs)
+        if self.loss_type in ROW_MEAN_LOSSES and self.model.training:
+            loss = loss * self._row_scale
+        return loss
 
     @contextlib.contextmanager
     def _one_generation_per_row(self) -> Iterator[None]:
@@ -352,127 +480,128 @@ class VigorGRPOTrainer(GRPOTrainer):
         finally:
             self.num_generations = saved
 
-    # ------------------------------------------------------------------ the rounds
-    def _run_rounds(self) -> _StepRollouts:
-        """One step's allocation: ask, generate this rank's share, gather rewards, tell."""
-        step = self.state.global_step + 1
-        layout = StepLayout(self.accelerator.num_processes)
-        self.vigor_data.new_step()
-        self.allocator.start_step(step, self.vigor_data.draw)
-        rank = self.accelerator.process_index
-        rows, generated, per_func, rewards, lengths, round_sizes = [], [], [], {}, [], []
-        while requests := self.allocator.ask():
-            flat = [r.uid for r in requests for _ in range(r.n)]
-            round_rows = layout.add_round(flat)
-            mine = [self._row(key) for key, _ in round_rows[rank]]
-            out, gathered, comp_len = self._generate_round(mine)
-            told: dict[str, list[float]] = defaultdict(list)
-            width = len(round_rows[0])
-            combined = self._combined(gathered).view(layout.ranks, width)
-            for r, chunk in enumerate(round_rows):
-                for j, (key, real) in enumerate(chunk):
-                    if real:
-                        rewards[key] = float(combined[r, j])
-                        told[key[0]].append(rewards[key])
-            self._check_rewards(step, len(round_sizes) + 1, told)
-            self.allocator.tell(dict(told))
-            real = torch.tensor([[real for _, real in chunk] for chunk in round_rows])
-            gathered = gathered.view(layout.ranks, width, -1).masked_fill(~real[..., None], float("nan"))
-            rows += mine
-            generated.append(out)
-            per_func.append(gathered)
-            lengths.append(comp_len.view(layout.ranks, width)[real])
-            round_sizes.append(len(flat))
-        result = self.allocator.finish()
-        return self._finish_step(step, layout, rows, generated, per_func, rewards, result, lengths, round_sizes)
+    # ------------------------------------------------------------------ one round, this rank
+    def check_ranks_agree(self, step: int, round_index: int, requests: Sequence[Request]) -> None:
+        """Gather every rank's hash of the round's requests and compare (every rank raises
+        :class:`RankDisagreement` on a mismatch, so none is left waiting)."""
+        digest = torch.tensor([round_digest(step, round_index, requests)], dtype=torch.int64,
+                              device=self.accelerator.device)
+        check_agreement(self.accelerator.gather(digest).tolist(), step, round_index)
+
+    def rollout_cost(self, uid: str) -> float:
+        """Estimated tokens of one rollout of ``uid``: its prompt (exact once seen, else the mean
+        prompt) plus its mean completion so far this step (else the run's mean completion)."""
+        prompts = self._prompt_tokens
+        prompt = prompts.get(uid, sum(prompts.values()) / len(prompts) if prompts else 0.0)
+        total, count = self._completion_tokens.get(uid, self._all_completions)
+        return prompt + (total / count if count else 0.0)
+
+    def observe_sizes(self, sizes: Mapping[Key, tuple[int, int, bool]]) -> None:
+        """Measured (prompt, completion) tokens of a round, every rank's: the next rounds'
+        estimates (:meth:`rollout_cost`)."""
+        for (uid, _), (prompt, completion, _) in sizes.items():
+            self._prompt_tokens[uid] = prompt
+            total, count = self._completion_tokens.get(uid, (0, 0))
+            self._completion_tokens[uid] = (total + completion, count + 1)
+            self._all_completions[0] += completion
+            self._all_completions[1] += 1
 
     def _row(self, key: Key) -> dict:
         uid, index = key
         return {**self.train_dataset[self.vigor_index[uid]], ROLLOUT_INDEX: index}
 
-    def _generate_round(self, rows: list[dict]) -> tuple[tuple, torch.Tensor, torch.Tensor]:
-        """This rank's rows through TRL's generation and reward functions; the rewards and
-        completion lengths of every rank (TRL gathers them; the widths are equal)."""
+    def _generate_round(self, rows: list[dict]) -> tuple[tuple, torch.Tensor]:
+        """This rank's rows through TRL's generation; every rank's (prompt tokens, completion
+        tokens, truncated) per row, gathered (the ranks' row counts are equal)."""
         prompts = [row["prompt"] for row in rows]
         with self._one_generation_per_row():
             out = super()._generate(prompts)
-        completion_ids, completions, extra = out[1], out[3], out[5]
+        prompt_ids, completion_ids, extra = out[0], out[1], out[5]
         for i, row in enumerate(rows):
             for key, values in extra.items():
                 row[key] = values[i] if isinstance(values, list) else values
-        gathered = super()._calculate_rewards(rows, prompts, completions, completion_ids)
-        lengths = torch.tensor([len(c) for c in completion_ids], device=self.accelerator.device)
-        return out, gathered.float().cpu(), self.accelerator.gather(lengths).cpu()
+        stops = set(self.eos_token_ids)
+        sizes = torch.tensor([[len(p), len(c), int(len(c) >= self.max_completion_length and (not c or c[-1] not in stops))]
+                              for p, c in zip(prompt_ids, completion_ids)], device=self.accelerator.device)
+        return out, self.accelerator.gather(sizes).cpu()
 
-    def _combined(self, per_func: torch.Tensor) -> torch.Tensor:
-        """TRL's weighted sum of the reward functions (its sum_then_normalize reward)."""
-        return (per_func * self.reward_weights.cpu().unsqueeze(0)).nansum(dim=1)
+    def _score_round(self, rows: list[dict], out: tuple) -> torch.Tensor:
+        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions]."""
+        prompts = [row["prompt"] for row in rows]
+        gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
+        return gathered.float().cpu()
 
-    def _check_rewards(self, step: int, round_index: int, told: Mapping[str, list[float]]) -> None:
-        bad = [r for values in told.values() for r in values if not 0.0 <= r <= 1.0]
-        if bad:
-            raise ValueError(
-                f"step {step} round {round_index}: reward {bad[0]} outside [0, 1] (weighted sum of "
-                f"{', '.join(self.reward_func_names)}); allocation needs rewards in [0, 1]"
-            )
-
-    def _finish_step(self, step: int, layout: StepLayout, rows: list[dict], generated: list,
-                     per_func: list[torch.Tensor], rewards: dict[Key, float], result: Any,
-                     lengths: list[torch.Tensor], round_sizes: list[int]) -> _StepRollouts:
-        """Advantages over the update's uid groups (vigor_cli.grpo), the loss rows, the
-        metrics and the allocation record."""
-        used = [(uid, i) for uid, indices in result.groups.items() for i in indices]
-        adv = grpo.compute_advantages([rewards[k] for k in used], [k[0] for k in used],
-                                      _scale(self.args.scale_rewards))
-        advantages = dict(zip(used, adv.tolist()))
-        groups: dict[str, list[float]] = defaultdict(list)
-        for uid, i in used:
-            groups[uid].append(rewards[(uid, i)])
-        zero_var = sum(1 for g in groups.values() if max(g) == min(g)) / len(groups) if groups else 0.0
-        rank = self.accelerator.process_index
-        loss_rows = [real and key in advantages for key, real in layout.rows[rank]]
-        tokens = int(torch.cat(lengths).sum()) if lengths else 0
-        self._log_step(step, layout, rewards, zero_var, len(groups), tokens, round_sizes, result.record)
-        return _StepRollouts(layout, rows, _concat_generated(generated),
-                             torch.cat(per_func, dim=1).flatten(0, 1), advantages, loss_rows, zero_var)
-
-    def _log_step(self, step: int, layout: StepLayout, rewards: dict[Key, float], zero_var: float,
-                  groups: int, tokens: int, round_sizes: list[int], record: dict) -> None:
-        """TRL metrics (vigor/...) and, on the main process, vigor's run-directory lines."""
-        n = sum(round_sizes)
+    # ------------------------------------------------------------------ logs
+    def _log_step(self, batch: RolloutBatch, layout: StepLayout, scoring_seconds: float) -> None:
+        """TRL metrics (vigor/...) and, on the main process, vigor's run-directory lines (the
+        metrics `vigor train` logs, from the same rollout core)."""
+        n = len(batch.generated)
         self.vigor_totals["rollouts"] += n
-        self.vigor_totals["tokens"] += tokens
+        self.vigor_totals["tokens"] += batch.tokens
+        rows = sum(len(r) for r in layout.rows)
+        metrics = step_metrics(batch, self.vigor_totals["rollouts"], self.vigor_totals["tokens"])
         m = self._metrics["train"]
         m["vigor/rollouts_per_step"].append(n)
         m["vigor/rollouts_cumulative"].append(self.vigor_totals["rollouts"])
-        m["vigor/rounds"].append(len(round_sizes))
-        for t, size in enumerate(round_sizes, start=1):
+        m["vigor/rounds"].append(len(batch.round_sizes))
+        for t, size in enumerate(batch.round_sizes, start=1):
             m[f"vigor/round_{t}_rollouts"].append(size)
-        m["vigor/zero_var_frac"].append(zero_var)
-        m["vigor/balance_duplicates"].append(sum(len(r) for r in layout.rows) - n)
+        m["vigor/zero_var_frac"].append(metrics["groups/zero_var_frac"])
+        m["frac_reward_zero_std"][-1] = metrics["groups/zero_var_frac"]
+        m["vigor/unscored"].append(metrics["reward/unscored"])
+        m["vigor/balance_duplicates"].append(rows - n)
+        m["vigor/loss_rows"].append(len(batch.samples))
         m["vigor/rank_rollouts_spread"].append(max(layout.spent) - min(layout.spent))
+        m["vigor/rank_tokens_spread"].append(max(layout.tokens) - min(layout.tokens))
+        m["vigor/time/generate"].append(batch.generate_seconds)
+        m["vigor/time/reward"].append(batch.reward_seconds)
+        m["vigor/time/scoring_pass"].append(scoring_seconds)
+        self._fix_logged_advantages(batch, layout)
         if not self.accelerator.is_main_process:
             return
-        values = torch.tensor(list(rewards.values()), dtype=torch.float64)
+        record = {"step": self.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(self.train_dataset[self.vigor_index[entry["uid"]]]["prompt"])[:200]
-        metrics = {
-            "step": step, "rollouts/step": n, "rollouts/cumulative": self.vigor_totals["rollouts"],
-            "tokens/step": tokens, "tokens/cumulative": self.vigor_totals["tokens"],
-            "reward/mean": float(values.mean()) if n else 0.0,
-            "reward/std": float(values.std(unbiased=False)) if n else 0.0,
-            "groups/count": groups, "groups/zero_var_frac": zero_var,
-            "rollouts/per_rank": list(layout.spent),
-        }
-        write_run_files(self.vigor_run_dir, allocation={"step": step, **record}, metrics=metrics)
+        write_run_files(self.vigor_run_dir, allocation=record, metrics={
+            "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
+            "tokens/per_rank": list(layout.tokens),
+            "time/generate": batch.generate_seconds, "time/reward": batch.reward_seconds,
+            "time/scoring_pass": scoring_seconds,
+        })
 
-    def _fix_logged_advantages(self, step: _StepRollouts) -> None:
+    def _fix_logged_advantages(self, batch: RolloutBatch, layout: StepLayout) -> None:
         """TRL logged its (zero) advantages for the completions table; put ours there."""
-        flat = [step.advantages.get(key, 0.0) for rank_rows in step.layout.rows for key, _ in rank_rows]
+        by_key = {(s.uid, s.index): s.advantage for s in batch.samples}
+        flat = [by_key.get(key, 0.0) if real else 0.0 for rank_rows in layout.rows for key, real in rank_rows]
         logged = self._logs["advantages"]  # a deque of TRL's generation_batch_size, newest last
         n = min(len(logged), len(flat))
         for i in range(1, n + 1):
             logged[-i] = flat[-i]
+
+    # ------------------------------------------------------------------ evaluation's generation
+    @contextlib.contextmanager
+    def generation_settings(self, sampling: SamplingParams) -> Iterator[None]:
+        """TRL's generation set to ``sampling`` (temperature 0: greedy), restored after."""
+        if self.use_vllm:
+            g = self.vllm_generation
+            saved = (g.temperature, g.top_p, g.max_completion_length)
+            g.temperature, g.top_p, g.max_completion_length = sampling.temperature, sampling.top_p, sampling.max_new_tokens
+            try:
+                yield
+            finally:
+                g.temperature, g.top_p, g.max_completion_length = saved
+            return
+        saved = (self.generation_config, self.generation_kwargs)
+        sample = sampling.temperature > 0
+        settings = {"do_sample": sample, "max_new_tokens": sampling.max_new_tokens,
+                    "temperature": sampling.temperature if sample else 1.0, "top_p": sampling.top_p if sample else 1.0}
+        config = copy.deepcopy(self.generation_config)
+        config.update(**settings)
+        self.generation_config, self.generation_kwargs = config, {**self.generation_kwargs, **settings}
+        try:
+            yield
+        finally:
+            self.generation_config, self.generation_kwargs = saved
 
 
 def _scale(scale_rewards: Any) -> str:
@@ -485,44 +614,91 @@ def _scale(scale_rewards: Any) -> str:
 
 
 # --------------------------------------------------------------------------- evaluation
-class HeldOutEval(TrainerCallback):
-    """Held-out accuracy as ``vigor train`` measures it (vigor_cli.evaluation, greedy),
-    at the start, every ``every`` steps and at the end, written to metrics.jsonl."""
+class TRLEngine(RolloutEngine):
+    """TRL's own generation as a vigor rollout engine, for the held-out evaluation on every
+    rank: its transformers path (ZeRO-3 parameters gathered, FSDP parameters summoned, ranks
+    kept in step by ``generate``) or its vLLM. Every rank calls :meth:`generate` together,
+    with equally many prompts (vigor_cli/evaluation.py pads the shards)."""
 
-    def __init__(self, trainer: VigorGRPOTrainer, task: Any, examples: list, max_new_tokens: int,
-                 every: int = 0, samples: int = 1):
-        self.trainer, self.task, self.examples = trainer, task, examples
-        self.max_new_tokens, self.every, self.samples = max_new_tokens, every, samples
-        self.results: dict[int, float] = {}
+    name = "trl"
+    shares_policy = True
 
-    def evaluate(self, step: int) -> float:
-        from vigor_cli.evaluation import evaluate_examples
-        from vigor_cli.rollout.base import SamplingParams
-        from vigor_cli.rollout.hf import HFEngine
-        from vigor_cli.trainer import derive_seed
+    def __init__(self, trainer: VigorGRPOTrainer):
+        self.trainer = trainer
+
+    def generate(self, prompts: Sequence[Sequence[int]], counts: Sequence[int],
+                 sampling: SamplingParams) -> list[list[Rollout]]:
+        from vigor_cli.rollout.weights import cut_at_stop
 
         tr = self.trainer
-        engine = HFEngine(tr.accelerator.unwrap_model(tr.model), tr.processing_class)
-        params = SamplingParams(temperature=0.0, top_p=1.0, max_new_tokens=self.max_new_tokens,
-                                seed=derive_seed(tr.args.seed, "eval", step))
-        result = evaluate_examples(engine, self.task, tr.processing_class, self.examples, self.samples,
-                                   params, self.task.name)
-        self.results[step] = result.accuracy
-        write_run_files(tr.vigor_run_dir, metrics={
-            "step": step, "eval/accuracy": result.accuracy, f"eval/{self.task.name}/accuracy": result.accuracy,
-            "eval/samples": len(result.samples), "rollouts/cumulative": tr.vigor_totals["rollouts"],
-            "tokens/cumulative": tr.vigor_totals["tokens"],
-        })
-        return result.accuracy
+        rows = [list(p) for p, c in zip(prompts, counts) for _ in range(c)]
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        with tr.generation_settings(sampling), torch.random.fork_rng(devices=devices):
+            torch.manual_seed(int(sampling.seed or 0) + tr.accelerator.process_index)
+            completion_ids, _ = tr._generate_single_turn(rows, None, {}, 1)
+        stops = set(tr.eos_token_ids)
+        out: list[list[Rollout]] = [[] for _ in counts]
+        owners = [i for i, c in enumerate(counts) for _ in range(c)]
+        for owner, ids in zip(owners, completion_ids):
+            ids = [int(t) for t in ids]
+            end = cut_at_stop(ids, stops)
+            ids = ids[:end] if end else ids
+            text = tr._tokenizer.decode(ids, skip_special_tokens=True)
+            out[owner].append(Rollout(ids, [], text, truncated=end is None))
+        return out
+
+
+class HeldOutEval(TrainerCallback):
+    """Held-out accuracy as ``vigor train`` measures it (vigor_cli/evaluation.evaluate_sets),
+    at the start, every ``every`` steps and at the end: on every rank, each on its share of
+    the examples through TRL's generation, results gathered; the main process writes
+    ``eval/step-<N>.json`` and the metrics.jsonl line."""
+
+    def __init__(self, trainer: VigorGRPOTrainer, task: Any, examples: list, max_new_tokens: int,
+                 every: int = 0, samples: int = 1, temperature: float = 0.0, top_p: float = 1.0):
+        self.trainer, self.task, self.examples = trainer, task, examples
+        self.max_new_tokens, self.every, self.samples = max_new_tokens, every, samples
+        self.temperature, self.top_p = temperature, top_p
+        self.results: dict[int, float] = {}
+        self.seconds = 0.0
+        """Wall time spent evaluating (bench/trl_path.py's per-phase split)."""
+
+    def evaluate(self, step: int) -> float:
+        from accelerate.utils import gather_object
+
+        from vigor_cli.evaluation import Shard, evaluate_sets, held_out_sampling
+
+        tr = self.trainer
+        acc = tr.accelerator
+        t0 = time.perf_counter()
+        shard = Shard(acc.process_index, acc.num_processes, gather_object) if acc.num_processes > 1 else None
+        params = held_out_sampling(tr.args.seed, step, self.temperature, self.top_p, self.max_new_tokens)
+        was_training = tr.model.training
+        tr.model.eval()
+        try:
+            held = evaluate_sets(TRLEngine(tr), self.task, tr.processing_class, {self.task.name: self.examples},
+                                 self.samples, params, step, shard)
+        finally:
+            tr.model.train(was_training)
+        self.results[step] = held.accuracy
+        if acc.is_main_process:
+            write_run_files(tr.vigor_run_dir, evaluation=held.to_json(),
+                            metrics=held.line(tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"]))
+        self.seconds += time.perf_counter() - t0
+        return held.accuracy
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if state.is_world_process_zero and state.global_step == 0:
+        if state.global_step == 0:
             self.evaluate(0)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        due = self.every and state.global_step % self.every == 0
-        if state.is_world_process_zero and (due or state.global_step == state.max_steps):
-            self.evaluate(state.global_step)
+        iterations = max(1, self.trainer.num_iterations)
+        if state.global_step % iterations and state.global_step != state.max_steps:
+            return  # mid-way through a rollout phase's num_iterations optimizer steps
+        step = self.trainer.vigor_step
+        due = self.every and step % self.every == 0
+        if due or state.global_step == state.max_steps:
+            self.evaluate(step)
 
 
 # --------------------------------------------------------------------------- from a vigor config
@@ -538,18 +714,32 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     if g.loss_agg not in LOSS_TYPES:
         raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
     from vigor_cli.models import gradient_checkpointing_on
+    from vigor_cli.tracking import require
+
+    require(t.report_to)  # a missing dashboard package: one line, before anything loads
+    from vigor_cli.models import pick_dtype
 
     group = cfg.allocation.group_size
-    checkpointing = gradient_checkpointing_on(cfg.model, _trl_device(overrides))  # as vigor train decides it
+    device = _trl_device(overrides)
+    checkpointing = gradient_checkpointing_on(cfg.model, device)  # as vigor train decides it
+    dtype = pick_dtype(cfg.model, device)  # autocast to the 16-bit compute dtype, none in float32
     keys = dict(
-        gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps, seed=t.seed, prompts_per_step=t.prompts_per_step,
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        # TRL's optimizer steps per rollout phase are num_iterations (vigor's grpo.mu passes)
+        gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps * g.mu, seed=t.seed,
+        prompts_per_step=t.prompts_per_step,
         vigor=cfg.allocation.model_dump(), per_device_train_batch_size=group, num_generations=group,
         learning_rate=g.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=g.warmup_steps,
         weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
         scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
         temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
-        logging_steps=1, report_to=[], save_strategy="no", disable_tqdm=True,
+        logging_steps=1, save_strategy="no", disable_tqdm=True,
+        report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
+        # grpo.importance_sampling: vigor's token-level truncated ratio (the Learner's), which
+        # TRL applies on its vLLM path; 'auto' is on there (TRL's own default mode masks sequences)
+        vllm_importance_sampling_correction=g.importance_sampling != "off",
+        vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=g.importance_sampling_cap,
     )
     keys.update(overrides)
     return VigorGRPOConfig(**keys)
@@ -561,34 +751,59 @@ def _trl_device(overrides: dict) -> torch.device:
     return torch.device("cpu" if cpu else "cuda")
 
 
+def model_load_kwargs(m: Any, device: torch.device) -> dict[str, Any]:
+    """``from_pretrained`` keys for a vigor ``model`` section, as `vigor train` loads it:
+    float32 master weights for a full fine-tune in a 16-bit dtype (trained under TRL's
+    autocast, :func:`trl_args`), the 16-bit dtype otherwise, and the base in 4-bit NF4 for
+    ``model.load_in_4bit`` (CUDA and bitsandbytes, else one line naming the key)."""
+    from accelerate import PartialState
+
+    from vigor_cli.models import _four_bit_config, master_weights_dtype, pick_dtype
+
+    dtype = pick_dtype(m, device)
+    kwargs: dict[str, Any] = {"revision": m.revision,
+                              "dtype": torch.float32 if master_weights_dtype(m, dtype) is not None else dtype}
+    if m.load_in_4bit:
+        kwargs["quantization_config"] = _four_bit_config(dtype)
+        kwargs["device_map"] = {"": PartialState().local_process_index}
+    return kwargs
+
+
 def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[VigorGRPOTrainer, HeldOutEval, Any]:
     """The trainer for a vigor ``RunConfig`` (model, task, reward through the task's verifier,
     held-out evaluation as `vigor train` schedules it); returns (trainer, evaluation, task)."""
     from transformers import AutoModelForCausalLM
 
-    from vigor_cli.models import load_tokenizer, pick_dtype, resolve_model_path
+    from vigor_cli.models import load_tokenizer, resolve_model_path, set_cpu_threads
     from vigor_cli.tasks import get_task
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
-    path = resolve_model_path(m.name_or_path)
-    tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
-    dtype = pick_dtype(m, _trl_device(overrides))
-    model = AutoModelForCausalLM.from_pretrained(path, revision=m.revision, dtype=dtype)
+    task = get_task(cfg.task, workers=cfg.train.reward_workers)
+    try:  # the task's data and reward functions are read before the model: a bad one fails first
+        task.train_examples()
+        examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
+        path = resolve_model_path(m.name_or_path)
+        tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
+        device = _trl_device(overrides)
+        model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, device))
+        set_cpu_threads(model, m.cpu_threads, device)  # model.cpu_threads, as vigor train sets it
+    except BaseException:
+        task.close()
+        raise
     peft_config = None
     if m.lora.enabled:
         from peft import LoraConfig
 
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-    task = get_task(cfg.task, workers=cfg.train.reward_workers)
     trainer = VigorGRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
                                processing_class=tok, peft_config=peft_config)
-    examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
     held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
                            max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
-                           samples=cfg.train.eval_samples)
+                           samples=cfg.train.eval_samples, temperature=cfg.train.eval_temperature,
+                           top_p=cfg.sampling.top_p)
     trainer.add_callback(held_out)
     return trainer, held_out, task
 
@@ -614,6 +829,15 @@ def _parser() -> _Parser:
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
     ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
                     help="set a GRPOConfig key last: key=value (YAML), e.g. vllm_server_host=10.0.0.5")
+    own = ap.add_argument_group("your own task (as in vigor train; --data selects task 'custom')")
+    own.add_argument("--data", help="task.data: your training data (file, folder or hub org/name[:split])")
+    own.add_argument("--eval-data", help="task.eval_data: held-out data")
+    own.add_argument("--reward", action="append", help="task.rewards (repeatable): a built-in name or FILE.py:FUNC")
+    own.add_argument("--reward-weights", help="task.reward_weights: comma-separated, one per --reward")
+    own.add_argument("--system-prompt", help="task.system_prompt")
+    own.add_argument("--prompt-field", help="task.fields.prompt")
+    own.add_argument("--answer-field", help="task.fields.answer")
+    own.add_argument("--prompt-template", help="task.prompt_template")
     return ap
 
 
@@ -636,7 +860,13 @@ def _train(a: argparse.Namespace) -> int:
     from vigor_cli.errors import UserError, user_message
 
     try:
-        cfg = build_config(a.config, sets=a.sets)
+        from vigor_cli.commands.train import FLAG_OF_KEY, own_task_overrides
+
+        own = own_task_overrides(data=a.data, eval_data=a.eval_data, reward=a.reward,
+                                 reward_weights=a.reward_weights, system_prompt=a.system_prompt,
+                                 prompt_field=a.prompt_field, answer_field=a.answer_field,
+                                 prompt_template=a.prompt_template)
+        cfg = build_config(a.config, overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
         for text in a.trl_keys:
             key, value = parse_override(text)
@@ -675,12 +905,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 __all__ = [
     "HeldOutEval",
     "ROLLOUT_INDEX",
+    "RankDisagreement",
     "StepLayout",
+    "TRLEngine",
+    "TRLRounds",
     "VigorGRPOConfig",
     "VigorGRPOTrainer",
     "allocation_config",
     "build_trainer",
+    "check_agreement",
     "main",
+    "model_load_kwargs",
+    "round_digest",
     "trl_args",
     "split_requests",
     "task_dataset",

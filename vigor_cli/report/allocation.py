@@ -15,14 +15,24 @@ so prompts GRESO skipped before rollout are counted apart):
   summary sets that against the smallest and largest share a prompt got.
 - zero-variance fraction: share of prompts whose rewards (all rounds) are
   all equal, so that their group adds no gradient.
-- kept vs dropped variance: at every round where the allocator chose which
-  prompts continue, the mean pool variance of the prompts it kept and of
-  those it dropped (VIGOR keeps the largest, so kept >= dropped).
+- variance, more vs none: at every round after which the allocator gave some of
+  the round's prompts more rollouts (a later round added to them), the mean pool
+  variance (after that round) of the prompts that got more and of those that got
+  none. Computed from the rounds themselves, the same way for every strategy: what
+  decided who got more is the strategy's rule (its registry summary is shown beside
+  it): VIGOR keeps the largest variance, so more >= none; ``auto`` and ``knapsack``
+  give extras by their estimates (``p_hat``), not by pool variance; DAPO and GRPO
+  never give a prompt more (no value).
+- variance, in update vs left out: the mean pool variance (all the step's rewards)
+  of the prompts in the GRPO update and of those generated but left out of it
+  (DAPO's zero-variance and over-full groups).
 - top-10% share: the share of the step's rollouts spent on the 10 % of
   prompts (at least one) that got the most; uniform GRPO gives 10 %.
-- decision (``auto`` only): the plan it chose for the step, ``wide`` or ``deep``,
-  and its reason (expected signal of both plans, census zero-variance share,
-  fitted tail index), from the record's ``totals.auto``.
+- decision (a strategy that records one, ``auto``): the record's own totals entry
+  holding a ``decision`` (``totals.auto``): the decision, its reason and every
+  measurement it records (census, depth weight, signals, ...), shown as recorded.
+- notes: per-prompt fields the allocator adds to its record (``p_hat``, the
+  posterior pass rate ``auto`` and ``knapsack`` decide on), shown as recorded.
 """
 
 from __future__ import annotations
@@ -66,6 +76,9 @@ class PromptAllocation:
     'resolved@t[, used k/n]' (reinforce-ada: stopped sampling with enough of both
     outcomes), 'used k/n' (PODS, reinforce-ada), 'not used', or 'skipped' (GRESO, before
     any rollout)."""
+    in_update: bool = True
+    notes: dict[str, Any] = field(default_factory=dict)
+    """Fields the allocator added to the prompt's record beyond the format's (e.g. ``p_hat``)."""
 
     @property
     def rewards(self) -> list[float]:
@@ -116,6 +129,10 @@ def _status(rounds: list[RoundInfo], total: int, used: int, in_update: bool, ski
     return "kept" if any(r.kept for r in rounds) else "used"
 
 
+PROMPT_KEYS = {"uid", "text", "rounds", "rollouts", "used", "in_update", "skipped", "used_idx"}
+"""A prompt record's own fields (vigor_cli/allocation/README.md); others are shown as notes."""
+
+
 def parse_step(record: dict, where: str) -> StepAllocation:
     """A StepAllocation from one allocation.jsonl record; ``where`` names it in errors."""
     try:
@@ -144,24 +161,72 @@ def parse_step(record: dict, where: str) -> StepAllocation:
                     total=total,
                     used=used,
                     status=_status(rounds, total, used, in_update, bool(p.get("skipped"))),
+                    in_update=in_update and total > 0,
+                    notes={k: v for k, v in p.items() if k not in PROMPT_KEYS},
                 )
             )
         totals = dict(record.get("totals") or {})
         n_rounds = int(totals.get("rounds") or max(
             (r.round for p in prompts for r in p.rounds), default=0))
+        budget = totals.get("budget")
+        budget = None if budget is None else int(budget)
     except (KeyError, TypeError, ValueError) as e:
         what = f"missing key {e}" if isinstance(e, KeyError) else str(e)
         raise UserError(f"{where}: not an allocation record ({what}; "
                         "format in vigor_cli/allocation/README.md)") from None
-    budget = totals.get("budget")
     return StepAllocation(
         step=step,
         strategy=str(record.get("strategy", "?")),
-        budget=None if budget is None else int(budget),
+        budget=budget,
         prompts=prompts,
         rounds=n_rounds,
         totals=totals,
     )
+
+
+def more_vs_none(sa: StepAllocation) -> tuple[list[float], list[float]]:
+    """Pool variances after each round at which some of the round's prompts got more rollouts
+    later: (those that got more, those that got none). From the rounds, for every strategy."""
+    by_round: dict[int, list[tuple[float, bool]]] = {}
+    for p in sa.prompts:
+        for i, r in enumerate(p.rounds):
+            if r.pool_variance is not None:
+                later = any(x.added > 0 for x in p.rounds[i + 1:])
+                by_round.setdefault(r.round, []).append((r.pool_variance, later))
+    more: list[float] = []
+    none: list[float] = []
+    for entries in by_round.values():
+        if any(later for _, later in entries):  # the allocator chose after this round
+            more += [v for v, later in entries if later]
+            none += [v for v, later in entries if not later]
+    return more, none
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _pool_variance(rewards: list[float]) -> float:
+    mean = sum(rewards) / len(rewards)
+    return sum((r - mean) ** 2 for r in rewards) / len(rewards)
+
+
+def decision_record(totals: dict[str, Any]) -> dict[str, Any]:
+    """The totals entry where a strategy records a decision (``totals.auto``), as recorded."""
+    for value in totals.values():
+        if isinstance(value, dict) and "decision" in value:
+            return value
+    return {}
+
+
+def strategy_rule(strategy: str) -> str | None:
+    """How the strategy decides (its registry summary); None for a name not registered here."""
+    from vigor_cli.allocation import registry
+
+    try:
+        return registry.get(strategy).summary or None
+    except ValueError:
+        return None
 
 
 def summarize_step(sa: StepAllocation) -> dict[str, Any]:
@@ -169,13 +234,12 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
     rolled = sa.rolled
     n = len(rolled)
     budget = sa.budget if sa.budget is not None else sa.rollouts
-    kept_vars = [r.pool_variance for p in sa.prompts for r in p.rounds
-                 if r.kept is True and r.pool_variance is not None]
-    dropped_vars = [r.pool_variance for p in sa.prompts for r in p.rounds
-                    if r.kept is False and r.pool_variance is not None]
+    more, none = more_vs_none(sa)
+    in_update = [_pool_variance(p.rewards) for p in rolled if p.in_update and p.rewards]
+    left_out = [_pool_variance(p.rewards) for p in rolled if not p.in_update and p.rewards]
     totals = sorted((p.total for p in rolled), reverse=True)
     top = max(1, math.ceil(0.1 * n)) if n else 0
-    auto = sa.totals.get("auto") or {}
+    decided = decision_record(sa.totals)
     return {
         "step": sa.step,
         "strategy": sa.strategy,
@@ -190,11 +254,18 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
         "min_per_prompt": min(totals, default=0),
         "max_per_prompt": max(totals, default=0),
         "zero_var_frac": (sum(p.zero_variance for p in rolled) / n) if n else None,
-        "mean_var_kept": (sum(kept_vars) / len(kept_vars)) if kept_vars else None,
-        "mean_var_dropped": (sum(dropped_vars) / len(dropped_vars)) if dropped_vars else None,
+        "mean_var_more": _mean(more),
+        "mean_var_none": _mean(none),
+        "given_more": len(more),
+        "given_none": len(none),
+        "mean_var_in_update": _mean(in_update),
+        "mean_var_left_out": _mean(left_out),
+        "left_out": len(left_out),
         "top10_share": (sum(totals[:top]) / sa.rollouts) if sa.rollouts else None,
-        "decision": auto.get("decision"),
-        "decision_reason": auto.get("reason"),
+        "rule": strategy_rule(sa.strategy),
+        "decision": decided.get("decision"),
+        "decision_reason": decided.get("reason"),
+        "decision_record": {k: v for k, v in decided.items() if k not in ("decision", "reason")} or None,
     }
 
 

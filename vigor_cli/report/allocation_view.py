@@ -52,11 +52,42 @@ def step_summary(summary: dict) -> Any:
     grid.add_row("concentration", f"top 10% of prompts got {_pct(summary['top10_share'])} of the "
                  "rollouts (uniform: 10%)")
     grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal)")
-    grid.add_row("kept vs dropped", f"mean pool variance {_num(summary['mean_var_kept'])} kept vs "
-                 f"{_num(summary['mean_var_dropped'])} dropped, at each selection")
+    if summary["given_more"] and summary["given_none"]:
+        grid.add_row("more vs none", f"after a round, mean pool variance {_num(summary['mean_var_more'])} of the "
+                     f"{summary['given_more']} prompts given more rollouts vs {_num(summary['mean_var_none'])} of "
+                     f"the {summary['given_none']} given none")
+    elif summary["given_more"]:
+        grid.add_row("more vs none", f"every prompt was given more rollouts after its round (mean pool "
+                     f"variance {_num(summary['mean_var_more'])}); none was stopped")
+    else:
+        grid.add_row("more vs none", "no prompt was given more rollouts after its first round")
+    if summary["left_out"]:
+        grid.add_row("in update", f"mean pool variance {_num(summary['mean_var_in_update'])} of the prompts in "
+                     f"the update vs {_num(summary['mean_var_left_out'])} of the {summary['left_out']} left out")
+    if summary.get("rule"):
+        grid.add_row("rule", f"{summary['strategy']}: {summary['rule']}")
     if summary.get("decision"):
-        grid.add_row("auto", summary["decision_reason"] or summary["decision"])
+        grid.add_row("decided", summary["decision_reason"] or summary["decision"])
+        if summary.get("decision_record"):
+            grid.add_row("measured", record_text(summary["decision_record"]))
     return grid
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "null"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_value_text(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_value_text(v)}" for k, v in value.items())
+    return str(value)
+
+
+def record_text(record: dict) -> str:
+    """A decision record's fields as recorded (``census: prompts 64, ...; signal: ...``)."""
+    return "; ".join(f"{key}: {_value_text(value)}" for key, value in record.items())
 
 
 def as_json(run_path: Any, chosen: list, summaries: list[dict], notes: list[str]) -> dict:
@@ -75,6 +106,7 @@ def as_json(run_path: Any, chosen: list, summaries: list[dict], notes: list[str]
                         "total": p.total,
                         "status": p.status,
                         "rounds": [r.__dict__ for r in p.rounds],
+                        **({"notes": p.notes} if p.notes else {}),
                     }
                     for p in s.prompts
                 ],
@@ -107,10 +139,12 @@ def step_table(s: Any, summary: dict, text_width: int, width: int) -> Any:
     rounds = summary["rounds"]
     prompts = sorted(s.prompts, key=lambda p: -p.total)
     rows = []
+    noted = any(p.notes for p in prompts)
     for p in prompts:
         status_style = "green" if p.status == "kept" else "dim"
-        rows.append([(p.uid, ""), *_round_cells(p, rounds), (str(p.total), ""), (p.status, status_style)])
-    headers = ["prompt", *(f"round {i}" for i in range(1, rounds + 1)), "total", "status"]
+        notes = [(_value_text(p.notes), "")] if noted else []
+        rows.append([(p.uid, ""), *_round_cells(p, rounds), (str(p.total), ""), (p.status, status_style), *notes])
+    headers = ["prompt", *(f"round {i}" for i in range(1, rounds + 1)), "total", "status", *(["notes"] if noted else [])]
     t = Table(
         title=f"step {s.step} ({s.strategy}): {summary['prompts']} prompts, "
         f"{summary['rollouts']} rollouts",
@@ -138,7 +172,8 @@ def print_step(console: Any, s: Any, text_width: int) -> None:
     console.print(step_table(s, summary, text_width, console.width))
     console.print(
         "[dim]round cells: +new rollouts, their rewards (1 = correct), variance of the pool so "
-        "far; green = kept for the next round, red = dropped[/]"
+        "far; green = given more rollouts in a later round, red = given none; notes: the "
+        "allocator's own fields for the prompt[/]"
     )
     console.print(step_summary(summary))
 
@@ -158,18 +193,19 @@ def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
 
     o = Table(
         title=f"overview: {len(summaries)} steps (top10% = share of rollouts on the 10 % of "
-        "prompts that got most; zero-var = share of prompts with all rewards equal)",
+        "prompts that got most; zero-var = share of prompts with all rewards equal; var more / "
+        "var none = mean pool variance after a round of the prompts given more rollouts / none)",
         title_justify="left",
     )
     decided = any(row.get("decision") for row in summaries)
-    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var kept",
-                "var drop", "max", *(("plan",) if decided else ())):
+    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var more",
+                "var none", "max", *(("plan",) if decided else ())):
         o.add_column(col, justify="right")
     for row in overview_rows(summaries, rows):
         o.add_row(
             str(row["step"]), str(row["prompts"]), str(row["rollouts"]), str(row["used"]),
             _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
-            _num(row["mean_var_kept"]), _num(row["mean_var_dropped"]), str(row["max_per_prompt"]),
+            _num(row["mean_var_more"]), _num(row["mean_var_none"]), str(row["max_per_prompt"]),
             *((row.get("decision") or "-",) if decided else ()),
         )
     console.print(o)
@@ -178,5 +214,6 @@ def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
         for row in summaries:
             if row.get("decision"):
                 counts[row["decision"]] = counts.get(row["decision"], 0) + 1
-        console.print("auto's plan per step: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-                      + " (plan column; the reason is under each step's table)")
+        strategy = next(row["strategy"] for row in summaries if row.get("decision"))
+        console.print(f"{strategy}'s decision per step: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                      + " (plan column; why, and what it measured, under each step's table)")

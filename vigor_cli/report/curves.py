@@ -22,17 +22,21 @@ every run reaches it by its last evaluation.
 
 Seeds. Runs whose config.yaml agree on every key but the seed and
 bookkeeping (:data:`SEED_KEYS`: names, number of steps, how often to
-evaluate, save or log) form a group. A group's curve is
+evaluate, save or log, dashboards) form a group of seeds when their seeds
+all differ; runs of one config that share a seed are repeats, not seeds, and
+each stands alone (a note says which). A group's curve is
 the mean of its runs' accuracies, each run linearly interpolated onto the
 union of their x values within the range every run covers; the band is the
 min-max across seeds. A group's rollouts to target is the crossing of that
 mean curve (the line drawn on the plot); the single runs' crossings are
-listed too.
+listed too. On the plot each run of a group is also drawn, thin, to its own
+last evaluation, so a longer run is never cut to the shorter one's length.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -43,8 +47,8 @@ from vigor_cli.runs import RunDir
 
 SEED_KEYS = tuple(
     ("train", key)
-    for key in ("seed", "run_name", "output_dir", "steps", "eval_every", "save_every",
-                "keep_checkpoints", "log_completions_every", "reward_workers")
+    for key in ("seed", "run_name", "output_dir", "steps", "eval_every", "eval_every_rollouts",
+                "save_every", "keep_checkpoints", "log_completions_every", "reward_workers", "report_to")
 )
 """Config keys that do not make two runs different configurations: the seed, names, and
 bookkeeping (a run extended with more steps, or evaluated more often, is the same recipe)."""
@@ -67,6 +71,8 @@ class Curve:
     label: str
     by_rollouts: Axis
     by_tokens: Axis
+    members: list["Curve"] = field(default_factory=list)
+    """A seed group's runs, each to its own end (drawn thin beside the mean)."""
 
     @property
     def final_accuracy(self) -> float:
@@ -76,9 +82,14 @@ class Curve:
 def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
     """The run's evaluation points for ``metric`` (last line wins when a step repeats)."""
     by_step: dict[int, dict] = {}
-    for rec in run.metrics():
+    content = run.read_log("metrics.jsonl")  # each line checked: step, documented metrics
+    for rec, line in zip(content.records, content.lines):
         if metric in rec and rec[metric] is not None:
-            by_step[int(rec.get("step", 0))] = rec
+            value = rec[metric]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"{run.path / 'metrics.jsonl'}:{line}: '{metric}' is {value!r:.60}; "
+                                "expected a finite number")
+            by_step[rec["step"]] = rec
     if not by_step:
         raise UserError(
             f"{run.path / 'metrics.jsonl'}: no evaluation line with '{metric}' "
@@ -137,6 +148,14 @@ class Group:
     def __post_init__(self) -> None:
         self.mean = mean_curve(self.label, self.curves)
 
+    @property
+    def seeds(self) -> list[Any]:
+        return [r.config_value("train.seed") for r in self.runs]
+
+    def describe(self) -> str:
+        """Which runs were averaged: 'grpo (2 seeds): g0 (seed 0), g1 (seed 1)'."""
+        return f"{self.label}: " + ", ".join(f"{r.name} (seed {s})" for r, s in zip(self.runs, self.seeds))
+
 
 def group_label(key_cfg: dict[str, Any], all_cfgs: list[dict[str, Any]], fallback: str) -> str:
     """A short name for a group: the strategy plus the keys where groups differ."""
@@ -152,8 +171,9 @@ def group_label(key_cfg: dict[str, Any], all_cfgs: list[dict[str, Any]], fallbac
     return " ".join(parts[:4]) or fallback
 
 
-def group_runs(runs: list[RunDir], curves: list[Curve]) -> list[Group]:
-    """Runs sharing a config apart from the seed, in order of first appearance."""
+def group_runs(runs: list[RunDir], curves: list[Curve], notes: list[str] | None = None) -> list[Group]:
+    """Runs sharing a config apart from the seed, with different seeds, in order of first
+    appearance; runs of one config that share a seed stand alone, said in ``notes``."""
     keys = [config_key(r) for r in runs]
     order: list[str] = []
     for k in keys:
@@ -167,7 +187,13 @@ def group_runs(runs: list[RunDir], curves: list[Curve]) -> list[Group]:
         label = group_label(cfg, cfgs, first.name) if len(order) > 1 else (
             str(first.config_value("allocation.strategy", first.name))
         )
-        if not first.config:  # no config.yaml: each run stands alone under its own name
+        seeds = [runs[i].config_value("train.seed") for i in members]
+        repeats = len(members) > 1 and (None in seeds or len(set(seeds)) < len(seeds))
+        if not first.config or repeats:  # each run stands alone under its own name
+            if first.config and notes is not None:
+                names = ", ".join(f"{runs[i].name} (seed {s})" for i, s in zip(members, seeds))
+                notes.append(f"{names}: one config, and seeds that do not all differ; repeats of a seed "
+                             "are not seeds, so each run is shown alone")
             for i in members:
                 groups.append(Group(runs[i].name, [runs[i]], [curves[i]]))
             continue
@@ -203,6 +229,7 @@ def mean_curve(label: str, curves: list[Curve]) -> Curve:
         label,
         _mean_axis([c.by_rollouts for c in curves]),
         _mean_axis([c.by_tokens for c in curves]),
+        members=list(curves),
     )
 
 
@@ -239,7 +266,7 @@ def target_table(
     group_rows = []
     if any(len(g.runs) > 1 for g in groups):
         for g in groups:
-            group_rows.append(row(g.label, g.mean) | {"runs": [r.name for r in g.runs]})
+            group_rows.append(row(g.label, g.mean) | {"runs": [r.name for r in g.runs], "seeds": g.seeds})
         base_group = next(
             gr for gr in group_rows if runs[baseline_index].name in gr["runs"]
         )

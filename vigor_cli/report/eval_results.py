@@ -29,7 +29,9 @@ metrics the same way when read.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import overall, summarize_problems
@@ -50,13 +52,13 @@ def samples_by_uid(samples: list[dict]) -> dict[str, list[dict]]:
 def recompute_set(entry: dict) -> dict:
     """Refresh a set's avg@n, per-example means and metrics from its samples."""
     grouped = samples_by_uid(entry["samples"])
-    rewards = [[float(s["reward"]) for s in group] for group in grouped.values()]
+    rewards = [[float(s["reward"]) for s in group if s["reward"] is not None] for group in grouped.values()]
     fractions = None
     if entry.get("kind") == "code":
         fractions = [[s.get("test_fraction") for s in group] for group in grouped.values()]
     metrics = summarize_problems(rewards, fractions)
     entry["metrics"] = metrics
-    entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards)}
+    entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards) if r}  # None: unscored
     entry["examples"] = len(grouped)
     entry["accuracy"] = metrics["avg@n"] if metrics["avg@n"] is not None else 0.0
     return entry
@@ -73,23 +75,30 @@ def recompute(results: dict) -> dict:
 
 
 def write_results(results: dict, path: Path) -> Path:
-    """Write atomically (temp file + rename), so an interrupted write loses nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically (temp file + rename), so an interrupted write loses nothing; a
+    failure is one line naming ``path`` (the file asked for, never the temporary one)."""
+    from vigor_cli.errors import os_error_message
+
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise UserError(os_error_message(e, path)) from None
     return path
 
 
 def read_results(path: Path) -> dict:
     """A results file (from `vigor eval` or a run's eval/step-N.json), checked for what a
     re-score needs."""
-    if not path.is_file():
+    from vigor_cli.user_files import LINE_MAX_BYTES, read_json
+
+    if not os.path.lexists(path):
         raise UserError(f"results file not found: {path}")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    data = read_json(path, limit=LINE_MAX_BYTES)  # a FIFO, a device, bad or deep JSON: one line
     sets = data.get("sets") if isinstance(data, dict) else None
     if not isinstance(sets, dict):
         raise UserError(f"{path}: not an evaluation results file (no 'sets' mapping)")

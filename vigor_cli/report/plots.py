@@ -14,6 +14,21 @@ def _human(x: float, _pos: object = None) -> str:
     return f"{x:g}"
 
 
+def plot_lines(curves: list[Curve], axis: str) -> list[dict]:
+    """What :func:`plot_accuracy` draws for each curve on ``axis``: the curve (a seed group's
+    mean, with its band), then each of a group's runs, thin, to its own last point."""
+    out = []
+    for i, curve in enumerate(curves):
+        line: Axis = curve.by_rollouts if axis == "rollouts" else curve.by_tokens
+        out.append({"curve": i, "label": curve.label, "x": line.x, "y": line.y, "low": line.low,
+                    "high": line.high, "member": False})
+        for member in curve.members:
+            own: Axis = member.by_rollouts if axis == "rollouts" else member.by_tokens
+            out.append({"curve": i, "label": member.label, "x": own.x, "y": own.y, "low": None,
+                        "high": None, "member": True})
+    return out
+
+
 def plot_accuracy(
     curves: list[Curve],
     axis: str,
@@ -22,8 +37,9 @@ def plot_accuracy(
     crossings: list[float | None] | None = None,
     metric: str = "eval/accuracy",
 ) -> Path:
-    """One line per curve (seed groups: mean line and min-max band) on ``axis``
-    ('rollouts' or 'tokens'); a dashed line at ``target`` and a dot at each crossing."""
+    """One line per curve (seed groups: mean line and min-max band over the range every seed
+    reached, each seed thin to its own end) on ``axis`` ('rollouts' or 'tokens'); a dashed
+    line at ``target`` and a mark at each crossing."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,12 +47,15 @@ def plot_accuracy(
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for i, curve in enumerate(curves):
-        line: Axis = curve.by_rollouts if axis == "rollouts" else curve.by_tokens
+    for line in plot_lines(curves, axis):
+        i = line["curve"]
         color = f"C{i % 10}"
-        ax.plot(line.x, line.y, marker="o", markersize=3, color=color, label=curve.label)
-        if line.low is not None and line.high is not None:
-            ax.fill_between(line.x, line.low, line.high, color=color, alpha=0.2, linewidth=0)
+        if line["member"]:
+            ax.plot(line["x"], line["y"], color=color, linewidth=0.8, alpha=0.5)
+            continue
+        ax.plot(line["x"], line["y"], marker="o", markersize=3, color=color, label=line["label"])
+        if line["low"] is not None and line["high"] is not None:
+            ax.fill_between(line["x"], line["low"], line["high"], color=color, alpha=0.2, linewidth=0)
         if target is not None and crossings and crossings[i] is not None:
             ax.plot([crossings[i]], [target], marker="x", markersize=8, color=color)
     if target is not None:

@@ -38,9 +38,12 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
     from vigor_cli.report.curves import first_crossing, group_runs, target_table
     from vigor_cli.report.plots import plot_accuracy
 
-    groups = group_runs(loaded, curves)
+    notes: list[str] = []
+    groups = group_runs(loaded, curves, notes)
     table = target_table(loaded, curves, groups, target, base)
     table["metric"] = metric
+    table["grouped"] = [g.describe() for g in groups if len(g.runs) > 1]
+    table["notes"] = notes
     plotted = [g.mean for g in groups]
     out.mkdir(parents=True, exist_ok=True)
     pngs = {}
@@ -88,6 +91,11 @@ def print_report(console: Any, table: dict, metric: str, target: float, out: Pat
         )
     )
     if table["groups"]:
-        console.print(target_rows(table["groups"], "seed groups (mean curve; band = min-max)", "group"))
+        console.print(target_rows(table["groups"], "seed groups (mean curve over the rollouts every seed "
+                                  "reached; band = min-max)", "group"))
+    for line in table.get("grouped", []):
+        console.print(f"seed group {line}", highlight=False)
+    for note in table.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
     pngs = table["plots"]
     console.print(f"plots: {pngs['rollouts']}, {pngs['tokens']}; table: {out / 'report.json'}")

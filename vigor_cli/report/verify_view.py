@@ -6,34 +6,38 @@ from typing import Any
 
 _STATUS_STYLE = {"pass": "green", "wrong_answer": "red", "time_limit": "yellow",
                  "runtime_error": "magenta", "memory_limit": "yellow", "compile_error": "red",
-                 "skipped": "dim"}
+                 "skipped": "dim", "sandbox_error": "bold red", "grading_error": "bold red"}
+"""Style of each test status; any other status prints unstyled."""
 
 
 def print_code_verdict(console: Any, parsed: Any, tests: str, verdict: Any) -> None:
-    """A row per test (verdict, times, detail or the tail of stderr), then the reward."""
+    """A row per test (verdict, times, detail or the tail of stderr), then the reward.
+    Everything that comes from a program or a record (details, stderr, the reason, titles)
+    is printed as plain text, never read as rich markup."""
     from rich.table import Table
+    from rich.text import Text
 
     about = ", ".join(x for x in (parsed.platform, parsed.difficulty) if x)
-    table = Table(title=" ".join(x for x in (parsed.question_id, parsed.title,
-                                             f"({about})" if about else "") if x)
-                  + f" - {tests} tests")
+    title = " ".join(x for x in (parsed.question_id, parsed.title,
+                                 f"({about})" if about else "") if x) + f" - {tests} tests"
+    table = Table(title=Text(title))
     for column in ("#", "type", "verdict", "wall s", "cpu s", "detail / stderr"):
         table.add_column(column, overflow="fold")
     for number, test in enumerate(verdict.tests, start=1):
-        style = _STATUS_STYLE.get(test.status, "")
         note = test.detail
         if test.stderr_head and test.status != "pass":
             tail = [line for line in test.stderr_head.splitlines()[-3:] if line.strip() not in note]
             note = "\n".join([note, *tail] if note else tail)
-        table.add_row(str(number), test.testtype, f"[{style}]{test.status}[/]",
-                      f"{test.wall_s:.3f}", f"{test.cpu_s:.3f}", note)
+        table.add_row(str(number), Text(test.testtype),
+                      Text(test.status, style=_STATUS_STYLE.get(test.status, "")),
+                      f"{test.wall_s:.3f}", f"{test.cpu_s:.3f}", Text(note))
     console.print(table)
     if verdict.flag:
-        console.print(f"[yellow]flagged by LiveCodeBench's ERRATA: {verdict.flag}[/]")
-    console.print(f"reward: full = [bold]{verdict.full:g}[/], fraction = [bold]"
-                  f"{verdict.fraction:.3f}[/] ({verdict.reason})", highlight=False)
+        console.print(Text(f"flagged by LiveCodeBench's ERRATA: {verdict.flag}", style="yellow"))
+    console.print(Text.assemble("reward: full = ", (f"{verdict.full:g}", "bold"), ", fraction = ",
+                                (f"{verdict.fraction:.3f}", "bold"), f" ({verdict.reason})"))
     style = "green" if verdict.isolation == "full" else "bold red"
-    console.print(f"isolation: [{style}]{verdict.isolation}[/]", highlight=False)
+    console.print(Text.assemble("isolation: ", (verdict.isolation, style)))
 
 
 def print_math_verdicts(console: Any, verdicts: list) -> None:

@@ -20,6 +20,10 @@ the base model for the whole run). The trainer's weight check
 tokens) stops training when the engine tracks the base or stale weights, as
 soon as the policy has moved measurably away from the base.
 
+The engine's ``torch.distributed`` group is its own, whatever launched this process:
+:func:`own_process_group` hides torchrun's (or a scheduler's) RANK, WORLD_SIZE, MASTER_*
+and TORCHELASTIC_* variables while the engine starts and puts them back after.
+
 Completions stop at ``rollout/weights.py``'s ids (EOS, generation-config EOS and
 the chat template's end-of-turn token), sent as ``stop_token_ids``.
 
@@ -30,11 +34,12 @@ Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import socket
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -69,15 +74,53 @@ def vllm_unavailable_reason() -> str | None:
 
 
 # --------------------------------------------------------------------------- engine
-def _external_launcher_env() -> None:
-    """The torchrun variables vLLM's external launcher reads, for a plain single process."""
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
-    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
-                       ("MASTER_ADDR", "127.0.0.1")):
-        os.environ.setdefault(key, value)
+LAUNCHER_VARIABLES = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+)
+"""What torchrun (and schedulers that mimic it) set for a process of a group; with
+``TORCHELASTIC_*`` they are hidden while the engine starts (:func:`own_process_group`)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def own_process_group() -> Iterator[dict[str, str]]:
+    """The environment vLLM's external launcher reads, for a group of this one process.
+
+    vLLM 0.33's ``ExecutorWithExternalLauncher`` takes RANK and LOCAL_RANK from the environment
+    and starts ``torch.distributed`` with ``env://`` (MASTER_ADDR, MASTER_PORT; under torchrun
+    TORCHELASTIC_USE_AGENT_STORE makes it a client of the launcher's store). Inherited from a
+    torchrun or a cluster scheduler they make the engine wait for ranks that never come or join
+    the launcher's group. For the engine's start the launcher's variables are hidden and this
+    process's own set (rank 0 of 1, loopback, a free port, the policy's CUDA device) replaces
+    them; the launcher's come back afterwards (the group, once made, reads them no more).
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        raise UserError(
+            f"engine.kind=vllm: this process is already in a torch.distributed group of "
+            f"{dist.get_world_size()} ranks; vigor train's colocated engine needs a group of its "
+            "own: run vigor train as one plain process (several GPUs: the TRL path, docs/scaling.md)"
+        )
+    hidden = {k: v for k, v in os.environ.items() if k in LAUNCHER_VARIABLES or k.startswith("TORCHELASTIC_")}
+    device = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    ours = {"RANK": "0", "LOCAL_RANK": str(device), "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    for k in hidden:
+        del os.environ[k]
+    os.environ.update(ours)
+    try:
+        yield ours
+    finally:
+        for k in ours:
+            os.environ.pop(k, None)
+        os.environ.update(hidden)
 
 
 def _cuda_free_bytes() -> int | None:
@@ -141,10 +184,26 @@ class VLLMEngine(RolloutEngine):
         from vigor_cli.memory_plan import engine_utilization
 
         utilization = engine_utilization(cfg, model)  # 'auto' sized from the memory free now
-        _external_launcher_env()
         trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0
         free_before = _cuda_free_bytes()
-        self.llm = vllm_api.LLM(
+        with own_process_group():
+            self.llm = self._build(vllm_api, model, tokenizer, cfg, utilization, max_len)
+        free_awake = _cuda_free_bytes()
+        # The checkpoint's weights are discarded here; every phase starts with a push.
+        self.llm.sleep(level=2)
+        free_asleep = _cuda_free_bytes()
+        self._memory: dict[str, float] = {"trainer_gib": trainer_bytes / GIB}
+        if free_before is not None:
+            self._memory["engine_awake_gib"] = (free_before - free_awake) / GIB
+            self._memory["engine_asleep_gib"] = max(0, free_before - free_asleep) / GIB
+            self._memory["gpu_total_gib"] = torch.cuda.mem_get_info()[1] / GIB
+        console.print("vllm engine memory: " + ", ".join(
+            f"{k.removesuffix('_gib')} {v:.2f} GiB" for k, v in self._memory.items()
+        ) + f" (engine.gpu_memory_utilization={utilization})")
+
+    def _build(self, vllm_api: Any, model: Any, tokenizer: Any, cfg: Any, utilization: float, max_len: int) -> Any:
+        """``vllm.LLM`` in this process (external launcher), bf16, sleep mode, processed log-probs."""
+        return vllm_api.LLM(
             model=_checkpoint_of(model),
             tokenizer=getattr(tokenizer, "name_or_path", None) or None,
             revision=cfg.model.revision,
@@ -158,18 +217,6 @@ class VLLMEngine(RolloutEngine):
             distributed_executor_backend="external_launcher",
             logprobs_mode="processed_logprobs",
         )
-        free_awake = _cuda_free_bytes()
-        # The checkpoint's weights are discarded here; every phase starts with a push.
-        self.llm.sleep(level=2)
-        free_asleep = _cuda_free_bytes()
-        self._memory: dict[str, float] = {"trainer_gib": trainer_bytes / GIB}
-        if free_before is not None:
-            self._memory["engine_awake_gib"] = (free_before - free_awake) / GIB
-            self._memory["engine_asleep_gib"] = max(0, free_before - free_asleep) / GIB
-            self._memory["gpu_total_gib"] = torch.cuda.mem_get_info()[1] / GIB
-        console.print("vllm engine memory: " + ", ".join(
-            f"{k.removesuffix('_gib')} {v:.2f} GiB" for k, v in self._memory.items()
-        ) + f" (engine.gpu_memory_utilization={utilization})")
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self, model: Any) -> None:

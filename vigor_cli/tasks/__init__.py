@@ -7,19 +7,26 @@
 - ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
 - ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
-- ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation.
+- ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation;
+- ``custom``: the user's own data (``task.data``, any format ``datasets`` holds) and reward
+  functions (``task.rewards``: built-in verifiers by name, or ``file.py:func``).
 
-Each task registers itself with ``@register_task(name, eval_sets=...)``; the benchmarks
-``vigor eval`` accepts (``EVAL_SETS``) come from the same entries.
+Each task registers itself with ``@register_task(name, eval_sets=..., reads=...)``; the
+benchmarks ``vigor eval`` accepts (``EVAL_SETS``), the ``task.*`` keys each task reads (the
+config refuses the others, naming key and task) and the built-in reward names
+(``REWARD_TASKS``: every task that grades, ``--reward NAME``) come from the same entries.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
+from vigor_cli import rewards
 from vigor_cli.errors import UserError
 from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.tasks.task_reward import task_reward
 
 TaskBuilder = Callable[[Any, int], Task]
 """``build(task_cfg, workers)``: the task; ``workers`` sizes a code sandbox pool (0: one per core)."""
@@ -42,14 +49,37 @@ class EvalSet:
 EVAL_SETS: dict[str, EvalSet] = {}
 """Benchmark name -> its task, in registration order."""
 
+TASK_READS: dict[str, frozenset[str] | None] = {}
+"""Task name -> the ``task.*`` keys it reads besides ``name`` and ``max_prompt_tokens`` (None:
+undeclared, every key accepted)."""
+
+REWARD_TASKS: dict[str, str] = {}
+"""Task name -> kind ('math' or 'code') of every task whose grading is a built-in reward
+(``--reward NAME``, vigor_cli/rewards.py)."""
+
+PREVIEWS: dict[str, Callable[[Any], list[str]]] = {}
+"""Task name -> what `vigor train --dry-run` prints about its data and rewards (reading them,
+so a bad file or function fails there); tasks without an entry print nothing."""
+
 
 def register_task(name: str, *, kind: str = "math",
-                  eval_sets: Mapping[str, str | None] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
+                  eval_sets: Mapping[str, str | None] | None = None,
+                  reads: Iterable[str] | None = None, grades: bool = True,
+                  preview: Callable[[Any], list[str]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
     """Decorator on a task builder. ``eval_sets`` maps the benchmark names `vigor eval` takes to
-    the set name the task reads (None: its one held-out set); default: none."""
+    the set name the task reads (None: its one held-out set); default: none. ``reads``: the
+    ``task.*`` keys it reads (others are refused; None: not declared, none refused).
+    ``grades``: its ``score`` on an Example whose answer is a row's gold (``kind`` 'math': the
+    ``answer`` column; 'code': the row's test fields) is the built-in reward of its name."""
 
     def add(build: TaskBuilder) -> TaskBuilder:
         TASKS[name] = build
+        TASK_READS[name] = None if reads is None else frozenset(reads)
+        if grades:
+            REWARD_TASKS[name] = kind
+            rewards.register_builtin(name, functools.partial(task_reward, name, kind, build))
+        if preview is not None:
+            PREVIEWS[name] = preview
         for benchmark, set_name in (eval_sets or {}).items():
             EVAL_SETS[benchmark] = EvalSet(name, set_name, kind)
         return build
@@ -57,14 +87,29 @@ def register_task(name: str, *, kind: str = "math",
     return add
 
 
-@register_task("tiny-math", eval_sets={"tiny-math": None})
+def task_reads(name: str) -> list[str] | None:
+    """The ``task.*`` keys (without the prefix) task ``name`` reads, in the config's order;
+    None for a task that did not declare them."""
+    from vigor_cli.config import TaskConfig
+
+    reads = TASK_READS.get(name)
+    if reads is None:
+        return None
+    return [k for k in TaskConfig.model_fields if k in reads]
+
+
+TINY_KEYS = ("split_seed", "eval_sets")
+
+
+@register_task("tiny-math", eval_sets={"tiny-math": None}, reads=TINY_KEYS)
 def _tiny_math(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_math import TinyMathTask
 
     return TinyMathTask(split_seed=cfg.split_seed)
 
 
-@register_task("tiny-code", kind="code", eval_sets={"tiny-code": None})
+@register_task("tiny-code", kind="code", eval_sets={"tiny-code": None},
+               reads=(*TINY_KEYS, "code_reward", "allow_weak_sandbox"))
 def _tiny_code(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_code import TinyCodeTask
 
@@ -72,14 +117,14 @@ def _tiny_code(cfg: Any, workers: int) -> Task:
                         allow_weak_sandbox=cfg.allow_weak_sandbox)
 
 
-@register_task("tiny-facts")
+@register_task("tiny-facts", reads=TINY_KEYS)
 def _tiny_facts(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_facts import TinyFactsTask
 
     return TinyFactsTask(split_seed=cfg.split_seed)
 
 
-@register_task("tiny-ladder")
+@register_task("tiny-ladder", reads=TINY_KEYS)
 def _tiny_ladder(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_ladder import TinyLadderTask
 
@@ -92,18 +137,35 @@ def _math_sets() -> dict[str, str]:
     return {name: name for name in KNOWN}
 
 
-@register_task("math", eval_sets=_math_sets())
+@register_task("math", eval_sets=_math_sets(), reads=("train_path", "data_dir", "eval_sets"))
 def _math(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.math_task import MathTask
 
     return MathTask(cfg)
 
 
-@register_task("code", kind="code", eval_sets={"lcb-v6": None})
+@register_task("code", kind="code", eval_sets={"lcb-v6": None},
+               reads=("train_path", "data_dir", "eval_sets", "contest_date_start", "contest_date_end",
+                      "lcb_release", "allow_weak_sandbox", "code_reward"))
 def _code(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.code_task import CodeTask
 
     return CodeTask(cfg, workers=workers)
+
+
+def _custom_preview(cfg: Any) -> list[str]:
+    from vigor_cli.tasks.custom import preview
+
+    return preview(cfg)
+
+
+@register_task("custom", grades=False, preview=_custom_preview,
+               reads=("data", "eval_data", "fields", "prompt_template", "system_prompt", "chat_template",
+                      "rewards", "reward_weights", "allow_weak_sandbox", "code_reward"))
+def _custom(cfg: Any, workers: int) -> Task:
+    from vigor_cli.tasks.custom import CustomTask
+
+    return CustomTask(cfg, workers=workers)
 
 
 def get_task(cfg: Any, workers: int = 0) -> Task:
@@ -119,10 +181,19 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     from vigor_cli.config import TaskConfig
 
     entry = EVAL_SETS[benchmark]
-    cfg = TaskConfig(name=entry.task, data_dir=str(data_dir) if data_dir else None,
-                     contest_date_start=date_start, contest_date_end=date_end)
+    given = {"data_dir": str(data_dir) if data_dir else None, "contest_date_start": date_start,
+             "contest_date_end": date_end}
+    # every given key is kept: one the task does not read is refused by its source check
+    # (vigor_cli/preflight.py), never dropped
+    cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if v is not None})
     return cfg, entry.set_name
 
 
-__all__ = ["EVAL_SETS", "EvalSet", "Example", "Score", "Task", "TASKS", "eval_task_config", "get_task",
-           "register_task"]
+def preview_task(cfg: Any) -> list[str]:
+    """What `vigor train --dry-run` prints about the task's data and rewards (PREVIEWS)."""
+    preview = PREVIEWS.get(cfg.name)
+    return preview(cfg) if preview is not None else []
+
+
+__all__ = ["EVAL_SETS", "EvalSet", "Example", "PREVIEWS", "REWARD_TASKS", "Score", "TASK_READS", "Task", "TASKS",
+           "eval_task_config", "get_task", "preview_task", "register_task", "task_reads"]

@@ -25,11 +25,20 @@ class Example:
 
 @dataclass
 class Score:
-    reward: float
-    """In [0, 1]."""
+    reward: float | None
+    """In [0, 1] for the built-in verifiers; any finite float for a user's reward function.
+    None: this completion cannot be scored (TRL's convention): it is excluded from its group's
+    mean/std, gets advantage 0, is not told to the allocator, and is counted in the metrics."""
     reason: str = ""
     """Why (e.g. 'correct', 'wrong answer', 'no boxed answer', 'timeout', test verdicts)."""
     details: dict = field(default_factory=dict)
+    components: dict[str, float | None] = field(default_factory=dict)
+    """Per reward function (name -> unweighted value or None), when a task combines several;
+    the trainer logs `reward/<name>/mean` over the non-None values of each."""
+    grading_error: str | None = None
+    """Set when grading itself failed for this completion (not the program's fault: a verifier
+    crash, an unparseable status): the reward is 0 with this reason; the trainer counts these
+    per step as `reward/grading_errors`. A run stops only on a systemic failure."""
 
 
 class Task(ABC):

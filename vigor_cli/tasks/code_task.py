@@ -2,8 +2,13 @@
 
 Training examples are rewarded on their public tests; evaluation examples
 are graded on their private tests, the paper's protocol. Programs run only in a
-fully isolated sandbox unless ``task.allow_weak_sandbox`` is set, and a test the
-sandbox itself failed on stops the run with one clear error (never a silent 0).
+fully isolated sandbox unless ``task.allow_weak_sandbox`` is set.
+
+One completion never stops a run: a completion whose grading failed (a test the
+sandbox failed to run, or whose judging raised) scores 0 with
+``Score.grading_error`` set (the trainer counts them as ``reward/grading_errors``).
+Only a systemic failure stops it, with one line: the sandbox cannot start, or
+grading failed for most of a batch (more than :data:`SYSTEMIC_FAILURE_SHARE`).
 Problems come from the release files of ``livecodebench/code_generation_lite``
 (``task.lcb_release``, default ``release_v6`` = ``test.jsonl`` .. ``test6.jsonl``),
 downloaded as plain files with ``huggingface_hub`` and read as JSONL (the
@@ -19,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
@@ -41,6 +47,9 @@ LCB_FIELDS = (
     "private_test_cases", "metadata",
 )  # fmt: skip
 """Every field a LiveCodeBench record must carry."""
+SYSTEMIC_FAILURE_SHARE = 0.5
+"""Grading failed for more than this share of a batch's programs: the sandbox or the grader
+is broken (not the programs), so the run stops instead of training on zeros."""
 
 SYSTEM = (
     "You will be given a question (problem specification) and will generate a correct Python "
@@ -90,7 +99,7 @@ class CodeTaskBase(Task):
         return self._problems[example.uid]
 
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
-        from vigor_cli.sandbox import WeakSandboxError
+        from vigor_cli.sandbox import SandboxError, WeakSandboxError
         from vigor_cli.verifiers.code import CodeVerifier, extract_code
 
         if self._verifier is None:
@@ -99,6 +108,8 @@ class CodeTaskBase(Task):
                                               allow_weak_sandbox=self.allow_weak_sandbox)
             except WeakSandboxError as exc:
                 raise UserError(f"{self.name}: {exc}") from None
+            except SandboxError as exc:
+                raise UserError(f"{self.name}: the sandbox cannot start: {exc}; {_CHECK}") from None
         scores: list[Score | None] = [None] * len(completions)
         jobs, where = [], []
         for i, (ex, text) in enumerate(zip(examples, completions)):
@@ -108,25 +119,39 @@ class CodeTaskBase(Task):
                 continue
             jobs.append((self._problem(ex), code, ex.meta.get("tests", "public")))
             where.append(i)
-        verdicts = self._verifier.grade_many(jobs) if jobs else []
-        failed = [(i, v) for i, v in zip(where, verdicts) if v.sandbox_errors]
-        if failed:
-            count = sum(len(v.sandbox_errors) for _, v in failed)
-            first = failed[0][1].sandbox_errors[0].detail or "no detail"
+        try:
+            verdicts = self._verifier.grade_many(jobs) if jobs else []
+        except SandboxError as exc:  # the pool could not replace a worker, or is closed
+            raise UserError(f"{self.name}: the sandbox failed: {exc}; {_CHECK}") from None
+        failed = [v for v in verdicts if v.grading_errors]
+        if len(failed) > SYSTEMIC_FAILURE_SHARE * len(verdicts):
             raise UserError(
-                f"{self.name}: the sandbox failed on {count} test(s) of {len(failed)} "
-                f"completion(s) (first: {first}); stopping instead of scoring them 0. "
-                "Check that the sandbox works: vigor verify code --problem ... --solution ...")
+                f"{self.name}: could not grade {len(failed)} of {len(verdicts)} programs of the "
+                f"batch (first: {_grading_error(failed[0])}); stopping instead of training on "
+                f"zeros: the sandbox or the grader is broken, not the programs; {_CHECK}")
         for i, v in zip(where, verdicts):
+            details = {"fraction": v.fraction, "tests": v.tests, "isolation": v.isolation}
+            if v.grading_errors:
+                why = _grading_error(v)
+                scores[i] = Score(0.0, f"grading failed ({why})", details, grading_error=why)
+                continue
             reward = float(v.full) if self.reward_kind == "full" else float(v.fraction)
-            scores[i] = Score(reward, v.reason, {"fraction": v.fraction, "tests": v.tests,
-                                                 "isolation": v.isolation})
+            scores[i] = Score(reward, v.reason, details)
         return scores  # type: ignore[return-value]
 
     def close(self) -> None:
         if self._verifier is not None:
             self._verifier.close()
             self._verifier = None
+
+
+_CHECK = "check the sandbox with: vigor verify code --problem FILE --solution FILE"
+
+
+def _grading_error(verdict: Any) -> str:
+    """'<status>: <detail>' of a verdict's first test that was not graded."""
+    test = verdict.grading_errors[0]
+    return f"{test.status}: {test.detail or 'no detail'}"
 
 
 def _parse_date(text: str, where: str) -> datetime:
@@ -137,10 +162,15 @@ def _parse_date(text: str, where: str) -> datetime:
 
 
 def check_record(record: dict, where: str) -> None:
-    """Raise a one-line UserError naming the record and the first missing LCB field."""
+    """Raise a one-line UserError naming the record and the first missing LCB field, or the
+    first field of the wrong kind (vigor_cli/records.py: an object or NaN where text belongs)."""
+    if not isinstance(record, dict):
+        raise UserError(f"{where}: not a record (a JSON object)")
     for key in LCB_FIELDS:
         if key not in record:
             raise UserError(f"{where}: missing field '{key}' (LiveCodeBench records need {', '.join(LCB_FIELDS)})")
+    records.check_record(record, where, text=("question_content", "question_title", "starter_code"),
+                         answers=("question_id",))
 
 
 def filter_by_date(records: list[dict], start: str | None, end: str | None) -> list[dict]:

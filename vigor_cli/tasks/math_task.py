@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vigor_cli.errors import UserError
+from vigor_cli.records import check_record
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
 from vigor_cli.tasks.prompts import last_boxed, render
@@ -26,10 +27,13 @@ PLAIN = "Question: {q}\nPlease reason step by step, and put your final answer wi
 
 def training_example(row: dict, index: int, where: str) -> Example:
     """An Example from a MATH-style record; the error names ``where`` and the missing field."""
+    check_record(row, where, text=("problem", "question", "solution"), answers=("answer",))
     question = row.get("problem") or row.get("question")
     if not question:
         raise UserError(f"{where}: missing field 'problem' (or 'question')")
     answer = row.get("answer")
+    if isinstance(answer, list):
+        raise UserError(f"{where}: field 'answer' is a list; a training problem has one answer")
     if answer is None or str(answer).strip() == "":
         solution = row.get("solution")
         if not solution:

@@ -1,0 +1,345 @@
+"""The package's shape: no symlinks, every package folder installed, one import path per module.
+
+The slow install checks (a wheel and an editable install in clean venvs, the sdist's layout)
+are in test_wheel.py. The import graph is read with ``ast`` (imports inside functions
+included); the dependency check maps import names to distributions with
+``importlib.metadata.packages_distributions``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _tracked() -> list[str]:
+    return subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+def test_no_symlink_in_the_repository():
+    assert [line for line in _tracked() if line.startswith("120000")] == []
+
+
+def package_folders() -> dict[str, Path]:
+    """Every installed package name and the repository folder it comes from, per pyproject.toml."""
+    setup = PYPROJECT["tool"]["setuptools"]
+    mapped = setup.get("package-dir", {})
+    folders = {}
+    for name in setup["packages"]:
+        # the longest mapped prefix decides the folder: vigor_cli.sandbox.x -> sandbox/x
+        prefix = max((p for p in mapped if name == p or name.startswith(p + ".")), key=len, default="")
+        base = ROOT / mapped[prefix] if prefix else ROOT
+        rest = name[len(prefix):].lstrip(".")
+        folders[name] = base.joinpath(*rest.split(".")) if rest else base
+    return folders
+
+
+def test_every_package_folder_is_installed_once():
+    """A folder with an __init__.py under vigor_cli/, sandbox/, verifiers/ or configs/ that
+    pyproject.toml does not list would be left out of the wheel; a folder listed twice would
+    have two import paths."""
+    folders = package_folders()
+    on_disk = {p.parent.resolve() for top in ("vigor_cli", "sandbox", "verifiers", "configs")
+               for p in (ROOT / top).rglob("__init__.py") if "__pycache__" not in p.parts}
+    listed = [f.resolve() for f in folders.values()]
+    assert len(listed) == len(set(listed)), folders
+    assert on_disk == set(listed), (f"not installed: {sorted(map(str, on_disk - set(listed)))}; "
+                                    f"listed but missing: {sorted(map(str, set(listed) - on_disk))}")
+
+
+def test_the_mapped_packages_import_from_the_top_level_folders():
+    """In this checkout (an editable install) vigor_cli.sandbox is sandbox/ and so on: one
+    import path per module, found through the build configuration's mapping."""
+    import vigor_cli.configs
+    import vigor_cli.sandbox
+    import vigor_cli.verifiers
+    from vigor_cli.package_data import CONFIGS_DIR
+
+    for module, folder in ((vigor_cli.sandbox, "sandbox"), (vigor_cli.verifiers, "verifiers"),
+                           (vigor_cli.configs, "configs")):
+        assert Path(module.__file__).resolve().parent == (ROOT / folder).resolve()
+    assert CONFIGS_DIR == (ROOT / "configs").resolve()
+
+
+# --------------------------------------------------------------------------- the import graph
+def _module_name(path: Path) -> str:
+    """The installed name of a source file: sandbox/pool.py is vigor_cli.sandbox.pool."""
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[0] != "vigor_cli":
+        parts.insert(0, "vigor_cli")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement, at module level or inside functions, but not those under
+    ``if TYPE_CHECKING:`` (never run)."""
+    found: list = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports. ``from pkg import name`` is an edge to
+    ``pkg.name`` when that is a module, else to ``pkg``; importing a submodule also runs its
+    package's ``__init__``, which is not counted (a package that registers its own modules
+    would otherwise always be a cycle)."""
+    files = {_module_name(p): p for top in ("vigor_cli", "sandbox", "verifiers", "configs")
+             for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
+            for target in targets:
+                parts = target.split(".")
+                while parts and ".".join(parts) not in files:
+                    parts.pop()
+                if parts and ".".join(parts) != name:
+                    edges.add(".".join(parts))
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = import_graph()
+    assert "vigor_cli.sandbox.pool" in graph and "vigor_cli.config" in graph  # it read the package
+    found = cycles(graph)
+    assert not found, "import cycles: " + "; ".join(
+        ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
+
+
+def test_config_and_errors_sit_at_the_bottom():
+    """config.py imports only the bottom modules (errors.py, and user_files.py, the one reader
+    of user files, which imports errors.py alone), errors.py nothing of the package: the names a
+    config holds are checked in vigor_cli/settings.py, where the registries are known."""
+    graph = import_graph()
+    assert graph["vigor_cli.config"] <= {"vigor_cli.errors", "vigor_cli.user_files"}
+    assert graph["vigor_cli.user_files"] == {"vigor_cli.errors"}
+    assert graph["vigor_cli.errors"] == set()
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --------------------------------------------------------------------------- declared dependencies
+OPTIONAL_EXTRAS = {"gpu", "trl", "tensorboard", "wandb", "trackio"}
+"""The extras whose packages the code may import only where it guards them; `test` is for the
+test suite (its trl is the trl extra's)."""
+
+
+def _dist(requirement: str) -> str:
+    """The normalised distribution name of a requirement line: 'math-verify[x]>=0.7' -> 'math-verify'."""
+    name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1)
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared() -> tuple[set[str], dict[str, set[str]]]:
+    """(core dependencies, extra -> its dependencies), as normalised distribution names."""
+    project = PYPROJECT["project"]
+    extras = {extra: {_dist(r) for r in reqs} for extra, reqs in project.get("optional-dependencies", {}).items()}
+    return {_dist(r) for r in project["dependencies"]}, extras
+
+
+def _guarded(parents: list[ast.AST]) -> bool:
+    """An import inside a function (run only on the path that needs it) or under a try whose
+    handler catches ImportError."""
+    for node in parents:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return True
+        if isinstance(node, ast.Try):
+            for handler in node.handlers:
+                names = ast.unparse(handler.type) if handler.type is not None else "BaseException"
+                if any(n in names for n in ("ImportError", "ModuleNotFoundError", "Exception")):
+                    return True
+    return False
+
+
+def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
+    """Top-level name -> [(file:line, guarded)] for every import of a module outside the
+    standard library and the package, plus the sandbox's preload list (imported by name)."""
+    import sys
+
+    found: dict[str, list[tuple[str, bool]]] = {}
+
+    def visit(node: ast.AST, parents: list[ast.AST], where: Path) -> None:
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        for name in names:
+            top = name.split(".")[0]
+            if top not in sys.stdlib_module_names and top not in ("vigor_cli", "__future__"):
+                found.setdefault(top, []).append((f"{where.relative_to(ROOT)}:{node.lineno}", _guarded(parents)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, parents + [node], where)
+
+    for top in ("vigor_cli", "sandbox", "verifiers"):
+        for path in (ROOT / top).rglob("*.py"):
+            if "__pycache__" not in path.parts:
+                visit(ast.parse(path.read_text(encoding="utf-8")), [], path)
+    from vigor_cli.sandbox.landlock import PRELOADED_PACKAGES
+
+    for name in PRELOADED_PACKAGES:  # every sandboxed program may import these
+        found.setdefault(name, []).append(("sandbox/landlock.py PRELOADED_PACKAGES", False))
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    import importlib.metadata
+
+    return importlib.metadata.packages_distributions()
+
+
+def distributions_of(module: str) -> set[str]:
+    """The distributions that provide a top-level module, from the installed metadata
+    (importlib.metadata.packages_distributions: yaml -> PyYAML); a module not installed here
+    (an extra this machine lacks: vllm) is taken to be its own distribution's name."""
+    dists = _packages_distributions().get(module) or [module]
+    return {_dist(d) for d in dists}
+
+
+def test_every_imported_module_is_a_declared_dependency():
+    """Unguarded imports (at module level, not under try/except ImportError) need a core
+    dependency; guarded ones a core dependency or one of the optional extras."""
+    core, extras = declared()
+    optional = set().union(*(extras[e] for e in OPTIONAL_EXTRAS))
+    problems = []
+    for module, places in sorted(third_party_imports().items()):
+        dists = distributions_of(module)
+        if dists & core:
+            continue
+        unguarded = [where for where, guarded in places if not guarded]
+        if dists & optional and not unguarded:
+            continue
+        what = "an optional extra's, imported unguarded at" if dists & optional else "not declared; imported at"
+        problems.append(f"{module} ({', '.join(sorted(dists))}): {what} {', '.join(w for w, _ in places[:3])}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_dependency_check_sees_what_it_checks():
+    """The mapping and the guard rule on known cases (so the test above can fail)."""
+    assert distributions_of("yaml") == {"pyyaml"} and distributions_of("vllm") == {"vllm"}
+    imports = third_party_imports()
+    assert "sortedcontainers" in imports and "huggingface_hub" in imports
+    assert all(guarded for _, guarded in imports["vllm"])  # behind find_spec checks, in functions
+    assert any(not guarded for _, guarded in imports["torch"])  # module-level: a core dependency
+    core, extras = declared()
+    assert {"torch", "pyyaml", "sortedcontainers"} <= core and "vllm" in extras["gpu"]
+
+
+BLOCK_EXTRAS = """
+import importlib, importlib.abc, pkgutil, sys
+blocked = set(sys.argv[1].split(","))
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+sys.meta_path.insert(0, Block())
+import vigor_cli
+failed = []
+for info in pkgutil.walk_packages(vigor_cli.__path__, "vigor_cli."):
+    if info.name == "vigor_cli.__main__":
+        continue  # runs the command line
+    if info.name == "vigor_cli.integrations.trl":
+        continue  # the trl extra's own module: it says which extra to install (checked below)
+    try:
+        importlib.import_module(info.name)
+    except Exception as e:
+        failed.append(f"{info.name}: {type(e).__name__}: {e}")
+try:
+    importlib.import_module("vigor_cli.integrations.trl")
+    failed.append("vigor_cli.integrations.trl imported without trl")
+except ImportError as e:
+    if "vigor[trl]" not in str(e):
+        failed.append(f"vigor_cli.integrations.trl: {e}")
+print("\\n".join(failed))
+"""
+
+
+@pytest.mark.slow  # about 10 s: imports all of torch, transformers, datasets; .ci/run runs it
+def test_every_module_imports_without_the_optional_extras():
+    """With the extras' packages made unimportable, every module of the package imports (the
+    trl integration says which extra it needs): optional means optional."""
+    import sys
+
+    blocked = ["vllm", "bitsandbytes", "trl", "tensorboard", "wandb", "trackio"]
+    res = subprocess.run([sys.executable, "-c", BLOCK_EXTRAS, ",".join(blocked)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "", res.stdout

@@ -1,0 +1,280 @@
+"""`vigor export`: a run's checkpoint as a plain Hugging Face folder to ship.
+
+What the folder holds (``--out DIR``):
+
+- **full fine-tuning**, or **LoRA with** ``--merge-lora``: ``config.json``, ``model.safetensors``
+  (sharded with an index when large), the tokenizer and ``generation_config.json``: a folder
+  ``AutoModelForCausalLM.from_pretrained(DIR)`` and ``vllm serve DIR`` load with nothing else.
+  The weights are :func:`~vigor_cli.rollout.weights.policy_weights` of the policy as the run
+  trained it, the copy the vLLM engine samples from: LoRA merged as ``base + scaling * B @ A``
+  in float32, a 4-bit base dequantised first, then cast to the export dtype.
+- **LoRA** without ``--merge-lora``: the checkpoint's PEFT adapter as saved
+  (``adapter_config.json``, ``adapter_model.safetensors``; no weights are loaded, so a
+  4-bit run's adapter exports on any machine) naming its base, with the tokenizer and
+  ``generation_config.json``; load it with ``PeftModel.from_pretrained(base, DIR)``,
+  ``AutoModelForCausalLM.from_pretrained(DIR)`` (transformers reads the base from the adapter
+  config) or vLLM's ``LoRARequest``.
+
+``generation_config.json`` starts from the base model's and lists as ``eos_token_id`` every
+stop token the run used (:func:`~vigor_cli.rollout.weights.stop_token_ids`: EOS, the
+generation config's EOS ids, the chat template's end of turn), so generation elsewhere stops
+where the run's completions stopped.
+
+The export dtype (``--dtype auto``) is the one the base model's ``config.json`` declares
+(float32 when it declares none): what the model was published in, and the engine's dtype on
+a GPU. The checkpoint is taken from the run's manifest-verified checkpoints (the newest intact
+one, or ``--step N``); the run may still be training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from vigor_cli.errors import UserError
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+"""Choices of ``--dtype``."""
+
+
+def pick_checkpoint(run: Any, step: int | None, warn: Callable[[str], Any]) -> Path:
+    """Checkpoint ``step-N`` of the run (``--step``), else its newest intact one; verified
+    against its manifest (vigor_cli/runs.py), refused in one line when damaged or absent."""
+    from vigor_cli.runs import verify_checkpoint
+
+    steps = run.checkpoint_steps()
+    if not steps:
+        raise UserError(f"{run.path}: no checkpoint yet (checkpoints/step-N/COMPLETE); export needs one")
+    if step is None:
+        return run.pick_checkpoint(None, warn)
+    if step not in steps:
+        raise UserError(f"--step {step}: {run.path} has no complete checkpoint of that step "
+                        f"(has: {', '.join(f'step-{s}' for s in steps)})")
+    path = run.checkpoints / f"step-{step}"
+    problem = verify_checkpoint(path)
+    if problem is not None:
+        raise UserError(f"--step {step}: checkpoint {path} is damaged ({problem})")
+    return path
+
+
+def run_config(run_path: Path) -> Any:
+    from vigor_cli.config import RunConfig
+    from vigor_cli.runs import read_config
+
+    try:
+        return RunConfig.model_validate(read_config(run_path))
+    except ValueError as e:
+        raise UserError(f"{run_path / 'config.yaml'}: does not validate ({str(e).splitlines()[0]})") from None
+
+
+def export_dtype(cfg: Any, requested: str) -> str:
+    """``--dtype``: as asked, or (auto) the dtype the base model's config.json declares."""
+    if requested != "auto":
+        return requested
+    from vigor_cli.models import resolve_model_path
+
+    base = resolve_model_path(cfg.model.name_or_path, to_load=True)
+    declared = None
+    if Path(base, "config.json").is_file():
+        text = json.loads(Path(base, "config.json").read_text())
+        declared = text.get("dtype") or text.get("torch_dtype")
+    else:  # a hub id: its config.json from the cache or the hub
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(base, revision=cfg.model.revision)
+        declared = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    declared = str(declared).removeprefix("torch.") if declared is not None else None
+    return declared if declared in DTYPES[1:] else "float32"
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a new or empty directory: an export never mixes with other files."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"--out {out}: exists and is not an empty directory; give a new one")
+
+
+def load_checkpoint_policy(cfg: Any, checkpoint: Path, dtype: str) -> Any:
+    """The checkpoint's policy as the run trained it (a 4-bit base on CUDA, as the run did;
+    everything else on the CPU), in ``dtype``, frozen."""
+    from vigor_cli.models import load_policy
+
+    m = cfg.model.model_copy(update={
+        "device": "cuda" if cfg.model.load_in_4bit else "cpu",
+        "dtype": dtype if not cfg.model.load_in_4bit else cfg.model.dtype,
+        "fp32_master_weights": False, "gradient_checkpointing": False,
+    })
+    model, _, _ = load_policy(m, str(checkpoint))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def generation_config(cfg: Any, checkpoint: Path, tokenizer: Any) -> Any:
+    """The generation config the run's policy had (its checkpoint's copy for full weights,
+    else the base's; transformers' default from the model config when there is none), with
+    every stop token of the run (:func:`stop_token_ids`) as ``eos_token_id``."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig, GenerationConfig
+
+    from vigor_cli.models import resolve_model_path
+    from vigor_cli.rollout.weights import stop_token_ids
+
+    if (checkpoint / "generation_config.json").is_file():
+        source, revision = str(checkpoint), None
+    else:
+        source, revision = resolve_model_path(cfg.model.name_or_path, to_load=True), cfg.model.revision
+    try:
+        gen = GenerationConfig.from_pretrained(source, revision=revision)
+    except OSError:  # no generation_config.json: what from_pretrained derives for the model
+        gen = GenerationConfig.from_model_config(AutoConfig.from_pretrained(source, revision=revision))
+    stops = stop_token_ids(SimpleNamespace(generation_config=gen), tokenizer)
+    gen.eos_token_id = stops[0] if len(stops) == 1 else stops
+    if tokenizer.pad_token_id is not None:
+        gen.pad_token_id = int(tokenizer.pad_token_id)
+    return gen
+
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+"""The PEFT adapter's files in a LoRA checkpoint (save_policy wrote them with peft)."""
+
+
+def copy_adapter(checkpoint: Path, folder: Path, cfg: Any) -> None:
+    """The checkpoint's adapter as saved (no weights loaded), its config naming the base."""
+    copied = [n for n in ADAPTER_FILES if (checkpoint / n).is_file()]
+    if "adapter_config.json" not in copied or len(copied) < 2:
+        raise UserError(f"{checkpoint}: no PEFT adapter in this checkpoint (adapter_config.json and "
+                        "adapter_model.safetensors), though the run's config says model.lora.enabled")
+    for name in copied:
+        shutil.copyfile(checkpoint / name, folder / name)
+    _set_adapter_base(folder, cfg)
+
+
+def merged_model(model: Any, dtype: str) -> Any:
+    """A plain transformers model holding :func:`policy_weights` of ``model`` (LoRA merged,
+    4-bit dequantised) in ``dtype``, built from the base's config on the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from vigor_cli.rollout.weights import policy_weights
+
+    root = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = copy_config(root.config, dtype)
+    torch_dtype = getattr(torch, dtype)
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+    params = dict(plain.named_parameters())
+    filled: set[str] = set()
+    with torch.no_grad():
+        for name, tensor in policy_weights(model, torch_dtype):
+            if name not in params:
+                raise RuntimeError(f"export: the policy's weight {name} has no place in {type(plain).__name__}")
+            params[name].copy_(tensor.to(params[name].device))
+            filled.add(name)
+    missing = sorted(set(params) - filled)
+    if missing:
+        raise RuntimeError(f"export: no weight for {', '.join(missing[:5])} in the policy")
+    return plain.eval()
+
+
+def copy_config(config: Any, dtype: str) -> Any:
+    import copy
+
+    out = copy.deepcopy(config)
+    for attr in ("quantization_config", "_pre_quantization_dtype"):  # the merged weights are dense
+        if attr in vars(out):
+            delattr(out, attr)
+    out.dtype = dtype
+    return out
+
+
+def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool = False,
+           dtype: str = "auto", warn: Callable[[str], Any] = lambda m: None) -> dict[str, Any]:
+    """Write the checkpoint's model to ``out`` (module docstring); returns what was written."""
+    from vigor_cli.models import load_tokenizer, quiet_transformers, resolve_model_path
+    from vigor_cli.runs import RunDir, check_run_dir
+
+    run = RunDir(check_run_dir(run_path))
+    cfg = run_config(run.path)
+    lora = cfg.model.lora.enabled
+    if merge_lora and not lora:
+        raise UserError(f"--merge-lora: {run.path} trained full weights (model.lora.enabled=false); "
+                        "there is no adapter to merge, drop the flag")
+    checkpoint = pick_checkpoint(run, step, warn)
+    check_out(out)
+    kind = "adapter" if lora and not merge_lora else "merged" if lora else "full"
+    if kind == "merged" and cfg.model.load_in_4bit:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("--merge-lora: the run's base is 4-bit (model.load_in_4bit), and merging dequantises "
+                            "it on a CUDA GPU as the run did; none is visible here. Export the adapter (drop "
+                            "--merge-lora) here, or merge on a GPU machine")
+    dtype = export_dtype(cfg, dtype)
+    quiet_transformers()
+    tokenizer = load_tokenizer(cfg.model)  # the run's: its base's, with enable_thinking
+    gen = generation_config(cfg, checkpoint, tokenizer)
+    tmp = out.with_name(f".{out.name}.tmp-export")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        if kind == "adapter":
+            copy_adapter(checkpoint, tmp, cfg)
+        else:
+            plain = merged_model(load_checkpoint_policy(cfg, checkpoint, dtype), dtype)
+            plain.generation_config = gen
+            plain.save_pretrained(tmp)
+            del plain
+        tokenizer.save_pretrained(tmp)
+        gen.save_pretrained(tmp)  # the adapter folder gets it too
+        if out.exists():
+            out.rmdir()  # empty (check_out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    stops = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
+    return {"run": str(run.path), "checkpoint": checkpoint.name, "out": str(out), "kind": kind,
+            "dtype": dtype if kind != "adapter" else None, "stop_token_ids": stops,
+            "base": resolve_model_path(cfg.model.name_or_path), "files": sorted(p.name for p in out.iterdir())}
+
+
+def _set_adapter_base(folder: Path, cfg: Any) -> None:
+    """The adapter config names the run's base model: a hub id as given, a local one by path
+    (``tiny`` is the bundled model's folder)."""
+    from vigor_cli.models import resolve_model_path
+
+    path = folder / "adapter_config.json"
+    data = json.loads(path.read_text())
+    data["base_model_name_or_path"] = resolve_model_path(cfg.model.name_or_path)
+    if cfg.model.revision:
+        data["revision"] = cfg.model.revision
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def push_to_hub_check(repo: str) -> None:
+    """Refuse ``--push-to-hub`` in one line before any work when the hub cannot be reached."""
+    from vigor_cli import hub
+
+    reason = hub.unreachable()
+    if reason is not None:
+        raise UserError(f"--push-to-hub {repo}: {reason}; export without it and upload the folder later "
+                        "(huggingface-cli upload)")
+
+
+def push_to_hub(folder: Path, repo: str) -> str:
+    """Upload the exported folder to the model repo ``repo`` (created when missing, private)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
+    api = HfApi()
+    try:
+        api.create_repo(repo, repo_type="model", private=True, exist_ok=True)
+        info = api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model",
+                                 commit_message="vigor export")
+    except (HfHubHTTPError, ValueError, OSError) as e:
+        raise UserError(f"--push-to-hub {repo}: {str(e).strip().splitlines()[0]} (the export in {folder} is kept)") from None
+    return str(getattr(info, "commit_url", None) or f"https://huggingface.co/{repo}")

@@ -1,0 +1,299 @@
+"""custom: the user's own data and reward functions (``vigor train --data PATH --reward ...``).
+
+Rows come from :func:`vigor_cli.tasks.loading.read_table` (JSONL, JSON, CSV/TSV, Parquet,
+``save_to_disk`` folders, folders ``datasets`` reads, hub datasets) and follow TRL's
+conventions: a ``prompt`` column holds a string or a list of chat messages
+(``{"role": "system"|"user"|"assistant", "content": ...}``); every other column reaches the
+reward functions by name. ``task.fields`` maps the names expected (``prompt``, ``answer``,
+any column a reward function names) to the data's own columns; ``task.prompt_template``
+builds the prompt from ``{column}`` slots instead; ``task.system_prompt`` puts a system
+message first. Rewards are vigor_cli/rewards.py's (built-in verifiers by name, or
+``file.py:func``), combined by ``task.reward_weights``.
+
+When the chat template is applied (``task.chat_template``, default 'auto', TRL's rule): a
+message-list prompt, and a string prompt given a system message, go through the
+tokenizer's chat template with the generation prompt; a string prompt is used as it is. A
+tokenizer without a chat template (the bundled tiny model) gets a string as it is and the
+contents of a message list joined by blank lines. The reward functions get the prompt as
+the data gave it (string or messages) and, as in TRL, a completion of a message-list prompt
+as ``[{"role": "assistant", "content": text}]``, of a string prompt as its text.
+
+Every bad row is one line naming the file and line (JSONL) or row and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from vigor_cli.errors import UserError
+from vigor_cli.tasks import loading
+from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
+
+ROLES = ("system", "user", "assistant")
+"""Roles a chat-message prompt may use."""
+TRAIN_SAMPLE = 64
+"""Without task.eval_data, this many training rows (the first) are evaluated instead."""
+PREVIEW_ROWS = 3
+"""Rows `vigor train --dry-run` prints."""
+
+_SLOT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+
+
+# --------------------------------------------------------------------------- config checks
+def check_template(template: str) -> list[str]:
+    """The ``{column}`` slots of a prompt template; ValueError for a lone brace or an empty slot."""
+    slots = []
+    for m in _SLOT.finditer(template):
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            continue
+        if m.group(1) is None:
+            raise ValueError(f"task.prompt_template {template!r}: a lone '{token}' (write {token * 2} for a "
+                             "literal brace, {column} for a column)")
+        if not m.group(1).strip():
+            raise ValueError(f"task.prompt_template {template!r}: an empty slot {{}}; name a column, e.g. {{question}}")
+        slots.append(m.group(1))
+    return slots
+
+
+def fill_template(template: str, row: dict, where: str) -> str:
+    """``template`` with each ``{column}`` replaced by the row's value."""
+    def slot(m: re.Match) -> str:
+        token = m.group(0)
+        if token in ("{{", "}}"):
+            return token[0]
+        name = m.group(1)
+        if name not in row:
+            raise UserError(f"{where}: no column '{name}' for task.prompt_template's {{{name}}} "
+                            f"(columns: {', '.join(row)})")
+        value = row[name]
+        if value is None:
+            raise UserError(f"{where}: column '{name}' is null (task.prompt_template needs it)")
+        return str(value)
+
+    return _SLOT.sub(slot, template)
+
+
+def check_fields(fields: dict) -> None:
+    """``task.fields``: non-empty names on both sides."""
+    for expected, column in fields.items():
+        if not str(expected).strip() or not isinstance(column, str) or not column.strip():
+            raise ValueError(f"task.fields: {expected!r}: {column!r} must map a name to a column name")
+
+
+# --------------------------------------------------------------------------- the task
+class CustomTask(Task):
+    name = "custom"
+
+    def __init__(self, cfg: Any, workers: int = 0):
+        from vigor_cli import rewards
+
+        self.cfg = cfg
+        self.rewards = rewards.load_rewards(cfg.rewards, workers=workers, code_reward=cfg.code_reward,
+                                            allow_weak_sandbox=cfg.allow_weak_sandbox)
+        self.weights = list(cfg.reward_weights) or [1.0] * len(self.rewards)
+        self.fields = dict(cfg.fields)
+        self.tables: dict[str, loading.Table] = {}
+        self._train: list[Example] | None = None
+
+    # ---- data
+    def train_examples(self) -> list[Example]:
+        if self._train is None:
+            table = loading.read_table(self.cfg.data, key="--data", purpose="train",
+                                       hub_flag="--data PATH (a local file or folder)")
+            self.tables["train"] = table
+            self._train = self._examples(table, "train")
+        return list(self._train)
+
+    def eval_examples(self, name: str | None = None) -> list[Example]:
+        if name not in (None, "custom", "eval"):
+            raise UserError(f"custom has one evaluation set, task.eval_data (--eval-data); got {name!r}")
+        if not self.cfg.eval_data:
+            return self.train_examples()[:TRAIN_SAMPLE]
+        table = loading.read_table(self.cfg.eval_data, key="--eval-data", purpose="eval",
+                                   hub_flag="--eval-data PATH (a local file or folder)")
+        self.tables["eval"] = table
+        return self._examples(table, "eval")
+
+    def _examples(self, table: loading.Table, part: str) -> list[Example]:
+        prompt_column = None if self.cfg.prompt_template else self.fields.get("prompt", "prompt")
+        self._check_columns(table, prompt_column)
+        return [self._example(table, i, part, prompt_column) for i in range(len(table.rows))]
+
+    def _check_columns(self, table: loading.Table, prompt_column: str | None) -> None:
+        """Columns the prompt and every reward need, once per source (rows are checked too)."""
+        have = set(table.columns)
+        cols = ", ".join(table.columns)
+        for expected, column in self.fields.items():
+            if column not in have:
+                flag = {"prompt": "--prompt-field", "answer": "--answer-field"}.get(expected, f"task.fields.{expected}")
+                raise UserError(f"{flag} {column}: {table.source} has no column '{column}' (columns: {cols})")
+        if prompt_column is not None and prompt_column not in have:
+            raise UserError(f"{table.source}: no '{prompt_column}' column (columns: {cols}); name the prompt "
+                            "column with --prompt-field COLUMN, or build the prompt with task.prompt_template")
+        for reward in self.rewards:
+            for col in reward.needs:
+                source = self.fields.get(col, col)
+                if source not in have:
+                    mapped = f" (task.fields.{col} -> '{source}')" if source != col else ""
+                    how = "--answer-field COLUMN" if col == "answer" else f"task.fields.{col}=COLUMN"
+                    raise UserError(f"reward {reward.spec} needs column '{col}'{mapped}, which {table.source} "
+                                    f"lacks (columns: {cols}); name it with {how}")
+
+    def _example(self, table: loading.Table, i: int, part: str, prompt_column: str | None) -> Example:
+        row, where = table.rows[i], table.where(i)
+        columns = {k: v for k, v in row.items() if k != prompt_column}
+        for expected, column in self.fields.items():
+            if expected != "prompt":
+                columns[expected] = row.get(column)
+        if self.cfg.prompt_template:
+            prompt: Any = fill_template(self.cfg.prompt_template, {**row, **columns}, where)
+        else:
+            prompt = _prompt_of(row.get(prompt_column), prompt_column, where)
+        if self.cfg.system_prompt is not None:
+            prompt = _with_system(prompt, self.cfg.system_prompt, where)
+        for reward in self.rewards:
+            for col in reward.needs:
+                source = self.fields.get(col, col)
+                if source not in row:
+                    raise UserError(f"{where}: missing field '{source}' (reward {reward.spec} needs it)")
+                if columns.get(col) is None and reward.builtin:
+                    raise UserError(f"{where}: field '{source}' is null (reward {reward.spec} grades against it)")
+        return Example(uid=f"custom/{part}/{i}", question=_text_of(prompt), answer=columns.get("answer"),
+                       meta={"prompt": prompt, "columns": columns, "where": where})
+
+    # ---- prompt
+    def render_prompt(self, example: Example, tokenizer: Any) -> str:
+        prompt = example.meta["prompt"]
+        use = self.cfg.chat_template
+        if isinstance(prompt, str) and use is not True:
+            return prompt
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+        if use is False or (use == "auto" and (tokenizer is None or not has_chat_template(tokenizer))):
+            return "\n\n".join(str(m["content"]) for m in messages)
+        if tokenizer is None or not has_chat_template(tokenizer):
+            raise UserError("task.chat_template=true, but the model's tokenizer has no chat template; "
+                            "set it to auto or false")
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **template_kwargs(tokenizer))
+
+    # ---- reward
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        from vigor_cli.rewards import combine
+
+        prompts = [ex.meta["prompt"] for ex in examples]
+        shown = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c
+                 for p, c in zip(prompts, completions)]
+        keys = list(dict.fromkeys(k for ex in examples for k in ex.meta["columns"]))
+        columns = {k: [ex.meta["columns"].get(k) for ex in examples] for k in keys}
+        per = [reward.scores(prompts, shown, columns) for reward in self.rewards]
+        totals = combine([[s.reward for s in scores] for scores in per], self.weights)
+        out = []
+        for i, total in enumerate(totals):
+            parts = {r.name: per[j][i].reward for j, r in enumerate(self.rewards)}
+            if len(self.rewards) == 1 and per[0][i].reason:  # a built-in verifier's verdict
+                reason, details = per[0][i].reason, dict(per[0][i].details)
+            else:
+                reason = ", ".join(f"{n} {'none' if v is None else f'{v:.3g}'}" for n, v in parts.items())
+                details = {}
+            error = next((per[j][i].grading_error for j in range(len(per)) if per[j][i].grading_error), None)
+            out.append(Score(total, reason, details, components=parts, grading_error=error))
+        return out
+
+    def reward_seconds(self) -> dict[str, float]:
+        """Seconds spent in each reward function so far (a slow one shows here and in the
+        step's reward time)."""
+        return {r.name: r.seconds for r in self.rewards}
+
+    def close(self) -> None:
+        for r in self.rewards:
+            r.close()
+
+
+def _prompt_of(value: Any, column: str | None, where: str) -> Any:
+    """A row's prompt: non-empty text, or a list of chat messages."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise UserError(f"{where}: the prompt ('{column}') is empty")
+        return value
+    if value is None:
+        raise UserError(f"{where}: no prompt (field '{column}' is missing or null)")
+    if isinstance(value, list) and value:
+        for m in value:
+            if not (isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str)):
+                raise UserError(f"{where}: the prompt ('{column}') is a list but not of chat messages "
+                                "({\"role\": \"system\"|\"user\"|\"assistant\", \"content\": text}); got "
+                                f"{str(m)[:80]}")
+        return [{"role": m["role"], "content": m["content"]} for m in value]
+    raise UserError(f"{where}: the prompt ('{column}') is {type(value).__name__} {str(value)[:40]!r}; "
+                    "expected text or a list of chat messages")
+
+
+def _with_system(prompt: Any, system: str, where: str) -> list[dict]:
+    if isinstance(prompt, str):
+        return [{"role": "system", "content": system}, {"role": "user", "content": prompt}]
+    if any(m["role"] == "system" for m in prompt):
+        raise UserError(f"{where}: the prompt already has a system message; drop --system-prompt "
+                        "(task.system_prompt) or the data's system message")
+    return [{"role": "system", "content": system}, *prompt]
+
+
+def _text_of(prompt: Any) -> str:
+    """The prompt as one text for tables and logs: a message list's last user message."""
+    from vigor_cli.rewards import _prompt_text
+
+    return _prompt_text(prompt)
+
+
+# --------------------------------------------------------------------------- dry run
+def preview(cfg: Any) -> list[str]:
+    """`vigor train --dry-run`: read the data (every row checked), import the reward functions
+    and check their signatures; the lines say what was found. Nothing is scored, no model loads."""
+    task = CustomTask(cfg, workers=1)
+    try:
+        train = task.train_examples()
+        held = task.eval_examples()
+        lines = [_source_line("data", task.tables["train"])]
+        prompt_from = (f"task.prompt_template {cfg.prompt_template!r}" if cfg.prompt_template
+                       else f"column '{task.fields.get('prompt', 'prompt')}'")
+        kinds = {"messages" if isinstance(ex.meta["prompt"], list) else "text" for ex in train}
+        system = f", system message {cfg.system_prompt!r}" if cfg.system_prompt is not None else ""
+        lines.append(f"prompt: from {prompt_from} ({' and '.join(sorted(kinds))}{system}); chat template: "
+                     f"{_template_rule(cfg.chat_template, kinds)}")
+        for ex in train[:PREVIEW_ROWS]:
+            cols = ", ".join(f"{k}={_short(v)}" for k, v in ex.meta["columns"].items())
+            lines.append(f"  {ex.meta['where']}: prompt {_short(ex.meta['prompt'], 70)}; {cols}")
+        for reward, weight in zip(task.rewards, task.weights):
+            needs = ", ".join(reward.needs) or "no column"
+            optional = f" (uses {', '.join(reward.optional)} if present)" if reward.optional else ""
+            takes = "; gets every column" if reward.all_columns else ""
+            lines.append(f"reward {reward.name} ({reward.spec}), weight {weight:g}: needs {needs}{optional}{takes}")
+        if "eval" in task.tables:
+            lines.append(_source_line("eval data", task.tables["eval"]))
+        else:
+            lines.append(f"eval data: none (--eval-data); the first {len(held)} training rows are evaluated "
+                         "(not held out)")
+        return lines
+    finally:
+        task.close()
+
+
+def _template_rule(setting: Any, kinds: set[str]) -> str:
+    if setting is False:
+        return "never (message contents joined)"
+    if setting is True:
+        return "applied to every prompt"
+    return ("applied to message-list prompts when the tokenizer has one; text prompts as they are"
+            if "messages" in kinds else "not applied (text prompts are used as they are)")
+
+
+def _source_line(label: str, table: loading.Table) -> str:
+    split = f", split {table.split}" if table.split else ""
+    return f"{label}: {table.source} ({table.kind}{split}, {len(table.rows)} rows): columns {', '.join(table.columns)}"
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

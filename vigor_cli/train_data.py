@@ -1,0 +1,96 @@
+"""What `vigor train` reads before any weights load: the static checks, the memory plan, the
+task's training and evaluation sets, the tokenizer and the encoded training prompts. Bad
+input fails here, in one line, before a model is loaded or a run directory is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vigor_cli.config import RunConfig
+from vigor_cli.settings import check_against_data
+from vigor_cli.errors import UserError
+from vigor_cli.evaluation import encode_prompt
+from vigor_cli.tasks.base import Example
+
+
+def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
+    """The config's rules live in vigor_cli/config.py (checked when it is built); here only
+    the ones that need the task's training-set size, once it is known."""
+    if n_train is not None:
+        check_against_data(cfg, n_train)
+
+
+def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
+    """Print the memory plan (vigor_cli/memory_plan.py) and refuse, exit 2, when it cannot fit."""
+    from vigor_cli import memory_plan
+
+    plan = memory_plan.plan_run(cfg)
+    out.print(memory_plan.render(plan))
+    memory_plan.check(plan)
+    return plan
+
+
+@dataclass
+class TrainData:
+    """A run's task, tokenizer, training prompts (uid -> example, uid -> token ids, those over
+    task.max_prompt_tokens dropped) and held-out sets (name -> examples)."""
+
+    task: Any
+    tokenizer: Any
+    examples: dict[str, Example]
+    prompt_ids: dict[str, list[int]]
+    eval_sets: dict[str, list[Example]]
+    memory_plan: Any
+
+
+def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
+    """Every check that needs no download (vigor_cli/preflight.py), the memory plan, the
+    task's sets and the tokenizer; the task's reward workers are closed if any of it fails."""
+    from vigor_cli.models import load_tokenizer
+    from vigor_cli.preflight import check_static, check_tokenizer
+    from vigor_cli.tasks import get_task
+
+    t = cfg.train
+    check_static(cfg)
+    # The plan reads the model's config.json (a small download for a hub id); it refuses a
+    # run that cannot fit before any weights load.
+    plan = announce_memory_plan(cfg, out)
+    task = get_task(cfg.task, workers=t.reward_workers)
+    try:
+        train_examples = task.train_examples()
+        validate_config(cfg, len(train_examples))
+        eval_sets: dict[str, list[Example]] = {}
+        for name in cfg.task.eval_sets or [None]:
+            exs = task.eval_examples(name)
+            eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
+        tokenizer = load_tokenizer(cfg.model)
+        check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out)
+    except BaseException:
+        task.close()
+        raise
+    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan)
+
+
+def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
+                   out: Any) -> tuple[dict[str, Example], dict[str, list[int]]]:
+    """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped."""
+    examples: dict[str, Example] = {}
+    prompt_ids: dict[str, list[int]] = {}
+    dropped = 0
+    for ex in train_examples:
+        ids = encode_prompt(tokenizer, task.render_prompt(ex, tokenizer))
+        if len(ids) > cfg.task.max_prompt_tokens:
+            dropped += 1
+            continue
+        examples[ex.uid] = ex
+        prompt_ids[ex.uid] = ids
+    if dropped:
+        out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
+    if len(examples) < cfg.train.prompts_per_step:
+        raise UserError(
+            f"only {len(examples)} training prompts fit task.max_prompt_tokens="
+            f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({cfg.train.prompts_per_step})"
+        )
+    return examples, prompt_ids

@@ -1,0 +1,138 @@
+"""What a `vigor train` run writes and prints as it goes: a step's lines in metrics.jsonl,
+allocation.jsonl and completions.jsonl, its console line and completions table, the
+weight-check warnings, the progress bar, and the one line a stopped run ends with.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from vigor_cli.rollout.weight_check import EngineWeightsError
+from vigor_cli.rollout_core import Sample
+from vigor_cli.tasks.base import Example
+
+COMPLETIONS_SHOWN = 4
+"""Completions per console table and per completions.jsonl entry."""
+
+
+@dataclass
+class StepLog:
+    """What a step measured; becomes one metrics.jsonl line."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+    record: dict = field(default_factory=dict)
+
+
+class TrainLog:
+    """The loop's writer and console: ``rundir`` (vigor_cli/runs.py) and ``out`` (rich)."""
+
+    def __init__(self, cfg: Any, rundir: Any, out: Any, examples: Mapping[str, Example], trackers: Any = None):
+        self.cfg, self.rundir, self.out, self.examples = cfg, rundir, out, examples
+        self.trackers = trackers
+        """Dashboards (vigor_cli/tracking.py): every line metrics.jsonl gets, and the completions."""
+        self._last_check_status = ""
+
+    def step(self, log: StepLog, weight_check: Any) -> None:
+        """The step's lines, then the weight check's verdict (which may stop the run, the
+        step logged), then the console line and, on schedule, the completions."""
+        m = log.metrics
+        self.rundir.append("metrics.jsonl", m)
+        if self.trackers is not None:
+            self.trackers.log_metrics(m)
+        self.rundir.append("allocation.jsonl", log.record)
+        self.weight_check(m["step"], weight_check)
+        self.out.print(
+            f"step {m['step']:>4}  reward {m['reward/mean']:.3f}{reward_parts(m)}  zero-var {m['groups/zero_var_frac']:.2f}  "
+            f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
+            f"loss {m['losses/loss']:+.4f}  clip {m['losses/clipfrac_low'] + m['losses/clipfrac_high']:.3f}  "
+            f"gen {m['time/generate']:.1f}s rew {m['time/reward']:.1f}s upd {m['time/update']:.1f}s",
+            highlight=False,
+        )
+        every = self.cfg.train.log_completions_every
+        if every and m["step"] % every == 0 and log.samples:
+            shown = log.samples[:: max(1, len(log.samples) // COMPLETIONS_SHOWN)][:COMPLETIONS_SHOWN]
+            rows = [
+                {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
+                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
+                for s in shown
+            ]
+            self.rundir.append_many("completions.jsonl", rows)
+            if self.trackers is not None:
+                self.trackers.log_completions(m["step"], rows)
+            self.out.print(completions_table(m["step"], shown, self.examples))
+
+    def weight_check(self, step: int, wc: Any) -> None:
+        """Stop (engine.weight_check=error) or warn when the check failed; say when it changes."""
+        if wc.failed:
+            if self.cfg.engine.weight_check == "error":
+                raise EngineWeightsError(
+                    f"step {step}: {wc.describe()}; training stopped (metrics.jsonl has the step; "
+                    "engine.weight_check=warn continues anyway)"
+                )
+            self.out.print(f"[bold red]warning: step {step}: {wc.describe()}[/]", highlight=False)
+        elif wc.status != self._last_check_status and wc.status not in ("no-tokens", "unchecked"):
+            self.out.print(f"[dim]weight check, step {step}: {wc.describe()}[/]", highlight=False)
+        self._last_check_status = wc.status
+
+
+def reward_parts(metrics: Mapping[str, Any]) -> str:
+    """Each reward function's mean this step, `` (letters 0.62, format 0.90)``; empty for a
+    task with one reward."""
+    parts = [f"{k[len('reward/'):-len('/mean')]} {v:.3f}" for k, v in metrics.items()
+             if k.startswith("reward/") and k.endswith("/mean") and k.count("/") == 2]
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def resume_command(run_dir: str | Path) -> str:
+    """The command that continues the run in ``run_dir``."""
+    return f"vigor train --resume {shlex.quote(str(run_dir))}"
+
+
+def stop_status(signal_name: str, run_path: Path, loading: bool, step: int, of: str,
+                checkpoint: Path | None, fresh: bool = False) -> str:
+    """The one line a stopped run prints: where it stands and the command that resumes it.
+    ``fresh``: a new run stopped while loading (its directory is removed again, RunDir.abandon)."""
+    if loading and fresh:
+        return f"{signal_name}: training stopped while loading, before a step; nothing was written"
+    if loading:
+        return (f"{signal_name}: training stopped while loading, before a step; run directory "
+                f"{run_path}; resume with: {resume_command(run_path)}")
+    saved = f"last checkpoint: {checkpoint.name}" if checkpoint else "no checkpoint yet, a resume starts over"
+    return (f"{signal_name}: training stopped after step {step}{of} ({saved}); run directory "
+            f"{run_path}; resume with: {resume_command(run_path)}")
+
+
+def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[str, Example]):
+    from rich.table import Table
+
+    table = Table(title=f"completions at step {step}", show_lines=True, expand=True)
+    table.add_column("prompt", ratio=3)
+    table.add_column("completion", ratio=4)
+    table.add_column("reward", justify="right")
+    table.add_column("advantage", justify="right")
+    for s in samples:
+        table.add_row(
+            examples[s.uid].question[-300:], s.rollout.text[:400],
+            "unscored" if s.reward is None else f"{s.reward:.2f}", f"{s.advantage:+.3f}"
+        )
+    return table
+
+
+def progress(out: Any):
+    """The training progress bar (steps, or rollouts under train.max_rollouts)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=out,
+        transient=False,
+    )
