@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import pytest
 
 from vigor_cli import health
-from vigor_cli.config import HEALTH_DEFAULTS, HealthConfig, build_config
+from vigor_cli.config import HEALTH_DEFAULTS, HealthConfig
+from vigor_cli.settings import build_config
 from vigor_cli.rollout.base import Rollout
+from vigor_cli.rollout_core import Sample
 
 
-@dataclass
-class S:
-    uid: str
-    rollout: Rollout
-    reward: float | None
-
-
-def s(uid: str, text: str, reward: float | None = 1.0, n_tokens: int = 5, truncated: bool = False) -> S:
-    return S(uid, Rollout(list(range(n_tokens)), [0.0] * n_tokens, text, truncated), reward)
+def s(uid: str, text: str, reward: float | None = 1.0, n_tokens: int = 5, truncated: bool = False) -> Sample:
+    """A rollout as the rollout core hands it to the checks."""
+    return Sample(uid, Rollout(list(range(n_tokens)), [0.0] * n_tokens, text, truncated), reward, "", 0)
 
 
 PROMPTS = {u: health.PromptInfo(tokens=10) for u in "abcd"}
@@ -40,15 +34,20 @@ def test_measure_counts_what_each_check_reads():
         s("a", "x", 1.0), s("a", "x", 1.0), s("a", "y", 1.0), s("a", "", 1.0, n_tokens=0),   # zero-var group
         s("b", "p", 0.0, truncated=True), s("b", "q", 1.0, truncated=True),                 # signal
         s("c", "r", None), s("c", "t", 0.0),                                                # one scored: no group
+        s("d", "same", 0.0), s("d", "same", 1.0),                                           # all one text
     ]
     m = health.measure(samples, PROMPTS, max_new_tokens=5, context=None,
                        update={"losses/kl": 0.2, "losses/clipfrac_low": 0.1, "losses/clipfrac_high": 0.05})
-    assert m["truncated"] == pytest.approx(2 / 8)
-    assert m["empty"] == pytest.approx(1 / 8)
-    assert m["zero_variance"] == pytest.approx(1 / 2)      # a flat, b not; c has one scored reward
-    assert m["zero_variance_rollouts"] == pytest.approx(4 / 8)
-    assert m["identical"] == pytest.approx(1 / 8)          # the second "x" of a
+    assert m["truncated"] == pytest.approx(2 / 10)
+    assert m["empty"] == pytest.approx(1 / 10)
+    assert m["zero_variance"] == pytest.approx(1 / 3)      # a flat, b and d not; c has one scored reward
+    assert m["zero_variance_rollouts"] == pytest.approx(4 / 10)
+    assert m["identical"] == pytest.approx(1 / 4)          # d's two rollouts are one text
     assert m["constant_reward"] == 0.0
+    # texts not known here (another rank's on the TRL path) are left out of the text checks
+    hidden = health.measure(samples, PROMPTS, max_new_tokens=5, context=None,
+                            text=lambda x: None if x.uid == "d" else x.rollout.text)
+    assert hidden["identical"] == 0.0 and hidden["empty"] == pytest.approx(1 / 8)
     assert m["kl"] == 0.2 and m["clipfrac"] == pytest.approx(0.15)
 
 
@@ -159,3 +158,15 @@ def test_inf_ratio_is_logged_finite():
     alerts, metrics = mon.observe(4, {**_quiet(), "clipfrac": 0.3})
     assert math.isfinite(metrics["health/clip_jump"]) and [a.check for a in alerts] == ["clip_jump"]
     assert "from zero" in alerts[0].line
+
+
+def test_the_readme_lists_every_check_with_its_defaults():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Health checks")[1].split("\n### ")[0]
+    for name, rule in HEALTH_DEFAULTS.items():
+        row = next((line for line in section.splitlines() if line.startswith(f"| `{name}` |")), None)
+        assert row is not None, name
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert float(cells[2]) == rule["threshold"] and int(cells[3]) == rule["steps"], row

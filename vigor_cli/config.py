@@ -796,7 +796,7 @@ class HealthConfig(_Section):
     truncated: HealthRule = _rule("truncated", "Share of completions cut at sampling.max_new_tokens.")
     zero_variance: HealthRule = _rule(
         "zero_variance", "Share of groups whose rollouts all got the same reward (no advantage, no gradient).")
-    identical: HealthRule = _rule("identical", "Share of rollouts whose text repeats another of their prompt's.")
+    identical: HealthRule = _rule("identical", "Share of groups whose rollouts are all the same text.")
     constant_reward: HealthRule = _rule("constant_reward", "1 when every scored rollout of the step got the same reward.")
     empty: HealthRule = _rule("empty", "Share of completions that are empty or stop after one token.")
     prompt_cut: HealthRule = _rule(

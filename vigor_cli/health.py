@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from vigor_cli.errors import UserError
+
 JUMP_HISTORY = 10
 """Steps a jump check compares the current value with (their median)."""
 
@@ -55,21 +57,25 @@ class PromptInfo:
 
 
 def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_new_tokens: int,
-            context: int | None, update: Mapping[str, float] | None = None) -> dict[str, float]:
+            context: int | None, update: Mapping[str, float] | None = None,
+            text: Callable[[Any], str | None] = lambda s: s.rollout.text) -> dict[str, float]:
     """The step's health numbers from its generated rollouts.
 
     ``samples``: every rollout generated this step, each with ``uid``, ``reward`` (None when
-    unscored) and ``rollout`` (``text``, ``token_ids``, ``truncated``). ``prompts``: the
-    step's prompts by uid. ``context``: the longest prompt + completion the engine takes
-    (None: unknown). ``update``: the update's metrics (``losses/kl``, clip fractions)."""
+    unscored), ``tokens`` and ``truncated``; ``text(sample)`` is its completion (None where it
+    is not known here: another rank's, on the TRL path). ``prompts``: the step's prompts by
+    uid. ``context``: the longest prompt + completion the engine takes (None: unknown).
+    ``update``: the update's metrics (``losses/kl``, clip fractions)."""
     samples = list(samples)
     groups: dict[str, list[Any]] = defaultdict(list)
     for s in samples:
         groups[s.uid].append(s)
     n = len(samples)
+    texts = {id(s): text(s) for s in samples}
+    known = [s for s in samples if texts[id(s)] is not None]
     out: dict[str, float] = {
-        "truncated": _share(s.rollout.truncated for s in samples),
-        "empty": _share(not s.rollout.text.strip() or len(s.rollout.token_ids) <= 1 for s in samples),
+        "truncated": _share(s.truncated for s in samples),
+        "empty": _share(s.tokens <= 1 or not texts[id(s)].strip() for s in known),
     }
     # Zero variance: groups (and their rollouts) whose scored rewards are all equal.
     scored_groups = [[s.reward for s in g if s.reward is not None] for g in groups.values()]
@@ -77,11 +83,10 @@ def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_ne
     flat = [g for g in scored_groups if max(g) == min(g)]
     out["zero_variance"] = len(flat) / len(scored_groups) if scored_groups else 0.0
     out["zero_variance_rollouts"] = sum(map(len, flat)) / n if n else 0.0
-    # Identical text within a group: every rollout beyond the first of each distinct text.
-    multi = [g for g in groups.values() if len(g) >= 2]
-    rows = sum(map(len, multi))
-    repeats = sum(len(g) - len({s.rollout.text for s in g}) for g in multi)
-    out["identical"] = repeats / rows if rows else 0.0
+    # Identical text: groups (of two or more known texts) whose rollouts are all the same.
+    text_groups = [[texts[id(s)] for s in g if texts[id(s)] is not None] for g in groups.values()]
+    text_groups = [g for g in text_groups if len(g) >= 2]
+    out["identical"] = _share(len(set(g)) == 1 for g in text_groups)
     rewards = [s.reward for s in samples if s.reward is not None]
     out["constant_reward"] = 1.0 if len(rewards) >= 2 and max(rewards) == min(rewards) else 0.0
     out["reward_value"] = rewards[0] if rewards else 0.0
@@ -152,11 +157,12 @@ def _zero_variance(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str
     return f"{span}: {every} zero reward variance, {rollouts}: {fix}"
 
 
-@register_check("identical", "share of rollouts identical to another of their group")
+@register_check("identical", "share of groups whose rollouts are all the same text")
 def _identical(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
-    return (f"{span}: {_pct(v)} of rollouts repeat another of their prompt's text at "
-            f"sampling.temperature={cfg.sampling.temperature:g}, top_p={cfg.sampling.top_p:g}: "
-            "groups hold little information; raise sampling.temperature (or top_p)")
+    every = "every prompt's rollouts are" if v >= 1.0 else f"{_pct(v)} of prompts' rollouts are"
+    return (f"{span}: {every} all the same text at sampling.temperature={cfg.sampling.temperature:g}, "
+            f"top_p={cfg.sampling.top_p:g}: a group of copies holds one sample's information; raise "
+            "sampling.temperature (or top_p)")
 
 
 @register_check("constant_reward", "1 when every scored rollout of the step got the same reward")
@@ -280,7 +286,7 @@ class HealthMonitor:
         self.history = [dict(h) for h in state.get("history", [])]
 
 
-class HealthError(Exception):
+class HealthError(UserError):
     """health.strict: a condition held for its whole window; the message is its line."""
 
 
@@ -313,3 +319,61 @@ def preflight(cfg: Any, prompt_lengths: Sequence[int], *, context: int | None, d
             lines.append(f"sampling.max_new_tokens={s.max_new_tokens} is below the 95th percentile of the "
                          f"reference answers' length ({p95} tokens): most long answers cannot be written; raise it")
     return lines
+
+
+# --------------------------------------------------------------------------- a run's checks
+def context_length(cfg: Any, model_config: Any) -> int | None:
+    """The longest prompt + completion the engine takes: engine.max_model_len when set, else
+    the model's max_position_embeddings (None when the config does not say)."""
+    if cfg.engine.max_model_len:
+        return int(cfg.engine.max_model_len)
+    text = getattr(model_config, "text_config", None) or model_config
+    n = getattr(text, "max_position_embeddings", None)
+    return int(n) if n else None
+
+
+def prompt_infos(task: Any, tokenizer: Any, examples: Mapping[str, Any],
+                 prompt_ids: Mapping[str, Sequence[int]]) -> dict[str, PromptInfo]:
+    """Each training prompt's length and whether the chat template rendered it (prompts are
+    rendered again only when the tokenizer has a template to tell)."""
+    suffix = template_suffix(tokenizer)
+    return {uid: PromptInfo(len(ids), True if suffix is None else
+                            templated(task.render_prompt(examples[uid], tokenizer), suffix))
+            for uid, ids in prompt_ids.items()}
+
+
+def answer_lengths(tokenizer: Any, examples: Iterable[Any], limit: int = 2000) -> list[int]:
+    """Token lengths of the reference answers that are text (at most ``limit`` of them)."""
+    texts = [ex.answer for ex in examples if isinstance(ex.answer, str) and ex.answer.strip()][:limit]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+
+
+def run_preflight(cfg: Any, task: Any, tokenizer: Any, examples: Mapping[str, Any],
+                  prompts: Mapping[str, PromptInfo], dropped: int, context: int | None) -> list[str]:
+    """:func:`preflight` on a run's encoded training prompts (`vigor train` at its start, and
+    `--dry-run`)."""
+    if not cfg.health.enabled:
+        return []
+    return preflight(cfg, [p.tokens for p in prompts.values()], context=context, dropped=dropped,
+                     has_template=template_suffix(tokenizer) is not None,
+                     answer_lengths=answer_lengths(tokenizer, examples.values()))
+
+
+@dataclass
+class RunHealth:
+    """A training run's checks: the monitor, what it knows of the prompts, the context."""
+
+    cfg: Any
+    prompts: dict[str, PromptInfo]
+    context: int | None
+    monitor: HealthMonitor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.monitor = HealthMonitor(self.cfg)
+
+    def step(self, step: int, generated: Iterable[Any], update: Mapping[str, float],
+             text: Callable[[Any], str | None] = lambda s: s.rollout.text) -> tuple[list[Alert], dict[str, float]]:
+        """The step's alerts to print and its ``health/*`` metrics."""
+        measured = measure(generated, self.prompts, max_new_tokens=self.cfg.sampling.max_new_tokens,
+                           context=self.context, update=update, text=text)
+        return self.monitor.observe(step, measured)
