@@ -482,7 +482,7 @@ class AllocationConfig(_Section):
         "memory, auto scores plans by breadth only).",
     )
 
-    reward_range: tuple[float, float] = Field(
+    reward_range: tuple[Annotated[float, Field(ge=-1e9, le=1e9)], Annotated[float, Field(ge=-1e9, le=1e9)]] = Field(
         (0.0, 1.0),
         description="The lowest and highest reward a rollout can get. Allocation strategies read "
         "rewards as pass rates in [0, 1]: each reward is told to the allocator as "
