@@ -141,7 +141,8 @@ def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor):
     whole = run_whole(tmp_path, "whole", 4)
     run = run_whole(tmp_path, "r", 2)
     text = (run.path / "config.yaml").read_text()
-    (run.path / "config.yaml").write_text(text.replace("  steps: 2\n", "  steps: 4\n"))
+    head, train = text.split("\ntrain:\n")
+    (run.path / "config.yaml").write_text(head + "\ntrain:\n" + train.replace("  steps: 2\n", "  steps: 4\n", 1))
     code, out, err = vigor("train", "--resume", str(run.path))
     assert code == 0, err
     assert "train.steps 2 -> 4 (edited in config.yaml): applied" in out

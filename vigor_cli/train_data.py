@@ -42,6 +42,8 @@ class TrainData:
     prompt_ids: dict[str, list[int]]
     eval_sets: dict[str, list[Example]]
     memory_plan: Any
+    dropped: int = 0
+    """Training prompts left out for being longer than task.max_prompt_tokens."""
 
 
 def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
@@ -70,7 +72,7 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     except BaseException:
         task.close()
         raise
-    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan)
+    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples))
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
@@ -94,3 +96,25 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
             f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({cfg.train.prompts_per_step})"
         )
     return examples, prompt_ids
+
+
+def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
+    """`vigor train --dry-run`'s health lines: the training prompts read, rendered and encoded
+    as a run would (the tokenizer, no weights), checked against the model's context and the
+    reference answers' lengths (vigor_cli/health.py)."""
+    from vigor_cli import health
+    from vigor_cli.memory_plan import model_shape
+    from vigor_cli.models import load_tokenizer
+    from vigor_cli.tasks import get_task
+
+    task = get_task(cfg.task, workers=1)
+    try:
+        train_examples = task.train_examples()
+        tokenizer = load_tokenizer(cfg.model)
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out)
+        prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
+        context = cfg.engine.max_model_len or model_shape(cfg.model).max_positions
+        return health.run_preflight(cfg, task, tokenizer, examples, prompts,
+                                    len(train_examples) - len(examples), context)
+    finally:
+        task.close()

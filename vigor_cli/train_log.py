@@ -25,6 +25,8 @@ class StepLog:
     metrics: dict[str, float] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
     record: dict = field(default_factory=dict)
+    alerts: list[Any] = field(default_factory=list)
+    """Health conditions that speak after this step (vigor_cli/health.py)."""
 
 
 class TrainLog:
@@ -64,6 +66,14 @@ class TrainLog:
             if self.trackers is not None:
                 self.trackers.log_completions(m["step"], rows)
             self.out.print(completions_table(m["step"], shown, self.examples))
+
+    def health_lines(self, lines: Sequence[str]) -> None:
+        """Each health line (vigor_cli/health.py): on stderr, beside the progress bar (which
+        redirects it above itself)."""
+        from vigor_cli.console import err_console
+
+        for line in lines:
+            err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     def weight_check(self, step: int, wc: Any) -> None:
         """Stop (engine.weight_check=error) or warn when the check failed; say when it changes."""

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import torch
 
-from vigor_cli import train_checkpoint
+from vigor_cli import health, train_checkpoint
 from vigor_cli.allocation.base import Request
 from vigor_cli.config import RunConfig
 from vigor_cli.console import console as default_console
@@ -102,6 +102,7 @@ class Trainer:
             self.learner = Learner(cfg, self.tokenizer.pad_token_id, self.prompt_ids, resume_from)
             self.engine = make_engine(cfg, self.learner.model, self.tokenizer, announce=lambda m: out.print(m))
             self.learner.watch_engine(self.engine)
+            self._start_health()
             self.allocator = self._make_allocator()
             if resume_from is not None:
                 train_checkpoint.load(self, resume_from)
@@ -112,10 +113,20 @@ class Trainer:
             raise
         self.session_start = time.time()
 
+    def _start_health(self) -> None:
+        """The health checks (vigor_cli/health.py): what can be told before generating is said
+        now; the per-step monitor starts (a resume restores its state)."""
+        context = health.context_length(self.cfg, self.learner.model.config)
+        prompts = health.prompt_infos(self.task, self.tokenizer, self.examples, self.prompt_ids)
+        self.health = health.RunHealth(self.cfg, prompts, context)
+        self.log.health_lines(health.run_preflight(self.cfg, self.task, self.tokenizer, self.examples, prompts,
+                                                   self.dropped, context))
+
     def _load_data(self) -> None:
         """The task, its sets, the tokenizer and the encoded prompts (vigor_cli/train_data.py),
         all before any weights load; then the data order."""
         d = load_train_data(self.cfg, self.out)
+        self.dropped = d.dropped
         self.task, self.tokenizer, self.memory_plan = d.task, d.tokenizer, d.memory_plan
         self.examples, self.prompt_ids, self.eval_sets = d.examples, d.prompt_ids, d.eval_sets
         self.data = DataOrder(list(self.examples), self.cfg.train.seed)
@@ -188,6 +199,12 @@ class Trainer:
         log = self.train_step(self.step)
         log.metrics["time/elapsed"] = self.elapsed()
         self.log.step(log, self.learner.weight_check)
+        self.log.health_lines([a.line for a in log.alerts if not a.fatal])
+        fatal = [a for a in log.alerts if a.fatal]
+        if fatal:  # health.strict: stop after this step's checkpoint (a resume continues from it)
+            self.save_checkpoint()
+            raise health.HealthError(f"{fatal[0].line} (health.strict: stopped after step {self.step}; "
+                                     f"checkpoint saved; resume with: {resume_command(self.rundir.path)})")
         if self.finished():
             return log
         save = bool(t.save_every and self.step % t.save_every == 0)
@@ -252,10 +269,12 @@ class Trainer:
             "time/step": time.time() - t0,
             "time/elapsed": 0.0,  # filled when written
         }
+        alerts, health_metrics = self.health.step(step, batch.generated, update_metrics)
+        metrics.update(health_metrics)
         record = {"step": step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = self.examples[entry["uid"]].question[:200]
-        return StepLog(metrics=metrics, samples=batch.samples, record=record)
+        return StepLog(metrics=metrics, samples=batch.samples, record=record, alerts=alerts)
 
     def rollout_phase(self, step: int) -> RolloutBatch:
         """The step's allocation rounds (vigor_cli/rollout_core.run_rounds) on this engine and
@@ -312,6 +331,7 @@ class Trainer:
             "elapsed": self.elapsed(),
             "start_accuracy": self.start_accuracy,
             "last_accuracy": self.last_accuracy,
+            "health": self.health.monitor.state_dict(),
         }
 
     def load_loop_state(self, data: dict) -> None:
@@ -322,6 +342,7 @@ class Trainer:
         self.elapsed_before = float(data["elapsed"])
         self.start_accuracy = data["start_accuracy"]
         self.last_accuracy = data["last_accuracy"]
+        self.health.monitor.load_state_dict(data.get("health", {}))  # older checkpoints: a fresh monitor
 
 
 # --------------------------------------------------------------------------- entry point

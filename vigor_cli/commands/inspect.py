@@ -38,13 +38,31 @@ def inspect_allocation(
     for note in notes:
         err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
     chosen = choose_steps(steps, step, last)
-    summaries = [summarize_step(s) for s in steps]
+    held = health_by_step(run_path)
+    summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]
     if as_json:
-        console.print_json(json.dumps(view.as_json(run_path, chosen, summaries, notes)))
+        console.print_json(json.dumps(view.as_json(run_path, chosen, summaries, notes, held)))
         return
     for s in chosen:
-        view.print_step(console, s, text_width)
+        view.print_step(console, s, text_width, held.get(s.step, {}))
     view.print_overview(console, summaries, overview_rows)
+
+
+def health_by_step(run_path: Path) -> dict[int, dict[str, float]]:
+    """Step -> {check: its value} for the health checks that held (metrics.jsonl
+    ``health/<check>/alert``, vigor_cli/health.py); empty for a run without them."""
+    from vigor_cli.runs import RunDir
+
+    path = run_path / "metrics.jsonl"
+    if not path.is_file():
+        return {}
+    out: dict[int, dict[str, float]] = {}
+    for rec in RunDir(run_path).read_log("metrics.jsonl").records:
+        held = {k[len("health/"):-len("/alert")]: rec.get(k[: -len("/alert")])
+                for k, v in rec.items() if k.startswith("health/") and k.endswith("/alert") and v}
+        if held:
+            out[rec["step"]] = held
+    return out
 
 
 def choose_steps(steps: list, step: Optional[int], last: Optional[int]) -> list:

@@ -121,6 +121,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--run-name", "train.run_name", panel="Logging and checkpoints"),
     Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints",
          note="Comma-separated (none: off); each backend is an extra: pip install 'vigor[tensorboard]'."),
+    Flag("--strict", "health.strict", panel="Logging and checkpoints"),
     # your own task (task 'custom'; README "Train on your own task")
     Flag("--data", "task.data", panel=OWN_TASK, note="Without --task, selects task 'custom'."),
     Flag("--eval-data", "task.eval_data", panel=OWN_TASK),
@@ -140,7 +141,7 @@ FLAG_OF_KEY = {f.key: f.name for f in FLAGS}
 """The flag that sets each key (an error names the flag the user typed)."""
 
 PANELS = {"model": "Model", "task": "Task and data", "allocation": "Allocation", "sampling": "Sampling",
-          "engine": "Rollout engine", "grpo": "GRPO update", "train": "Training"}
+          "engine": "Rollout engine", "grpo": "GRPO update", "train": "Training", "health": "Health checks"}
 """The help panel of each config section."""
 
 
@@ -325,8 +326,13 @@ def _dry_run(cfg, console) -> None:
     from vigor_cli import memory_plan
     from vigor_cli.tasks import preview_task
 
+    from vigor_cli.console import err_console
+    from vigor_cli.train_data import dry_run_health
+
     for line in preview_task(cfg.task):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for line in dry_run_health(cfg, console):  # what the health checks can tell before generating
+        err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     plan = memory_plan.plan_run(cfg)
     console.print(memory_plan.render(plan))

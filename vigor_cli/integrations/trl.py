@@ -31,6 +31,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         f"vigor_cli.integrations.trl needs TRL: pip install 'vigor[trl]' ({e})"
     ) from None
 
+from vigor_cli import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
 from vigor_cli.config import AllocationConfig, ConfigError, parse_override
@@ -90,6 +91,11 @@ class VigorGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "Where allocation.jsonl and metrics.jsonl go. Default: output_dir."},
     )
+    vigor_health: dict = field(
+        default_factory=dict,
+        metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
+                  "windows, strict."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,6 +110,25 @@ class VigorGRPOConfig(GRPOConfig):
         if self.prompts_per_step < 1:
             raise ValueError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step})")
         self.allocation = allocation_config(self.vigor, self.prompts_per_step)
+        self.health_view = health_view(self)
+
+
+def health_view(a: Any) -> Any:
+    """The config the health checks read (vigor_cli/health.py), from TRL's keys: the health
+    section, sampling (temperature, top_p, max_completion_length as max_new_tokens), the
+    learning rate and passes (num_iterations as grpo.mu)."""
+    from vigor_cli import config as vc
+
+    try:
+        return vc.RunConfig(
+            health=vc.HealthConfig.model_validate(a.vigor_health),
+            sampling=vc.SamplingConfig(temperature=a.temperature, top_p=a.top_p,
+                                       max_new_tokens=a.max_completion_length),
+            grpo=vc.GRPOConfig(learning_rate=a.learning_rate, mu=a.num_iterations,
+                               micro_batch_tokens=max(16384, a.max_completion_length)),
+        )
+    except vc.ValidationError as e:
+        raise ConfigError(f"vigor_health: {str(e).splitlines()[0]}: {e.errors()[0]['msg']}") from None
 
 
 # --------------------------------------------------------------------------- ranks
@@ -303,6 +328,8 @@ class TRLRounds:
         """Per round, every rank's per-function rewards [ranks, width, functions], NaN for copies."""
         self._round: tuple | None = None
         self._where: tuple[int, int] = (0, 0)
+        self.texts: dict[Key, str] = {}
+        """This rank's completion texts by row key."""
 
     def generate(self, requests: Sequence[Request], step: int, round_index: int) -> list[Generated]:
         tr = self.tr
@@ -321,6 +348,9 @@ class TRLRounds:
         tr.observe_sizes(sizes)
         self._round = (chunks, mine, out)
         self._where = (step, round_index)
+        for (key, real), completion in zip(chunks[self.rank], out[3]):
+            if real:  # this rank's completions, for the health checks that read text
+                self.texts[key] = completion if isinstance(completion, str) else str(completion[-1].get("content", ""))
         return [Generated(key[0], key, sizes[key][1], sizes[key][2]) for key in keys]
 
     def score(self, generated: Sequence[Generated]) -> list[Score]:
@@ -401,6 +431,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
         self._use_vigor_stops()
+        config = getattr(self.model, "config", None)
+        context = getattr(config, "max_position_embeddings", None) if config is not None else None
+        self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context)
         if self.accelerator.is_main_process:
             if (self.vigor_run_dir / "allocation.jsonl").exists():
                 raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir")
@@ -557,8 +590,17 @@ class VigorGRPOTrainer(GRPOTrainer):
         m["vigor/time/reward"].append(batch.reward_seconds)
         m["vigor/time/scoring_pass"].append(scoring_seconds)
         self._fix_logged_advantages(batch, layout)
+        alerts, checks = self._health(batch)
+        for key, value in checks.items():
+            m[key].append(value)
         if not self.accelerator.is_main_process:
             return
+        from vigor_cli.console import err_console
+
+        for alert in alerts:
+            if alert.fatal:  # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does)
+                raise health.HealthError(f"{alert.line} (health.strict: stopped after step {self.vigor_step})")
+            err_console.print(f"warning: {alert.line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         record = {"step": self.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(self.train_dataset[self.vigor_index[entry["uid"]]]["prompt"])[:200]
@@ -566,8 +608,26 @@ class VigorGRPOTrainer(GRPOTrainer):
             "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
             "tokens/per_rank": list(layout.tokens),
             "time/generate": batch.generate_seconds, "time/reward": batch.reward_seconds,
-            "time/scoring_pass": scoring_seconds,
+            "time/scoring_pass": scoring_seconds, **checks,
         })
+
+    def _health(self, batch: RolloutBatch) -> tuple[list, dict[str, float]]:
+        """The health checks on this step's rollouts (the same as `vigor train`'s): each prompt's
+        length and whether the chat template renders it (TRL templates message lists, never
+        strings), and the previous update's KL and clip fraction."""
+        tok = self.processing_class
+        has_template = health.template_suffix(tok) is not None
+        prompts = self.vigor_health.prompts
+        for uid in {s.uid for s in batch.generated} - prompts.keys():
+            prompt = self.train_dataset[self.vigor_index[uid]]["prompt"]
+            prompts[uid] = health.PromptInfo(self._prompt_tokens.get(uid, 0),
+                                             templated=not has_template or not isinstance(prompt, str))
+        m = self._metrics["train"]
+        update = {"losses/kl": (m.get("kl") or [0.0])[-1],
+                  "losses/clipfrac_low": (m.get("clip_ratio/low_mean") or [0.0])[-1],
+                  "losses/clipfrac_high": (m.get("clip_ratio/high_mean") or [0.0])[-1]}
+        texts = self.last_rounds.texts if self.last_rounds is not None else {}
+        return self.vigor_health.step(self.vigor_step, batch.generated, update, text=lambda s: texts.get(s.rollout))
 
     def _fix_logged_advantages(self, batch: RolloutBatch, layout: StepLayout) -> None:
         """TRL logged its (zero) advantages for the completions table; put ours there."""
@@ -728,7 +788,8 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         # TRL's optimizer steps per rollout phase are num_iterations (vigor's grpo.mu passes)
         gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps * g.mu, seed=t.seed,
         prompts_per_step=t.prompts_per_step,
-        vigor=cfg.allocation.model_dump(), per_device_train_batch_size=group, num_generations=group,
+        vigor=cfg.allocation.model_dump(), vigor_health=cfg.health.model_dump(),
+        per_device_train_batch_size=group, num_generations=group,
         learning_rate=g.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=g.warmup_steps,
         weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],

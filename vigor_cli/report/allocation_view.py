@@ -90,15 +90,17 @@ def record_text(record: dict) -> str:
     return "; ".join(f"{key}: {_value_text(value)}" for key, value in record.items())
 
 
-def as_json(run_path: Any, chosen: list, summaries: list[dict], notes: list[str]) -> dict:
+def as_json(run_path: Any, chosen: list, summaries: list[dict], notes: list[str],
+            health: dict[int, dict[str, float]] | None = None) -> dict:
     """The machine-readable form of the chosen steps and the overview."""
     from vigor_cli.report.allocation import summarize_step
 
+    health = health or {}
     return {
         "run": str(run_path),
         "steps": [
             {
-                "summary": summarize_step(s),
+                "summary": {**summarize_step(s), "health": health.get(s.step, {})},
                 "prompts": [
                     {
                         "uid": p.uid,
@@ -165,7 +167,7 @@ def step_table(s: Any, summary: dict, text_width: int, width: int) -> Any:
     return t
 
 
-def print_step(console: Any, s: Any, text_width: int) -> None:
+def print_step(console: Any, s: Any, text_width: int, health: dict[str, float] | None = None) -> None:
     from vigor_cli.report.allocation import summarize_step
 
     summary = summarize_step(s)
@@ -176,6 +178,14 @@ def print_step(console: Any, s: Any, text_width: int) -> None:
         "allocator's own fields for the prompt[/]"
     )
     console.print(step_summary(summary))
+    if health:
+        console.print(f"[yellow]health checks that held at step {s.step}:[/] " + health_text(health)
+                      + " [dim](vigor_cli/health.py; thresholds in the config's health section)[/]", highlight=False)
+
+
+def health_text(health: dict[str, float]) -> str:
+    """``truncated 0.94, zero_variance 1.00``: the checks that held and their values."""
+    return ", ".join(f"{name} {_num(value, 2)}" for name, value in health.items())
 
 
 def overview_rows(summaries: list[dict], rows: int) -> list[dict]:
@@ -198,8 +208,9 @@ def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
         title_justify="left",
     )
     decided = any(row.get("decision") for row in summaries)
+    flagged = any(row.get("health") for row in summaries)
     for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var more",
-                "var none", "max", *(("plan",) if decided else ())):
+                "var none", "max", *(("plan",) if decided else ()), *(("health",) if flagged else ())):
         o.add_column(col, justify="right")
     for row in overview_rows(summaries, rows):
         o.add_row(
@@ -207,8 +218,18 @@ def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
             _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
             _num(row["mean_var_more"]), _num(row["mean_var_none"]), str(row["max_per_prompt"]),
             *((row.get("decision") or "-",) if decided else ()),
+            *((", ".join(row.get("health") or {}) or "-",) if flagged else ()),
         )
     console.print(o)
+    if flagged:
+        from vigor_cli.report.curves import step_spans
+
+        held: dict[str, list[int]] = {}
+        for row in summaries:
+            for name in row.get("health") or {}:
+                held.setdefault(name, []).append(row["step"])
+        console.print("[yellow]health checks held:[/] " + "; ".join(f"{n} at {step_spans(st)}" for n, st in held.items()),
+                      highlight=False)
     if decided:
         counts: dict[str, int] = {}
         for row in summaries:

@@ -65,6 +65,16 @@ class Axis:
 
 
 @dataclass
+class HealthMark:
+    """A training step where health checks held (vigor_cli/health.py: ``health/<check>/alert``)."""
+
+    step: int
+    rollouts: float
+    tokens: float
+    checks: list[str]
+
+
+@dataclass
 class Curve:
     """One accuracy curve on both x axes (cumulative rollouts, cumulative tokens)."""
 
@@ -73,6 +83,8 @@ class Curve:
     by_tokens: Axis
     members: list["Curve"] = field(default_factory=list)
     """A seed group's runs, each to its own end (drawn thin beside the mean)."""
+    health: list[HealthMark] = field(default_factory=list)
+    """The run's steps where a health check held (a seed group's are its members')."""
 
     @property
     def final_accuracy(self) -> float:
@@ -82,8 +94,14 @@ class Curve:
 def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
     """The run's evaluation points for ``metric`` (last line wins when a step repeats)."""
     by_step: dict[int, dict] = {}
+    marks: dict[int, HealthMark] = {}
     content = run.read_log("metrics.jsonl")  # each line checked: step, documented metrics
     for rec, line in zip(content.records, content.lines):
+        held = sorted(k[len("health/"):-len("/alert")] for k, v in rec.items()
+                      if k.startswith("health/") and k.endswith("/alert") and v)
+        if held:
+            marks[rec["step"]] = HealthMark(rec["step"], float(rec.get("rollouts/cumulative", 0)),
+                                            float(rec.get("tokens/cumulative", 0)), held)
         if metric in rec and rec[metric] is not None:
             value = rec[metric]
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -106,7 +124,29 @@ def run_curve(run: RunDir, metric: str = "eval/accuracy") -> Curve:
         rollouts.append(float(rec.get("rollouts/cumulative", 0)))
         tokens.append(float(rec.get("tokens/cumulative", 0)))
         acc.append(float(rec[metric]))
-    return Curve(run.name, Axis(rollouts, acc), Axis(tokens, list(acc)))
+    return Curve(run.name, Axis(rollouts, acc), Axis(tokens, list(acc)), health=[marks[s] for s in sorted(marks)])
+
+
+def health_notes(name: str, curve: Curve) -> list[str]:
+    """One line per health check that held in a run: its steps, as spans (``steps 3-7, 12``)."""
+    steps: dict[str, list[int]] = {}
+    for mark in curve.health:
+        for check in mark.checks:
+            steps.setdefault(check, []).append(mark.step)
+    return [f"{name}: health check '{check}' held at {step_spans(held)} (metrics.jsonl health/{check}/alert)"
+            for check, held in steps.items()]
+
+
+def step_spans(steps: list[int]) -> str:
+    """``steps 3–7, 12`` (``step 4`` for one)."""
+    runs: list[list[int]] = []
+    for s in steps:
+        if runs and s == runs[-1][-1] + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    text = ", ".join(f"{r[0]}–{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return ("step " if len(steps) == 1 else "steps ") + text
 
 
 def first_crossing(xs: Sequence[float], ys: Sequence[float], target: float) -> float | None:
@@ -224,7 +264,7 @@ def _mean_axis(axes: list[Axis]) -> Axis:
 def mean_curve(label: str, curves: list[Curve]) -> Curve:
     """One run's curve as it is, or the seed mean with a min-max band (module docstring)."""
     if len(curves) == 1:
-        return Curve(label, curves[0].by_rollouts, curves[0].by_tokens)
+        return Curve(label, curves[0].by_rollouts, curves[0].by_tokens, health=curves[0].health)
     return Curve(
         label,
         _mean_axis([c.by_rollouts for c in curves]),

@@ -21,12 +21,17 @@ def plot_lines(curves: list[Curve], axis: str) -> list[dict]:
     for i, curve in enumerate(curves):
         line: Axis = curve.by_rollouts if axis == "rollouts" else curve.by_tokens
         out.append({"curve": i, "label": curve.label, "x": line.x, "y": line.y, "low": line.low,
-                    "high": line.high, "member": False})
+                    "high": line.high, "member": False, "health": _marks(curve, axis)})
         for member in curve.members:
             own: Axis = member.by_rollouts if axis == "rollouts" else member.by_tokens
             out.append({"curve": i, "label": member.label, "x": own.x, "y": own.y, "low": None,
-                        "high": None, "member": True})
+                        "high": None, "member": True, "health": _marks(member, axis)})
     return out
+
+
+def _marks(curve: Curve, axis: str) -> list[float]:
+    """The x of each step where a health check held (vigor_cli/health.py)."""
+    return [m.rollouts if axis == "rollouts" else m.tokens for m in curve.health]
 
 
 def plot_accuracy(
@@ -47,9 +52,15 @@ def plot_accuracy(
     from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    flagged = False
     for line in plot_lines(curves, axis):
         i = line["curve"]
         color = f"C{i % 10}"
+        if line["health"]:  # a rug of triangles along the bottom: steps where a health check held
+            ax.plot(line["health"], [0.02] * len(line["health"]), marker="^", linestyle="none", markersize=4,
+                    color=color, alpha=0.8, transform=ax.get_xaxis_transform(),
+                    label=None if flagged else "health check held (metrics.jsonl health/*)")
+            flagged = True
         if line["member"]:
             ax.plot(line["x"], line["y"], color=color, linewidth=0.8, alpha=0.5)
             continue

@@ -38,8 +38,12 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
     from vigor_cli.report.curves import first_crossing, group_runs, target_table
     from vigor_cli.report.plots import plot_accuracy
 
+    from vigor_cli.report.curves import health_notes
+
     notes: list[str] = []
     groups = group_runs(loaded, curves, notes)
+    for run, curve in zip(loaded, curves):
+        notes += health_notes(run.name, curve)
     table = target_table(loaded, curves, groups, target, base)
     table["metric"] = metric
     table["grouped"] = [g.describe() for g in groups if len(g.runs) > 1]
