@@ -67,7 +67,7 @@ study itself without `nice`, or the children inherit it on top of this."""
 STRATEGY_SETS: dict[str, list[str]] = {
     "dapo": ["allocation.gen_batch_multiplier=1"],
     "greso": ["allocation.gen_batch_multiplier=1"],
-    "pods": ["allocation.pods_n=8", "allocation.pods_m=4"],
+    "pods": ["allocation.pods.n=8", "allocation.pods.m=4"],
 }
 """Overrides that give a strategy the study's budget (see "Equal budgets" above); a strategy
 not named here runs on the task config's settings."""

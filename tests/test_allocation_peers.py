@@ -125,17 +125,17 @@ def test_knapsack_step_by_hand():
 
 
 def test_knapsack_bounds_and_errors():
-    alloc = make_allocator(cfg("knapsack", budget=100, knapsack_max=5), 4, seed=0)
+    alloc = make_allocator(cfg("knapsack", budget=100, knapsack={"max": 5}), 4, seed=0)
     result, asks = run_step(alloc, 0, Counter().draw, bernoulli)
     assert all(len(g) == 5 for g in result.groups.values())  # every prompt at its cap: 20 of 100
     assert result.record["totals"]["rollouts"] == 20
-    with pytest.raises(UserError, match="knapsack_min"):
+    with pytest.raises(UserError, match=r"knapsack\.min"):
         make_allocator(cfg("knapsack", budget=7), 4, seed=0)
-    with pytest.raises(UserError, match="knapsack_max"):
-        make_allocator(cfg("knapsack", knapsack_max=1), 4, seed=0)
+    with pytest.raises(UserError, match=r"knapsack\.max"):
+        make_allocator(cfg("knapsack", knapsack={"max": 1}), 4, seed=0)
     from vigor_cli.config import build_config, ConfigError
-    with pytest.raises(ConfigError, match="knapsack_max"):
-        build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack_max=1"])
+    with pytest.raises(ConfigError, match=r"knapsack\.max"):
+        build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack.max=1"])
 
 
 # --------------------------------------------------------------------------- reinforce-ada
@@ -186,7 +186,7 @@ def test_reinforce_ada_balanced_group_and_positive_exit():
     assert [sum(a.values()) for a in asks] == [4, 4]
     assert result.groups == {"d": [0, 1, 3, 4]}
     # the 'positive' exit stops at the first positive (round 1 here)
-    alloc = make_allocator(cfg("reinforce-ada", ada_exit="positive"), 1, 0)
+    alloc = make_allocator(cfg("reinforce-ada", **{"reinforce-ada": {"exit": "positive"}}), 1, 0)
     result, asks = run_step(alloc, 0, fixed_draw(["d"]), scripted(table))
     assert len(asks) == 1 and result.groups == {"d": [0, 1, 2, 3]}
 
@@ -225,7 +225,7 @@ def test_auto_goes_wide_when_flat_and_deep_when_heavy(kind, expected):
         assert auto["census"]["zero_var_share"] == 0.0
     else:
         assert set(extra) <= {f"p{i}" for i in range(0, 32, 8)}  # only the mixed prompts
-        assert sum(extra.values()) == 64 and max(extra.values()) <= 30  # auto_max_rollouts 32
+        assert sum(extra.values()) == 64 and max(extra.values()) <= 30  # auto.max_rollouts 32
         assert auto["census"]["zero_var_share"] == pytest.approx(28 / 32)
         assert auto["signal"]["deep"] >= auto["margin"] * auto["signal"]["wide"]
     json.dumps(result.record, allow_nan=False)  # strict JSON: no inf/nan in the record
@@ -268,18 +268,17 @@ def test_budget_is_never_exceeded_over_random_settings(strategy):
         B = rng.randint(1, 12)
         extra = {}
         if strategy == "knapsack":
-            extra = dict(knapsack_min=rng.randint(1, 3), knapsack_max=rng.randint(3, 40))
-            floor = extra["knapsack_min"] * B
+            extra = dict(min=rng.randint(1, 3), max=rng.randint(3, 40))
+            floor = extra["min"] * B
         elif strategy == "reinforce-ada":
-            extra = dict(ada_round_size=rng.randint(1, 8), ada_rounds=rng.randint(1, 6),
-                         ada_keep=rng.randint(1, 6))
+            extra = dict(round_size=rng.randint(1, 8), rounds=rng.randint(1, 6), keep=rng.randint(1, 6))
             floor = 1
         else:
-            extra = dict(auto_width=rng.choice([1.0, 1.5, 2.0, 3.0]), auto_census=rng.randint(1, 3),
-                         auto_max_rollouts=rng.randint(4, 40), auto_margin=rng.choice([0.5, 1.25, 3.0]))
-            floor = extra["auto_census"] * math.ceil(extra["auto_width"] * B - 1e-9)
+            extra = dict(width=rng.choice([1.0, 1.5, 2.0, 3.0]), census=rng.randint(1, 3),
+                         max_rollouts=rng.randint(4, 40), margin=rng.choice([0.5, 1.25, 3.0]))
+            floor = extra["census"] * math.ceil(extra["width"] * B - 1e-9)
         budget = rng.randint(floor, floor + 12 * B)
-        alloc = make_allocator(cfg(strategy, budget=budget, **extra), B, seed=trial)
+        alloc = make_allocator(cfg(strategy, budget=budget, **{strategy: extra}), B, seed=trial)
         rates = {}
 
         def reward(uid, i):
@@ -296,19 +295,19 @@ def test_budget_is_never_exceeded_over_random_settings(strategy):
                 assert idx == sorted(set(idx)) and all(0 <= i < pool for i in idx)
             if strategy == "knapsack":
                 per = {u: sum(a.get(u, 0) for a in asks) for u in asks[0]}
-                assert all(extra["knapsack_min"] <= n <= max(extra["knapsack_max"], extra["knapsack_min"]) for n in per.values())
-                if max(per.values()) < extra["knapsack_max"]:
+                assert all(extra["min"] <= n <= max(extra["max"], extra["min"]) for n in per.values())
+                if max(per.values()) < extra["max"]:
                     assert spent == budget  # exactly the budget unless every prompt is capped
             if strategy == "auto":
-                assert max(sum(a.get(u, 0) for a in asks) for u in asks[0]) <= extra["auto_max_rollouts"]
+                assert max(sum(a.get(u, 0) for a in asks) for u in asks[0]) <= extra["max_rollouts"]
 
 
 def test_auto_errors():
     with pytest.raises(UserError, match="auto's census"):
         make_allocator(cfg("auto", budget=10), 4, seed=0)  # census 8 x 2 = 16
     from vigor_cli.config import ConfigError, build_config
-    with pytest.raises(ConfigError, match="auto_max_rollouts"):
-        build_config(sets=["allocation.strategy=auto", "allocation.auto_max_rollouts=1"])
+    with pytest.raises(ConfigError, match=r"auto\.max_rollouts"):
+        build_config(sets=["allocation.strategy=auto", "allocation.auto.max_rollouts=1"])
 
 
 def test_every_strategy_is_registered_everywhere():

@@ -41,6 +41,8 @@ import heapq
 import math
 from typing import Any
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import (
     expected_signal,
@@ -52,8 +54,9 @@ from vigor_cli.allocation.estimate import (
     posterior_mean,
 )
 from vigor_cli.allocation.knapsack import update_history
-from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.registry import default_budget, options, register
 from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
+from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 MEMORY = 0.5
 """Weight of earlier steps in the census moments (exponential moving average)."""
@@ -105,19 +108,19 @@ class AutoAllocator(RoundAllocator):
         ``n_train``, the training prompts, once the task's data is read)."""
         if max_rollouts < census:
             raise RuleError(
-                f"allocation.auto_max_rollouts ({max_rollouts}) must be >= allocation.auto_census ({census})"
+                f"allocation.auto.max_rollouts ({max_rollouts}) must be >= allocation.auto.census ({census})"
             )
         wide = census_width(width, prompts_per_step)
         if n_train is not None and wide > n_train:
             raise RuleError(
-                f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {wide} "
+                f"auto's census of ceil(allocation.auto.width x train.prompts_per_step) = {wide} "
                 f"prompts exceeds the {n_train} training prompts; lower either key"
             )
         if budget < census * wide:
             raise RuleError(
-                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto_census x "
-                f"ceil(allocation.auto_width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
-                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto_census"
+                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto.census x "
+                f"ceil(allocation.auto.width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
+                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto.census"
             )
 
     # ------------------------------------------------------------------ rounds
@@ -278,15 +281,41 @@ class AutoAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
+class AutoOptions(StrategyOptions):
+    """``allocation.auto``."""
+
+    width: float = Field(
+        2.0, gt=0, le=100,
+        description="auto: census prompts = ceil(this x prompts per step); the wide plan spreads "
+        "the budget over all of them.",
+    )
+    census: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="auto: rollouts per census prompt (round 1).")
+    margin: float = Field(
+        1.25, gt=0, le=100,
+        description="auto: go deep only when the deep plan's expected signal is at least this x "
+        "the wide plan's.",
+    )
+    max_rollouts: int = Field(
+        32, ge=1, le=ROLLOUTS_MAX, description="auto: most rollouts one prompt may get in a step (deep plan)."
+    )
+    history: int = Field(
+        16, ge=0, le=ROLLOUTS_MAX,
+        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate; "
+        "a prompt with history counts as seen before, which is what lets depth pay (0: no "
+        "memory, auto scores plans by breadth only).",
+    )
+
+
 def check_auto(a: Any, p: int, n_train: int | None) -> None:
-    AutoAllocator.rules(default_budget(a, p), a.auto_width, a.auto_census, a.auto_max_rollouts, p, n_train)
+    o = options(a)
+    AutoAllocator.rules(default_budget(a, p), o.width, o.census, o.max_rollouts, p, n_train)
 
 
-@register("auto", budgeted=True, check=check_auto,
+@register("auto", budgeted=True, check=check_auto, options=AutoOptions, legacy_prefix="auto",
           summary="a census round, then a wide or a deep plan chosen by expected signal")
 def build(cfg: Any, prompts_per_step: int, seed: int) -> AutoAllocator:
+    o = options(cfg)
     return AutoAllocator(
         prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        width=cfg.auto_width, census=cfg.auto_census, margin=cfg.auto_margin,
-        max_rollouts=cfg.auto_max_rollouts, history=cfg.auto_history,
+        width=o.width, census=o.census, margin=o.margin, max_rollouts=o.max_rollouts, history=o.history,
     )

@@ -124,10 +124,9 @@ def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] 
 
 # --------------------------------------------------------------------------- config keys
 def _field(key: str) -> Any:
-    from vigor_cli.config import RunConfig
+    from vigor_cli.config import field_info
 
-    section, name = key.split(".")
-    return RunConfig.model_fields[section].annotation.model_fields[name]
+    return field_info(key)
 
 
 def key_bounds(key: str) -> Bounds:
