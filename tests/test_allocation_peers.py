@@ -15,6 +15,7 @@ from vigor_cli.allocation.ada import balanced_subset
 from vigor_cli.allocation.auto import AutoAllocator
 from vigor_cli.allocation.estimate import (
     beta_binomial_pmf,
+    beta_zero_variance,
     expected_signal,
     fit_beta_prior,
     hill_tail_index,
@@ -231,6 +232,57 @@ def test_auto_goes_wide_when_flat_and_deep_when_heavy(kind, expected):
     json.dumps(result.record, allow_nan=False)  # strict JSON: no inf/nan in the record
 
 
+def test_beta_zero_variance_by_hand():
+    """E[p^n + (1 - p)^n] under Beta(a, b): the share of all-equal groups of n."""
+    assert beta_zero_variance((1.0, 1.0), 4) == pytest.approx(2 / 5)  # uniform: 2 / (n + 1)
+    # Beta(2, 3), n = 2: E[p^2] = 2*3/(5*6) = 0.2, E[(1-p)^2] = 3*4/(5*6) = 0.4
+    assert beta_zero_variance((2.0, 3.0), 2) == pytest.approx(0.6)
+    assert beta_zero_variance((1e5, 1e5), 3) == pytest.approx(0.25, rel=1e-3)  # every p = 1/2: 2 / 2^3
+    assert beta_zero_variance((0.01, 0.01), 4) > 0.95  # pass rates at 0 or 1
+    assert beta_zero_variance((0.3, 0.7), 1) == 1.0
+
+
+def test_auto_goes_deep_on_a_saturated_law_even_when_no_prompt_comes_back():
+    """Fresh prompts every step, 28 of 32 census prompts all-wrong or all-right: the old rule
+    (depth counts only for prompts that recur) stays wide; past the warm-up the law is
+    saturated (the wide plan's groups of 4 would be nearly all all-equal), so depth counts
+    and the deep plan puts the rest of the budget on the mixed prompts."""
+    alloc = make_allocator(cfg("auto", auto={"warmup": 2, "saturated": 0.7}), 16, seed=0)
+    sampler = Counter()  # never repeats a prompt
+    decisions = []
+    for step in range(4):
+        result, asks = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("heavy", u, i))
+        auto = result.record["totals"]["auto"]
+        decisions.append(auto["decision"])
+        assert auto["census"]["seen_before"] == 0.0
+        assert auto["census"]["histogram"] == [12, 4, 16]  # successes 0, 1, 2 of the census's 2
+        assert auto["law"]["wide_rollouts"] == 4 and auto["law"]["warm"] == (step >= 2)
+    assert decisions == ["wide", "wide", "deep", "deep"]
+    # the census law (EMA of its moments) fitted as Beta(0.19, 0.15): 77 % of groups of 4 all-equal
+    assert auto["law"]["saturated"] and auto["law"]["zero_var_at_wide"] == pytest.approx(0.7719, abs=1e-4)
+    assert auto["depth_weight"] == 1.0
+    assert "law saturated" in auto["reason"]
+    mixed = {u for u in asks[0] if int(u[1:]) % 8 == 0}
+    assert set(asks[1]) <= mixed and sum(asks[1].values()) == 64
+    # the same law with the saturation rule off (saturated: 1) stays wide: nothing recurs
+    alloc = make_allocator(cfg("auto", auto={"warmup": 2, "saturated": 1.0}), 16, seed=0)
+    sampler = Counter()
+    for step in range(4):
+        result, _ = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("heavy", u, i))
+        assert result.record["totals"]["auto"]["decision"] == "wide"
+        assert "law not saturated" in result.record["totals"]["auto"]["reason"] or step < 2
+
+
+def test_auto_stays_wide_on_a_flat_law():
+    alloc = make_allocator(cfg("auto", auto={"warmup": 1, "saturated": 0.8}), 16, seed=0)
+    sampler = Counter()
+    for step in range(3):
+        result, asks = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("flat", u, i))
+        auto = result.record["totals"]["auto"]
+        assert auto["decision"] == "wide" and not auto["law"]["saturated"]
+        assert auto["law"]["zero_var_at_wide"] < 0.5 and set(asks[1].values()) == {2}
+
+
 def test_auto_plan_by_hand():
     """Two census prompts (mixed x: 1,0; all-wrong y: 0,0), 4 rollouts left, max 32.
     Prior: mean 1/4, disagreement (1 + 0) / 2 = 1/2: Var(p) = 3/16 - 1/4 < 0 -> no spread,
@@ -314,7 +366,7 @@ def test_every_strategy_is_registered_everywhere():
     from vigor_cli.allocation import STRATEGIES
     from vigor_cli.config import AllocationConfig as A
 
-    assert len(STRATEGIES) == 10
+    assert len(STRATEGIES) == 11
     for name in STRATEGIES:  # the config accepts every registered name; the registry builds it
         assert make_allocator(A(strategy=name), 4, seed=0).name == name
     with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):

@@ -232,7 +232,7 @@ class AllocationConfig(_Section):
         "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
         "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
-        "Reinforce-Ada, 'auto' a census round then a wide or deep plan chosen by expected signal.",
+        "Reinforce-Ada, 'pilot-commit' Pilot-Commit, 'auto' a census round then a wide or deep plan.",
     )
     # VIGOR (and its ablations random, difficulty)
     rounds: int = Field(4, ge=1, le=64, description="VIGOR: number of allocation rounds T.")
@@ -247,8 +247,8 @@ class AllocationConfig(_Section):
         None,
         ge=1,
         le=10**7,
-        description="Budgeted strategies (vigor and its ablations, knapsack, reinforce-ada, auto; "
-        "`vigor simulate --help` lists them): cap on rollouts per step, never exceeded (see "
+        description="Budgeted strategies (vigor and its ablations, knapsack, reinforce-ada, pilot-commit, "
+        "auto; `vigor simulate --help` lists them): cap on rollouts per step, never exceeded (see "
         "allocation/README.md). Default: allocation.rollouts_per_prompt x prompts per step.",
     )
     rollouts_per_prompt: int = Field(
