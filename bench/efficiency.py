@@ -60,9 +60,10 @@ from vigor_cli.allocation import STRATEGIES  # noqa: E402 - after the sys.path l
 ISSUE7_ARMS = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
 """The strategies issue 7's study compared (every one registered then): a record of that study."""
 BASELINE = "grpo"
-CHILD_NICE = 5
-"""Niceness of every child run (the shared machine's convention for heavy work); start the
-study itself without `nice`, or the children inherit it on top of this."""
+CHILD_NICE = int(os.environ.get("VIGOR_BENCH_NICE", "5"))
+"""Niceness of every child run (the shared machine's convention for heavy work; the
+environment variable VIGOR_BENCH_NICE overrides it); start the study itself without `nice`,
+or the children inherit it on top of this."""
 
 STRATEGY_SETS: dict[str, list[str]] = {
     "dapo": ["allocation.gen_batch_multiplier=1"],
@@ -200,22 +201,27 @@ ISSUE11_STUDY: list[tuple] = [
 ]
 """Issue 11's study (`--study issue11`): six regimes at 10 grpo steps per run."""
 ISSUE25_ARMS = [*ISSUE11_ARMS[:-1], "pilot-commit", "auto"]
-"""Every arm of the issue 25 study: issue 11's and Pilot-Commit."""
+"""Every arm of the issue 25 study on issue 11's regimes: issue 11's and Pilot-Commit."""
+PLATEAU_ARMS = [a for a in ISSUE25_ARMS if a != "vigor-scale-none"]
+"""The plateau regimes' arms: vigor-scale-none (no better than vigor in issue 11, not asked
+for by issue 25) is left out to fit the machine's time."""
 COMPUTE_ARMS = ["grpo-n2", "grpo-n4", "grpo", "grpo-n16"]
 """The compute axis: grpo at 2, 4, 8 and 16 rollouts per prompt, the same rollouts per step."""
 COMPUTE_LENGTHS = (10, 30, 100)
 """The compute axis's run lengths, in grpo steps' worth of rollouts (one 100-step run per
 seed and arm, read at 10, 30 and 100: the schedule does not depend on the length)."""
 PLATEAU_LENGTH = 3
-"""Plateau runs are this many times the 10 grpo steps of issue 11's."""
+"""Plateau runs are this many times the 10 grpo steps of issue 11's (30 steps, 7,680 rollouts),
+evaluated every 768 rollouts (3 steps): 10 evaluations after the start, not 15, since an
+evaluation of tiny-facts (avg@2 over 256 facts) costs about as much as a training step's."""
 
 STUDY: list[tuple] = [
     *((t, r, ISSUE25_ARMS) for t, r, _ in ISSUE11_STUDY),
-    ("tiny-math", "plateau-math", ISSUE25_ARMS, {"length": PLATEAU_LENGTH}),
-    ("tiny-facts", "plateau-facts", ISSUE25_ARMS, {"length": PLATEAU_LENGTH}),
-    ("tiny-ladder", "plateau-ladder", ISSUE25_ARMS, {"length": PLATEAU_LENGTH}),
+    ("tiny-math", "plateau-math", PLATEAU_ARMS, {"length": PLATEAU_LENGTH, "eval_every_rollouts": 768}),
+    ("tiny-facts", "plateau-facts", PLATEAU_ARMS, {"length": PLATEAU_LENGTH, "eval_every_rollouts": 768}),
+    ("tiny-ladder", "plateau-ladder", PLATEAU_ARMS, {"length": PLATEAU_LENGTH, "eval_every_rollouts": 768}),
     ("tiny-math", "default", COMPUTE_ARMS,
-     {"length": max(COMPUTE_LENGTHS), "eval_every_rollouts": 1280, "name": "tiny-math-compute"}),
+     {"length": max(COMPUTE_LENGTHS) // 10, "eval_every_rollouts": 1280, "name": "tiny-math-compute"}),
 ]
 """The full study (issue 25): (task, regime, arms[, size]); size: ``length`` (x the task's 10
 grpo steps), ``eval_every_rollouts``, ``name`` (the cell's key). Runs go seed by seed over
@@ -953,10 +959,23 @@ def target_for(start: float, baseline_finals: Sequence[float], gain: float) -> f
     return max(start + gain * (statistics.median(baseline_finals) - start), start + 0.005)
 
 
-def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: float | None, plots_dir: Path) -> dict:
-    """Tables and plots of one task x regime from its run directories."""
+def kept_measures(m: dict, target: float) -> dict:
+    """A run kept from an earlier study's results (its curve and per-run measures, no run
+    directory), measured again against this study's target."""
+    from vigor_cli.report.curves import first_crossing
+
+    c = m["curve"]
+    return {**m, "kept": True,
+            "rollouts_to_target": first_crossing(c["rollouts"], c["accuracy"], target),
+            "tokens_to_target": first_crossing(c["tokens"], c["accuracy"], target),
+            "seconds_to_target": first_crossing(c["train_seconds"], c["accuracy"], target)}
+
+
+def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: float | None, plots_dir: Path,
+                   kept: dict[str, list[dict]] | None = None) -> dict:
+    """Tables and plots of one task x regime from its run directories, and from ``kept`` runs
+    of an earlier study (arm -> per-run measures with curves) for seeds this study did not run."""
     from vigor_cli.report.curves import Group, run_curve
-    from vigor_cli.report.plots import plot_accuracy
     from vigor_cli.runs import load_run
 
     by_arm: dict[str, list[Any]] = {}
@@ -965,27 +984,40 @@ def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: f
             continue
         arm = d.name.rsplit("-s", 1)[0]
         by_arm.setdefault(arm, []).append(load_run(d))
-    if not by_arm:
+    old: dict[str, list[dict]] = {}
+    for arm, ms in (kept or {}).items():
+        fresh = {r.config_value("train.seed") for r in by_arm.get(arm, [])}
+        old[arm] = [m for m in ms if m["seed"] not in fresh]
+    if not by_arm and not any(old.values()):
         return {}
     starts = [run_curve(r).by_rollouts.y[0] for runs in by_arm.values() for r in runs]
+    starts += [m["curve"]["accuracy"][0] for ms in old.values() for m in ms]
     start = statistics.median(starts)
     if target is None:
-        base_runs = by_arm.get(BASELINE) or next(iter(by_arm.values()))
-        target = target_for(start, [run_curve(r).final_accuracy for r in base_runs], gain)
+        finals = [run_curve(r).final_accuracy for r in by_arm.get(BASELINE, [])]
+        finals += [m["final_accuracy"] for m in old.get(BASELINE, [])]
+        if not finals:
+            finals = [run_curve(r).final_accuracy for r in next(iter(by_arm.values()))]
+        target = target_for(start, finals, gain)
     cell: dict[str, Any] = {"start_accuracy": start, "target": target, "target_gain": gain, "arms": {}, "runs": {}}
-    by_arm = {a: by_arm[a] for a in [a for a in arms if a in by_arm] + [a for a in by_arm if a not in arms]}
-    for arm in by_arm:
-        measures = [run_measures(r, target) for r in by_arm[arm]]
+    names = set(by_arm) | {a for a, ms in old.items() if ms}
+    for arm in [a for a in arms if a in names] + sorted(a for a in names if a not in arms):
+        measures = [run_measures(r, target) for r in by_arm.get(arm, [])]
+        measures += [kept_measures(m, target) for m in old.get(arm, [])]
+        measures.sort(key=lambda m: m["seed"])
         cell["runs"][arm] = measures
         cell["arms"][arm] = summarize_arm(measures)
+        cell["arms"][arm]["kept_seeds"] = sorted(m["seed"] for m in measures if m.get("kept"))
     add_ratios(cell["arms"], BASELINE)
     add_intervals(cell)
-    if any(a in DEPTH_ARMS for a in by_arm):
-        unit = run_curve(by_arm[BASELINE][0]).by_rollouts.x[-1] / max(COMPUTE_LENGTHS) if BASELINE in by_arm else None
+    if any(a in DEPTH_ARMS for a in cell["runs"]):
+        unit = cell["runs"][BASELINE][0]["curve"]["rollouts"][-1] / max(COMPUTE_LENGTHS) if BASELINE in cell["runs"] else None
         if unit:
             cell["compute_axis"] = compute_axis(cell, [round(n * unit) for n in COMPUTE_LENGTHS])
-    if len(by_arm) > 6:  # too many curves for one panel: plot_cell draws small multiples
+    if len(cell["runs"]) > 6 or any(old.values()):  # plot_cell draws small multiples from the measures
         return cell
+    from vigor_cli.report.plots import plot_accuracy
+
     groups = [Group(arm, runs, [run_curve(r) for r in runs]) for arm, runs in by_arm.items()]
     crossings = {}
     for axis in ("rollouts", "tokens"):
@@ -1548,7 +1580,7 @@ def reproduction(results: dict, earlier: dict) -> dict:
         for arm, runs in cell["runs"].items():
             old = {m["seed"]: m for m in old_cell.get("runs", {}).get(arm, [])}
             for m in runs:
-                if m["seed"] not in old:
+                if m["seed"] not in old or m.get("kept"):
                     continue
                 a = [round(v, 4) for v in m["curve"]["accuracy"]]
                 b = [round(v, 4) for v in old[m["seed"]]["curve"]["accuracy"]]
@@ -1615,7 +1647,11 @@ def make_plan(args: argparse.Namespace) -> Plan:
         for key in size:
             if getattr(args, key) is not None:
                 size[key] = getattr(args, key)
-        cell = Cell(task=t, regime=r, arms=arms or a, name=None if args.quick else extra.get("name"), **size)
+        skip = set(args.skip_arms.split(",")) if getattr(args, "skip_arms", None) else set()
+        cell = Cell(task=t, regime=r, arms=[x for x in (arms or a) if x not in skip],
+                    name=None if args.quick else extra.get("name"), **size)
+        if not cell.arms or (getattr(args, "cells", None) and cell.key not in args.cells.split(",")):
+            continue
         if cell not in cells:  # --arms makes rows of one task and regime identical
             cells.append(cell)
     if not cells:
@@ -1634,7 +1670,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default=None, help="Only the study's cells of these tasks (comma-separated).")
     p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
     p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
-    p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1); default 5 (--quick: 2).")
+    p.add_argument("--cells", default=None, help="Only these cells of the study, by key (tiny-math-default, tiny-math-plateau, tiny-math-compute, ...).")
+    p.add_argument("--skip-arms", default=None, help="Leave these arms out of every cell (comma-separated); their finished runs stay.")
+    p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1); default 8 (--quick: 2).")
     p.add_argument("--prompts-per-step", type=int, default=None, help="Override every cell's batch.")
     p.add_argument("--total-rollouts", type=int, default=None, help="Each run stops once it has generated this many.")
     p.add_argument("--eval-every-rollouts", type=int, default=None)
@@ -1645,6 +1683,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="Results directory (default bench/results/efficiency[-quick]).")
     p.add_argument("--default-model", default=None, help="Starting model of the default, peaked and flat regimes (default: the bundled tiny model).")
     p.add_argument("--aggregate-only", action="store_true", help="Only recompute tables and plots from finished runs.")
+    p.add_argument("--keep-from", default=None, metavar="JSON",
+                   help="An earlier study's results JSON: its runs (curves and measures) count for the seeds this study did not run, "
+                   "measured against this study's targets (issue 25 keeps issue 11's five seeds).")
+    p.add_argument("--keep-skip", default=None, help="Arms whose kept runs are not used (their code changed since: auto).")
     p.add_argument("--compare-with", default=None, metavar="JSON",
                    help="An earlier study's results JSON: count the runs (same cell, arm, seed) whose evaluations this study reproduced exactly.")
     p.add_argument("--make-plateau", default=None, metavar="REGIME",
@@ -1715,6 +1757,10 @@ def main(argv: list[str] | None = None) -> int:
                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=_child_env())
     if timing_path.is_file():
         results["timing"] = json.loads(timing_path.read_text())
+    keep_from = json.loads(Path(args.keep_from).read_text()) if args.keep_from else None
+    if keep_from:
+        results["kept_from"] = {"command": keep_from.get("command"), "seeds": keep_from.get("plan", {}).get("seeds"),
+                                "skipped_arms": args.keep_skip}
     merged: dict[str, Cell] = {}
     for c in plan.cells:  # rows of one task and regime make one table
         if c.key in merged:
@@ -1724,7 +1770,12 @@ def main(argv: list[str] | None = None) -> int:
     for c in merged.values():
         dirs = sorted((runs_dir / c.key).glob("*-s*")) if (runs_dir / c.key).is_dir() else []
         dirs = [d for d in dirs if int(d.name.rsplit("-s", 1)[1]) < plan.seeds]  # only the seeds asked for
-        cell = aggregate_cell(dirs, c.arms, plan.target_gain, args.target, out / c.key)
+        kept = {}
+        if keep_from and c.key in keep_from.get("cells", {}):
+            skip = set((args.keep_skip or "").split(","))
+            kept = {arm: [m for m in ms if m["seed"] < plan.seeds] for arm, ms in keep_from["cells"][c.key]["runs"].items()
+                    if arm in c.arms and arm not in skip}
+        cell = aggregate_cell(dirs, c.arms, plan.target_gain, args.target, out / c.key, kept)
         if cell:
             cell["model"] = _rel(models[c.regime]) if models[c.regime] != "tiny" else "tiny"
             cell["regime"] = asdict(REGIMES[c.regime])
