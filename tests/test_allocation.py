@@ -228,7 +228,7 @@ def test_pods_subset_is_optimal_against_brute_force(trial):
 
 def test_pods_binary_half_and_half_and_record():
     rewards = {"p0": [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0], "p1": [1] * 16}
-    alloc = make_allocator(vigor(strategy="pods", pods_n=16, pods_m=4), 2, 0)
+    alloc = make_allocator(vigor(strategy="pods", pods={"n": 16, "m": 4}), 2, 0)
     result, asks = run_step(alloc, 0, Counter().draw, lambda uid, i: float(rewards[uid][i]))
     assert asks == [{"p0": 16, "p1": 16}]
     assert sorted(rewards["p0"][i] for i in result.groups["p0"]) == [0, 0, 1, 1]
@@ -239,8 +239,8 @@ def test_pods_binary_half_and_half_and_record():
 
 
 def test_pods_m_larger_than_n_is_a_user_error():
-    with pytest.raises(UserError, match="pods_m"):
-        make_allocator(vigor(strategy="pods", pods_n=4, pods_m=8), 2, 0)
+    with pytest.raises(UserError, match=r"pods\.m"):
+        make_allocator(vigor(strategy="pods", pods={"n": 4, "m": 8}), 2, 0)
 
 
 # --------------------------------------------------------------------------- DAPO
@@ -301,7 +301,7 @@ def test_greso_history_streaks_cross_steps():
     def reward(uid, i):
         return {"easy": 1.0, "hard": 0.0, "mixed": float(i % 2)}[outcomes[uid]]
 
-    alloc = make_allocator(greso_cfg(greso_min_keep=1.0, gen_batch_multiplier=3), 1, 0)
+    alloc = make_allocator(greso_cfg(greso={"min_keep": 1.0}, gen_batch_multiplier=3), 1, 0)
     draws = Counter(pool=3).draw
     for step in (1, 2, 3):
         result, _ = run_step(alloc, step, draws, reward)

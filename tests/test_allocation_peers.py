@@ -15,6 +15,7 @@ from vigor_cli.allocation.ada import balanced_subset
 from vigor_cli.allocation.auto import AutoAllocator
 from vigor_cli.allocation.estimate import (
     beta_binomial_pmf,
+    beta_zero_variance,
     expected_signal,
     fit_beta_prior,
     hill_tail_index,
@@ -125,18 +126,18 @@ def test_knapsack_step_by_hand():
 
 
 def test_knapsack_bounds_and_errors():
-    alloc = make_allocator(cfg("knapsack", budget=100, knapsack_max=5), 4, seed=0)
+    alloc = make_allocator(cfg("knapsack", budget=100, knapsack={"max": 5}), 4, seed=0)
     result, asks = run_step(alloc, 0, Counter().draw, bernoulli)
     assert all(len(g) == 5 for g in result.groups.values())  # every prompt at its cap: 20 of 100
     assert result.record["totals"]["rollouts"] == 20
-    with pytest.raises(UserError, match="knapsack_min"):
+    with pytest.raises(UserError, match=r"knapsack\.min"):
         make_allocator(cfg("knapsack", budget=7), 4, seed=0)
-    with pytest.raises(UserError, match="knapsack_max"):
-        make_allocator(cfg("knapsack", knapsack_max=1), 4, seed=0)
+    with pytest.raises(UserError, match=r"knapsack\.max"):
+        make_allocator(cfg("knapsack", knapsack={"max": 1}), 4, seed=0)
     from vigor_cli.config import ConfigError
     from vigor_cli.settings import build_config
-    with pytest.raises(ConfigError, match="knapsack_max"):
-        build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack_max=1"])
+    with pytest.raises(ConfigError, match=r"knapsack\.max"):
+        build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack.max=1"])
 
 
 # --------------------------------------------------------------------------- reinforce-ada
@@ -187,7 +188,7 @@ def test_reinforce_ada_balanced_group_and_positive_exit():
     assert [sum(a.values()) for a in asks] == [4, 4]
     assert result.groups == {"d": [0, 1, 3, 4]}
     # the 'positive' exit stops at the first positive (round 1 here)
-    alloc = make_allocator(cfg("reinforce-ada", ada_exit="positive"), 1, 0)
+    alloc = make_allocator(cfg("reinforce-ada", **{"reinforce-ada": {"exit": "positive"}}), 1, 0)
     result, asks = run_step(alloc, 0, fixed_draw(["d"]), scripted(table))
     assert len(asks) == 1 and result.groups == {"d": [0, 1, 2, 3]}
 
@@ -226,10 +227,61 @@ def test_auto_goes_wide_when_flat_and_deep_when_heavy(kind, expected):
         assert auto["census"]["zero_var_share"] == 0.0
     else:
         assert set(extra) <= {f"p{i}" for i in range(0, 32, 8)}  # only the mixed prompts
-        assert sum(extra.values()) == 64 and max(extra.values()) <= 30  # auto_max_rollouts 32
+        assert sum(extra.values()) == 64 and max(extra.values()) <= 30  # auto.max_rollouts 32
         assert auto["census"]["zero_var_share"] == pytest.approx(28 / 32)
         assert auto["signal"]["deep"] >= auto["margin"] * auto["signal"]["wide"]
     json.dumps(result.record, allow_nan=False)  # strict JSON: no inf/nan in the record
+
+
+def test_beta_zero_variance_by_hand():
+    """E[p^n + (1 - p)^n] under Beta(a, b): the share of all-equal groups of n."""
+    assert beta_zero_variance((1.0, 1.0), 4) == pytest.approx(2 / 5)  # uniform: 2 / (n + 1)
+    # Beta(2, 3), n = 2: E[p^2] = 2*3/(5*6) = 0.2, E[(1-p)^2] = 3*4/(5*6) = 0.4
+    assert beta_zero_variance((2.0, 3.0), 2) == pytest.approx(0.6)
+    assert beta_zero_variance((1e5, 1e5), 3) == pytest.approx(0.25, rel=1e-3)  # every p = 1/2: 2 / 2^3
+    assert beta_zero_variance((0.01, 0.01), 4) > 0.95  # pass rates at 0 or 1
+    assert beta_zero_variance((0.3, 0.7), 1) == 1.0
+
+
+def test_auto_goes_deep_on_a_saturated_law_even_when_no_prompt_comes_back():
+    """Fresh prompts every step, 28 of 32 census prompts all-wrong or all-right: the old rule
+    (depth counts only for prompts that recur) stays wide; past the warm-up the law is
+    saturated (the wide plan's groups of 4 would be nearly all all-equal), so depth counts
+    and the deep plan puts the rest of the budget on the mixed prompts."""
+    alloc = make_allocator(cfg("auto", auto={"warmup": 2, "saturated": 0.7}), 16, seed=0)
+    sampler = Counter()  # never repeats a prompt
+    decisions = []
+    for step in range(4):
+        result, asks = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("heavy", u, i))
+        auto = result.record["totals"]["auto"]
+        decisions.append(auto["decision"])
+        assert auto["census"]["seen_before"] == 0.0
+        assert auto["census"]["histogram"] == [12, 4, 16]  # successes 0, 1, 2 of the census's 2
+        assert auto["law"]["wide_rollouts"] == 4 and auto["law"]["warm"] == (step >= 2)
+    assert decisions == ["wide", "wide", "deep", "deep"]
+    # the census law (EMA of its moments) fitted as Beta(0.19, 0.15): 77 % of groups of 4 all-equal
+    assert auto["law"]["saturated"] and auto["law"]["zero_var_at_wide"] == pytest.approx(0.7719, abs=1e-4)
+    assert auto["depth_weight"] == 1.0
+    assert "law saturated" in auto["reason"]
+    mixed = {u for u in asks[0] if int(u[1:]) % 8 == 0}
+    assert set(asks[1]) <= mixed and sum(asks[1].values()) == 64
+    # the same law with the saturation rule off (saturated: 1) stays wide: nothing recurs
+    alloc = make_allocator(cfg("auto", auto={"warmup": 2, "saturated": 1.0}), 16, seed=0)
+    sampler = Counter()
+    for step in range(4):
+        result, _ = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("heavy", u, i))
+        assert result.record["totals"]["auto"]["decision"] == "wide"
+        assert "law not saturated" in result.record["totals"]["auto"]["reason"] or step < 2
+
+
+def test_auto_stays_wide_on_a_flat_law():
+    alloc = make_allocator(cfg("auto", auto={"warmup": 1, "saturated": 0.8}), 16, seed=0)
+    sampler = Counter()
+    for step in range(3):
+        result, asks = run_step(alloc, step, sampler.draw, lambda u, i: census_rewards("flat", u, i))
+        auto = result.record["totals"]["auto"]
+        assert auto["decision"] == "wide" and not auto["law"]["saturated"]
+        assert auto["law"]["zero_var_at_wide"] < 0.5 and set(asks[1].values()) == {2}
 
 
 def test_auto_plan_by_hand():
@@ -269,18 +321,17 @@ def test_budget_is_never_exceeded_over_random_settings(strategy):
         B = rng.randint(1, 12)
         extra = {}
         if strategy == "knapsack":
-            extra = dict(knapsack_min=rng.randint(1, 3), knapsack_max=rng.randint(3, 40))
-            floor = extra["knapsack_min"] * B
+            extra = dict(min=rng.randint(1, 3), max=rng.randint(3, 40))
+            floor = extra["min"] * B
         elif strategy == "reinforce-ada":
-            extra = dict(ada_round_size=rng.randint(1, 8), ada_rounds=rng.randint(1, 6),
-                         ada_keep=rng.randint(1, 6))
+            extra = dict(round_size=rng.randint(1, 8), rounds=rng.randint(1, 6), keep=rng.randint(1, 6))
             floor = 1
         else:
-            extra = dict(auto_width=rng.choice([1.0, 1.5, 2.0, 3.0]), auto_census=rng.randint(1, 3),
-                         auto_max_rollouts=rng.randint(4, 40), auto_margin=rng.choice([0.5, 1.25, 3.0]))
-            floor = extra["auto_census"] * math.ceil(extra["auto_width"] * B - 1e-9)
+            extra = dict(width=rng.choice([1.0, 1.5, 2.0, 3.0]), census=rng.randint(1, 3),
+                         max_rollouts=rng.randint(4, 40), margin=rng.choice([0.5, 1.25, 3.0]))
+            floor = extra["census"] * math.ceil(extra["width"] * B - 1e-9)
         budget = rng.randint(floor, floor + 12 * B)
-        alloc = make_allocator(cfg(strategy, budget=budget, **extra), B, seed=trial)
+        alloc = make_allocator(cfg(strategy, budget=budget, **{strategy: extra}), B, seed=trial)
         rates = {}
 
         def reward(uid, i):
@@ -297,11 +348,11 @@ def test_budget_is_never_exceeded_over_random_settings(strategy):
                 assert idx == sorted(set(idx)) and all(0 <= i < pool for i in idx)
             if strategy == "knapsack":
                 per = {u: sum(a.get(u, 0) for a in asks) for u in asks[0]}
-                assert all(extra["knapsack_min"] <= n <= max(extra["knapsack_max"], extra["knapsack_min"]) for n in per.values())
-                if max(per.values()) < extra["knapsack_max"]:
+                assert all(extra["min"] <= n <= max(extra["max"], extra["min"]) for n in per.values())
+                if max(per.values()) < extra["max"]:
                     assert spent == budget  # exactly the budget unless every prompt is capped
             if strategy == "auto":
-                assert max(sum(a.get(u, 0) for a in asks) for u in asks[0]) <= extra["auto_max_rollouts"]
+                assert max(sum(a.get(u, 0) for a in asks) for u in asks[0]) <= extra["max_rollouts"]
 
 
 def test_auto_errors():
@@ -309,15 +360,15 @@ def test_auto_errors():
         make_allocator(cfg("auto", budget=10), 4, seed=0)  # census 8 x 2 = 16
     from vigor_cli.config import ConfigError
     from vigor_cli.settings import build_config
-    with pytest.raises(ConfigError, match="auto_max_rollouts"):
-        build_config(sets=["allocation.strategy=auto", "allocation.auto_max_rollouts=1"])
+    with pytest.raises(ConfigError, match=r"auto\.max_rollouts"):
+        build_config(sets=["allocation.strategy=auto", "allocation.auto.max_rollouts=1"])
 
 
 def test_every_strategy_is_registered_everywhere():
     from vigor_cli.allocation import STRATEGIES
     from vigor_cli.config import AllocationConfig as A
 
-    assert len(STRATEGIES) == 10
+    assert len(STRATEGIES) == 11
     for name in STRATEGIES:  # the config accepts every registered name; the registry builds it
         assert make_allocator(A(strategy=name), 4, seed=0).name == name
     with pytest.raises(ValueError, match="known: vigor, random, difficulty, grpo"):

@@ -271,7 +271,7 @@ def _parse_flag(path: list[str], flag: str, value: str):
     (["simulate"], "--alpha", "allocation.alpha", "1.5"),
     (["simulate"], "--gamma", "allocation.gamma", "0"),
     (["simulate"], "--gamma", "allocation.gamma", "1e308"),
-    (["simulate"], "--pods-n", "allocation.pods_n", "1"),
+    (["simulate"], "--pods-n", "allocation.pods.n", "1"),
     (["simulate"], "--budget", "allocation.budget", "0"),
     (["simulate"], "--prompts", "train.prompts_per_step", "0"),
     (["eval"], "--top-p", "sampling.top_p", "0"),

@@ -10,9 +10,10 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vigor_cli.allocation import make_allocator, registry
-from vigor_cli.config import ConfigError, RunConfig, describe, field_bounds
+from vigor_cli.config import ConfigError, RunConfig, describe, dump_config, field_bounds, field_info
 from vigor_cli.settings import build_config, check_against_data
 from vigor_cli.errors import UserError
 
@@ -54,11 +55,7 @@ def test_every_number_has_both_bounds():
     """A new numeric key without a documented upper bound fails here."""
     unbounded = []
     for key, _, _ in describe():
-        section, *rest = key.split(".")
-        model = RunConfig.model_fields[section].annotation
-        for part in rest[:-1]:
-            model = model.model_fields[part].annotation
-        ann = model.model_fields[rest[-1]].annotation
+        ann = field_info(key).annotation
         args = set(typing.get_args(ann)) or {ann}
         if args & {int, float} and not {"le", "lt"} & set(field_bounds(key)):
             unbounded.append(key)
@@ -125,7 +122,7 @@ def test_cli_set_error_exit_2_one_line_nothing_written(tmp_path):
 
 @pytest.mark.parametrize("setting, needle", [
     ("nosuch.key=1", "unknown config key 'nosuch'"),            # a whole section that is not there
-    ("allocation.options.x=1", "allocation.options: strategy 'auto' takes no options"),
+    ("allocation.auto.x=1", "unknown config key 'allocation.auto.x'"),
 ])
 def test_a_set_under_an_unknown_or_checked_section_names_the_set(setting, needle):
     """The error's place is above the key given (or only its section is in the message):
@@ -141,13 +138,13 @@ def test_a_set_under_an_unknown_or_checked_section_names_the_set(setting, needle
     (["engine.gen_batch_tokens=64"], "engine.gen_batch_tokens (64) must hold one row: task.max_prompt_tokens"),
     (["engine.max_model_len=16"], "engine.max_model_len (16) must hold task.max_prompt_tokens"),
     (["model.load_in_4bit=true", "model.lora.enabled=false"], "model.load_in_4bit needs model.lora.enabled=true"),
-    (["allocation.strategy=pods", "allocation.pods_m=20"], "allocation.pods_m (20) must be <= allocation.pods_n (16)"),
-    (["allocation.strategy=knapsack", "allocation.knapsack_max=1"], "allocation.knapsack_max (1) must be >= allocation.knapsack_min"),
-    (["allocation.strategy=knapsack", "allocation.budget=100"], "allocation.budget (100) is below knapsack's first round: allocation.knapsack_min"),
-    (["allocation.strategy=auto", "allocation.auto_max_rollouts=1"], "allocation.auto_max_rollouts (1) must be >= allocation.auto_census"),
-    (["allocation.strategy=auto", "allocation.rollouts_per_prompt=1"], "allocation.budget (64) is below auto's census, the first round: allocation.auto_census"),
+    (["allocation.strategy=pods", "allocation.pods.m=20"], "allocation.pods.m (20) must be <= allocation.pods.n (16)"),
+    (["allocation.strategy=knapsack", "allocation.knapsack.max=1"], "allocation.knapsack.max (1) must be >= allocation.knapsack.min"),
+    (["allocation.strategy=knapsack", "allocation.budget=100"], "allocation.budget (100) is below knapsack's first round: allocation.knapsack.min"),
+    (["allocation.strategy=auto", "allocation.auto.max_rollouts=1"], "allocation.auto.max_rollouts (1) must be >= allocation.auto.census"),
+    (["allocation.strategy=auto", "allocation.rollouts_per_prompt=1"], "allocation.budget (64) is below auto's census, the first round: allocation.auto.census"),
     (["allocation.strategy=random", "allocation.budget=64"], "allocation.budget (64) is below the first round's allocation.m0"),
-    (["allocation.options={x: 1}"], "allocation.options: strategy 'auto' takes no options"),
+    (["allocation.strategy=vigor", "allocation.options={x: 1}"], "allocation.options: strategy 'vigor' takes no options"),
     (["allocation.strategy=best"], "unknown strategy 'best'; known: vigor, random, difficulty, grpo"),
     (["engine.kind=sglang"], "unknown engine 'sglang'; known: auto, hf, vllm"),
     (["grpo.loss_agg=sum"], "unknown name 'sum'; known: dapo, grpo, dr_grpo, prompt_mean"),
@@ -165,13 +162,60 @@ def test_rules_that_need_the_training_set():
     validate_config(cfg, 10_000)  # the trainer's entry delegates to the config's
     with pytest.raises(UserError, match=r"train.prompts_per_step \(64\) exceeds the 50 training prompts of task 'tiny-math'"):
         validate_config(cfg, 50)
-    auto = build_config(TINY, sets=["allocation.auto_width=4"])
-    with pytest.raises(ConfigError, match=r"ceil\(allocation.auto_width x train.prompts_per_step\) = 256 prompts exceeds the 200"):
+    auto = build_config(TINY, sets=["allocation.auto.width=4"])
+    with pytest.raises(ConfigError, match=r"ceil\(allocation.auto.width x train.prompts_per_step\) = 256 prompts exceeds the 200"):
         check_against_data(auto, 200)
     dapo = build_config(TINY, sets=["allocation.strategy=dapo"])
     with pytest.raises(ConfigError, match=r"allocation.gen_batch_multiplier x train.prompts_per_step \(3.0 x 64\) exceeds the 100"):
         check_against_data(dapo, 100)
     check_against_data(build_config(TINY, sets=["allocation.strategy=grpo"]), 100)
+
+
+# --------------------------------------------------------------------------- strategies' own sections
+def test_each_strategy_owns_its_section():
+    """Built-in strategies' keys live in allocation.<strategy>, like an outside strategy's."""
+    cfg = build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack={min: 3, max: 64}",
+                             "allocation.reinforce-ada.keep=6"])
+    assert (cfg.allocation.section("knapsack").min, cfg.allocation.section("knapsack").max) == (3, 64)
+    assert cfg.allocation.section("reinforce-ada").keep == 6
+    assert cfg.allocation.section("auto").width == 2.0  # a section not given: its defaults
+    keys = [k for k, _, _ in describe()]
+    for key in ("allocation.knapsack.min", "allocation.greso.p_step", "allocation.pods.n",
+                "allocation.reinforce-ada.exit", "allocation.auto.margin"):
+        assert key in keys
+    assert not [k for k in keys if k.split(".")[1].startswith(("knapsack_", "greso_", "ada_", "auto_", "pods_"))]
+    assert field_bounds("allocation.knapsack.min") == {"ge": 1, "le": 4096}
+    # the run directory's config.yaml holds the sections and reads back the same
+    again = RunConfig.model_validate(yaml.safe_load(dump_config(cfg)))
+    assert again.allocation.section("knapsack") == cfg.allocation.section("knapsack")
+    assert "knapsack:\n    min: 3\n" in dump_config(cfg)
+
+
+def test_old_flat_keys_still_work_with_one_note(capfd):
+    """For one release: allocation.knapsack_min and allocation.options set the sections."""
+    cfg = build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack_min=3", "allocation.ada_keep=6"])
+    assert cfg.allocation.section("knapsack").min == 3 and cfg.allocation.section("reinforce-ada").keep == 6
+    err = capfd.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("note: deprecated allocation keys")
+    assert "allocation.knapsack_min -> allocation.knapsack.min" in err and "allocation.ada_keep" in err
+    cfg = build_config(sets=["allocation.strategy=auto", "allocation.options={census: 4}"])
+    assert cfg.allocation.section("auto").census == 4
+    assert "allocation.options.census -> allocation.auto.census" in capfd.readouterr().err
+    build_config(sets=["allocation.strategy=knapsack", "allocation.knapsack.min=3"])
+    assert capfd.readouterr().err == ""  # the new spelling: no note
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["allocation.knapsack_min=2", "allocation.knapsack.min=3"],
+     ": allocation.knapsack_min and allocation.knapsack.min set the same key; keep allocation.knapsack.min"),
+    (["allocation.knapsack.min=0"], "bad value for 'allocation.knapsack.min': Input should be greater than or equal to 1"),
+    (["allocation.knapsack.frob=1"], "unknown config key 'allocation.knapsack.frob'"),
+    (["allocation.knapsack_frob=1"], "unknown config key 'allocation.knapsack_frob'"),
+    (["allocation.knapsack=3"], "bad value for 'allocation.knapsack'"),
+])
+def test_bad_strategy_keys_name_the_key(sets, needle):
+    msg = refused(*sets)
+    assert needle in msg and msg.startswith("--set ")
 
 
 # --------------------------------------------------------------------------- the budget's own key
@@ -210,7 +254,7 @@ def test_saved_configs_read_back_identically(tmp_path):
     (["--learn", "--transfer", "2"], "--transfer must be between 0 and 1 (got 2.0)"),
     (["--learn", "--target", "1.5"], "'--target': 1.5 is out of range: must be > 0 and <= 1"),
     (["--steps", "100000000"], "--steps must be between 1 and 1e+06"),
-    (["--strategy", "pods", "--pods-n", "4", "--pods-m", "8"], "allocation.pods_m (8) must be <= allocation.pods_n (4)"),
+    (["--strategy", "pods", "--pods-n", "4", "--pods-m", "8"], "allocation.pods.m (8) must be <= allocation.pods.n (4)"),
     (["--set", "allocation.gamma=1e308"], "--set allocation.gamma=1e308: bad value for 'allocation.gamma'"),
 ])
 def test_simulate_applies_the_same_rules_as_train(vigor, args, needle):

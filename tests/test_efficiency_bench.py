@@ -138,10 +138,10 @@ def test_the_study_covers_six_regimes_with_eight_arms_seed_by_seed(tmp_path):
     plan = _plan()
     assert [c.key for c in plan.cells] == ["tiny-facts", "tiny-ladder", "tiny-math-default", "tiny-math-peaked",
                                            "tiny-math-flat", "tiny-code-default"]
-    assert all(c.arms == eff.ISSUE11_ARMS for c in plan.cells) and plan.seeds == 5
+    assert all(c.arms == eff.ISSUE11_ARMS for c in plan.cells) and plan.seeds == 8
     models = {r: "tiny" for r in eff.REGIMES}
     specs = eff.make_specs(plan, tmp_path, models)
-    assert len(specs) == 6 * 8 * 5
+    assert len(specs) == 6 * 8 * 8
     # seed-major: every run of seed 0 before any of seed 1, so a study cut short is balanced
     seeds = [s.seed for s in specs]
     assert seeds == sorted(seeds)
@@ -150,6 +150,104 @@ def test_the_study_covers_six_regimes_with_eight_arms_seed_by_seed(tmp_path):
     assert [c.key for c in _plan(regimes="facts").cells] == ["tiny-facts"]
     assert [c.key for c in _plan(tasks="tiny-ladder", arms="grpo,auto").cells] == ["tiny-ladder"]
     assert len(_plan(study="issue7").cells) == 5
+
+
+def test_the_issue25_study_adds_plateaus_the_compute_axis_and_pilot_commit(tmp_path):
+    plan = _plan(study="issue25")
+    keys = [c.key for c in plan.cells]
+    assert keys == ["tiny-facts", "tiny-ladder", "tiny-math-default", "tiny-math-peaked", "tiny-math-flat",
+                    "tiny-code-default", "tiny-math-plateau", "tiny-facts-plateau", "tiny-ladder-plateau", "tiny-math-compute"]
+    by = {c.key: c for c in plan.cells}
+    assert by["tiny-math-default"].arms == eff.ISSUE25_ARMS and "pilot-commit" in eff.ISSUE25_ARMS
+    assert (by["tiny-math-plateau"].total_rollouts, by["tiny-math-plateau"].eval_every_rollouts) == (3 * 2560, 768) and by["tiny-math-plateau"].regime == "plateau-math"
+    compute = by["tiny-math-compute"]
+    assert compute.arms == ["grpo-n2", "grpo-n4", "grpo", "grpo-n16"]
+    assert (compute.total_rollouts, compute.eval_every_rollouts) == (100 * 256, 1280)
+    specs = eff.make_specs(plan, tmp_path, {r: "tiny" for r in eff.REGIMES})
+    assert len(specs) == 8 * (6 * 9 + 3 * 8 + 4)
+    assert any(s.run_dir.endswith("tiny-math-compute/grpo-n2-s0") for s in specs)
+
+
+def test_depth_arms_keep_the_rollouts_per_step():
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.settings import build_config
+
+    for arm, n in [("grpo-n2", 2), ("grpo-n4", 4), ("grpo", 8), ("grpo-n16", 16)]:
+        cfg = build_config(default_config_file(None, "tiny-math"), sets=["train.prompts_per_step=32", *eff.arm_sets(arm, 32)])
+        assert cfg.allocation.group_size == n == eff.rollouts_per_prompt(arm)
+        assert cfg.train.prompts_per_step * n == 256
+
+
+def test_a_plateau_is_three_evaluations_without_a_gain():
+    assert not eff.plateau_reached([0.5, 0.6, 0.62], 3)  # too few
+    assert not eff.plateau_reached([0.5, 0.6, 0.58, 0.59, 0.61], 3)  # 0.61 is a gain
+    assert eff.plateau_reached([0.5, 0.6, 0.58, 0.6, 0.55], 3)  # a tie is no gain
+    assert not eff.plateau_reached([0.5, 0.55, 0.6, 0.65, 0.7], 3)
+
+
+def _measures(rtt: list[float | None], mean_acc: list[float]) -> list[dict]:
+    """Per seed: rollouts to target (None: never) and a curve whose mean after the start is mean_acc."""
+    return [{"seed": s, "rollouts_to_target": r, "curve": {"accuracy": [0.5, m, m]}} for s, (r, m) in enumerate(zip(rtt, mean_acc))]
+
+
+def test_speedup_counts_misses_and_verdicts_read_the_interval():
+    assert eff.speedup_of([100, 200, 300], [50, 100, 150]) == pytest.approx(2.0)
+    assert eff.speedup_of([100, math.inf, math.inf], [100, 100, math.inf]) == math.inf  # only the reference misses
+    assert eff.speedup_of([100, 100, 100], [math.inf, math.inf, 1]) == 0.0
+    assert eff.speedup_of([math.inf] * 3, [math.inf] * 3) == 1.0
+    assert eff.verdict(0.1, 0.3, 0.0) == "win" and eff.verdict(-0.3, -0.1, 0.0) == "loss"
+    assert eff.verdict(-0.1, 0.3, 0.0) == "tie" and eff.verdict(1.2, 3.0, 1.0) == "win" and eff.verdict(None, 1, 0) is None
+
+
+def test_paired_intervals_tell_a_win_from_a_tie():
+    ref = _measures([400] * 8, [0.60, 0.62, 0.58, 0.61, 0.59, 0.60, 0.63, 0.57])
+    # +2 points on every seed, half the rollouts: a win on both
+    better = _measures([200] * 8, [m["curve"]["accuracy"][1] + 0.02 for m in ref])
+    vs = eff.paired_intervals(better, ref)
+    assert vs["seeds"] == 8 and vs["mean_accuracy_delta"] == pytest.approx(0.02)
+    assert vs["mean_accuracy_delta_ci"] == pytest.approx([0.02, 0.02]) and vs["accuracy_verdict"] == "win"
+    assert vs["speedup"] == pytest.approx(2.0) and vs["speedup_verdict"] == "win"
+    # alternating +3 / -3 points: a tie; pairing is by seed, so a shuffled list changes nothing
+    noisy = _measures([400] * 8, [m["curve"]["accuracy"][1] + (0.03 if i % 2 else -0.03) for i, m in enumerate(ref)])
+    vs = eff.paired_intervals(list(reversed(noisy)), ref)
+    lo, hi = vs["mean_accuracy_delta_ci"]
+    assert lo < 0 < hi and vs["accuracy_verdict"] == "tie" and vs["speedup_verdict"] == "tie"
+    assert eff.paired_intervals(better, _measures([1], [0.5])[:0]) == {"seeds": 0}
+
+
+def test_a_cell_where_grpo_did_not_learn_reports_no_speedups(tmp_path):
+    # tiny-code's case: grpo 0.550 -> 0.556 on 160 graded answers (SE 3.9 points): no learning
+    for seed in range(3):
+        make_run(tmp_path, f"grpo-s{seed}", seed, [(0, 0.55), (5, 0.556), (10, 0.556)])
+        make_run(tmp_path, f"auto-s{seed}", seed, [(0, 0.55), (5, 0.6), (10, 0.6)], strategy="auto")
+        ev = tmp_path / f"grpo-s{seed}" / "eval"
+        for arm in ("grpo", "auto"):
+            ev = tmp_path / f"{arm}-s{seed}" / "eval"
+            ev.mkdir()
+            (ev / "step-0.json").write_text(json.dumps({"sets": {"tiny-code": {"examples": 40, "n": 4}}}))
+    cell = eff.aggregate_cell(sorted(tmp_path.iterdir()), ["grpo", "auto"], 0.8, None, tmp_path / "p")
+    assert cell["eval_se"] == pytest.approx(math.sqrt(0.55 * 0.45 / 160))
+    assert cell["grpo_gain"] == pytest.approx(0.006) and cell["learned"] is False
+    table = eff.interval_tables({"cells": {"tiny-code-default": cell}})
+    assert "no learning" in table and "x [" not in table.split("rollouts to target")[1]
+    assert cell["arms"]["auto"]["vs_grpo"]["accuracy_verdict"] == "win"  # accuracy still compares
+
+
+def test_compute_axis_finds_the_best_rollouts_per_prompt_per_length(tmp_path):
+    """4 per prompt is best early and 16 late: the curves cross between 1,000 and 5,000 rollouts."""
+    for seed in range(4):
+        jitter = 0.002 * seed
+        make_run(tmp_path, f"grpo-n4-s{seed}", seed, [(0, 0.5), (10, 0.62 + jitter), (30, 0.64 + jitter), (100, 0.65 + jitter)])
+        make_run(tmp_path, f"grpo-s{seed}", seed, [(0, 0.5), (10, 0.6 + jitter), (30, 0.65 + jitter), (100, 0.68 + jitter)])
+        make_run(tmp_path, f"grpo-n16-s{seed}", seed, [(0, 0.5), (10, 0.55 + jitter), (30, 0.63 + jitter), (100, 0.72 + jitter)])
+    cell = eff.aggregate_cell(sorted(tmp_path.iterdir()), ["grpo-n4", "grpo", "grpo-n16"], 0.8, None, tmp_path / "p")
+    ax = cell["compute_axis"]
+    assert ax["levels"] == [1000, 3000, 10000]
+    assert [ax["best"][str(c)]["rollouts_per_prompt"] for c in ax["levels"]] == [4, 8, 16]
+    assert ax["arms"]["grpo-n4"]["levels"]["1000"]["accuracy_mean"] == pytest.approx(0.623)
+    assert ax["best"]["10000"]["others"]["grpo-n4"]["verdict"] == "loss"
+    assert "**best**" in eff.compute_table(cell)
+    assert eff.plot_compute("tiny-math-compute", cell, tmp_path / "compute.png").is_file()
 
 
 def _cell_with(tmp_path, arms: dict[str, list[float]]):
@@ -196,7 +294,7 @@ def test_quick_mode_runs_every_strategy_end_to_end(tmp_path):
     assert rc == 0
     results = json.loads((tmp_path / "eff.json").read_text())
     cell = results["cells"]["tiny-math-default"]
-    assert list(cell["arms"]) == eff.ISSUE11_ARMS
+    assert list(cell["arms"]) == eff.ISSUE25_ARMS
     for arm, runs in cell["runs"].items():
         assert len(runs) == 2, arm
         for r in runs:

@@ -23,8 +23,9 @@ SOURCES = [p for top in ("vigor_cli", "verifiers", "sandbox") for p in (REPO / t
 
 def test_builtin_entries():
     assert registry.names() == ("vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods",
-                                "knapsack", "reinforce-ada", "auto")
-    assert registry.budgeted() == ("vigor", "random", "difficulty", "knapsack", "reinforce-ada", "auto")
+                                "knapsack", "reinforce-ada", "pilot-commit", "auto")
+    assert registry.budgeted() == ("vigor", "random", "difficulty", "knapsack", "reinforce-ada", "pilot-commit", "auto")
+    assert set(registry.sections()) == {"greso", "pods", "knapsack", "reinforce-ada", "pilot-commit", "auto"}
     assert registry.in_family("vigor") == ("vigor", "random", "difficulty")
     assert all(s.summary for s in registry.REGISTRY.values())
     assert list(ENGINES) == ["hf", "vllm"] and ENGINES["vllm"].for_cuda

@@ -118,7 +118,7 @@ def test_learning_mode_reaches_its_target():
 def test_cli_default_runs_and_prints_a_table():
     out = run_cli("--steps", "5")
     assert out.returncode == 0, out.stderr
-    for name in ("vigor", "grpo", "dapo", "greso", "pods", "random", "knapsack", "reinforce-ada", "auto"):
+    for name in ("vigor", "grpo", "dapo", "greso", "pods", "random", "knapsack", "reinforce-ada", "pilot-commit", "auto"):
         assert name in out.stdout
     assert "signal" in out.stdout
     assert "auto chose" in out.stdout
@@ -157,13 +157,24 @@ def test_cli_auto_goes_wide_on_flat_laws_and_deep_on_heavy_tails(law, plan):
         assert auto["signal_per_rollout"] > 1.3 * grpo["signal_per_rollout"]
 
 
-def test_cli_auto_stays_wide_when_no_prompt_comes_back():
-    """The same heavy tail over a pool of 1024 prompts for 8 steps: no census prompt is
-    ever seen twice, so only what transfers counts, and breadth wins."""
-    out = run_cli("--json", "--strategy", "auto", "--pass-rates", "pareto:1.5", "--steps", "8", "--prompts", "32",
+@pytest.mark.parametrize("law, decisions", [
+    ("mix:0.45,0.45", {"wide": 3, "deep": 5}),  # saturated: 90 % of prompts never or always solved
+    ("beta:3,3", {"wide": 8}),  # flat: every prompt in the middle
+])
+def test_cli_auto_follows_the_law_when_no_prompt_comes_back(law, decisions):
+    """A pool of 1024 prompts for 8 steps: no census prompt is seen twice, so depth cannot pay
+    back through recurrence. Under a saturated law (after the 3-census warm-up) the wide
+    plan's groups would be nearly all all-equal and auto goes deep; under a flat law, and in
+    the first steps of any law, it stays wide."""
+    out = run_cli("--json", "--strategy", "auto,grpo", "--pass-rates", law, "--steps", "8", "--prompts", "32",
                   "--pool", "1024")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout)["strategies"]["auto"]["decisions"] == {"wide": 8}
+    summary = json.loads(out.stdout)
+    assert summary["strategies"]["auto"]["decisions"] == decisions
+    if "deep" in decisions:
+        auto, grpo = summary["strategies"]["auto"], summary["strategies"]["grpo"]
+        assert auto["rollouts_per_step"] == grpo["rollouts_per_step"] == 256
+        assert auto["signal_per_rollout"] > 1.3 * grpo["signal_per_rollout"]
 
 
 @pytest.mark.parametrize(

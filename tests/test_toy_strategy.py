@@ -42,15 +42,15 @@ def test_every_name_list_sees_it(top_up):
     from vigor_cli.allocation import STRATEGIES
 
     assert STRATEGIES[-1] == "top-up"
-    cfg = build_config(sets=["allocation.strategy=top-up", "allocation.options={first: 3}"])
+    cfg = build_config(sets=["allocation.strategy=top-up", "allocation.top-up.first=3"])
     assert isinstance(make_allocator(cfg.allocation, 4, seed=0), top_up.TopUpAllocator)
 
 
 @pytest.mark.parametrize("sets, needle", [
-    (["allocation.options={frist: 3}"], "allocation.options.frist: unknown option of strategy 'top-up'"),
-    (["allocation.options={first: 0}"], "allocation.options.first: Input should be greater than or equal to 1"),
-    (["allocation.options={first: 9}", "allocation.budget=64", "train.prompts_per_step=8"],
-     "allocation.options.first x train.prompts_per_step (9 x 8) exceeds allocation.budget (64)"),
+    (["allocation.top-up.frist=3"], "unknown config key 'allocation.top-up.frist'"),
+    (["allocation.top-up={first: 0}"], "'allocation.top-up.first': Input should be greater than or equal to 1"),
+    (["allocation.top-up.first=9", "allocation.budget=64", "train.prompts_per_step=8"],
+     "allocation.top-up.first x train.prompts_per_step (9 x 8) exceeds allocation.budget (64)"),
 ])
 def test_its_own_keys_are_validated(top_up, sets, needle):
     with pytest.raises(ConfigError) as e:
@@ -63,7 +63,7 @@ def test_simulate_drives_it(top_up):
     summary = simulate(SimSettings(strategies=("top-up", "grpo"), steps=3, prompts=8), cfg)
     row = summary["strategies"]["top-up"]
     assert row["rollouts_per_step"] <= 8 * 8  # the default budget: rollouts_per_prompt x prompts
-    assert row["rollouts_per_round"][0] == 2 * 8  # round 1: options.first for every prompt
+    assert row["rollouts_per_round"][0] == 2 * 8  # round 1: top-up.first for every prompt
 
 
 def test_two_training_steps(tmp_path, top_up):
@@ -71,7 +71,7 @@ def test_two_training_steps(tmp_path, top_up):
     from vigor_cli.trainer import train
 
     cfg = build_config(sets=tiny_sets(tmp_path, "top-up", "allocation.strategy=top-up",
-                                      "allocation.options={first: 2}"))
+                                      "allocation.top-up.first=2"))
     assert cfg.allocation.rollouts_per_prompt == 4  # from the old key group_size=4: budget 16
     summary = train(cfg, out=quiet())
     assert summary["steps"] == 2
@@ -86,4 +86,4 @@ def test_two_training_steps(tmp_path, top_up):
         mixed = rec["rounds"][0]["kept"] or 4
         assert rec["totals"]["rollouts"] == 8 + (8 // mixed) * mixed
     saved = build_config(run.path / "config.yaml")  # the run's config reads back (and resumes)
-    assert saved.allocation.strategy == "top-up" and saved.allocation.options == {"first": 2}
+    assert saved.allocation.strategy == "top-up" and saved.allocation.section("top-up").first == 2

@@ -36,7 +36,7 @@ def tiny_sets(tmp_path: Path, name: str, *extra: str) -> list[str]:
         "train.prompts_per_step=4", "train.steps=2", "train.eval_limit=8", "train.eval_every=0",
         "train.save_every=0", "train.log_completions_every=1", "sampling.max_new_tokens=8",
         "allocation.group_size=4", "allocation.rollouts_per_prompt=4",
-        "allocation.pods_n=4", "allocation.pods_m=2",
+        "allocation.pods.n=4", "allocation.pods.m=2",
         "allocation.gen_batch_multiplier=2", "allocation.max_gen_batches=50",
         "grpo.learning_rate=1e-3", "task.max_prompt_tokens=32", "engine.kind=hf",
         "engine.gen_batch_tokens=2048", "train.reward_workers=1",

@@ -1,4 +1,4 @@
-"""knapsack, reinforce-ada and auto in the real trainer (tiny model, tiny-math, verifier)."""
+"""knapsack, reinforce-ada, pilot-commit and auto in the real trainer (tiny model, tiny-math, verifier)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from vigor_cli.runs import RunDir
 from vigor_cli.trainer import Trainer, train
 
 
-@pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "auto"])
+@pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "pilot-commit", "auto"])
 def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
     cfg = build_config(sets=tiny_sets(tmp_path, strategy, f"allocation.strategy={strategy}"))
     train(cfg, out=quiet())
@@ -32,7 +32,7 @@ def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
     assert (run.latest_checkpoint() / "allocator.json").exists()
 
 
-@pytest.mark.parametrize("strategy", ["auto", "knapsack"])
+@pytest.mark.parametrize("strategy", ["auto", "knapsack", "pilot-commit"])
 def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     """The per-prompt reward history (and auto's census moments) cross steps in
     allocator.json; a run killed after the step-2 checkpoint and resumed writes the same
@@ -52,7 +52,7 @@ def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
         train(build_config(sets=sets + ["train.run_name=cut"]), out=quiet())
     monkeypatch.setattr(Trainer, "train_step", original)
     state = json.loads((tmp_path / "cut" / "checkpoints" / "step-2" / "allocator.json").read_text())
-    assert state["strategy"] == strategy and state["history"]
+    assert state["strategy"] == strategy and (state.get("history") or state.get("streak"))
     train(resume=tmp_path / "cut", out=quiet())
     whole = strip_times(RunDir(tmp_path / "whole").metrics())
     resumed = strip_times(RunDir(tmp_path / "cut").metrics())

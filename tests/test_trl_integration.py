@@ -54,8 +54,8 @@ def test_vigor_section_is_validated_like_vigor_trains_allocation(tmp_path):
         _args(tmp_path, vigor={"strategy": "nope"})
     with pytest.raises(ConfigError, match="'allocation.alpha'"):
         _args(tmp_path, vigor={"alpha": 1.5})
-    with pytest.raises(ConfigError, match=r"pods_m \(9\) must be <= allocation.pods_n \(4\)"):
-        _args(tmp_path, vigor={"strategy": "pods", "pods_n": 4, "pods_m": 9})
+    with pytest.raises(ConfigError, match=r"pods\.m \(9\) must be <= allocation.pods\.n \(4\)"):
+        _args(tmp_path, vigor={"strategy": "pods", "pods": {"n": 4, "m": 9}})
 
 
 # --------------------------------------------------------------------------- balancing

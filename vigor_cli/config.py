@@ -17,6 +17,7 @@ a run's config is built with :func:`vigor_cli.settings.build_config`.
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from pathlib import Path
@@ -24,7 +25,8 @@ from typing import Annotated, Any, Callable, Literal, Optional
 
 import yaml
 from pydantic import (
-    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator,
+    BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator,
+    model_validator,
 )
 
 from vigor_cli.errors import UserError
@@ -336,7 +338,29 @@ def _task_rule(message: str) -> Exception:
 
 
 # --------------------------------------------------------------------------- allocation
+STRATEGY_SECTIONS: dict[str, type[BaseModel]] = {}
+"""Strategy name -> the model of its options section ``allocation.<name>``; filled by the
+strategy registry (vigor_cli/allocation/registry.py) as strategies register, so that this
+module, at the bottom of the import graph, knows the sections without importing a registry
+(vigor_cli/settings.py imports the strategies before any config is built)."""
+LEGACY_PREFIXES: dict[str, str] = {}
+"""Built-in strategy -> the prefix of its flat keys of earlier releases (``knapsack`` ->
+``knapsack``: ``allocation.knapsack_min``); kept for one release, filled like the sections."""
+
+
+class StrategyOptions(_Section):
+    """Base of a strategy's own keys (its registry entry's ``options``): unknown keys are
+    errors, numbers are bounded and strict, like every section of the config."""
+
+
 class AllocationConfig(_Section):
+    """The keys every strategy shares; a strategy's own keys are its section
+    ``allocation.<strategy name>`` (``allocation: {strategy: knapsack, knapsack: {min: 2}}``),
+    one per registered strategy that has options, each validated by its options model."""
+
+    model_config = ConfigDict(extra="allow", validate_assignment=True, allow_inf_nan=False)
+    _deprecated: list[str] = PrivateAttr(default_factory=list)
+
     strategy: str = Field(
         "auto",
         description="Rollout allocation strategy, a name in the strategy registry "
@@ -344,15 +368,9 @@ class AllocationConfig(_Section):
         "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
         "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
-        "Reinforce-Ada, 'auto' a census round then a wide or deep plan chosen by expected signal.",
+        "Reinforce-Ada, 'pilot-commit' Pilot-Commit, 'auto' a census round then a wide or deep plan.",
     )
-    options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Keys of a strategy that declares its own (its registry entry's options "
-        "model, e.g. a strategy added outside this package): allocation.options.<key>. The "
-        "built-in strategies take none; their keys are the allocation.* keys here.",
-    )
-    # VIGOR (and its ablations)
+    # VIGOR (and its ablations random, difficulty)
     rounds: int = Field(4, ge=1, le=64, description="VIGOR: number of allocation rounds T.")
     m0: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="VIGOR: new rollouts per prompt in round 1.")
     gamma: float = Field(
@@ -365,8 +383,8 @@ class AllocationConfig(_Section):
         None,
         ge=1,
         le=10**7,
-        description="Budgeted strategies (vigor and its ablations, knapsack, reinforce-ada, auto; "
-        "`vigor simulate --help` lists them): cap on rollouts per step, never exceeded (see "
+        description="Budgeted strategies (vigor and its ablations, knapsack, reinforce-ada, pilot-commit, "
+        "auto; `vigor simulate --help` lists them): cap on rollouts per step, never exceeded (see "
         "allocation/README.md). Default: allocation.rollouts_per_prompt x prompts per step.",
     )
     rollouts_per_prompt: int = Field(
@@ -389,98 +407,58 @@ class AllocationConfig(_Section):
     max_gen_batches: int = Field(
         10, ge=1, le=1000, description="DAPO/GRESO: give up (clear error) after this many generation batches."
     )
-    # GRESO
-    greso_p_init: float = Field(0.5, gt=0, lt=1, description="GRESO: initial p_easy and p_hard.")
-    greso_p_step: float = Field(0.01, gt=0, le=1, description="GRESO: change of p per step.")
-    greso_target_zero_var: float = Field(
-        0.25, ge=0, le=1, description="GRESO: target fraction of zero-variance groups."
-    )
-    greso_easy_share: float = Field(
-        1 / 3, ge=0, le=1, description="GRESO: share of the target that is all-correct groups."
-    )
-    greso_easy_mean: float = Field(
-        0.98, ge=0, le=1, description="GRESO: a group with mean reward >= this was 'easy'."
-    )
-    greso_hard_mean: float = Field(
-        0.11, ge=0, le=1, description="GRESO: a group with mean reward <= this was 'hard'."
-    )
-    greso_p_min: float = Field(0.05, gt=0, lt=1, description="GRESO: lower clip of p_easy/p_hard.")
-    greso_p_max: float = Field(0.95, gt=0, lt=1, description="GRESO: upper clip of p_easy/p_hard.")
-    greso_min_keep: float = Field(
-        0.01,
-        ge=0,
-        le=1,
-        description="GRESO: a prompt is rolled out with probability at least this "
-        "(skip probability 1 - max(p^z, this)), so skipped prompts are re-explored.",
-    )
-    # PODS
-    pods_n: int = Field(16, ge=2, le=ROLLOUTS_MAX, description="PODS: rollouts generated per prompt.")
-    pods_m: int = Field(8, ge=1, le=ROLLOUTS_MAX, description="PODS: rollouts per prompt kept for the update.")
-    # Knapsack-RL
-    knapsack_min: int = Field(
-        2, ge=1, le=ROLLOUTS_MAX, description="knapsack: rollouts every prompt gets in round 1 (the source's min_n)."
-    )
-    knapsack_max: int = Field(
-        128, ge=1, le=ROLLOUTS_MAX, description="knapsack: most rollouts one prompt may get in a step (the source's max_n)."
-    )
-    knapsack_history: int = Field(
-        16,
-        ge=0,
-        le=ROLLOUTS_MAX,
-        description="knapsack: a prompt's latest rewards from earlier steps that inform its pass "
-        "rate (the source's window of 16); 0 = this step's round 1 only.",
-    )
-    knapsack_prior_a: float = Field(
-        1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, a (with prior_b: Beta(1, 1) = uniform)."
-    )
-    knapsack_prior_b: float = Field(1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, b.")
-    # Reinforce-Ada
-    ada_round_size: int = Field(
-        4,
-        ge=1,
-        le=ROLLOUTS_MAX,
-        description="reinforce-ada: new rollouts per active prompt per round (the source's M is 8, "
-        "with no budget cap).",
-    )
-    ada_rounds: int = Field(4, ge=1, le=64, description="reinforce-ada: most sampling rounds per step (N).")
-    ada_keep: int = Field(
-        4, ge=1, le=ROLLOUTS_MAX, description="reinforce-ada: rollouts per prompt in the update (n), balanced by class."
-    )
-    ada_positive_threshold: float = Field(
-        0.7, ge=0, lt=1, description="reinforce-ada: a rollout is positive iff its reward > this."
-    )
-    ada_exit: Literal["balanced", "positive"] = Field(
-        "balanced",
-        description="reinforce-ada: a prompt stops sampling once it holds floor(n/2) positives and "
-        "the rest negatives ('balanced', the paper's main variant) or one positive ('positive').",
-    )
-    # auto
-    auto_width: float = Field(
-        2.0,
-        gt=0,
-        le=100,
-        description="auto: census prompts = ceil(this x prompts per step); the wide plan spreads "
-        "the budget over all of them.",
-    )
-    auto_census: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="auto: rollouts per census prompt (round 1).")
-    auto_margin: float = Field(
-        1.25,
-        gt=0,
-        le=100,
-        description="auto: go deep only when the deep plan's expected signal is at least this x "
-        "the wide plan's.",
-    )
-    auto_max_rollouts: int = Field(
-        32, ge=1, le=ROLLOUTS_MAX, description="auto: most rollouts one prompt may get in a step (deep plan)."
-    )
-    auto_history: int = Field(
-        16,
-        ge=0,
-        le=ROLLOUTS_MAX,
-        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate; "
-        "a prompt with history counts as seen before, which is what lets depth pay (0: no "
-        "memory, auto scores plans by breadth only).",
-    )
+
+    @classmethod
+    def section_models(cls) -> dict[str, type[BaseModel]]:
+        """Strategy name -> the model of its section ``allocation.<name>``: the strategy
+        registry (vigor_cli/allocation/registry.py) fills :data:`STRATEGY_SECTIONS` as
+        strategies register; this module imports no registry."""
+        return dict(STRATEGY_SECTIONS)
+
+    def section(self, name: str) -> Any:
+        """The validated options of strategy ``name`` (its section ``allocation.<name>``)."""
+        found = (self.__pydantic_extra__ or {}).get(name)
+        if found is None:  # a strategy registered after this config was built: its defaults
+            found = self.section_models()[name]()
+        return found
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _strategy_sections(cls, data: Any, handler: Any) -> "AllocationConfig":
+        """Each strategy's section validated by its options model (missing: its defaults);
+        the deprecated spellings (flat ``knapsack_min``, ``allocation.options``) moved into
+        the sections first, with a note; any other unknown key is an error naming it."""
+        if isinstance(data, AllocationConfig):
+            return handler(data)
+        tree = dict(data) if isinstance(data, dict) else data
+        if not isinstance(tree, dict):
+            return handler(data)
+        tree, notes = _moved_legacy_keys(tree)
+        models = cls.section_models()
+        given = {name: tree.pop(name) for name in list(tree) if name in models}
+        for key in tree:
+            if key not in cls.model_fields:
+                raise ValidationError.from_exception_data(
+                    cls.__name__, [{"type": "extra_forbidden", "loc": (key,), "input": tree[key]}]
+                )
+        out = handler(tree)
+        extra = out.__pydantic_extra__ if out.__pydantic_extra__ is not None else {}
+        for name, model in models.items():
+            value = given.get(name, {})
+            if isinstance(value, model):
+                extra[name] = value
+                continue
+            try:
+                extra[name] = model.model_validate({} if value is None else value)
+            except ValidationError as e:
+                raise ValidationError.from_exception_data(
+                    cls.__name__,
+                    [{"type": x["type"], "loc": (name, *x["loc"]), "input": x["input"],
+                      **({"ctx": x["ctx"]} if "ctx" in x else {})} for x in e.errors()],
+                ) from None
+        out.__pydantic_extra__ = extra
+        out._deprecated = notes
+        return out
 
     reward_range: tuple[Annotated[float, Field(ge=-1e9, le=1e9)], Annotated[float, Field(ge=-1e9, le=1e9)]] = Field(
         (0.0, 1.0),
@@ -510,6 +488,47 @@ class AllocationConfig(_Section):
     @classmethod
     def _registered_strategy(cls, name: str, info: ValidationInfo) -> str:
         return _check_name(info, "allocation.strategy", name)
+
+    def deprecated_keys(self) -> list[str]:
+        """The deprecated spellings this config was written with (``knapsack_min`` ->
+        ``knapsack.min``), for the one-line note `build_config` prints."""
+        return list(self._deprecated)
+
+
+def _moved_legacy_keys(tree: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Flat keys of earlier releases (``knapsack_min``) and ``options`` (the section of the
+    chosen strategy) moved into their sections; returns the tree and 'old -> new' notes.
+    A key given both ways is an error naming both. Kept for one release."""
+    legacy = {f"{prefix}_{key}": (name, key) for name, prefix in LEGACY_PREFIXES.items()
+              for key in STRATEGY_SECTIONS[name].model_fields}
+    notes: list[str] = []
+    out = dict(tree)
+
+    def put(section: str, key: str, value: Any, old: str) -> None:
+        current = out.get(section)
+        node = dict(current) if isinstance(current, dict) else ({} if current is None else current)
+        if not isinstance(node, dict):
+            return  # the section itself is malformed: its own validation names it
+        if key in node:
+            raise ValueError(f"allocation.{old} and allocation.{section}.{key} set the same key; keep "
+                             f"allocation.{section}.{key}")
+        node[key] = value
+        out[section] = node
+        notes.append(f"allocation.{old} -> allocation.{section}.{key}")
+
+    for old in [k for k in tree if k in legacy]:
+        section, key = legacy[old]
+        put(section, key, out.pop(old), old)
+    if "options" in out and "options" not in AllocationConfig.model_fields:
+        value = out.pop("options")
+        name = out.get("strategy", AllocationConfig.model_fields["strategy"].default)
+        if isinstance(value, dict) and value:
+            if name not in STRATEGY_SECTIONS:
+                raise ValueError(f"allocation.options: strategy {name!r} takes no options "
+                                 f"(got {', '.join(sorted(map(str, value)))})")
+            for key, v in value.items():
+                put(name, str(key), v, f"options.{key}")
+    return out, notes
 
 
 # --------------------------------------------------------------------------- sampling
@@ -871,8 +890,8 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     if kind == "task_rule":  # the message names the key and the task
         return f"{source}: {first['msg']}"
     msg = first["msg"].removeprefix("Value error, ").removeprefix(f"{key}: ")
-    if kind == "value_error" and not first["loc"]:
-        return f"{source}: {msg}"  # a rule across sections: the message names its keys
+    if kind == "value_error" and (not first["loc"] or msg.startswith(f"{key}.")):
+        return f"{source}: {msg}"  # a rule across sections or keys: the message names its keys
     got = first.get("input")
     shown = repr(got) if not isinstance(got, dict) else "a mapping"
     return f"{source}: bad value for '{key}': {msg} (got {shown})"
@@ -981,10 +1000,15 @@ def assemble(
         given[k] = f"--set {s.strip()}"
         _set_dotted(tree, k, v, given[k])
     try:
-        return RunConfig.model_validate(tree, context=context)
+        cfg = RunConfig.model_validate(tree, context=context)
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
+    old = cfg.allocation.deprecated_keys()
+    if old:  # kept for one release: the flat keys of the built-in strategies, allocation.options
+        print(f"note: deprecated allocation keys (removed in the next release): {'; '.join(old)}",
+              file=sys.stderr)
+    return cfg
 
 
 def dump_config(cfg: BaseModel) -> str:
@@ -992,29 +1016,47 @@ def dump_config(cfg: BaseModel) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
 
 
+def _sections_of(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """The nested sections of a config model: its model-typed fields, and for the allocation
+    section each strategy's own section (``allocation.<strategy>``, from the registry)."""
+    out = {name: f.annotation for name, f in model.model_fields.items()
+           if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
+    if model is AllocationConfig:
+        out.update(AllocationConfig.section_models())
+    return out
+
+
+def field_info(dotted: str) -> Any:
+    """The pydantic FieldInfo of a config key (``allocation.knapsack.min`` too); KeyError if none."""
+    *sections, name = dotted.split(".")
+    model: Any = RunConfig
+    for part in sections:
+        model = _sections_of(model)[part]
+    return model.model_fields[name]
+
+
 def describe(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[tuple[str, Any, str]]:
     """(dotted key, default, description) for every key: checked by the tests (every key documented)."""
     rows: list[tuple[str, Any, str]] = []
+    nested = _sections_of(model)
     for name, field in model.model_fields.items():
-        ann = field.annotation
         key = f"{prefix}{name}"
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            rows.extend(describe(ann, key + "."))
+        if name in nested:
+            rows.extend(describe(nested[name], key + "."))
         else:
             default = field.get_default(call_default_factory=True)
             rows.append((key, default, field.description or ""))
+    for name, sub_model in nested.items():
+        if name not in model.model_fields:  # a strategy's own section
+            rows.extend(describe(sub_model, f"{prefix}{name}."))
     return rows
 
 
 def field_bounds(dotted: str) -> dict[str, float]:
     """The bounds a key's Field declares, as {'ge'|'gt': low, 'le'|'lt': high} (absent: unbounded
     that side), for command-line options that set a config key: a flag and its key share bounds."""
-    *sections, name = dotted.split(".")
-    model: Any = RunConfig
-    for part in sections:
-        model = model.model_fields[part].annotation
     found: dict[str, float] = {}
-    for meta in model.model_fields[name].metadata:
+    for meta in field_info(dotted).metadata:
         for side in ("ge", "gt", "le", "lt"):
             if getattr(meta, side, None) is not None:
                 found[side] = getattr(meta, side)

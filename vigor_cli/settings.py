@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+import vigor_cli.allocation  # noqa: F401  (the strategies register their config sections)
 from vigor_cli.config import ConfigError, RunConfig, assemble
 from vigor_cli.errors import UserError
 

@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from vigor_cli.allocation import default_budget, register
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.registry import options
 from vigor_cli.allocation.rounds import RoundAllocator
+from vigor_cli.config import StrategyOptions
 
 
-class TopUpOptions(BaseModel):
-    """The strategy's own keys, set as allocation.options.<key>."""
+class TopUpOptions(StrategyOptions):
+    """The strategy's own keys: the section allocation.top-up (allocation.top-up.first)."""
 
-    model_config = ConfigDict(extra="forbid")
     first: int = Field(2, ge=1, le=64, description="Rollouts per prompt in round 1.")
 
 
@@ -58,7 +58,7 @@ def check(a: Any, p: int, n_train: int | None) -> None:
     first = options(a).first
     if first * p > default_budget(a, p):
         raise ValueError(
-            f"allocation.options.first x train.prompts_per_step ({first} x {p}) exceeds "
+            f"allocation.top-up.first x train.prompts_per_step ({first} x {p}) exceeds "
             f"allocation.budget ({default_budget(a, p)})"
         )
 

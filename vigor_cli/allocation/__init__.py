@@ -18,6 +18,7 @@ from vigor_cli.allocation.dynamic import DynamicSamplingAllocator, GresoAllocato
 from vigor_cli.allocation.pods import PodsAllocator  # pods
 from vigor_cli.allocation.knapsack import KnapsackAllocator  # knapsack
 from vigor_cli.allocation.ada import ReinforceAdaAllocator  # reinforce-ada
+from vigor_cli.allocation.pilot import PilotCommitAllocator  # pilot-commit
 from vigor_cli.allocation.auto import AutoAllocator  # auto
 
 from vigor_cli.allocation.base import Allocator, DrawFn, Request, StepResult
@@ -54,6 +55,7 @@ __all__ = [
     "DrawFn",
     "DynamicSamplingAllocator",
     "GresoAllocator",
+    "PilotCommitAllocator",
     "PodsAllocator",
     "Request",
     "StepResult",

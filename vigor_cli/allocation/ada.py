@@ -30,9 +30,12 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.registry import default_budget, options, register
 from vigor_cli.allocation.rounds import RoundAllocator
+from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 from vigor_cli.errors import UserError
 
 AdaExit = Literal["balanced", "positive"]
@@ -142,11 +145,34 @@ class ReinforceAdaAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
-@register("reinforce-ada", budgeted=True,
-          summary="Reinforce-Ada: rounds until a prompt holds a balanced set, ada_keep per prompt in the update")
+class AdaOptions(StrategyOptions):
+    """``allocation.reinforce-ada``."""
+
+    round_size: int = Field(
+        4, ge=1, le=ROLLOUTS_MAX,
+        description="reinforce-ada: new rollouts per active prompt per round (the source's M is 8, "
+        "with no budget cap).",
+    )
+    rounds: int = Field(4, ge=1, le=64, description="reinforce-ada: most sampling rounds per step (N).")
+    keep: int = Field(
+        4, ge=1, le=ROLLOUTS_MAX, description="reinforce-ada: rollouts per prompt in the update (n), balanced by class."
+    )
+    positive_threshold: float = Field(
+        0.7, ge=0, lt=1, description="reinforce-ada: a rollout is positive iff its reward > this."
+    )
+    exit: AdaExit = Field(
+        "balanced",
+        description="reinforce-ada: a prompt stops sampling once it holds floor(n/2) positives and "
+        "the rest negatives ('balanced', the paper's main variant) or one positive ('positive').",
+    )
+
+
+@register("reinforce-ada", budgeted=True, options=AdaOptions, legacy_prefix="ada",
+          summary="Reinforce-Ada: rounds until a prompt holds a balanced set, reinforce-ada.keep per prompt in the update")
 def build(cfg: Any, prompts_per_step: int, seed: int) -> ReinforceAdaAllocator:
+    o = options(cfg)
     return ReinforceAdaAllocator(
         prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        round_size=cfg.ada_round_size, rounds=cfg.ada_rounds, keep=cfg.ada_keep,
-        threshold=cfg.ada_positive_threshold, exit_rule=cfg.ada_exit,
+        round_size=o.round_size, rounds=o.rounds, keep=o.keep,
+        threshold=o.positive_threshold, exit_rule=o.exit,
     )

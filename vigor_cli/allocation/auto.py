@@ -41,8 +41,11 @@ import heapq
 import math
 from typing import Any
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import (
+    beta_zero_variance,
     expected_signal,
     fit_beta_prior,
     hill_tail_index,
@@ -52,8 +55,9 @@ from vigor_cli.allocation.estimate import (
     posterior_mean,
 )
 from vigor_cli.allocation.knapsack import update_history
-from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.registry import default_budget, options, register
 from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
+from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 MEMORY = 0.5
 """Weight of earlier steps in the census moments (exponential moving average)."""
@@ -88,15 +92,20 @@ class AutoAllocator(RoundAllocator):
         margin: float,
         max_rollouts: int,
         history: int,
+        saturated: float = 1.0,
+        warmup: int = 0,
     ) -> None:
         super().__init__(prompts_per_step, seed)
         self.width_prompts = census_width(width, prompts_per_step)
         self.rules(budget, width, census, max_rollouts, prompts_per_step)
         self.budget, self.census, self.margin = budget, census, margin
         self.max_rollouts, self.window = max_rollouts, history
+        self.saturated, self.warmup = saturated, warmup
         self.history: dict[str, list[float]] = {}
         self.moments: list[float] | None = None
         """[mean reward, pairwise disagreement] of past censuses (moving average)."""
+        self.censuses = 0
+        """Censuses taken so far in the run (this step's included once planned)."""
 
     @staticmethod
     def rules(budget: int, width: float, census: int, max_rollouts: int, prompts_per_step: int,
@@ -105,19 +114,19 @@ class AutoAllocator(RoundAllocator):
         ``n_train``, the training prompts, once the task's data is read)."""
         if max_rollouts < census:
             raise RuleError(
-                f"allocation.auto_max_rollouts ({max_rollouts}) must be >= allocation.auto_census ({census})"
+                f"allocation.auto.max_rollouts ({max_rollouts}) must be >= allocation.auto.census ({census})"
             )
         wide = census_width(width, prompts_per_step)
         if n_train is not None and wide > n_train:
             raise RuleError(
-                f"auto's census of ceil(allocation.auto_width x train.prompts_per_step) = {wide} "
+                f"auto's census of ceil(allocation.auto.width x train.prompts_per_step) = {wide} "
                 f"prompts exceeds the {n_train} training prompts; lower either key"
             )
         if budget < census * wide:
             raise RuleError(
-                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto_census x "
-                f"ceil(allocation.auto_width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
-                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto_census"
+                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto.census x "
+                f"ceil(allocation.auto.width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
+                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto.census"
             )
 
     # ------------------------------------------------------------------ rounds
@@ -145,6 +154,7 @@ class AutoAllocator(RoundAllocator):
         """The decision for a census (uid -> its rewards); uses and updates the moments."""
         uids = list(census)
         n = self.census
+        self.censuses += 1
         rewards = [r for uid in uids for r in census[uid]]
         mean = sum(rewards) / len(rewards)
         mixed = sum(pair_disagreement(census[u]) for u in uids) / len(uids)
@@ -153,6 +163,9 @@ class AutoAllocator(RoundAllocator):
             mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
         self.moments = [mean, mixed]
         prior = fit_beta_prior(mean, mixed, n)
+        histogram = [0] * (n + 1)  # census prompts by successes (fractional rewards: rounded)
+        for u in uids:
+            histogram[min(n, max(0, round(sum(census[u]))))] += 1
         post = {u: posterior(posterior(prior, self.history.get(u, [])), census[u]) for u in uids}
         p_hat = {u: posterior_mean(post[u]) for u in uids}
         succ = {u: float(sum(census[u])) for u in uids}
@@ -173,11 +186,19 @@ class AutoAllocator(RoundAllocator):
         room = self.max_rollouts - n
         revisit = sum(1 for u in uids if self.history.get(u)) / len(uids)
         n_bar = (n * len(uids) + left) / len(uids)  # rollouts per prompt of a uniform spend
+        n_wide = min(self.max_rollouts, max(n, round(n_bar)))
+        # the law the run has reached (moments averaged over recent censuses): the share of the
+        # wide plan's groups expected to be all-equal; past the warm-up, at or above
+        # `saturated` the signal is in a tail that breadth does not reach, and depth counts
+        zero_wide = beta_zero_variance(prior, n_wide)
+        warm = self.censuses > self.warmup
+        saturated = warm and zero_wide >= self.saturated
+        weight = 1.0 if saturated else revisit
 
         def value(u: str, extra: int) -> float:
-            """revisit x depth + (1 - revisit) x n_bar x E[std]: equal for a uniform plan."""
+            """weight x depth + (1 - weight) x n_bar x E[std]: equal for a uniform plan."""
             d = depth(u, extra)
-            return revisit * d + (1 - revisit) * n_bar * d / (n + extra)
+            return weight * d + (1 - weight) * n_bar * d / (n + extra)
 
         wide = self._even(uids, left, room)
         deep = self._greedy(uids, left, room, value)
@@ -186,11 +207,17 @@ class AutoAllocator(RoundAllocator):
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
         choice = "deep" if ratio >= self.margin else "wide"
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
+        if saturated:
+            why = f"law saturated (zero-var at {n_wide} {zero_wide:.0%} >= {self.saturated:.0%}): depth counts"
+        elif not warm:
+            why = f"warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
+        else:
+            why = f"law not saturated (zero-var at {n_wide} {zero_wide:.0%} < {self.saturated:.0%}): depth counts as prompts recur"
         reason = (
             f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
             f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
-            f"margin {self.margin:g}); prompts seen before {revisit:.0%}, census zero-var {zero_var:.0%}, "
-            f"tail k {tail}"
+            f"margin {self.margin:g}); {why}; prompts seen before {revisit:.0%}, census zero-var {zero_var:.0%} "
+            f"(successes 0..{n}: {'/'.join(map(str, histogram))}), tail k {tail}"
             + (f" (eta {eta:.2f})" if eta is not None else "")
             + f", prior Beta({prior[0]:.2f}, {prior[1]:.2f})"
         )
@@ -199,7 +226,10 @@ class AutoAllocator(RoundAllocator):
             "decision": choice,
             "reason": reason,
             "census": {"prompts": len(uids), "rollouts_each": n, "mean_reward": _r(sum(rewards) / len(rewards)),
-                       "zero_var_share": _r(zero_var), "seen_before": _r(revisit)},
+                       "zero_var_share": _r(zero_var), "seen_before": _r(revisit), "histogram": histogram},
+            "law": {"wide_rollouts": n_wide, "zero_var_at_wide": _r(zero_wide), "saturated": saturated,
+                    "threshold": self.saturated, "census_number": self.censuses, "warm": warm},
+            "depth_weight": _r(weight),
             "prior": [_r(prior[0]), _r(prior[1])],
             "tail_k": _r(k) if k is not None and math.isfinite(k) else None,
             "tail_flat": bool(k is not None and not math.isfinite(k)),
@@ -268,25 +298,64 @@ class AutoAllocator(RoundAllocator):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state.update(history=self.history, moments=self.moments)
+        state.update(history=self.history, moments=self.moments, censuses=self.censuses)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.history = {uid: list(h) for uid, h in state["history"].items()}
         self.moments = None if state.get("moments") is None else list(state["moments"])
+        self.censuses = int(state.get("censuses", 0))
 
 
 # --------------------------------------------------------------------------- registry
+class AutoOptions(StrategyOptions):
+    """``allocation.auto``."""
+
+    width: float = Field(
+        2.0, gt=0, le=100,
+        description="auto: census prompts = ceil(this x prompts per step); the wide plan spreads "
+        "the budget over all of them.",
+    )
+    census: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="auto: rollouts per census prompt (round 1).")
+    margin: float = Field(
+        1.25, gt=0, le=100,
+        description="auto: go deep only when the deep plan's expected signal is at least this x "
+        "the wide plan's.",
+    )
+    max_rollouts: int = Field(
+        32, ge=1, le=ROLLOUTS_MAX, description="auto: most rollouts one prompt may get in a step (deep plan)."
+    )
+    history: int = Field(
+        16, ge=0, le=ROLLOUTS_MAX,
+        description="auto: a prompt's latest rewards from earlier steps that inform its pass rate; "
+        "a prompt with history counts as seen before, which is what lets depth pay (0: no "
+        "memory, auto scores plans by breadth only).",
+    )
+    saturated: float = Field(
+        0.8, ge=0, le=1,
+        description="auto: the law is saturated (depth counts in full, as when every prompt recurs) "
+        "once the expected share of all-equal groups at the wide plan's rollouts per prompt, "
+        "from the census law averaged over recent steps, is at least this; 1 = never.",
+    )
+    warmup: int = Field(
+        3, ge=0, le=10**6,
+        description="auto: censuses before the saturation rule may act (the first steps' law is "
+        "one or two censuses).",
+    )
+
+
 def check_auto(a: Any, p: int, n_train: int | None) -> None:
-    AutoAllocator.rules(default_budget(a, p), a.auto_width, a.auto_census, a.auto_max_rollouts, p, n_train)
+    o = options(a)
+    AutoAllocator.rules(default_budget(a, p), o.width, o.census, o.max_rollouts, p, n_train)
 
 
-@register("auto", budgeted=True, check=check_auto,
+@register("auto", budgeted=True, check=check_auto, options=AutoOptions, legacy_prefix="auto",
           summary="a census round, then a wide or a deep plan chosen by expected signal")
 def build(cfg: Any, prompts_per_step: int, seed: int) -> AutoAllocator:
+    o = options(cfg)
     return AutoAllocator(
         prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        width=cfg.auto_width, census=cfg.auto_census, margin=cfg.auto_margin,
-        max_rollouts=cfg.auto_max_rollouts, history=cfg.auto_history,
+        width=o.width, census=o.census, margin=o.margin, max_rollouts=o.max_rollouts, history=o.history,
+        saturated=o.saturated, warmup=o.warmup,
     )

@@ -24,9 +24,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.registry import register
+from vigor_cli.allocation.registry import options, register
 from vigor_cli.allocation.rounds import RoundAllocator, compact
+from vigor_cli.config import StrategyOptions
 from vigor_cli.errors import UserError
 
 
@@ -235,12 +238,32 @@ def build_dapo(cfg: Any, prompts_per_step: int, seed: int) -> DynamicSamplingAll
     )
 
 
-@register("greso", summary="GRESO: skip prompts recently all-correct or all-wrong, then fill like DAPO")
+class GresoOptions(StrategyOptions):
+    """``allocation.greso``: GRESO's own keys (the generation batch is DAPO's, shared)."""
+
+    p_init: float = Field(0.5, gt=0, lt=1, description="GRESO: initial p_easy and p_hard.")
+    p_step: float = Field(0.01, gt=0, le=1, description="GRESO: change of p per step.")
+    target_zero_var: float = Field(0.25, ge=0, le=1, description="GRESO: target fraction of zero-variance groups.")
+    easy_share: float = Field(1 / 3, ge=0, le=1, description="GRESO: share of the target that is all-correct groups.")
+    easy_mean: float = Field(0.98, ge=0, le=1, description="GRESO: a group with mean reward >= this was 'easy'.")
+    hard_mean: float = Field(0.11, ge=0, le=1, description="GRESO: a group with mean reward <= this was 'hard'.")
+    p_min: float = Field(0.05, gt=0, lt=1, description="GRESO: lower clip of p_easy/p_hard.")
+    p_max: float = Field(0.95, gt=0, lt=1, description="GRESO: upper clip of p_easy/p_hard.")
+    min_keep: float = Field(
+        0.01, ge=0, le=1,
+        description="GRESO: a prompt is rolled out with probability at least this "
+        "(skip probability 1 - max(p^z, this)), so skipped prompts are re-explored.",
+    )
+
+
+@register("greso", options=GresoOptions, legacy_prefix="greso",
+          summary="GRESO: skip prompts recently all-correct or all-wrong, then fill like DAPO")
 def build_greso(cfg: Any, prompts_per_step: int, seed: int) -> GresoAllocator:
+    o = options(cfg)
     return GresoAllocator(
         prompts_per_step, seed, group_size=cfg.group_size,
         gen_batch_multiplier=cfg.gen_batch_multiplier, max_gen_batches=cfg.max_gen_batches,
-        p_init=cfg.greso_p_init, p_step=cfg.greso_p_step, target_zero_var=cfg.greso_target_zero_var,
-        easy_share=cfg.greso_easy_share, easy_mean=cfg.greso_easy_mean, hard_mean=cfg.greso_hard_mean,
-        p_min=cfg.greso_p_min, p_max=cfg.greso_p_max, min_keep=cfg.greso_min_keep,
+        p_init=o.p_init, p_step=o.p_step, target_zero_var=o.target_zero_var,
+        easy_share=o.easy_share, easy_mean=o.easy_mean, hard_mean=o.hard_mean,
+        p_min=o.p_min, p_max=o.p_max, min_keep=o.min_keep,
     )

@@ -104,6 +104,16 @@ def fit_beta_prior(mean: float, mixed: float, n: int) -> tuple[float, float]:
     return (mean * total, (1.0 - mean) * total)
 
 
+def beta_zero_variance(ab: tuple[float, float], n: int) -> float:
+    """E[p^n + (1 - p)^n] for p ~ Beta(a, b): the expected share of groups of n binary rewards
+    that are all equal (zero variance) under a law of pass rates."""
+    if n < 2:
+        return 1.0
+    a, b = ab
+    base = _log_beta(a, b)
+    return math.exp(_log_beta(a + n, b) - base) + math.exp(_log_beta(a, b + n) - base)
+
+
 def pair_disagreement(rewards: Sequence[float]) -> float:
     """Share of ordered pairs (i != j) of the group's rewards with r_i (1 - r_j) counted:
     2 s (n - s) / (n (n - 1)) for binary rewards; its expectation is 2 E[p (1 - p)]."""

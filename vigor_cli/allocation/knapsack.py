@@ -7,7 +7,7 @@ cost = rollouts, and solves "maximise the sum of values with exactly the step's 
 of rollouts" with every prompt between min_n = 2 and max_n = 128 rollouts. It allocates
 once, before sampling.
 
-Ours, per step (defaults in config.AllocationConfig, the rest in allocation/README.md):
+Ours, per step (defaults in KnapsackOptions below, the rest in allocation/README.md):
 
 1. Round 1: every prompt gets ``min_n`` rollouts (the source's starting allocation).
 2. Pass rates: p = mean of the Beta posterior from a Beta(prior_a, prior_b) prior, the
@@ -27,10 +27,13 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.estimate import knapsack_value, posterior, posterior_mean
-from vigor_cli.allocation.registry import default_budget, register
+from vigor_cli.allocation.registry import default_budget, options, register
 from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
+from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 
 def greedy_knapsack(
@@ -92,12 +95,12 @@ class KnapsackAllocator(RoundAllocator):
     def rules(budget: int, min_n: int, max_n: int, prompts_per_step: int) -> None:
         """RuleError naming the keys to change (the constructor and the config both ask)."""
         if max_n < min_n:
-            raise RuleError(f"allocation.knapsack_max ({max_n}) must be >= allocation.knapsack_min ({min_n})")
+            raise RuleError(f"allocation.knapsack.max ({max_n}) must be >= allocation.knapsack.min ({min_n})")
         if budget < min_n * prompts_per_step:
             raise RuleError(
-                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack_min x "
+                f"allocation.budget ({budget}) is below knapsack's first round: allocation.knapsack.min x "
                 f"train.prompts_per_step ({min_n} x {prompts_per_step} = {min_n * prompts_per_step}); raise "
-                f"allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.knapsack_min"
+                f"allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.knapsack.min"
             )
 
     def p_hat(self, uid: str) -> float:
@@ -150,15 +153,30 @@ class KnapsackAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
+class KnapsackOptions(StrategyOptions):
+    """``allocation.knapsack``."""
+
+    min: int = Field(2, ge=1, le=ROLLOUTS_MAX, description="knapsack: rollouts every prompt gets in round 1 (the source's min_n).")
+    max: int = Field(128, ge=1, le=ROLLOUTS_MAX, description="knapsack: most rollouts one prompt may get in a step (the source's max_n).")
+    history: int = Field(
+        16, ge=0, le=ROLLOUTS_MAX,
+        description="knapsack: a prompt's latest rewards from earlier steps that inform its pass "
+        "rate (the source's window of 16); 0 = this step's round 1 only.",
+    )
+    prior_a: float = Field(1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, a (with prior_b: Beta(1, 1) = uniform).")
+    prior_b: float = Field(1.0, gt=0, le=1e6, description="knapsack: Beta prior of pass rates, b.")
+
+
 def check_knapsack(a: Any, p: int, n_train: int | None) -> None:
-    KnapsackAllocator.rules(default_budget(a, p), a.knapsack_min, a.knapsack_max, p)
+    o = options(a)
+    KnapsackAllocator.rules(default_budget(a, p), o.min, o.max, p)
 
 
-@register("knapsack", budgeted=True, check=check_knapsack,
-          summary="Knapsack-RL: knapsack_min each, then extras by a greedy knapsack on pass-rate estimates")
+@register("knapsack", budgeted=True, check=check_knapsack, options=KnapsackOptions, legacy_prefix="knapsack",
+          summary="Knapsack-RL: knapsack.min each, then extras by a greedy knapsack on pass-rate estimates")
 def build(cfg: Any, prompts_per_step: int, seed: int) -> KnapsackAllocator:
+    o = options(cfg)
     return KnapsackAllocator(
         prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
-        min_n=cfg.knapsack_min, max_n=cfg.knapsack_max, history=cfg.knapsack_history,
-        prior=(cfg.knapsack_prior_a, cfg.knapsack_prior_b),
+        min_n=o.min, max_n=o.max, history=o.history, prior=(o.prior_a, o.prior_b),
     )

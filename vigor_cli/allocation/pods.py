@@ -14,9 +14,12 @@ from itertools import accumulate
 
 from typing import Any
 
+from pydantic import Field
+
 from vigor_cli.allocation.base import Request
-from vigor_cli.allocation.registry import register
+from vigor_cli.allocation.registry import options, register
 from vigor_cli.allocation.rounds import RoundAllocator, RuleError
+from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 
 def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> list[int]:
@@ -49,7 +52,7 @@ def max_variance_subset(rewards: list[float], m: int, rng: random.Random) -> lis
 
 
 class PodsAllocator(RoundAllocator):
-    """``pods``: pods_n rollouts per prompt, the update uses the max-variance pods_m of them."""
+    """``pods``: n rollouts per prompt, the update uses the max-variance m of them."""
 
     name = "pods"
 
@@ -62,7 +65,7 @@ class PodsAllocator(RoundAllocator):
     def rules(n: int, m: int) -> None:
         """ValueError (a UserError from the constructor) naming the keys to change."""
         if m > n:
-            raise RuleError(f"allocation.pods_m ({m}) must be <= allocation.pods_n ({n})")
+            raise RuleError(f"allocation.pods.m ({m}) must be <= allocation.pods.n ({n})")
 
     def _begin(self) -> None:
         self._uids = self._draw(self.prompts_per_step)
@@ -87,11 +90,20 @@ class PodsAllocator(RoundAllocator):
 
 
 # --------------------------------------------------------------------------- registry
+class PodsOptions(StrategyOptions):
+    """``allocation.pods``."""
+
+    n: int = Field(16, ge=2, le=ROLLOUTS_MAX, description="PODS: rollouts generated per prompt.")
+    m: int = Field(8, ge=1, le=ROLLOUTS_MAX, description="PODS: rollouts per prompt kept for the update.")
+
+
 def check_pods(a: Any, p: int, n_train: int | None) -> None:
-    PodsAllocator.rules(a.pods_n, a.pods_m)
+    o = options(a)
+    PodsAllocator.rules(o.n, o.m)
 
 
-@register("pods", check=check_pods,
-          summary="PODS: allocation.pods_n rollouts per prompt, the max-variance pods_m of them in the update")
+@register("pods", check=check_pods, options=PodsOptions, legacy_prefix="pods",
+          summary="PODS: allocation.pods.n rollouts per prompt, the max-variance pods.m of them in the update")
 def build(cfg: Any, prompts_per_step: int, seed: int) -> PodsAllocator:
-    return PodsAllocator(prompts_per_step, seed, n=cfg.pods_n, m=cfg.pods_m)
+    o = options(cfg)
+    return PodsAllocator(prompts_per_step, seed, n=o.n, m=o.m)

@@ -4,9 +4,9 @@ One entry holds everything the rest of the program needs to know about a strateg
 how to build it from the config (``build``), whether ``allocation.budget`` caps it
 (``budgeted``), which family it belongs to (``family="vigor"``: VIGOR's rounds and
 their variance-law theory), the cross-field checks of its keys (``check``), its own
-keys when it has any beyond the built-in ``allocation.*`` ones (``options``, a
-pydantic model read from ``allocation.options``) and a one-line summary for help
-and docs. Every list of strategy names (the config's validation, ``--strategy``
+keys (``options``: a pydantic model, set by users as the section ``allocation.<name>``,
+e.g. ``allocation: {strategy: knapsack, knapsack: {min: 2, max: 128}}``; built-in and
+outside strategies alike) and a one-line summary for help and docs. Every list of strategy names (the config's validation, ``--strategy``
 help, ``vigor simulate``, the trainer's checks) is read from here, so adding a
 strategy touches only its own module (README.md: "Adding a strategy").
 
@@ -19,8 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from vigor_cli import config
 from vigor_cli.errors import UserError
 
 if TYPE_CHECKING:
@@ -46,8 +47,11 @@ class Strategy:
     """``"vigor"`` for VIGOR and its ablations: rounds of m0 * gamma^(t-1), keep alpha."""
     check: Check | None = None
     options: type[BaseModel] | None = None
-    """The strategy's own keys (``allocation.options.<key>``), None when it has none."""
+    """The strategy's own keys (the section ``allocation.<name>``), None when it has none."""
     summary: str = ""
+    legacy_prefix: str | None = None
+    """Built-ins only, for one release: the flat keys ``allocation.<prefix>_<key>`` of
+    earlier versions still set ``allocation.<name>.<key>`` (with a deprecation note)."""
 
 
 REGISTRY: dict[str, Strategy] = {}
@@ -62,6 +66,7 @@ def register(
     check: Check | None = None,
     options: type[BaseModel] | None = None,
     summary: str = "",
+    legacy_prefix: str | None = None,
 ) -> Callable[[Builder], Builder]:
     """Decorator on a builder ``(allocation_cfg, prompts_per_step, seed) -> Allocator``."""
 
@@ -69,7 +74,13 @@ def register(
         old = REGISTRY.get(name)
         if old is not None and old.build.__qualname__ != build.__qualname__:
             raise ValueError(f"strategy {name!r} is registered twice ({old.build.__module__} and {build.__module__})")
-        REGISTRY[name] = Strategy(name, build, budgeted, family, check, options, summary)
+        if options is not None and not name.replace("-", "_").isidentifier():
+            raise ValueError(f"strategy {name!r}: a strategy with options needs a name usable as a config key")
+        REGISTRY[name] = Strategy(name, build, budgeted, family, check, options, summary, legacy_prefix)
+        if options is not None:  # the config's allocation.<name> section (config.py imports no registry)
+            config.STRATEGY_SECTIONS[name] = options
+            if legacy_prefix:
+                config.LEGACY_PREFIXES[name] = legacy_prefix
         return build
 
     return add
@@ -96,10 +107,10 @@ def get(name: str) -> Strategy:
 
 
 def check(cfg: "AllocationConfig", prompts_per_step: int, n_train: int | None = None) -> None:
-    """Every rule of ``cfg.strategy``: its options and its check, as a ``UserError`` (exit 2)."""
+    """Every rule of ``cfg.strategy`` across its keys (its options' own bounds were checked when
+    the config was built), as a ``UserError`` (exit 2)."""
     strategy = get(cfg.strategy)
     try:
-        options(cfg)
         if strategy.check is not None:
             strategy.check(cfg, prompts_per_step, n_train)
     except ValueError as e:
@@ -112,24 +123,25 @@ def default_budget(cfg: "AllocationConfig", prompts_per_step: int) -> int:
     return cfg.budget if cfg.budget is not None else cfg.rollouts_per_prompt * prompts_per_step
 
 
+def sections() -> dict[str, type[BaseModel]]:
+    """Strategy name -> its options model, for every registered strategy that has options:
+    the sections ``allocation.<name>`` the config accepts."""
+    return {n: s.options for n, s in REGISTRY.items() if s.options is not None}
+
+
+def legacy_keys() -> dict[str, tuple[str, str]]:
+    """Deprecated flat key -> (section, key): ``knapsack_min`` -> ("knapsack", "min")."""
+    out = {}
+    for name, s in REGISTRY.items():
+        if s.options is not None and s.legacy_prefix:
+            for key in s.options.model_fields:
+                out[f"{s.legacy_prefix}_{key}"] = (name, key)
+    return out
+
+
 def options(cfg: "AllocationConfig") -> Any:
-    """The strategy's own keys (``allocation.options``) validated by its options model;
-    raises ``ValueError`` naming ``allocation.options.<key>``."""
-    model = get(cfg.strategy).options
-    if model is None:
-        if cfg.options:
-            raise ValueError(
-                f"allocation.options: strategy {cfg.strategy!r} takes no options "
-                f"(got {', '.join(sorted(cfg.options))})"
-            )
+    """The options of ``cfg.strategy`` (its section ``allocation.<name>``, validated when the
+    config was built), or None for a strategy without options."""
+    if get(cfg.strategy).options is None:
         return None
-    try:
-        return model.model_validate(cfg.options)
-    except ValidationError as e:
-        first = e.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
-        if first["type"] == "extra_forbidden":
-            raise ValueError(f"allocation.options.{key}: unknown option of strategy {cfg.strategy!r}") from None
-        raise ValueError(
-            f"allocation.options.{key}: {first['msg']} (got {first.get('input')!r})"
-        ) from None
+    return cfg.section(cfg.strategy)

@@ -125,23 +125,24 @@ def choice(*flags: str, help: str, choices: tuple[str, ...], key: Optional[str] 
 
 # --------------------------------------------------------------------------- config keys
 def key_field(key: str) -> Any:
-    """The pydantic field that declares a dotted config key (any depth: model.lora.r)."""
-    from vigor_cli.config import RunConfig
-
-    import typing
-
+    """The pydantic field that declares a dotted config key (any depth: model.lora.r, a
+    strategy's own allocation.knapsack.min, an entry of a mapping: task.fields.prompt)."""
     from pydantic.fields import FieldInfo
 
-    *sections, name = key.split(".")
-    model: Any = RunConfig
-    for part in sections:
-        field = model.model_fields[part]
-        if typing.get_origin(field.annotation) is dict:  # one entry of a mapping: task.fields.prompt
-            mapping = key.rsplit(".", 1)[0]
-            return FieldInfo(annotation=Optional[str], default=None,
-                             description=f"the {name!r} entry of {mapping}: {field.description}")
-        model = field.annotation
-    return model.model_fields[name]
+    from vigor_cli.config import field_info
+
+    try:
+        return field_info(key)
+    except KeyError:
+        mapping, name = key.rsplit(".", 1)
+        field = field_info(mapping)
+        if typing.get_origin(field.annotation) is not dict:
+            raise
+        return FieldInfo(annotation=Optional[str], default=None,
+                         description=f"the {name!r} entry of {mapping}: {field.description}")
+
+
+_field = key_field
 
 
 def key_bounds(key: str) -> Bounds:

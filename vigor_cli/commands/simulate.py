@@ -27,8 +27,9 @@ _LEARN_HELP = ("Let pass rates rise with the signal each prompt receives (a mode
 
 
 def _alloc(key: str, help: str):
-    """The flag that overrides allocation.KEY, with that key's bounds."""
-    return opt.for_key(f"allocation.{key}", "--" + key.replace("_", "-"), help=help, rich_help_panel=_ALLOC)
+    """The flag that overrides allocation.KEY, with that key's bounds (``pods.n``: --pods-n)."""
+    return opt.for_key(f"allocation.{key}", "--" + key.replace("_", "-").replace(".", "-"), help=help,
+                       rich_help_panel=_ALLOC)
 
 
 def simulate(
@@ -41,7 +42,7 @@ def simulate(
     seed: Annotated[Optional[int], opt.seed(help="Seed (default train.seed).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable summary instead of the table.")] = False,
     config: Annotated[Optional[str], typer.Option(help="YAML run config to read allocation keys from.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any config key, e.g. --set allocation.greso_p_step=0.02.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Override any config key, e.g. --set allocation.greso.p_step=0.02.")] = None,
     rounds: Annotated[Optional[int], _alloc("rounds", "VIGOR T.")] = None,
     m0: Annotated[Optional[int], _alloc("m0", "VIGOR m0.")] = None,
     gamma: Annotated[Optional[float], _alloc("gamma", "VIGOR gamma.")] = None,
@@ -50,8 +51,8 @@ def simulate(
     group_size: Annotated[Optional[int], _alloc("group_size", "G for grpo/dapo/greso.")] = None,
     gen_batch_multiplier: Annotated[Optional[float], _alloc("gen_batch_multiplier", "DAPO/GRESO generation batch.")] = None,
     max_gen_batches: Annotated[Optional[int], _alloc("max_gen_batches", "DAPO/GRESO limit.")] = None,
-    pods_n: Annotated[Optional[int], _alloc("pods_n", "PODS n.")] = None,
-    pods_m: Annotated[Optional[int], _alloc("pods_m", "PODS m.")] = None,
+    pods_n: Annotated[Optional[int], _alloc("pods.n", "PODS n.")] = None,
+    pods_m: Annotated[Optional[int], _alloc("pods.m", "PODS m.")] = None,
     learn: Annotated[bool, typer.Option(help=_LEARN_HELP, rich_help_panel=_LEARN)] = False,
     lr: Annotated[Optional[float], opt.number("--lr", low=0, low_open=True, integer=False, help=f"Pass-rate step per unit of signal (default {_D.lr}).", rich_help_panel=_LEARN)] = None,
     transfer: Annotated[Optional[float], opt.number("--transfer", low=0, integer=False, help=f"Weight of signal shared by the whole pool: generalisation (default {_D.transfer}).", rich_help_panel=_LEARN)] = None,
@@ -65,8 +66,8 @@ def simulate(
     allocation = dict(
         rounds=rounds, m0=m0, gamma=gamma, alpha=alpha, budget=budget, group_size=group_size,
         gen_batch_multiplier=gen_batch_multiplier, max_gen_batches=max_gen_batches,
-        pods_n=pods_n, pods_m=pods_m,
     )
+    allocation.update({"pods.n": pods_n, "pods.m": pods_m})
     overrides = {f"allocation.{k}": v for k, v in allocation.items()}
     overrides.update({"train.prompts_per_step": prompts, "train.seed": seed})
     cfg = build_config(config, overrides=overrides, sets=set_, strategy_rules=False)  # each compared one: simulate.check_settings

@@ -79,7 +79,7 @@ def _value_text(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, (list, tuple)):
-        return ", ".join(_value_text(v) for v in value)
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
     if isinstance(value, dict):
         return ", ".join(f"{k} {_value_text(v)}" for k, v in value.items())
     return str(value)
