@@ -582,3 +582,43 @@ def test_the_own_task_flags_reach_the_trl_path(tmp_path, reward_file):
     assert f"reward {reward_file}:length needs column 'word'" in line, line
     assert "Loading weights" not in done.stderr  # refused before the model loads
     assert not (tmp_path / "out").exists()
+
+
+TWO_REWARDS = """
+def short(prompts, completions, **columns):
+    return [1.0 if len(c) < 6 else 0.0 for c in completions]
+
+
+def never(prompts, completions, **columns):
+    return [None] * len(completions)
+"""
+
+
+def test_several_rewards_reach_trl_as_several_functions_with_their_weights(tmp_path):
+    """On the TRL path each --reward is its own TRL reward function (TRL logs each one's mean)
+    with --reward-weights as TRL's reward_weights; vigor's metrics.jsonl has each one's mean."""
+    pytest.importorskip("trl")
+    from test_trainer import tiny_sets
+    from vigor_cli.integrations.trl import build_trainer
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                            for a in range(4) for b in range(4)))
+    rewards = tmp_path / "two.py"
+    rewards.write_text(TWO_REWARDS)
+    cfg = build_config(sets=tiny_sets(tmp_path, "trl", "task.name=custom", f"task.data={data}", "task.eval_sets=[]",
+                                      f"task.rewards=[tiny-math, {rewards}:short, {rewards}:never]",
+                                      "task.reward_weights=[1, 0.5, 2]", "allocation.strategy=grpo", "train.steps=1"))
+    trainer, _, task = build_trainer(cfg, tmp_path / "out", use_cpu=True)
+    try:
+        assert trainer.reward_func_names == ["tiny-math", "short", "never"]
+        assert trainer.reward_weights.tolist() == [1.0, 0.5, 2.0]
+        trainer.train()
+    finally:
+        task.close()
+    [line] = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()
+              if "reward/mean" in x]
+    assert {"reward/tiny-math/mean", "reward/short/mean"} <= set(line) and "reward/never/mean" not in line
+    batch = trainer.last_batch
+    for s in batch.generated:  # TRL's weighted sum over the functions that scored: vigor's combine
+        assert s.reward == pytest.approx(s.components["tiny-math"] + 0.5 * s.components["short"])

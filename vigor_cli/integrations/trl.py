@@ -249,6 +249,43 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
     return reward
 
 
+def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable], list[float] | None]:
+    """The TRL reward functions of a task and their weights: one per reward function of a
+    task that combines several (the custom task's ``--reward``s, each logged by TRL under its
+    own name, weighted as ``--reward-weights``: TRL's weighted sum over the ones that scored
+    is vigor's), else the task's verifier alone (:func:`task_reward`, weights None: TRL's)."""
+    parts = [r.name for r in getattr(task, "rewards", [])]
+    if len(parts) < 2:
+        return [task_reward(task, uid_column)], None
+    whole = task_reward_components(task, uid_column)
+    funcs = []
+    for name in parts:
+        def part(prompts: list, completions: list, _name: str = name, **kwargs: Any) -> list[float | None]:
+            return [c.get(_name) for c in whole(prompts, completions, **kwargs)]
+
+        part.__name__ = name
+        funcs.append(part)
+    return funcs, list(task.weights)
+
+
+def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., list[dict]]:
+    """Each completion's per-function values (``Score.components``), every distinct (uid,
+    completion) of a step graded once for all the functions together."""
+    examples = {ex.uid: ex for ex in task.train_examples()}
+    graded: dict[tuple[str, str], Any] = {}
+    seen_step: list[Any] = [None]
+
+    def components(prompts: list, completions: list, **kwargs: Any) -> list[dict]:
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
+        if step is None or step != seen_step[0]:
+            graded.clear()
+            seen_step[0] = step
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        return [s.components for s in score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)]
+
+    return components
+
+
 def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None) -> Any:
     """The task's training examples as a ``datasets.Dataset`` of (prompt, uid) rows, the
     prompt rendered as ``vigor train`` renders it; longer prompts dropped as it does."""
@@ -858,7 +895,10 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
 
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-    trainer = VigorGRPOTrainer(model=model, reward_funcs=[task_reward(task)], args=args,
+    funcs, weights = task_reward_funcs(task)
+    if weights is not None:
+        args.reward_weights = weights  # read by GRPOTrainer when it is built
+    trainer = VigorGRPOTrainer(model=model, reward_funcs=funcs, args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
                                processing_class=tok, peft_config=peft_config)
     held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
