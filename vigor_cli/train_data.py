@@ -76,8 +76,9 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
-                   out: Any) -> tuple[dict[str, Example], dict[str, list[int]]]:
-    """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped."""
+                   out: Any, enough: bool = True) -> tuple[dict[str, Example], dict[str, list[int]]]:
+    """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped
+    (``enough``: refuse when fewer than a step's prompts remain)."""
     examples: dict[str, Example] = {}
     prompt_ids: dict[str, list[int]] = {}
     dropped = 0
@@ -90,7 +91,7 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
         prompt_ids[ex.uid] = ids
     if dropped:
         out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
-    if len(examples) < cfg.train.prompts_per_step:
+    if enough and len(examples) < cfg.train.prompts_per_step:
         raise UserError(
             f"only {len(examples)} training prompts fit task.max_prompt_tokens="
             f"{cfg.task.max_prompt_tokens}; raise it or lower train.prompts_per_step ({cfg.train.prompts_per_step})"
@@ -111,7 +112,7 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
     try:
         train_examples = task.train_examples()
         tokenizer = load_tokenizer(cfg.model)
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out)
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
         context = cfg.engine.max_model_len or model_shape(cfg.model).max_positions
         return health.run_preflight(cfg, task, tokenizer, examples, prompts,
