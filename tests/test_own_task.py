@@ -622,3 +622,52 @@ def test_several_rewards_reach_trl_as_several_functions_with_their_weights(tmp_p
     batch = trainer.last_batch
     for s in batch.generated:  # TRL's weighted sum over the functions that scored: vigor's combine
         assert s.reward == pytest.approx(s.components["tiny-math"] + 0.5 * s.components["short"])
+
+
+# --------------------------------------------------------------------------- a new user's audit
+FORMAT_AND_ANSWER = """
+import re
+
+
+def boxed(prompts, completions, **kwargs):
+    return [float("\\\\boxed{" in c) for c in completions]
+
+
+def always(prompts, completions, **kwargs):
+    return [1.0] * len(completions)
+"""
+
+
+def _sum_data(tmp_path: Path) -> Path:
+    data = tmp_path / "sums.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                            for a in range(6) for b in range(6)))
+    return data
+
+
+def test_weighted_rewards_over_one_train_by_default(tmp_path):
+    """Two 0/1 rewards with --reward-weights 1,0.5 (the README's shape) sum to 1.5: the default
+    allocation.reward_range (auto) is the weights' range, so the step runs and the allocator is
+    told reward / 1.5 (it stopped at step 1 with 'outside allocation.reward_range [0, 1]')."""
+    from test_trainer import quiet, tiny_sets
+    from vigor_cli.rollout_core import reward_range
+    from vigor_cli.runs import RunDir
+    from vigor_cli.trainer import Trainer
+
+    assert reward_range("auto") == (0.0, 1.0) and reward_range("auto", [1.0, 0.5]) == (0.0, 1.5)
+    assert reward_range("auto", [1.0, -0.5]) == (-0.5, 1.0) and reward_range([0, 3], [1.0, 1.0]) == (0.0, 3.0)
+    funcs = tmp_path / "two.py"
+    funcs.write_text(FORMAT_AND_ANSWER)
+    cfg = build_config(sets=tiny_sets(tmp_path, "weighted", "task.name=custom", f"task.data={_sum_data(tmp_path)}",
+                                      "task.eval_sets=[]", f"task.rewards=[{funcs}:always, {funcs}:boxed]",
+                                      "task.reward_weights=[1, 0.5]", "allocation.strategy=grpo"))
+    assert cfg.allocation.reward_range == "auto"
+    tr = Trainer(cfg, RunDir(tmp_path / "weighted"), None, quiet())
+    try:
+        batch = tr.rollout_phase(1)
+    finally:
+        tr.close()
+    rewards = {s.reward for s in batch.generated}
+    assert 1.5 in rewards and rewards <= {1.0, 1.5}
+    told = {round(r, 4) for p in batch.record["prompts"] for rd in p["rounds"] for r in rd["rewards"]}
+    assert told <= {0.6667, 1.0} and 1.0 in told  # the record rounds what it was told
