@@ -671,3 +671,26 @@ def test_weighted_rewards_over_one_train_by_default(tmp_path):
     assert 1.5 in rewards and rewards <= {1.0, 1.5}
     told = {round(r, 4) for p in batch.record["prompts"] for rd in p["rounds"] for r in rd["rewards"]}
     assert told <= {0.6667, 1.0} and 1.0 in told  # the record rounds what it was told
+
+
+def test_the_step_line_is_one_line_in_a_log_file(tmp_path):
+    """Piped to a file (rich's 80 columns), a step line with each reward's mean stays one
+    line: it was wrapped mid-field ('loss' at the end of one line, its value on the next)."""
+    import io
+
+    from rich.console import Console
+
+    from vigor_cli.rollout.weight_check import WeightCheck
+    from vigor_cli.runs import RunDir
+    from vigor_cli.train_log import StepLog, TrainLog
+
+    (tmp_path / "run").mkdir()
+    buffer = io.StringIO()
+    log = TrainLog(build_config(), RunDir(tmp_path / "run"), Console(file=buffer, width=80), {})
+    metrics = {"step": 1, "reward/mean": 0.5, "reward/parity/mean": 0.25, "reward/boxed/mean": 1.0,
+               "groups/zero_var_frac": 0.5, "rollouts/step": 512, "rollouts/cumulative": 512,
+               "completions/mean_length": 4.8, "losses/loss": 0.001, "losses/clipfrac_low": 0.0,
+               "losses/clipfrac_high": 0.0, "time/generate": 0.4, "time/reward": 0.0, "time/update": 0.6}
+    log.step(StepLog(metrics=metrics), WeightCheck("unchecked", 0, 0.0, 0.0, 0.0, 0.0))
+    [line] = buffer.getvalue().splitlines()
+    assert line.startswith("step    1  reward 0.500 (parity 0.250, boxed 1.000)") and line.endswith("upd 0.6s")
