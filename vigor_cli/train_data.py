@@ -102,7 +102,9 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
 def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
     """`vigor train --dry-run`'s health lines: the training prompts read, rendered and encoded
     as a run would (the tokenizer, no weights), checked against the model's context and the
-    reference answers' lengths (vigor_cli/health.py)."""
+    reference answers' lengths (vigor_cli/health.py). A built-in task whose training data is a
+    hub dataset that cannot be read here (offline: a plan made on a laptop for a GPU machine)
+    skips them with a note; a local file (task.train_path, --data) that cannot be read fails."""
     from vigor_cli import health
     from vigor_cli.memory_plan import model_shape
     from vigor_cli.models import load_tokenizer
@@ -110,7 +112,14 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
 
     task = get_task(cfg.task, workers=1)
     try:
-        train_examples = task.train_examples()
+        try:
+            train_examples = task.train_examples()
+        except UserError as e:
+            if cfg.task.name == "custom" or getattr(cfg.task, "train_path", None):
+                raise
+            out.print(f"note: the checks before the first step are skipped, the training prompts cannot be "
+                      f"read here: {e}", markup=False, highlight=False, soft_wrap=True)
+            return []
         tokenizer = load_tokenizer(cfg.model)
         examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
