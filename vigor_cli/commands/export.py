@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from vigor_cli.commands import options as opt
 from vigor_cli.console import console, err_console
@@ -39,14 +40,17 @@ def export(
         typer.echo(json.dumps(result, indent=1))
         return
     what = {"full": "full model", "merged": "LoRA merged into its base", "adapter": "LoRA adapter"}[result["kind"]]
-    console.print(f"[bold]exported[/] {result['checkpoint']} of {result['run']} ({what}"
-                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {result['out']}", highlight=False)
-    console.print(f"stop token ids in generation_config.json: {result['stop_token_ids']}", highlight=False)
+    console.print(f"[bold]exported[/] {result['checkpoint']} of {escape(result['run'])} ({what}"
+                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {escape(result['out'])}", highlight=False,
+                  soft_wrap=True)
+    console.print(f"stop token ids in generation_config.json: {result['stop_token_ids']}", markup=False,
+                  highlight=False)
     if result["kind"] == "adapter":
         console.print(f"load: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('{result['base']}'), "
-                      f"'{result['out']}'); one merged folder: add --merge-lora", highlight=False)
+                      f"'{result['out']}'); one merged folder: add --merge-lora", markup=False, highlight=False,
+                      soft_wrap=True)  # one line to copy, at any width
     else:
         console.print(f"load: AutoModelForCausalLM.from_pretrained('{result['out']}') or vllm serve {result['out']}",
-                      highlight=False)
+                      markup=False, highlight=False, soft_wrap=True)
     if result.get("pushed"):
-        console.print(f"pushed: {result['pushed']}", highlight=False)
+        console.print(f"pushed: {result['pushed']}", markup=False, highlight=False, soft_wrap=True)
