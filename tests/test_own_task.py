@@ -453,7 +453,7 @@ def test_dry_run_fails_on_a_bad_file_or_function_before_any_model(vigor, tmp_pat
     elif case == "no-function":
         spec, needle = f"{reward_file}:lenght", "has no function 'lenght' (functions: length)"
     elif case == "bad-signature":
-        reward_file.write_text("def length(completions):\n    return []\n")
+        reward_file.write_text("def length(text):\n    return []\n")  # (completions) alone is TRL's keyword call
         needle = "a reward function takes (prompts, completions, **columns)"
     else:
         reward_file.write_text("import not_a_module_anywhere\n")
@@ -694,3 +694,47 @@ def test_the_step_line_is_one_line_in_a_log_file(tmp_path):
     log.step(StepLog(metrics=metrics), WeightCheck("unchecked", 0, 0.0, 0.0, 0.0, 0.0))
     [line] = buffer.getvalue().splitlines()
     assert line.startswith("step    1  reward 0.500 (parity 0.250, boxed 1.000)") and line.endswith("upd 0.6s")
+
+
+TRL_STYLE = '''
+import re
+
+
+def accuracy(completions, solution, **kwargs):
+    """TRL's own trl.rewards shape: no prompts parameter, a column, **kwargs."""
+    texts = [c if isinstance(c, str) else c[0]["content"] for c in completions]
+    return [float(re.search(r"\\\\boxed\\{(\\d+)\\}", t) is not None and t.count(s) > 0) for t, s in zip(texts, solution)]
+
+
+def letters(completions, **kwargs):
+    return [min(1.0, len(c) / 10) for c in completions]
+
+
+def positional(p, c, **kwargs):
+    return [0.0] * len(c)
+'''
+
+
+def test_trl_reward_functions_without_a_prompts_parameter(tmp_path):
+    """TRL calls a reward function by keyword (prompts=, completions=, completion_ids=, the
+    columns), so its own rewards take (completions, solution, **kwargs) or (completions,
+    **kwargs). vigor refused them ('a reward function takes (prompts, completions, ...)') and
+    called functions positionally, which would bind the prompts to `completions`."""
+    (tmp_path / "trl_style.py").write_text(TRL_STYLE)
+    spec = tmp_path / "trl_style.py"
+    accuracy = rewards.load_reward(f"{spec}:accuracy")
+    assert (accuracy.needs, accuracy.all_columns) == (("solution",), True)
+    assert accuracy(prompts=["1+1="], completions=["\\boxed{2}", "\\boxed{3}"], solution=["2", "2"],
+                    completion_ids=[[1], [2]], trainer_state=None) == [1.0, 0.0]
+    assert rewards.load_reward(f"{spec}:letters")(["p"], ["abcde"]) == [0.5]
+    with pytest.raises(UserError, match=r"takes \(p, c, \*\*kwargs\); TRL and vigor pass prompts= and completions= by name"):
+        rewards.load_reward(f"{spec}:positional")
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{a}+1=", "solution": str(a + 1)}) + "\n" for a in range(3)))
+    task = custom(data, f"{spec}:accuracy", f"{spec}:letters")
+    try:
+        [ex] = task.train_examples()[:1]
+        [score] = task.score([ex], ["\\boxed{1}"])
+    finally:
+        task.close()
+    assert score.components == {"accuracy": 1.0, "letters": 0.9} and score.reward == pytest.approx(1.9)
