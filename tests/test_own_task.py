@@ -738,3 +738,37 @@ def test_trl_reward_functions_without_a_prompts_parameter(tmp_path):
     finally:
         task.close()
     assert score.components == {"accuracy": 1.0, "letters": 0.9} and score.reward == pytest.approx(1.9)
+
+
+def test_the_readouts_of_your_own_rewards_say_reward_not_accuracy(tmp_path):
+    """Two rewards weighted 1 and 0.5 average 1.42 on the held-out set: the eval line and the
+    end-of-run line said 'accuracy 1.420' and '(+92.0 points)'. For your own rewards they say
+    'reward' and add pass@1 (a sample passes at reward >= 1); the bundled tasks keep accuracy."""
+    import io
+
+    from rich.console import Console
+
+    from vigor_cli.evaluation import EvalResult, HeldOut, SampleResult
+    from vigor_cli.report.train_summary import print_summary
+    from vigor_cli.runs import RunDir
+
+    def held(step: int, rewards: list[float], name: str = "custom") -> HeldOut:
+        samples = [SampleResult(f"u{i}", 0, "\\boxed{1}", r, "", False, 5) for i, r in enumerate(rewards)]
+        mean = sum(rewards) / len(rewards)
+        return HeldOut(step, {name: EvalResult(name, 1, mean, {s.uid: s.reward for s in samples}, samples)})
+
+    start, end = held(0, [0.5, 0.5, 0.5, 0.5]), held(40, [1.5, 1.5, 1.0, 0.5])
+    assert end.describe() == "[bold]eval[/] step 40: reward 1.125, pass@1 0.750 (custom 1.125)"
+    assert held(3, [1.0, 0.0], "tiny-math").describe() == "[bold]eval[/] step 3: accuracy 0.500 (tiny-math 0.500)"
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_config(build_config(sets=["task.name=custom", "task.data=d.jsonl", "task.rewards=[math]",
+                                        "task.eval_sets=[]"]))
+    for h in (start, end):
+        run.write_eval(h.step, h.to_json())
+    out = io.StringIO()
+    print_summary({"run_dir": str(run.path), "start_accuracy": 0.5, "final_accuracy": 1.125, "wall_time": 44,
+                   "rollouts": 20480}, Console(file=out, width=80))
+    first = out.getvalue().splitlines()[0]
+    assert first == ("held-out reward 0.500 -> 1.125 (+0.625); pass@1 (reward >= 1) 0.000 -> 0.750  "
+                     "in 44s, 20480 rollouts")
