@@ -179,9 +179,8 @@ class ModelConfig(_Section):
         ge=0,
         le=1024,
         description="torch intra-op threads when the policy runs on CPU. 0 = auto: 1 for models "
-        "under 50M parameters (their kernels are too small to share, and OpenMP threads spinning "
-        "beside the reward workers made tiny-model steps 20-30x slower here), torch's default "
-        "otherwise. Ignored on GPU.",
+        "under 50M parameters (their kernels are too small to share between threads, which "
+        "would spin beside the reward workers), torch's default otherwise. Ignored on GPU.",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
@@ -365,8 +364,8 @@ class AllocationConfig(_Section):
         "auto",
         description="Rollout allocation strategy, a name in the strategy registry "
         "(vigor_cli/allocation/registry.py; `vigor train --help` lists them; "
-        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
-        "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
+        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto' (why: the README's "
+        "'which strategy when' and BENCHMARKS.md). 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
         "Reinforce-Ada, 'pilot-commit' Pilot-Commit, 'auto' a census round then a wide or deep plan.",
     )
