@@ -13,6 +13,9 @@ decided before the work it feeds starts:
 - **YAML that says one thing twice**: a duplicate key (PyYAML keeps the last silently, so a
   repeated ``train:`` section drops the first) and aliases expanding past
   :data:`MAX_YAML_VALUES` values (a "billion laughs" file) are refused, naming ``file:line``.
+- **JSON that says one thing twice**: a duplicate key in an object (``json.loads`` keeps the
+  last silently: a record's ``question_id`` or a case's ``gold`` given twice) is refused
+  naming the key, in every JSON and JSONL file the tool reads (:func:`loads`).
 """
 
 from __future__ import annotations
@@ -74,9 +77,15 @@ def regular_file(path: str | Path, what: str = "") -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise UserError(f"{what}{p}: is a directory; give a file")
     if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
-        raise UserError(f"{what}{p}: not a regular file ({kind}); give a file")
+        raise UserError(f"{what}{p}: not a regular file ({file_kind(st.st_mode)}); give a file")
     return p
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a FIFO (named pipe)", "a directory")."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def open_binary(path: str | Path, what: str = "") -> BinaryIO:
@@ -134,10 +143,39 @@ def check_depth(value: Any, where: str, limit: int = MAX_DEPTH) -> Any:
     return value
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"duplicate key {key[:80]!r} in an object; JSON keeps only the last, so "
+                         "write each key once")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` refusing a duplicate key (:class:`DuplicateKeyError`, a ValueError): the
+    one JSON parser of files the tool reads (data, cases, results, run logs, checkpoints)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
-    """``json.loads`` that is total: bad JSON and deep nesting are one line naming ``where``."""
+    """``json.loads`` that is total: bad JSON, a duplicate key and deep nesting are one line
+    naming ``where``."""
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except DuplicateKeyError as e:
+        raise UserError(f"{where}: {e}") from None
     except RecursionError:
         raise UserError(f"{where}: nested deeper than {MAX_DEPTH} levels; not data this tool reads") from None
     except json.JSONDecodeError as e:

@@ -145,8 +145,12 @@ def _json_table(p: Path) -> Table:
     if head != "[":
         numbered = list(iter_jsonl(p, "a JSON object per line, or one JSON array of objects"))
         return Table([r for _, r in numbered], str(p), "json", lines=[n for n, _ in numbered])
+    from vigor_cli.user_files import DuplicateKeyError, loads
+
     try:
-        items = json.loads(p.read_text(encoding="utf-8"))
+        items = loads(p.read_text(encoding="utf-8"))
+    except DuplicateKeyError as e:
+        raise UserError(f"{p}: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
     for i, item in enumerate(items):
