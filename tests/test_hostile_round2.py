@@ -440,3 +440,31 @@ def test_a_bad_value_of_an_older_keys_name_names_the_key_given(value):
 
     with pytest.raises(UserError, match=f"--set allocation.group_size={value}"):
         build_config(sets=[f"allocation.group_size={value}"])
+
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize("name, text, argv, needle", [
+    ("c.yaml", "train:\n  seed: 1\x01\n", ["simulate", "--config", "{f}", "--steps", "1"], "not valid YAML"),
+    ("c.yaml", f"train:\n  seed: {BIG}\n", ["simulate", "--config", "{f}", "--steps", "1"], "more than 4300 digits"),
+    ("c.yaml", 'train:\n  output_dir: "/tmp/a\\0b"\n', ["simulate", "--config", "{f}", "--steps", "1"],
+     "train.output_dir holds a NUL character"),
+    ("cases.jsonl", f'{{"gold": "1", "pred": "1", "n": {BIG}}}\n', ["verify", "math", "--input", "{f}"],
+     ":1: not data this tool reads (an integer of more than 4300 digits)"),
+    ("r.json", f'{{"sets": {BIG}}}', ["eval", "--rescore", "{f}"], "more than 4300 digits"),
+    (None, None, ["simulate", "--set", "train.seed=1\x01", "--steps", "1"], "--set train.seed"),
+    (None, None, ["simulate", "--set", f"train.seed={BIG}", "--steps", "1"], "more than 4300 digits"),
+    (None, None, ["train", "--output-dir", "/tmp/a\x00b", "--steps", "1"], "--output-dir"),
+    (None, None, ["eval", "tiny", "--output", "/tmp/a\x00b.json", "--limit", "1"], "--output"),
+])
+def test_control_characters_huge_integers_and_nul_paths_are_one_line(vigor, tmp_path, name, text, argv, needle):
+    """Each raised a traceback: PyYAML's reader refuses a control character before parsing
+    started (outside the error handling), an integer past Python's 4300-digit limit is a plain
+    ValueError in both parsers, and the OS refuses a path holding NUL with a ValueError."""
+    path = tmp_path / (name or "unused")
+    if text is not None:
+        path.write_text(text)
+    code, out, err = vigor(*[str(path) if a == "{f}" else a for a in argv])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert needle in err, err

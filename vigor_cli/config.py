@@ -926,6 +926,18 @@ def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str
     return default
 
 
+def _refuse_nul(tree: Any, given: dict[str, str], default: str, prefix: str = "") -> None:
+    """No key takes text with a NUL character (a path with one is no path: the OS refuses it,
+    later, with a traceback); one line naming where it came from."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if isinstance(v, str) and "\x00" in v:
+            source = next((src for g, src in reversed(given.items()) if key == g or key.startswith(g + ".")), default)
+            raise ConfigError(f"{source}: {key} holds a NUL character ({v[:60]!r}); no key takes one")
+        _refuse_nul(v, given, default, f"{key}.")
+
+
 def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
     parts = dotted.split(".")
     node = tree
@@ -1012,6 +1024,7 @@ def assemble(
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
+    _refuse_nul(cfg.model_dump(), given, str(path) if path else "config")
     old = cfg.allocation.deprecated_keys()
     if old:  # kept for one release: the flat keys of the built-in strategies, allocation.options
         print(f"note: deprecated allocation keys (removed in the next release): {'; '.join(old)}",

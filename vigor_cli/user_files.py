@@ -66,6 +66,8 @@ def regular_file(path: str | Path, what: str = "") -> Path:
     p = Path(path)
     if str(path) == "":
         raise UserError(f"{what}'': an empty path; give a file")
+    if "\x00" in str(path):
+        raise UserError(f"{what}{str(path)!r}: not a path (it holds a NUL character)")
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -182,7 +184,16 @@ def parse_json(text: str | bytes, where: str) -> Any:
         raise UserError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except UnicodeDecodeError:
         raise UserError(f"{where}: not UTF-8 text") from None
+    except ValueError as e:  # an integer past Python's 4300-digit limit for reading one
+        raise UserError(f"{where}: not data this tool reads ({number_problem(e)})") from None
     return check_depth(value, where)
+
+
+def number_problem(exc: ValueError) -> str:
+    """Why a parser's ValueError that is not a syntax error happened, short (an integer of
+    more digits than Python converts: ``sys.get_int_max_str_digits()``)."""
+    text = str(exc)
+    return "an integer of more than 4300 digits" if "integer string conversion" in text else text[:120]
 
 
 def read_json(path: str | Path, what: str = "", limit: int = TEXT_MAX_BYTES) -> Any:
@@ -244,7 +255,10 @@ def _expanded_size(node: Any) -> int:
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML text to Python values under the rules above; errors name ``source`` and the line."""
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # its reader refuses control characters here
+    except yaml.YAMLError as e:
+        raise FormatError(source, f"not valid YAML ({getattr(e, 'reason', None) or str(e).splitlines()[0]})") from None
     loader.source = source
     try:
         node = loader.get_single_node()
@@ -259,6 +273,8 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise FormatError(source, f"not valid YAML ({problem})", mark.line + 1 if mark else None) from None
+    except ValueError as e:  # a constructor's: an integer past the 4300-digit limit
+        raise FormatError(source, f"not valid YAML ({number_problem(e)})") from None
     finally:
         loader.dispose()
 

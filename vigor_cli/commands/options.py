@@ -250,6 +250,8 @@ def _path_parser(what: str, as_path: bool) -> Callable[[Any], Any]:
     def parse(value: Any) -> Any:
         if isinstance(value, str) and value.strip() == "":
             raise typer.BadParameter(f"an empty path; give a {what} name")
+        if "\x00" in str(value):
+            raise typer.BadParameter(f"{str(value)!r} is not a path (it holds a NUL character)")
         return Path(value) if as_path else str(value)
 
     return parse
