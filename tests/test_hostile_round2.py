@@ -468,3 +468,18 @@ def test_control_characters_huge_integers_and_nul_paths_are_one_line(vigor, tmp_
     code, out, err = vigor(*[str(path) if a == "{f}" else a for a in argv])
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert needle in err, err
+
+
+@pytest.mark.parametrize("answer, kind", [("NaN", "NaN"), ("Infinity", "infinite"), ('{"a": 1}', "an object")])
+def test_a_custom_tasks_gold_of_the_wrong_kind_is_refused(tmp_path, answer, kind):
+    """A built-in verifier graded a NaN, infinite or object gold as its repr ("nan")."""
+    from vigor_cli.settings import build_config
+    from vigor_cli.tasks import get_task
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(f'{{"prompt": "1 + 1?", "answer": "2"}}\n{{"prompt": "2 + 2?", "answer": {answer}}}\n')
+    cfg = build_config(sets=["task.name=custom", f"task.data={data}", "task.rewards=[math]"])
+    task = get_task(cfg.task)
+    with pytest.raises(UserError, match=f"d.jsonl:2 \\(reward math\\): field 'answer' is {kind}"):
+        task.train_examples()
+    task.close()
