@@ -17,7 +17,8 @@ only when most of a batch fails; see ``tasks/code_task.py``).
 Totality: judging never raises on what a program produced. Its status line and
 returned value are read by :mod:`sandbox.values` (nesting bounded, equality without
 recursion), and number tokens that are NaN (quiet or signalling) never equal
-anything as numbers.
+anything as numbers. What a verdict quotes of a program (a wrong line of its output, a
+returned value, its stderr) is cleaned of the grader's paths (``RunResult.clean``).
 
 Memory: each test's output cap follows its expected output (four times its size
 plus 64 KiB, at least 1 MiB, at most ``Limits.stdout_cap``), and each run is
