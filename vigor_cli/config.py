@@ -896,11 +896,18 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: bad value for '{key}': {msg} (got {shown})"
 
 
+_COPIED_FROM = {"allocation.rollouts_per_prompt": "allocation.group_size"}
+"""Keys a validator fills from another key when only that one is given (AllocationConfig's
+``_budget_from_old_key``): an error in the copy names the key the user set."""
+
+
 def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str:
     """Where the offending value came from: the ``--set`` (or flag) that set the key the error
     names (or, for a rule across keys, a key its message names); else the file, or 'config'."""
     first = err.errors()[0]
     loc, text = ".".join(str(p) for p in first["loc"]), first["msg"]
+    if _COPIED_FROM.get(loc) in given and loc not in given:
+        loc = _COPIED_FROM[loc]  # its value came from the key given (an older config's name)
     latest_first = list(reversed(given.items()))  # the last one given wins, as in the tree
     for key, source in latest_first:
         if loc and (loc == key or loc.startswith(key + ".")):
@@ -916,6 +923,18 @@ def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str
         if any(".".join(parts[:n]) in text for n in range(len(parts) - 1, 1, -1)):
             return source
     return default
+
+
+def _refuse_nul(tree: Any, given: dict[str, str], default: str, prefix: str = "") -> None:
+    """No key takes text with a NUL character (a path with one is no path: the OS refuses it,
+    later, with a traceback); one line naming where it came from."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if isinstance(v, str) and "\x00" in v:
+            source = next((src for g, src in reversed(given.items()) if key == g or key.startswith(g + ".")), default)
+            raise ConfigError(f"{source}: {key} holds a NUL character ({v[:60]!r}); no key takes one")
+        _refuse_nul(v, given, default, f"{key}.")
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
@@ -965,8 +984,9 @@ def load_yaml(path: str | Path) -> dict:
         raise
     except UserError as e:
         raise ConfigError(str(e).replace(": no such file", ": config file not found", 1)) from None
-    if data is None:
-        return {}
+    if data is None:  # an empty file, or only comments: a truncated or wrong file, not "defaults"
+        raise ConfigError(f"{p}: empty (no keys); a run config is a YAML mapping of sections "
+                          "(e.g. 'train: {steps: 10}')")
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping of sections")
     return data
@@ -1003,6 +1023,7 @@ def assemble(
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
+    _refuse_nul(cfg.model_dump(), given, str(path) if path else "config")
     old = cfg.allocation.deprecated_keys()
     if old:  # kept for one release: the flat keys of the built-in strategies, allocation.options
         print(f"note: deprecated allocation keys (removed in the next release): {'; '.join(old)}",
