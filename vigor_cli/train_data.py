@@ -104,13 +104,17 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
     as a run would (the tokenizer, no weights), checked against the model's context and the
     reference answers' lengths (vigor_cli/health.py)."""
     from vigor_cli import health
+    from vigor_cli.hub import HubUnavailable
     from vigor_cli.memory_plan import model_shape
     from vigor_cli.models import load_tokenizer
     from vigor_cli.tasks import get_task
 
     task = get_task(cfg.task, workers=1)
     try:
-        train_examples = task.train_examples()
+        try:
+            train_examples = task.train_examples()
+        except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
+            return [f"the checks before the first step read the training data, which is not here: {e}"]
         tokenizer = load_tokenizer(cfg.model)
         examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)

@@ -294,14 +294,14 @@ def _hub_call(fn: Any, hub_id: str, split: str, what: str, flag: str) -> Any:
     hub.quiet()
     reason = None if hub.offline_mode() else hub.unreachable()  # offline mode: the cache only
     if reason is not None:
-        raise UserError(f"cannot load {what} from the hub ({hub_id}, split {split}): {reason}; point to "
+        raise hub.HubUnavailable(f"cannot load {what} from the hub ({hub_id}, split {split}): {reason}; point to "
                         f"local files with {flag} (or set HF_HUB_OFFLINE=1 to use a cached copy)")
     try:
         _quiet_datasets()
         return fn()
     except Exception as e:  # network, auth and offline errors come as many types
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
+        raise hub.HubUnavailable(
             f"cannot load {what} from the hub ({hub_id}, split {split}): {reason[:200]}; "
             f"offline? point to local files with {flag}"
         ) from None
