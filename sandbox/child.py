@@ -18,14 +18,16 @@ Before user code the child (forked by the worker's zygote, which never held a jo
      job's private temp folder;
   4. sets rlimits: CPU, address space (own size + headroom), stack (the hard limit left open,
      as competitive programs raise it), file size, open files, processes (counted per uid:
-     each pool slot has its own), no core dumps;
+     each pool slot has its own), queued signals (which bound POSIX timers), no core dumps;
+     one malloc arena (threads do not each reserve 64 MiB of the address space);
   5. enters an IPC namespace of its own, its System V limits sized to its memory (when
      root: no object or id of an earlier job, and nothing it makes outlives it), drops to
      its slot's unprivileged uid/gid (when root), becomes non-dumpable, and asks to be
      killed if its parent (the zygote) dies;
   6. enforces the Landlock allow-list (``sandbox.landlock``), then installs the seccomp
      filter (compiled once, its own pid patched in);
-  7. reads its program, writes one byte to the ready pipe and closes it.
+  7. reads its program (bytes: compiled as ``python3 solution.py`` compiles a file, a BOM
+     or a coding line included), writes one byte to the ready pipe and closes it.
 The byte is how the server learns that the child confined itself: a child that fails a step
 exits without it (a sandbox error, never a verdict), and since the pipe is closed before user
 code runs, a program cannot fake it. The program's exit code, whatever it is, is its own.
@@ -72,6 +74,12 @@ PRELUDE_MODULES = (
 )
 
 _NPROC_LIMIT = 1024
+_SIGPENDING_LIMIT = 1024
+"""Queued signals of the sandbox uid (RLIMIT_SIGPENDING), which also bounds POSIX timers (each
+holds a preallocated signal): the default (the machine's thread limit) let one job hold
+96 000 timers, 32 MiB of kernel memory no other limit counts."""
+_M_ARENA_MAX = -8
+"""glibc's ``mallopt`` parameter for the number of malloc arenas."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -131,6 +139,7 @@ def _set_limits(limits: dict) -> None:
     # should seccomp be missing (root ignores it, so it only bites after the uid drop). Each
     # pool slot has a uid of its own, so a program can exhaust only its own count.
     resource.setrlimit(resource.RLIMIT_NPROC, (_NPROC_LIMIT, _NPROC_LIMIT))
+    resource.setrlimit(resource.RLIMIT_SIGPENDING, (_SIGPENDING_LIMIT, _SIGPENDING_LIMIT))
     # Soft stack limit only: `setrlimit(RLIMIT_STACK, (RLIM_INFINITY, RLIM_INFINITY))` is a
     # common idiom of recursive solutions, and the address-space limit bounds the stack anyway.
     stack = limits["stack_mb"] * mb
@@ -270,6 +279,10 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
     if settings["drop_uid"]:
         _drop_privileges(settings["uid"])
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # One malloc arena: glibc gives each new thread an arena of its own, reserving 64 MiB of
+    # address space apiece, so under RLIMIT_AS a 512 MiB job could start only 7 threads
+    # (multiprocessing.pool.ThreadPool(8) failed). Under the GIL the arenas buy nothing.
+    libc.mallopt(_M_ARENA_MAX, 1)
     # Die with the zygote (set after the uid change, which clears it).
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != settings["parent_pid"]:
@@ -293,7 +306,7 @@ def run_child(job: dict, workdir: str, fds: dict, settings: dict) -> None:
         args, ready_fd = confine(fds, workdir, job["limits"], settings, job.get("tmpdir"))
         script = os.path.join(workdir, "solution.py")
         with open(script, "rb") as f:
-            source = f.read().decode("utf-8", "surrogatepass")
+            source = f.read()  # bytes: compiled as `python3 solution.py` would (a BOM, a coding line)
         if ready_fd is not None:  # confined: say so, on a pipe the program never sees
             os.write(ready_fd, READY_BYTE)
             os.close(ready_fd)

@@ -133,6 +133,13 @@ class RunResult:
     detail: str = ""
     isolation: str = ""
     """The isolation level the program ran under (see :func:`isolation_level`)."""
+    base_dir: str | None = field(default=None, repr=False)
+    """The worker's run folder, which :meth:`clean` cuts from what a verdict quotes."""
+
+    def clean(self, text: str) -> str:
+        """``text`` the program produced (a line of its output, a returned value) as a
+        verdict may quote it: without the grader's paths (:func:`clean_text`)."""
+        return clean_text(text, self.base_dir)
 
     @property
     def stderr_head(self) -> str:
@@ -154,13 +161,18 @@ def _read_status(data: bytes) -> tuple[dict, str | None]:
 
 
 _FRAME_LINE = re.compile(r'^([ \t]*)File "([^"\n]*)", line \d+')
+_CHECKOUT = (os.path.basename(_PACKAGE_PARENT) not in ("site-packages", "dist-packages")
+             and os.path.dirname(_PACKAGE_PARENT) != _PACKAGE_PARENT)
+"""Whether vigor runs from a checkout: then the folder holding it (its root, which the worker's
+command line and import path carry) is the grader's own and never shown; an installed vigor's
+folder is site-packages, shared with numpy's frames, and only its own folders are cut."""
 
 
-def clean_stderr(data: bytes, base_dir: str | None = None) -> bytes:
-    """A program's stderr without the harness: traceback frames of the harness's own files
-    (with their source lines) are dropped, other mentions of its folders read ``<sandbox>``,
-    and the job's folder is cut from paths (``solution.py``, ``tmp/...``)."""
-    text = data.decode("utf-8", "surrogateescape")
+def clean_text(text: str, base_dir: str | None = None) -> str:
+    """A program's text without the grader: traceback frames of the harness's own files
+    (with their source lines) are dropped, other mentions of its folders (and of a checkout's
+    root) read ``<sandbox>``, and the job's folder is cut from paths (``solution.py``,
+    ``tmp/...``). For everything a verdict quotes: stderr, and the output it shows."""
     job = os.path.join(base_dir, "job") if base_dir else None
     harness = [d for d in _HARNESS_DIRS if d in text]
     if harness:
@@ -184,7 +196,15 @@ def clean_stderr(data: bytes, base_dir: str | None = None) -> bytes:
         text = text.replace(os.path.join(job, "work") + os.sep, "").replace(job + os.sep, "")
     if base_dir and base_dir in text:
         text = text.replace(base_dir, "<sandbox>")
-    return text.encode("utf-8", "surrogateescape")
+    if _CHECKOUT and _PACKAGE_PARENT in text:
+        text = re.sub(re.escape(_PACKAGE_PARENT) + r'(?![^\s"\':/])[^\s"\':]*', "<sandbox>", text)
+    return text
+
+
+def clean_stderr(data: bytes, base_dir: str | None = None) -> bytes:
+    """:func:`clean_text` of a program's stderr (bytes that need not be UTF-8 stay as they are)."""
+    text = data.decode("utf-8", "surrogateescape")
+    return clean_text(text, base_dir).encode("utf-8", "surrogateescape")
 
 
 def _classify(reply: dict, limits: Limits, base_dir: str | None = None) -> RunResult:
@@ -205,6 +225,7 @@ def _classify(reply: dict, limits: Limits, base_dir: str | None = None) -> RunRe
         cpu_s=reply["cpu_s"],
         max_rss_kb=reply["max_rss_kb"],
         status_error=status_error,
+        base_dir=base_dir,
     )
     if "value" in status:
         result.value, result.has_value = status["value"], True

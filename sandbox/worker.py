@@ -608,6 +608,9 @@ class ForkServer:
             protocol._write_all(args_fd, job["call"]["args"].encode("utf-8", "surrogatepass"))
         out_r, passed["stdout"] = os.pipe()
         err_r, passed["stderr"] = os.pipe()
+        if self.root:  # the program's own, so it can open /dev/stdout and /dev/stderr again
+            for name in ("stdout", "stderr"):
+                os.fchown(passed[name], self.uid, self.uid)
         status_r, passed["status"] = os.pipe()
         ready_r, passed["ready"] = os.pipe()
         request = {"fds": list(passed), "workdir": workdir,

@@ -17,7 +17,8 @@ only when most of a batch fails; see ``tasks/code_task.py``).
 Totality: judging never raises on what a program produced. Its status line and
 returned value are read by :mod:`sandbox.values` (nesting bounded, equality without
 recursion), and number tokens that are NaN (quiet or signalling) never equal
-anything as numbers.
+anything as numbers. What a verdict quotes of a program (a wrong line of its output, a
+returned value, its stderr) is cleaned of the grader's paths (``RunResult.clean``).
 
 Memory: each test's output cap follows its expected output (four times its size
 plus 64 KiB, at least 1 MiB, at most ``Limits.stdout_cap``), and each run is
@@ -114,6 +115,12 @@ def _same_numbers(a: list[Decimal], b: list[Decimal]) -> bool:
 
 def outputs_match(actual: str, expected: str) -> tuple[bool, str]:
     """LiveCodeBench's stdin comparison; returns (match, why not). Never raises."""
+    return _compare(actual, expected)
+
+
+def _compare(actual: str, expected: str, show=None) -> tuple[bool, str]:
+    """:func:`outputs_match`, quoting a line of ``actual`` (the program's) in the reason as
+    ``show`` gives it (:meth:`RunResult.clean`: without the grader's paths)."""
     got, want = _stripped_lines(actual), _stripped_lines(expected)
     if len(got) != len(want):
         return False, f"{len(got)} output lines, expected {len(want)}"
@@ -122,7 +129,8 @@ def outputs_match(actual: str, expected: str) -> tuple[bool, str]:
             continue
         da, db = _decimals(a), _decimals(b)
         if da is None or db is None or not _same_numbers(da, db):
-            return False, f"line {number}: {_short(a)!r} != expected {_short(b)!r}"
+            shown = show(a) if show is not None else a
+            return False, f"line {number}: {_short(shown)!r} != expected {_short(b)!r}"
     return True, ""
 
 
@@ -130,10 +138,11 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit // 2] + "..." + text[-limit // 2:]
 
 
-def _describe(value: object) -> str:
-    """A returned value, short (its nesting is bounded by the parse that produced it)."""
+def _describe(value: object, show=str) -> str:
+    """A returned value, short (its nesting is bounded by the parse that produced it), as
+    ``show`` quotes a program's text."""
     try:
-        return _short(json.dumps(value))
+        return _short(show(json.dumps(value)))
     except (ValueError, TypeError, RecursionError):
         return f"a {type(value).__name__}"
 
@@ -224,7 +233,7 @@ def _judge(test: TestCase, run: RunResult) -> TestVerdict:
         return verdict
     if test.testtype == "functional":
         if run.unserialisable:
-            verdict.status, verdict.detail = "wrong_answer", f"returned a {run.unserialisable}"
+            verdict.status, verdict.detail = "wrong_answer", f"returned a {run.clean(run.unserialisable)}"
         elif not run.has_value and run.status_error:
             verdict.status = "wrong_answer"
             verdict.detail = f"returned a value that cannot be read ({run.status_error})"
@@ -236,11 +245,12 @@ def _judge(test: TestCase, run: RunResult) -> TestVerdict:
                 raise ProblemError(f"the expected output cannot be read ({why})")
             if not json_equal(run.value, expected):
                 verdict.status = "wrong_answer"
-                verdict.detail = f"returned {_describe(run.value)}, expected {_short(test.output)}"
+                verdict.detail = f"returned {_describe(run.value, run.clean)}, expected {_short(test.output)}"
         return verdict
-    ok, why = outputs_match(run.stdout.decode("utf-8", "replace"), test.output)
+    text = run.stdout.decode("utf-8", "replace")
+    ok, why = outputs_match(text, test.output)
     if not ok:
-        verdict.status, verdict.detail = "wrong_answer", why
+        verdict.status, verdict.detail = "wrong_answer", _compare(text, test.output, run.clean)[1] or why
     return verdict
 
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import base64
 import binascii
 import io
-import json
 import pickle
 import zlib
 from dataclasses import dataclass, field
 
 from vigor_cli.sandbox.values import parse_json
+from vigor_cli.user_files import loads
 
 TEST_TYPES = ("stdin", "functional")
 MAX_DECOMPRESSED_BYTES = 1 << 30
@@ -104,7 +104,7 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
         return []
     if stripped.startswith("["):
         try:
-            return json.loads(stripped)
+            return loads(stripped)
         except (ValueError, RecursionError) as exc:
             raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON ({exc})") from None
     try:
@@ -127,7 +127,7 @@ def _decode_tests(text: object, qid: str, field_name: str) -> list[dict]:
         raise ProblemError(f"problem {qid}: field {field_name} unpickles to "
                            f"{type(inner).__name__}, not a JSON string")
     try:
-        return json.loads(inner)
+        return loads(inner)
     except (ValueError, RecursionError) as exc:
         raise ProblemError(f"problem {qid}: field {field_name} is not valid JSON inside its "
                            f"pickle ({exc})") from None
@@ -155,10 +155,13 @@ def _check_tests(raw: object, qid: str, field_name: str, func_name: str | None) 
         where = f"problem {qid}: field {field_name}[{i}]"
         if not isinstance(item, dict) or not all(k in item for k in ("input", "output")):
             raise ProblemError(f"{where} lacks input/output")
+        for key in ("input", "output"):
+            if not isinstance(item[key], str):
+                raise ProblemError(f"{where} has {key} of type {type(item[key]).__name__}, not text")
         kind = item.get("testtype", "functional" if func_name else "stdin")
-        if kind not in TEST_TYPES:
+        if not isinstance(kind, str) or kind not in TEST_TYPES:
             raise ProblemError(f"{where} has testtype {kind!r}, not stdin/functional")
-        test = TestCase(str(item["input"]), str(item["output"]), kind)
+        test = TestCase(item["input"], item["output"], kind)
         if kind == "functional":
             if not func_name:
                 raise ProblemError(f"{where} is functional but metadata has no func_name")
@@ -178,15 +181,22 @@ def load_problem(record: dict) -> Problem:
     """
     if not isinstance(record, dict):
         raise ProblemError(f"a problem record must be a JSON object, not {type(record).__name__}")
-    qid = str(record.get("question_id", "?"))
+    raw_qid = record.get("question_id", "?")
+    if isinstance(raw_qid, bool) or not isinstance(raw_qid, (str, int)):
+        raise ProblemError(f"problem field question_id is {raw_qid!r} ({type(raw_qid).__name__}); "
+                           "expected text (or an integer)")
+    qid = str(raw_qid)
     metadata_raw = record.get("metadata") or "{}"
     try:
-        metadata = json.loads(metadata_raw) if isinstance(metadata_raw, str) else dict(metadata_raw)
+        metadata = loads(metadata_raw) if isinstance(metadata_raw, str) else dict(metadata_raw)
     except (ValueError, TypeError) as exc:
         raise ProblemError(f"problem {qid}: field metadata is not a JSON object ({exc})") from None
     if not isinstance(metadata, dict):
         raise ProblemError(f"problem {qid}: field metadata is not a JSON object")
     func_name = metadata.get("func_name") or None
+    if func_name is not None and not (isinstance(func_name, str) and func_name.isidentifier()):
+        raise ProblemError(f"problem {qid}: metadata func_name is {func_name!r}; expected a method "
+                           "name")
     public = _check_tests(_decode_tests(record.get("public_test_cases", ""), qid,
                                         "public_test_cases"), qid, "public_test_cases", func_name)
     private = _check_tests(_decode_tests(record.get("private_test_cases", ""), qid,

@@ -5,9 +5,14 @@
   synced and renamed to ``step-N``. So a ``step-N`` directory always had its ``COMPLETE``:
   one without it (or without its manifest) has been damaged since.
 - **Verified on load.** Resume and ``eval --run`` take the newest checkpoint that verifies
-  and warn about each newer one that does not. Only a checkpoint older than manifests
-  (no version in ``COMPLETE``, no ``config.yaml``) is checked by what its files allow (zip
-  CRCs, JSON); a newer one without its manifest is damaged, never trusted.
+  and warn about each newer one that does not. Verified means: ``COMPLETE`` and the
+  manifest say the step the directory is named for (so does ``data_state.json``), the
+  manifest lists exactly the files there (none missing, none added, each of its size and
+  sha256; no name outside the directory), and both were written for this run (the run's
+  ``run-id``, kept in them: a checkpoint copied in from another run is damaged). Only a
+  checkpoint older than manifests (no version in ``COMPLETE``, no ``config.yaml``) is
+  checked by what its files allow (zip CRCs, JSON); a newer one without its manifest is
+  damaged, never trusted.
 - **Rotated safely.** An old checkpoint is removed only after a newer one is committed, by a
   rename away before the delete, so some intact checkpoint is on disk at every instant;
   :meth:`CheckpointStore.recover` finishes what a kill in the middle left.
@@ -29,6 +34,9 @@ from vigor_cli.errors import UserError
 
 MANIFEST = "manifest.json"
 COMPLETE = "COMPLETE"
+RUN_ID = "run-id"
+"""The run directory's file holding its random id (written when the run is created), which
+every checkpoint of the run records."""
 WRITER = f"vigor {__version__}"
 """Recorded in COMPLETE and the manifest: which version wrote the checkpoint."""
 STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -122,6 +130,9 @@ class CheckpointStore:
         :meth:`recover` if the process dies before the new one is in place).
         """
         stamp = {"step": step, "written_by": WRITER}
+        run_id = read_run_id(self.root.parent)
+        if run_id is not None:
+            stamp["run"] = run_id
         with disk_errors(tmp):
             write_json_atomic(tmp / MANIFEST, {**stamp, "files": _hash_files(tmp)})
             write_json_atomic(tmp / COMPLETE, {**stamp, "manifest": MANIFEST})
@@ -186,29 +197,62 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _hash_names(root: Path) -> list[str]:
+    """The files a checkpoint's manifest covers: every file below it but the two seals."""
+    return [f.relative_to(root).as_posix() for f in sorted(root.rglob("*"))
+            if f.is_file() and f.relative_to(root).as_posix() not in (MANIFEST, COMPLETE)]
+
+
 def _hash_files(root: Path) -> dict[str, dict]:
     files = {}
-    for f in sorted(root.rglob("*")):
-        if f.is_file() and f.name not in (MANIFEST, COMPLETE):
-            files[f.relative_to(root).as_posix()] = {"size": f.stat().st_size, "sha256": _sha256(f)}
+    for name in _hash_names(root):
+        f = root / name
+        files[name] = {"size": f.stat().st_size, "sha256": _sha256(f)}
     return files
 
 
-def _writer(path: Path) -> str | None:
-    """Who wrote the checkpoint: the version in ``COMPLETE``; ``"legacy"`` for a checkpoint
-    from before versions were recorded (``COMPLETE`` holds the bare step); None when the
-    marker is unreadable."""
+def read_run_id(run_dir: Path) -> str | None:
+    """The run's id (``run-id``), or None for a run from before ids (or when unreadable)."""
+    try:
+        text = (Path(run_dir) / RUN_ID).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
+
+
+def _marker(path: Path) -> dict | str | None:
+    """``COMPLETE``: its JSON object; ``"legacy"`` for a checkpoint from before versions were
+    recorded (a bare step); None when it is unreadable."""
+    from vigor_cli.user_files import loads
+
     try:
         text = (path / COMPLETE).read_text().strip()
     except (OSError, UnicodeDecodeError):
         return None
     if text.isdigit():
-        return "legacy"
+        return "legacy" if _dir_step(path) in (None, int(text)) else None
     try:
-        marker = json.loads(text)
+        marker = loads(text)
     except (ValueError, RecursionError):
         return None
-    return str(marker.get("written_by")) if isinstance(marker, dict) and marker.get("written_by") else None
+    return marker if isinstance(marker, dict) and marker.get("written_by") else None
+
+
+def _dir_step(path: Path) -> int | None:
+    m = STEP_DIR.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _stamp_problem(path: Path, what: str, stamp: dict) -> str | None:
+    """Whether a stamp (``COMPLETE``, the manifest) is this checkpoint's: its step is the one the
+    directory is named for, and it was written for this run."""
+    step, want = stamp.get("step"), _dir_step(path)
+    if isinstance(step, bool) or not isinstance(step, int) or (want is not None and step != want):
+        return f"its {what} is for step {step!r}, not {path.name}"
+    ours, theirs = read_run_id(path.parent.parent), stamp.get("run")
+    if ours is not None and theirs is not None and theirs != ours:
+        return f"its {what} was written for another run (run id {str(theirs)[:40]!r}; this run's {RUN_ID} is {ours!r})"
+    return None
 
 
 def _legacy_problem(path: Path) -> str | None:
@@ -229,35 +273,60 @@ def _legacy_problem(path: Path) -> str | None:
 
 
 def verify_checkpoint(path: Path) -> str | None:
-    """None when ``path`` is intact, else what is wrong (a missing, resized or changed file).
+    """None when ``path`` is intact, else what is wrong: a missing, added, resized or changed
+    file, a marker or manifest that is not this checkpoint's (another step, another run).
 
     Only a checkpoint older than manifests gets the lesser legacy checks: one whose
     ``COMPLETE`` names a version, or that holds its ``config.yaml`` (both came with
     manifests), is damaged without its manifest.
     """
+    from vigor_cli.user_files import loads
+
     if not (path / COMPLETE).is_file():
         return "no COMPLETE marker"
-    writer = _writer(path)
-    if writer is None:
+    marker = _marker(path)
+    if marker is None:
         return f"its {COMPLETE} marker is unreadable"
     if not (path / MANIFEST).is_file():
-        if writer != "legacy":
-            return f"{MANIFEST} is missing (written by {writer}, which writes one)"
+        if marker != "legacy":
+            return f"{MANIFEST} is missing (written by {marker.get('written_by')}, which writes one)"
         if (path / "config.yaml").is_file():
             return f"{MANIFEST} is missing (a checkpoint holding config.yaml was written with one)"
         return _legacy_problem(path)
+    if marker == "legacy" or marker.get("manifest") != MANIFEST:
+        return f"its {COMPLETE} marker is not the one its writer seals a manifest with"
+    problem = _stamp_problem(path, COMPLETE, marker)
+    if problem is not None:
+        return problem
     try:
-        files = json.loads((path / MANIFEST).read_text())["files"]
+        manifest = loads((path / MANIFEST).read_text())
+        files = manifest["files"]
         wanted = [(str(name), int(want["size"]), str(want["sha256"])) for name, want in files.items()]
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"{MANIFEST} is unreadable"
+    problem = _stamp_problem(path, MANIFEST, manifest)
+    if problem is not None:
+        return problem
+    on_disk = set(_hash_names(path))
     for name, size_wanted, sha_wanted in wanted:
-        f = path / name
-        if not f.is_file():
+        if name not in on_disk:
             return f"{name} is missing"
+        f = path / name
         size = f.stat().st_size
         if size != size_wanted:
             return f"{name} has {size} bytes, the manifest says {size_wanted}"
         if _sha256(f) != sha_wanted:
             return f"{name} does not match its sha256 in the manifest"
+    extra = sorted(on_disk - {name for name, _, _ in wanted})
+    if extra:
+        return f"{extra[0]} is not in the manifest (a file added since the checkpoint was sealed)"
+    state = path / "data_state.json"
+    if state.is_file():
+        try:
+            data = loads(state.read_text())
+        except (OSError, ValueError, RecursionError):
+            return "data_state.json is unreadable"
+        step = data.get("step", _dir_step(path)) if isinstance(data, dict) else None
+        if step != _dir_step(path) and _dir_step(path) is not None:
+            return f"data_state.json is for step {step!r}, not {path.name}"
     return None

@@ -20,9 +20,7 @@ from vigor_cli.commands import report as report_cmd
 from vigor_cli.commands import simulate as simulate_cmd
 from vigor_cli.commands import train as train_cmd
 from vigor_cli.commands import verify as verify_cmd
-from rich.markup import escape
-
-from vigor_cli.console import err_console
+from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
 
 app = typer.Typer(
@@ -77,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         if message is None:
             raise
         if message:  # empty: click printed the help instead (a group given no command)
-            err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+            err_console.print(f"[bold red]error:[/] {shown(message)}", highlight=False, soft_wrap=True)
         sys.exit(EXIT_USER)
     # Outside standalone mode Typer returns a typer.Exit's code instead of raising it, and
     # turns Ctrl-C into Exit(130). A command that prints its own line on Ctrl-C (training's

@@ -179,9 +179,8 @@ class ModelConfig(_Section):
         ge=0,
         le=1024,
         description="torch intra-op threads when the policy runs on CPU. 0 = auto: 1 for models "
-        "under 50M parameters (their kernels are too small to share, and OpenMP threads spinning "
-        "beside the reward workers made tiny-model steps 20-30x slower here), torch's default "
-        "otherwise. Ignored on GPU.",
+        "under 50M parameters (their kernels are too small to share between threads, which "
+        "would spin beside the reward workers), torch's default otherwise. Ignored on GPU.",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig)
 
@@ -365,8 +364,8 @@ class AllocationConfig(_Section):
         "auto",
         description="Rollout allocation strategy, a name in the strategy registry "
         "(vigor_cli/allocation/registry.py; `vigor train --help` lists them; "
-        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto': in the 6-regime study (BENCHMARKS.md) it needed no more rollouts than "
-        "grpo in every regime, where 'vigor' lost in five of six. 'random' and "
+        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto' (why: the README's "
+        "'which strategy when' and BENCHMARKS.md). 'random' and "
         "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
         "Reinforce-Ada, 'pilot-commit' Pilot-Commit, 'auto' a census round then a wide or deep plan.",
     )
@@ -900,11 +899,18 @@ def _format_validation_error(err: ValidationError, source: str) -> str:
     return f"{source}: bad value for '{key}': {msg} (got {shown})"
 
 
+_COPIED_FROM = {"allocation.rollouts_per_prompt": "allocation.group_size"}
+"""Keys a validator fills from another key when only that one is given (AllocationConfig's
+``_budget_from_old_key``): an error in the copy names the key the user set."""
+
+
 def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str:
     """Where the offending value came from: the ``--set`` (or flag) that set the key the error
     names (or, for a rule across keys, a key its message names); else the file, or 'config'."""
     first = err.errors()[0]
     loc, text = ".".join(str(p) for p in first["loc"]), first["msg"]
+    if _COPIED_FROM.get(loc) in given and loc not in given:
+        loc = _COPIED_FROM[loc]  # its value came from the key given (an older config's name)
     latest_first = list(reversed(given.items()))  # the last one given wins, as in the tree
     for key, source in latest_first:
         if loc and (loc == key or loc.startswith(key + ".")):
@@ -920,6 +926,18 @@ def _source_of(err: ValidationError, given: dict[str, str], default: str) -> str
         if any(".".join(parts[:n]) in text for n in range(len(parts) - 1, 1, -1)):
             return source
     return default
+
+
+def _refuse_nul(tree: Any, given: dict[str, str], default: str, prefix: str = "") -> None:
+    """No key takes text with a NUL character (a path with one is no path: the OS refuses it,
+    later, with a traceback); one line naming where it came from."""
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else ()
+    for k, v in items:
+        key = f"{prefix}{k}"
+        if isinstance(v, str) and "\x00" in v:
+            source = next((src for g, src in reversed(given.items()) if key == g or key.startswith(g + ".")), default)
+            raise ConfigError(f"{source}: {key} holds a NUL character ({v[:60]!r}); no key takes one")
+        _refuse_nul(v, given, default, f"{key}.")
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any, source: str) -> None:
@@ -969,8 +987,9 @@ def load_yaml(path: str | Path) -> dict:
         raise
     except UserError as e:
         raise ConfigError(str(e).replace(": no such file", ": config file not found", 1)) from None
-    if data is None:
-        return {}
+    if data is None:  # an empty file, or only comments: a truncated or wrong file, not "defaults"
+        raise ConfigError(f"{p}: empty (no keys); a run config is a YAML mapping of sections "
+                          "(e.g. 'train: {steps: 10}')")
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: top level must be a mapping of sections")
     return data
@@ -1007,6 +1026,7 @@ def assemble(
     except ValidationError as e:
         source = _source_of(e, given, str(path) if path else "config")
         raise ConfigError(_format_validation_error(e, source)) from None
+    _refuse_nul(cfg.model_dump(), given, str(path) if path else "config")
     old = cfg.allocation.deprecated_keys()
     if old:  # kept for one release: the flat keys of the built-in strategies, allocation.options
         print(f"note: deprecated allocation keys (removed in the next release): {'; '.join(old)}",

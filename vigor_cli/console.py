@@ -1,8 +1,46 @@
-"""One rich console for the whole tool (stdout for tables, stderr for errors)."""
+"""One rich console for the whole tool (stdout for tables, stderr for errors), and the one way
+text the tool did not write itself reaches it.
+
+Text from a program under test, a model's completion, a dataset record, a file name or a user's
+value is printed *literally*: rich never reads it as markup (``[/]`` in a completion raised
+``MarkupError`` and stopped training at its completions table; ``runs/[exp1]`` printed as
+``runs/``), and control characters never reach the terminal: the escape sequences a
+program writes to stderr (clear the screen, set the clipboard, a hidden hyperlink) are shown
+as ``\\x1b``. Use :func:`literal` for a table cell or a whole line, :func:`shown` for a piece
+of a line that also holds markup.
+"""
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 console = Console()
 err_console = Console(stderr=True)
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+"""Every control character but newline and tab (C0, DEL, C1), and lone surrogates (which
+cannot be written to a UTF-8 terminal at all)."""
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def visible(text: object) -> str:
+    """``str(text)`` with every control character written as an escape (``\\x1b``, ``\\r``)."""
+    return _CONTROL.sub(_escape_control, str(text))
+
+
+def literal(text: object, style: str = "") -> Text:
+    """``text`` as a rich Text: no markup read, control characters visible."""
+    return Text(visible(text), style=style)
+
+
+def shown(text: object) -> str:
+    """``text`` for a line that holds markup of its own: markup escaped, controls visible."""
+    return escape(visible(text))

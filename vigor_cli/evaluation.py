@@ -125,10 +125,10 @@ class ProgressLines:
             self._line()
 
     def _line(self) -> None:
-        from vigor_cli.console import err_console
+        from vigor_cli.console import err_console, shown
 
         self.printed = True
-        err_console.print(f"eval {self.set_name}: {self.done}/{self.total} problems x {self.samples} samples "
+        err_console.print(f"eval {shown(self.set_name)}: {self.done}/{self.total} problems x {self.samples} samples "
                           f"({time.time() - self.start:.0f} s)", highlight=False)
 
 

@@ -13,8 +13,16 @@ import logging
 import socket
 from urllib.parse import urlparse
 
+from vigor_cli.errors import UserError
+
 PROBE_TIMEOUT_S = 3.0
 """How long the connection to the hub's endpoint may take before the hub counts as unreachable."""
+
+
+class HubUnavailable(UserError):
+    """Data or files that only the hub has could not be had (offline, refused, missing): one
+    line naming the flag that points to local files. `vigor train --dry-run` reads it as
+    'not checked here', a run as an error."""
 
 
 def quiet() -> None:

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Iterator
 
 from vigor_cli.errors import UserError
-from vigor_cli.user_files import LINE_MAX_BYTES, MAX_DEPTH, check_depth, open_binary
+from vigor_cli.user_files import (LINE_MAX_BYTES, MAX_DEPTH, DuplicateKeyError, check_depth, loads, number_problem,
+                                  open_binary)
 
 
 @dataclass
@@ -50,11 +51,15 @@ def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
     except UnicodeDecodeError:
         raise UserError(f"{path}:{number}: not UTF-8 text (a binary file?)") from None
     try:
-        row = json.loads(text)
+        row = loads(text)
+    except DuplicateKeyError as e:
+        raise UserError(f"{path}:{number}: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
     except RecursionError:  # nested past Python's own parser
         raise UserError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels; not data this tool reads") from None
+    except ValueError as e:  # an integer past the 4300-digit limit
+        raise UserError(f"{path}:{number}: not data this tool reads ({number_problem(e)})") from None
     check_depth(row, f"{path}:{number}")
     if not isinstance(row, dict):
         raise UserError(f"{path}:{number}: expected {expected}")

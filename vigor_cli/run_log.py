@@ -21,6 +21,7 @@ from vigor_cli.atomic import disk_errors, write_json_atomic
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import JsonlContent, read_jsonl
 from vigor_cli.records import kind_of
+from vigor_cli.user_files import loads
 
 LOGS = ("metrics.jsonl", "allocation.jsonl", "completions.jsonl")
 _EVAL_FILE = re.compile(r"^step-(\d+)\.json$")
@@ -145,9 +146,9 @@ class RunLog:
         if not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text())
+            data = loads(path.read_text())
         except (OSError, ValueError, RecursionError) as e:
-            raise UserError(f"{path}: damaged ({type(e).__name__}); restore it or delete it") from None
+            raise UserError(f"{path}: damaged ({type(e).__name__}: {str(e)[:120]}); restore it or delete it") from None
         if not isinstance(data, dict):
             raise UserError(f"{path}: damaged (not a JSON object); restore it or delete it")
         return data
@@ -156,7 +157,7 @@ class RunLog:
 def read_eval_line(path: Path) -> tuple[float, dict[str, float], int]:
     """(accuracy, accuracy per set, samples) of an evaluation file ``eval/step-N.json``."""
     try:
-        data = json.loads(path.read_text())
+        data = loads(path.read_text())
         sets = {name: float(s["accuracy"]) for name, s in data["sets"].items()}
         return float(data["accuracy"]), sets, sum(len(s["samples"]) for s in data["sets"].values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:

@@ -32,14 +32,14 @@ from typing import Any, Callable, Iterable
 from vigor_cli.atomic import (  # noqa: F401  (re-exported: their home before the split)
     DiskFullError, disk_errors, disk_full, is_disk_full, write_json_atomic, write_text_atomic,
 )
-from vigor_cli.checkpoints import COMPLETE, MANIFEST, CheckpointStore, verify_checkpoint  # noqa: F401
+from vigor_cli.checkpoints import COMPLETE, MANIFEST, RUN_ID, CheckpointStore, verify_checkpoint  # noqa: F401
 from vigor_cli.config import RunConfig, dump_config, load_yaml
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import JsonlContent
 from vigor_cli.run_log import LOGS, RunLog, read_eval_line  # noqa: F401
 
 LOCK = "run.lock"
-SETUP_FILES = frozenset({LOCK, "config.yaml", ".config.yaml.tmp", "checkpoints", "eval"})
+SETUP_FILES = frozenset({LOCK, "config.yaml", ".config.yaml.tmp", RUN_ID, f".{RUN_ID}.tmp", "checkpoints", "eval"})
 """What a run's directory holds before its first step (and all a failed start may remove)."""
 
 
@@ -193,11 +193,17 @@ class RunDir:
         raise UserError(f"train.run_name: {parent / name} and 998 suffixed names are taken")
 
     def make(self, cfg: RunConfig) -> "RunDir":
-        """Create the subdirectories and write the resolved config (before anything slow,
-        so a run killed while loading leaves a directory that resumes or is reused)."""
+        """Create the subdirectories, the run's id (``run-id``: every checkpoint records it,
+        so one copied in from another run is never taken for this run's) and the resolved
+        config (before anything slow, so a run killed while loading leaves a directory that
+        resumes or is reused)."""
+        import secrets
+
         with disk_errors(self.path):
             self.checkpoints.mkdir(parents=True, exist_ok=True)
             self.eval_dir.mkdir(exist_ok=True)
+        if not (self.path / RUN_ID).is_file():
+            write_text_atomic(self.path / RUN_ID, secrets.token_hex(16) + "\n")
         self.write_config(cfg)
         return self
 

@@ -369,7 +369,9 @@ def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, sampl
     if console is not None:
         from rich.table import Table
 
-        table = Table(title=f"tiny model, held-out, temperature 1 ({path})")
+        from vigor_cli.console import literal
+
+        table = Table(title=literal(f"tiny model, held-out, temperature 1 ({path})"))
         table.add_column("measure")
         table.add_column("value", justify="right")
         for key, value in result.items():

@@ -102,10 +102,9 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
 def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
     """`vigor train --dry-run`'s health lines: the training prompts read, rendered and encoded
     as a run would (the tokenizer, no weights), checked against the model's context and the
-    reference answers' lengths (vigor_cli/health.py). A built-in task whose training data is a
-    hub dataset that cannot be read here (offline: a plan made on a laptop for a GPU machine)
-    skips them with a note; a local file (task.train_path, --data) that cannot be read fails."""
+    reference answers' lengths (vigor_cli/health.py)."""
     from vigor_cli import health
+    from vigor_cli.hub import HubUnavailable
     from vigor_cli.memory_plan import model_shape
     from vigor_cli.models import load_tokenizer
     from vigor_cli.tasks import get_task
@@ -114,12 +113,8 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
     try:
         try:
             train_examples = task.train_examples()
-        except UserError as e:
-            if cfg.task.name == "custom" or getattr(cfg.task, "train_path", None):
-                raise
-            out.print(f"note: the checks before the first step are skipped, the training prompts cannot be "
-                      f"read here: {e}", markup=False, highlight=False, soft_wrap=True)
-            return []
+        except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
+            return [f"the checks before the first step read the training data, which is not here: {e}"]
         tokenizer = load_tokenizer(cfg.model)
         examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)

@@ -119,6 +119,8 @@ def stop_status(signal_name: str, run_path: Path, loading: bool, step: int, of: 
 def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[str, Example]):
     from rich.table import Table
 
+    from vigor_cli.console import literal
+
     table = Table(title=f"completions at step {step}", show_lines=True, expand=True)
     table.add_column("prompt", ratio=3)
     table.add_column("completion", ratio=4)
@@ -126,7 +128,7 @@ def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[st
     table.add_column("advantage", justify="right")
     for s in samples:
         table.add_row(
-            examples[s.uid].question[-300:], s.rollout.text[:400],
+            literal(examples[s.uid].question[-300:]), literal(s.rollout.text[:400]),
             "unscored" if s.reward is None else f"{s.reward:.2f}", f"{s.advantage:+.3f}"
         )
     return table

@@ -24,7 +24,7 @@ import torch
 from vigor_cli import health, train_checkpoint
 from vigor_cli.allocation.base import Request
 from vigor_cli.config import RunConfig
-from vigor_cli.console import console as default_console
+from vigor_cli.console import console as default_console, shown
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import eval_line, evaluate_sets, held_out_sampling
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
@@ -375,7 +375,7 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
         except BaseException:
             run.abandon()  # a run that never started leaves no directory behind
             raise
-    out.print(f"run directory: {run.path}")
+    out.print(f"run directory: {shown(run.path)}", highlight=False)
     try:
         return trainer.run()
     finally:
@@ -388,7 +388,7 @@ def _resume(path: Path, steps: int | None, out: Any,
     from vigor_cli import resume
 
     def warn(message: str) -> None:
-        out.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        out.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
 
     run = RunDir.open_existing(path).acquire()  # refuses a run another process has
     try:
@@ -398,5 +398,6 @@ def _resume(path: Path, steps: int | None, out: Any,
     except BaseException:
         run.release()
         raise
-    out.print(f"resuming {run.path} from {plan.checkpoint or 'the start (no checkpoint yet)'}")
+    out.print(f"resuming {shown(run.path)} from {shown(plan.checkpoint or 'the start (no checkpoint yet)')}",
+              highlight=False)
     return run, trainer

@@ -13,6 +13,9 @@ decided before the work it feeds starts:
 - **YAML that says one thing twice**: a duplicate key (PyYAML keeps the last silently, so a
   repeated ``train:`` section drops the first) and aliases expanding past
   :data:`MAX_YAML_VALUES` values (a "billion laughs" file) are refused, naming ``file:line``.
+- **JSON that says one thing twice**: a duplicate key in an object (``json.loads`` keeps the
+  last silently: a record's ``question_id`` or a case's ``gold`` given twice) is refused
+  naming the key, in every JSON and JSONL file the tool reads (:func:`loads`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def regular_file(path: str | Path, what: str = "") -> Path:
     p = Path(path)
     if str(path) == "":
         raise UserError(f"{what}'': an empty path; give a file")
+    if "\x00" in str(path):
+        raise UserError(f"{what}{str(path)!r}: not a path (it holds a NUL character)")
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -74,9 +79,15 @@ def regular_file(path: str | Path, what: str = "") -> Path:
     if stat.S_ISDIR(st.st_mode):
         raise UserError(f"{what}{p}: is a directory; give a file")
     if not stat.S_ISREG(st.st_mode):
-        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a file")
-        raise UserError(f"{what}{p}: not a regular file ({kind}); give a file")
+        raise UserError(f"{what}{p}: not a regular file ({file_kind(st.st_mode)}); give a file")
     return p
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a FIFO (named pipe)", "a directory")."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def open_binary(path: str | Path, what: str = "") -> BinaryIO:
@@ -134,17 +145,55 @@ def check_depth(value: Any, where: str, limit: int = MAX_DEPTH) -> Any:
     return value
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names the same key twice."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"duplicate key {key[:80]!r} in an object; JSON keeps only the last, so "
+                         "write each key once")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKeyError(key)
+            seen.add(key)
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` refusing a duplicate key (:class:`DuplicateKeyError`, a ValueError): the
+    one JSON parser of files the tool reads (data, cases, results, run logs, checkpoints)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def parse_json(text: str | bytes, where: str) -> Any:
-    """``json.loads`` that is total: bad JSON and deep nesting are one line naming ``where``."""
+    """``json.loads`` that is total: bad JSON, a duplicate key and deep nesting are one line
+    naming ``where``."""
     try:
-        value = json.loads(text)
+        value = loads(text)
+    except DuplicateKeyError as e:
+        raise UserError(f"{where}: {e}") from None
     except RecursionError:
         raise UserError(f"{where}: nested deeper than {MAX_DEPTH} levels; not data this tool reads") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{where}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except UnicodeDecodeError:
         raise UserError(f"{where}: not UTF-8 text") from None
+    except ValueError as e:  # an integer past Python's 4300-digit limit for reading one
+        raise UserError(f"{where}: not data this tool reads ({number_problem(e)})") from None
     return check_depth(value, where)
+
+
+def number_problem(exc: ValueError) -> str:
+    """Why a parser's ValueError that is not a syntax error happened, short (an integer of
+    more digits than Python converts: ``sys.get_int_max_str_digits()``)."""
+    text = str(exc)
+    return "an integer of more than 4300 digits" if "integer string conversion" in text else text[:120]
 
 
 def read_json(path: str | Path, what: str = "", limit: int = TEXT_MAX_BYTES) -> Any:
@@ -206,7 +255,10 @@ def _expanded_size(node: Any) -> int:
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML text to Python values under the rules above; errors name ``source`` and the line."""
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # its reader refuses control characters here
+    except yaml.YAMLError as e:
+        raise FormatError(source, f"not valid YAML ({getattr(e, 'reason', None) or str(e).splitlines()[0]})") from None
     loader.source = source
     try:
         node = loader.get_single_node()
@@ -221,6 +273,8 @@ def parse_yaml(text: str, source: str) -> Any:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise FormatError(source, f"not valid YAML ({problem})", mark.line + 1 if mark else None) from None
+    except ValueError as e:  # a constructor's: an integer past the 4300-digit limit
+        raise FormatError(source, f"not valid YAML ({number_problem(e)})") from None
     finally:
         loader.dispose()
 

@@ -17,7 +17,7 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.settings import known_names, set_key
-from vigor_cli.console import console, err_console
+from vigor_cli.console import console, err_console, shown
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
 
@@ -97,7 +97,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
             cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
-        warn = lambda m: err_console.print(f"[yellow]warning:[/] {m}", highlight=False)  # noqa: E731
+        warn = lambda m: err_console.print(f"[yellow]warning:[/] {shown(m)}", highlight=False)  # noqa: E731
         ckpt = RunDir(run).store.pick(checkpoint, warn)
         return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
                                 "name_or_path": cfg.model.name_or_path}
@@ -159,7 +159,7 @@ def evaluate(
     console.print(results_table(results, f"{model_desc.get('run') or model_desc['name_or_path']}: "
                                          f"n={sampling['n']}, temperature={sampling['temperature']}"))
     if output is not None:
-        console.print(f"results: {output}", highlight=False)
+        console.print(f"results: {shown(output)}", highlight=False)
 
 
 def rescore_file(rescore: Path, data_dir: Optional[Path], output: Optional[Path]) -> None:
@@ -173,7 +173,7 @@ def rescore_file(rescore: Path, data_dir: Optional[Path], output: Optional[Path]
     target = output or rescore.with_name(rescore.stem + ".rescored.json")
     write_results(results, target)
     console.print(results_table(results, f"re-scored {rescore}"))
-    console.print(f"results: {target}", highlight=False)
+    console.print(f"results: {shown(target)}", highlight=False)
 
 
 def sampling_settings(cfg: Any, n: Optional[int], temperature: Optional[float], top_p: Optional[float],

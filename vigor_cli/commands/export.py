@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.markup import escape
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console, err_console
+from vigor_cli.console import console, err_console, shown
 from vigor_cli.export import DTYPES  # light: heavy imports are inside its functions
 
 
@@ -31,7 +30,7 @@ def export(
         exporter.push_to_hub_check(push_to_hub)  # offline: one line before any work
 
     def warn(message: str) -> None:
-        err_console.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
 
     result = exporter.export(run, out, step=step, merge_lora=merge_lora, dtype=dtype, warn=warn)
     if push_to_hub is not None:
@@ -40,17 +39,16 @@ def export(
         typer.echo(json.dumps(result, indent=1))
         return
     what = {"full": "full model", "merged": "LoRA merged into its base", "adapter": "LoRA adapter"}[result["kind"]]
-    console.print(f"[bold]exported[/] {result['checkpoint']} of {escape(result['run'])} ({what}"
-                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {escape(result['out'])}", highlight=False,
+    # soft_wrap: each line whole at any width (in a log file the load command was cut in three)
+    console.print(f"[bold]exported[/] {shown(result['checkpoint'])} of {shown(result['run'])} ({what}"
+                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {shown(result['out'])}", highlight=False,
                   soft_wrap=True)
-    console.print(f"stop token ids in generation_config.json: {result['stop_token_ids']}", markup=False,
-                  highlight=False)
+    console.print(f"stop token ids in generation_config.json: {result['stop_token_ids']}", highlight=False)
     if result["kind"] == "adapter":
-        console.print(f"load: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('{result['base']}'), "
-                      f"'{result['out']}'); one merged folder: add --merge-lora", markup=False, highlight=False,
-                      soft_wrap=True)  # one line to copy, at any width
+        console.print(f"load: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('{shown(result['base'])}'), "
+                      f"'{shown(result['out'])}'); one merged folder: add --merge-lora", highlight=False, soft_wrap=True)
     else:
-        console.print(f"load: AutoModelForCausalLM.from_pretrained('{result['out']}') or vllm serve {result['out']}",
-                      markup=False, highlight=False, soft_wrap=True)
+        console.print(f"load: AutoModelForCausalLM.from_pretrained('{shown(result['out'])}') or vllm serve "
+                      f"{shown(result['out'])}", highlight=False, soft_wrap=True)
     if result.get("pushed"):
-        console.print(f"pushed: {result['pushed']}", markup=False, highlight=False, soft_wrap=True)
+        console.print(f"pushed: {shown(result['pushed'])}", highlight=False, soft_wrap=True)

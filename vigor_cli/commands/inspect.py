@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console, err_console
+from vigor_cli.console import console, err_console, shown
 from vigor_cli.errors import UserError
 
 
@@ -36,7 +36,7 @@ def inspect_allocation(
     run_path = check_run_dir(run)
     steps, notes = load_allocation(run_path, read_config(run_path))
     for note in notes:
-        err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]note:[/] {shown(note)}", highlight=False, soft_wrap=True)
     chosen = choose_steps(steps, step, last)
     held = health_by_step(run_path)
     summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]

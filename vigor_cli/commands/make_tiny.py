@@ -26,7 +26,7 @@ def make_tiny(
     """Build the tiny Qwen2 model and warm it on the tiny tasks' training split (a few CPU minutes)."""
     import torch
 
-    from vigor_cli.console import console
+    from vigor_cli.console import console, shown
     from vigor_cli.tiny_model import RECIPES, make_tiny as build, measure_asset, warm_task
 
     if recipe not in RECIPES:
@@ -39,7 +39,7 @@ def make_tiny(
         warm_task(recipe, out, seed=seed, split_seed=split_seed, log=log)
         return
     made = build(out, seed=seed, split_seed=split_seed, max_steps=max_steps, target=target, log=log)
-    console.print(f"saved {out} ({made['parameters']:,} parameters, {made['steps']} steps, "
+    console.print(f"saved {shown(out)} ({made['parameters']:,} parameters, {made['steps']} steps, "
                   f"{made['warmup_seconds']:.0f} s)")
     if measure:
         measure_asset(out, split_seed=split_seed, seed=seed, console=console)

@@ -250,9 +250,30 @@ def _path_parser(what: str, as_path: bool) -> Callable[[Any], Any]:
     def parse(value: Any) -> Any:
         if isinstance(value, str) and value.strip() == "":
             raise typer.BadParameter(f"an empty path; give a {what} name")
+        if "\x00" in str(value):
+            raise typer.BadParameter(f"{str(value)!r} is not a path (it holds a NUL character)")
         return Path(value) if as_path else str(value)
 
     return parse
+
+
+def _not_a_regular_file(path: Path) -> Optional[str]:
+    """What ``path`` is when something other than a regular file is there (None: nothing, or a
+    regular file). Results are written to a temporary file renamed over the path, so a FIFO,
+    a device (as root, ``--output /dev/null`` replaced the system's /dev/null) or a socket
+    there would be destroyed: refused instead, like a symlink loop."""
+    import os
+    import stat
+
+    from vigor_cli.user_files import file_kind
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None  # nothing there yet (or a dangling link, replaced like a file)
+    except OSError as e:
+        return f"cannot be used ({e.strerror or e})"
+    return None if stat.S_ISREG(mode) else f"is {file_kind(mode)}"
 
 
 def _output_path(is_dir: bool) -> Callable[[Any], Any]:
@@ -267,6 +288,10 @@ def _output_path(is_dir: bool) -> Callable[[Any], Any]:
         else:
             if path.is_dir():
                 raise typer.BadParameter(f"{path} is a directory; give a file name")
+            special = _not_a_regular_file(path)
+            if special is not None:
+                raise typer.BadParameter(f"{path} {special}; give a file name (the file is replaced, "
+                                         "never written through)")
             blocker = file_in_the_way(path.parent)
         if blocker is not None:
             raise typer.BadParameter(f"cannot write under {path}: {blocker} is a file, not a directory")

@@ -13,7 +13,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console, err_console
+from vigor_cli.console import console, err_console, shown
 
 
 def report(
@@ -32,7 +32,7 @@ def report(
     loaded = [load_run(p) for p in runs]
     for r in loaded:
         for note in r.notes:
-            err_console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]note:[/] {shown(note)}", highlight=False, soft_wrap=True)
     curves = [run_curve(r, metric) for r in loaded]
     base = baseline_index(loaded, baseline)
     if target is None:

@@ -322,23 +322,23 @@ def _run_training(*args, **kwargs):
 
 def _dry_run(cfg, console) -> None:
     """`--dry-run`: the task's data and rewards (read and checked: a bad file or function fails
-    here), the memory plan and the verdict; no model is loaded, nothing is written."""
+    here), the memory plan and the verdict, then what the health checks can tell before
+    generating; no model is loaded, nothing is written."""
     from vigor_cli import memory_plan
-    from vigor_cli.tasks import preview_task
-
     from vigor_cli.console import err_console
+    from vigor_cli.tasks import preview_task
     from vigor_cli.train_data import dry_run_health
 
     for line in preview_task(cfg.task):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    for line in dry_run_health(cfg, console):  # what the health checks can tell before generating
-        err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     plan = memory_plan.plan_run(cfg)
     console.print(memory_plan.render(plan))
     for note in plan.notes:
         console.print(f"[yellow]{note}[/]")
     memory_plan.check(plan)  # exit 2 with the keys to change
+    for line in dry_run_health(cfg, console):  # what the health checks can tell before generating
+        err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     if plan.available is not None:
         verdict = "fits" if plan.device == "cuda" else "CPU run (not refused)"
         console.print(f"[bold]{verdict}[/]: peak {plan.peak / memory_plan.GIB:.1f} GiB of "

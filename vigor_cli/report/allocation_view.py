@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from vigor_cli.console import literal
+
 
 def _rewards_text(rewards: list[float]) -> str:
     """Up to 8 binary rewards as 0/1 digits; more as 'correct/n'; others by their mean."""
@@ -162,7 +164,7 @@ def step_table(s: Any, summary: dict, text_width: int, width: int) -> Any:
     for row, p in zip(rows, prompts):
         t.add_row(
             *(f"[{style}]{text}[/]" if style and text else text for text, style in row),
-            _truncate(p.text, text_width),
+            literal(_truncate(p.text, text_width)),
         )
     return t
 

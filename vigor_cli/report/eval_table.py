@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from vigor_cli.console import literal
+
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}"
 
 
 def results_table(results: dict, title: str) -> Table:
-    """avg@n, pass@k for every k reported, and the code test pass rate, in percent."""
+    """avg@n, pass@k for every k reported, and the code test pass rate, in percent (the title
+    and benchmark names, which come from paths and files, printed literally)."""
     benches = results["sets"]
     ks: list[str] = []
     for b in benches.values():
@@ -22,7 +25,7 @@ def results_table(results: dict, title: str) -> Table:
     caption = "pass@k: unbiased estimator over n samples"
     if has_code:
         caption += "; code: avg@n is the full pass rate, test pass the mean share of tests passed"
-    t = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    t = Table(title=literal(title), title_justify="left", caption=caption, caption_justify="left")
     t.add_column("benchmark")
     t.add_column("problems", justify="right")
     t.add_column("n", justify="right")
@@ -33,7 +36,7 @@ def results_table(results: dict, title: str) -> Table:
         t.add_column("test pass %", justify="right")
     for name, b in benches.items():
         m = b["metrics"]
-        row = [name, str(m["problems"]), str(m["n"]), _pct(m["avg@n"])]
+        row = [literal(name), str(m["problems"]), str(m["n"]), _pct(m["avg@n"])]
         row += [_pct(m["pass@k"].get(k)) for k in ks]
         if has_code:
             row.append(_pct(m.get("test_pass_rate")))

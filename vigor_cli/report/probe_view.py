@@ -7,12 +7,12 @@ from __future__ import annotations
 def print_result(result: dict) -> None:
     from rich.table import Table
 
-    from vigor_cli.console import console
+    from vigor_cli.console import console, literal
 
     law = result["variance_law"]
     fmt = lambda k: k if isinstance(k, str) else ("-" if k is None else f"{k:.2f}")
-    t = Table(title=f"variance law: {result['model']} on {result['task']}, {result['prompts']} prompts x "
-                    f"{result['samples']} rollouts, temperature {result['temperature']}", title_justify="left")
+    t = Table(title=literal(f"variance law: {result['model']} on {result['task']}, {result['prompts']} prompts x "
+                            f"{result['samples']} rollouts, temperature {result['temperature']}"), title_justify="left")
     t.add_column("measure")
     t.add_column("value", justify="right")
     t.add_row(f"pass counts ({' / '.join(law['histogram'])})", " / ".join(str(v) for v in law["histogram"].values()))
@@ -24,8 +24,8 @@ def print_result(result: dict) -> None:
     t.add_row("empirical eta (perfect ranking)", f"{law['eta_empirical']:.2f}")
     console.print(t)
     sim = result["simulated"]
-    s = Table(title=f"simulated ({sim['model']}), {sim['prompts_per_step']} prompts/step, "
-                    f"target mean pass rate {sim['target_mean_pass_rate']}", title_justify="left")
+    s = Table(title=literal(f"simulated ({sim['model']}), {sim['prompts_per_step']} prompts/step, "
+                            f"target mean pass rate {sim['target_mean_pass_rate']}"), title_justify="left")
     s.add_column("strategy")
     s.add_column("rollouts to target", justify="right")
     s.add_column("speed-up vs grpo", justify="right")

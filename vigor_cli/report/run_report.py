@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from vigor_cli.console import literal
 from vigor_cli.errors import UserError
 
 
@@ -80,7 +81,7 @@ def target_rows(rows: list[dict], title: str, first_col: str) -> Any:
     t.add_column("speed-up (tokens)", justify="right")
     for row in rows:
         t.add_row(
-            row["name"],
+            literal(row["name"]),
             f"{row['final_accuracy']:.3f}",
             _fmt_count(row["rollouts_to_target"]),
             _fmt_ratio(row["rollouts_speedup"]),
@@ -102,9 +103,12 @@ def print_report(console: Any, table: dict, metric: str, target: float, out: Pat
     if table["groups"]:
         console.print(target_rows(table["groups"], "seed groups (mean curve over the rollouts every seed "
                                   "reached; band = min-max)", "group"))
+    from vigor_cli.console import shown
+
     for line in table.get("grouped", []):
-        console.print(f"seed group {line}", highlight=False)
+        console.print(f"seed group {shown(line)}", highlight=False)
     for note in table.get("notes", []):
-        console.print(f"[yellow]note:[/] {note}", highlight=False)
+        console.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
     pngs = table["plots"]
-    console.print(f"plots: {pngs['rollouts']}, {pngs['tokens']}; table: {out / 'report.json'}")
+    console.print(f"plots: {shown(pngs['rollouts'])}, {shown(pngs['tokens'])}; table: {shown(out / 'report.json')}",
+                  highlight=False)

@@ -51,8 +51,8 @@ def print_summary(summary: dict, console: Any) -> None:
         f"[bold]{what}[/] {change}  in {summary['wall_time']:.0f}s, {summary['rollouts']} rollouts",
         highlight=False, soft_wrap=True,
     )
-    console.print(f"[bold]run directory[/] {summary['run_dir']}", highlight=False)
-    from rich.markup import escape
+    from vigor_cli.console import shown
 
-    console.print(f"[bold]export the model[/] {escape(export_command(summary['run_dir']))}",
+    console.print(f"[bold]run directory[/] {shown(summary['run_dir'])}", highlight=False)
+    console.print(f"[bold]export the model[/] {shown(export_command(summary['run_dir']))}",
                   highlight=False, soft_wrap=True)

@@ -231,7 +231,7 @@ def _hub_release_files(release: str, flag: str, what: str) -> list[Path]:
     if reason is not None:  # offline: the cached files, or one line now (not a minute of retries)
         cached = _cached_release_files(names)
         if cached is None:
-            raise UserError(f"cannot download {what} from the hub ({LCB_HUB_ID}): {reason}, and the files "
+            raise hub.HubUnavailable(f"cannot download {what} from the hub ({LCB_HUB_ID}): {reason}, and the files "
                             f"are not in the Hugging Face cache; point to local files with {flag}")
         return cached
     paths = []
@@ -240,7 +240,7 @@ def _hub_release_files(release: str, flag: str, what: str) -> list[Path]:
             paths.append(Path(hf_hub_download(LCB_HUB_ID, name, repo_type="dataset")))
         except Exception as e:  # network, auth, offline and missing-file errors vary
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise UserError(f"cannot download {what} from the hub ({LCB_HUB_ID}, file {name}): "
+            raise hub.HubUnavailable(f"cannot download {what} from the hub ({LCB_HUB_ID}, file {name}): "
                             f"{reason[:200]}; offline? point to local files with {flag}") from None
     return paths
 

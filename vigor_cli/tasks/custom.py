@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
@@ -161,6 +162,9 @@ class CustomTask(Task):
                     raise UserError(f"{where}: missing field '{source}' (reward {reward.spec} needs it)")
                 if columns.get(col) is None and reward.builtin:
                     raise UserError(f"{where}: field '{source}' is null (reward {reward.spec} grades against it)")
+                if reward.builtin and col == "answer":  # a NaN or an object gold: graded as its repr
+                    records.check_record({source: columns.get(col)}, f"{where} (reward {reward.spec})",
+                                         answers=(source,))
         return Example(uid=f"custom/{part}/{i}", question=_text_of(prompt), answer=columns.get("answer"),
                        meta={"prompt": prompt, "columns": columns, "where": where})
 

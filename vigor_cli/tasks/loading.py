@@ -145,10 +145,20 @@ def _json_table(p: Path) -> Table:
     if head != "[":
         numbered = list(iter_jsonl(p, "a JSON object per line, or one JSON array of objects"))
         return Table([r for _, r in numbered], str(p), "json", lines=[n for n, _ in numbered])
+    from vigor_cli.user_files import DuplicateKeyError, loads
+
     try:
-        items = json.loads(p.read_text(encoding="utf-8"))
+        items = loads(p.read_text(encoding="utf-8"))
+    except DuplicateKeyError as e:
+        raise UserError(f"{p}: {e}") from None
     except json.JSONDecodeError as e:
         raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+    except RecursionError:
+        raise UserError(f"{p}: nested too deep; not data this tool reads") from None
+    except ValueError as e:  # an integer past the 4300-digit limit
+        from vigor_cli.user_files import number_problem
+
+        raise UserError(f"{p}: not data this tool reads ({number_problem(e)})") from None
     for i, item in enumerate(items):
         if not isinstance(item, dict):
             raise UserError(f"{p} row {i + 1}: expected a JSON object, got {type(item).__name__}")
@@ -284,14 +294,14 @@ def _hub_call(fn: Any, hub_id: str, split: str, what: str, flag: str) -> Any:
     hub.quiet()
     reason = None if hub.offline_mode() else hub.unreachable()  # offline mode: the cache only
     if reason is not None:
-        raise UserError(f"cannot load {what} from the hub ({hub_id}, split {split}): {reason}; point to "
+        raise hub.HubUnavailable(f"cannot load {what} from the hub ({hub_id}, split {split}): {reason}; point to "
                         f"local files with {flag} (or set HF_HUB_OFFLINE=1 to use a cached copy)")
     try:
         _quiet_datasets()
         return fn()
     except Exception as e:  # network, auth and offline errors come as many types
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(
+        raise hub.HubUnavailable(
             f"cannot load {what} from the hub ({hub_id}, split {split}): {reason[:200]}; "
             f"offline? point to local files with {flag}"
         ) from None
