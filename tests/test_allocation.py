@@ -451,3 +451,29 @@ def test_equal_fractional_pools_tie_by_seed_not_by_reward_order():
         kept = [r.uid for r in alloc.ask()]
         kept_first += kept == [requests[0].uid]
     assert 8 <= kept_first <= 32
+
+
+@pytest.mark.parametrize("strategy", __import__("vigor_cli.allocation", fromlist=["STRATEGIES"]).STRATEGIES)
+def test_a_prompt_with_no_scored_rollout_is_left_out_not_a_crash(strategy):
+    """A user's reward that returns None for every rollout of a prompt (no answer to grade):
+    every strategy finishes its steps, counts them unscored and gives that prompt no group.
+    auto (the default), difficulty, greso and pilot-commit divided by the empty pool (a
+    traceback at step 1 of `vigor train --reward file.py:func`)."""
+    alloc = make_allocator(vigor(strategy=strategy, gen_batch_multiplier=4), 8, 0)
+    draw = Counter(pool=400)
+    for step in (1, 2, 3, 4):  # later steps meet prompts again (greso's, auto's history)
+        alloc.start_step(step, draw.draw)
+        seen: dict[str, int] = {}
+        unscored = 0
+        while requests := alloc.ask():
+            told = {}
+            for r in requests:
+                never = int(r.uid[1:]) % 3 == 0  # the trainer tells only the scored rewards
+                told[r.uid] = [] if never else [bernoulli(r.uid, seen.get(r.uid, 0) + j) for j in range(r.n)]
+                unscored += r.n if never else 0
+                seen[r.uid] = seen.get(r.uid, 0) + r.n
+            alloc.tell(told)
+        result = alloc.finish()
+        assert unscored > 0 and result.record["totals"]["unscored"] == unscored
+        used = {uid for uid, indices in result.groups.items() if indices}
+        assert used and all(int(uid[1:]) % 3 for uid in used), (step, result.groups)

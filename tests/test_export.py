@@ -108,7 +108,7 @@ def checkpoint_generations(run: Path) -> tuple[list[list[int]], list[int]]:
     from vigor_cli.runs import RunDir, read_config
 
     cfg = RunConfig.model_validate(read_config(run))
-    checkpoint = RunDir(run).pick_checkpoint(None, print)
+    checkpoint = RunDir(run).store.pick(None, print)
     model, tok, _ = load_policy(cfg.model.model_copy(update={"device": "cpu"}), str(checkpoint))
     model.eval()
     stops = stop_token_ids(model, tok)
@@ -262,3 +262,34 @@ def test_train_summary_prints_the_export_command(tmp_path):
                        "rollouts": 64}, console)
         text = console.export_text()
         assert f"vigor export '{run}' --out '{run}/export'{flag}" in text
+
+
+def test_export_of_the_newest_checkpoint_loads_and_generates(tmp_path, vigor, monkeypatch):
+    """`vigor export RUN --out DIR` without --step, as the end of `vigor train` prints it, on a
+    run whose checkpoint holds the tiny model as saved (no training: fast). It stopped with a
+    traceback ('RunDir' object has no attribute 'pick_checkpoint') after the run directory
+    split; the trained-run tests above are slow, so nothing fast caught it."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vigor_cli.models import save_policy
+    from vigor_cli.runs import RunDir
+
+    cfg = build_config(sets=sets(tmp_path, "run"))
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.write_config(cfg)
+    model, tok = AutoModelForCausalLM.from_pretrained(TINY_DIR), AutoTokenizer.from_pretrained(TINY_DIR)
+    tmp = run.begin_checkpoint(3)
+    save_policy(model, tok, tmp)
+    run.commit_checkpoint(tmp, 3, keep=2)
+    run.append("metrics.jsonl", {"step": 3, "reward/mean": 0.5, "rollouts/cumulative": 96})
+    from vigor_cli.console import console
+
+    monkeypatch.setattr(console, "width", 80)  # as in a log file: the load line is one line to copy
+    code, out, err = vigor("export", str(run.path), "--out", str(tmp_path / "export"))
+    assert code == 0, err
+    assert "step-3" in out and "Traceback" not in err
+    assert f"load: AutoModelForCausalLM.from_pretrained('{tmp_path / 'export'}') or vllm serve {tmp_path / 'export'}\n" in out
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "export").eval()
+    assert greedy(loaded, AutoTokenizer.from_pretrained(tmp_path / "export")) == greedy(model.eval(), tok, [2])
+    assert gen_config_stops(tmp_path / "export") == [tok.eos_token_id]

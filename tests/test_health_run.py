@@ -164,6 +164,27 @@ def test_dry_run_says_what_it_can_before_generating(tmp_path, vigor, no_model_lo
             "length (2 tokens): most long answers cannot be written; raise it") in err
 
 
+def test_dry_run_plans_a_hub_task_offline_with_a_note(tmp_path, vigor, no_model_load, monkeypatch):
+    """`--dry-run` plans a hub task (README: from config.json alone) on a machine that cannot
+    reach the hub: the checks that need the training prompts are skipped with one line naming
+    why. They used to stop it, exit 2 ('cannot load MATH training problems from the hub').
+    The hub is unreachable for real: its endpoint is a closed local port."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    code, out, err = vigor("train", "--dry-run", "--task", "math", "--output-dir", str(tmp_path))
+    assert code == 0, err
+    [line] = err.strip().splitlines()
+    assert line.startswith("warning: the checks before the first step read the training data, which is not "
+                           "here: cannot load MATH training problems from the hub"), line
+    assert "memory plan" in out and not any(tmp_path.iterdir())
+    bad = tmp_path / "bad.jsonl"  # a local file is read and checked as the run would
+    bad.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": \n')
+    code, _, err = vigor("train", "--dry-run", "--task", "math", "--set", f"task.train_path={bad}")
+    assert code == 2 and f"{bad}:2: not valid JSON" in err
+
+
 def test_the_trl_path_logs_the_same_checks(tmp_path, run):
     from vigor_cli.integrations.trl import build_trainer
 

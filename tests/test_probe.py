@@ -128,3 +128,22 @@ def test_simulation_on_probed_rates_reports_speedups():
         r = rows[name]
         if r["rollouts_to_target"]:
             assert r["speedup_vs_grpo"] == pytest.approx(rows["grpo"]["rollouts_to_target"] / r["rollouts_to_target"], abs=1e-3)
+
+
+def test_probe_on_your_own_task_with_a_reward_that_returns_none(vigor, tmp_path):
+    """Your own task (task.* keys through --set) with a reward that cannot score some
+    completions (None, TRL's convention): those count as not passed and are reported. The
+    probe stopped with a TypeError (float(None))."""
+    import json as _json
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(_json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
+                            for a in range(5) for b in range(5)))
+    reward = tmp_path / "r.py"
+    reward.write_text("def right(prompts, completions, answer, **kw):\n"
+                      "    return [None if i % 2 else float(a in c) for i, (c, a) in enumerate(zip(completions, answer))]\n")
+    code, out, err = vigor("probe", "--set", "task.name=custom", "--set", f"task.data={data}",
+                           "--set", f"task.rewards=[{reward}:right]", "--prompts", "8", "--samples", "4", "--json")
+    assert code == 0, err
+    result = _json.loads(out)
+    assert result["unscored"] == 8 * 2 and result["task"] == "custom"

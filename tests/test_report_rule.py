@@ -171,3 +171,19 @@ def test_seed_groups_say_which_runs_and_draw_each_to_its_end(tmp_path, vigor):
     assert "seed group grpo (2 seeds): g0 (seed 0), g1 (seed 1)" in " ".join(out.split())
     rep = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert rep["groups"][0]["runs"] == ["g0", "g1"] and rep["groups"][0]["seeds"] == [0, 1]
+
+
+def test_a_target_met_at_the_start_is_said_to_say_nothing(tmp_path, vigor):
+    """Two runs that learned nothing: the default target (the lowest final accuracy) is their
+    starting accuracy, and the table said 'rollouts to target 0' for both, as if reached at
+    once. A note says so and how to ask for a target that means something."""
+    a = write_run(tmp_path / "a", "grpo", 0, [0.0, 0.0, 0.0])
+    b = write_run(tmp_path / "b", "grpo", 1, [0.0, 0.0, 0.1])
+    code, out, err = vigor("report", str(a), str(b), "--out", str(tmp_path / "rep"))
+    assert code == 0, err
+    notes = json.loads((tmp_path / "rep" / "report.json").read_text())["notes"]
+    assert ("a, b: the first evaluation already meets the target 0.000, so 'rollouts to target' is 0 and says "
+            "nothing; give --target above the start") in notes
+    code, out, err = vigor("report", str(a), str(b), "--out", str(tmp_path / "rep2"), "--target", "0.05")
+    assert code == 0, err
+    assert not any("already meets" in n for n in json.loads((tmp_path / "rep2" / "report.json").read_text())["notes"])

@@ -331,3 +331,12 @@ def test_a_real_run_reaches_every_dashboard(trained):
     rewards = {int(entry["step"]): entry["reward/mean"] for entry in logs if entry.get("reward/mean") is not None}
     assert set(rewards) == {1, 2, 3}
     assert rewards[3] == pytest.approx(train_rows[3]["reward/mean"])
+
+
+def test_train_help_names_the_extra_to_install(vigor):
+    """--report-to's help says which extra to install; rich read '[tensorboard]' in
+    "pip install 'vigor[tensorboard]'" as markup and printed "pip install 'vigor'"."""
+    code, out, _ = vigor("train", "--help")
+    assert code == 0
+    text = " ".join(out.replace("│", " ").split())
+    assert "pip install 'vigor[tensorboard]'" in text and "pip install 'vigor'." not in text

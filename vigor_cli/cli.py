@@ -30,6 +30,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"show_default": True},  # every option's default in --help
+    rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
 )
 
 def _version(value: bool) -> None:

@@ -459,19 +459,22 @@ class AllocationConfig(_Section):
         out._deprecated = notes
         return out
 
-    reward_range: tuple[Annotated[float, Field(ge=-1e9, le=1e9)], Annotated[float, Field(ge=-1e9, le=1e9)]] = Field(
-        (0.0, 1.0),
-        description="The lowest and highest reward a rollout can get. Allocation strategies read "
-        "rewards as pass rates in [0, 1]: each reward is told to the allocator as "
+    reward_range: Literal["auto"] | tuple[Annotated[float, Field(ge=-1e9, le=1e9)],
+                                          Annotated[float, Field(ge=-1e9, le=1e9)]] = Field(
+        "auto",
+        description="The lowest and highest reward a rollout can get, [LOW, HIGH], or auto. Allocation "
+        "strategies read rewards as pass rates in [0, 1]: each reward is told to the allocator as "
         "(reward - low) / (high - low); a reward outside the range stops the run in one line "
-        "naming it (a weighted sum of several --reward functions can exceed 1: set "
-        "allocation.reward_range=[0,2]). The GRPO update uses the rewards as they are.",
+        "naming it. auto: [0, 1] for one reward, and for several --reward functions the range "
+        "of their weighted sum when each gives 0 to 1 (--reward-weights 1,0.5: [0, 1.5]). A "
+        "reward function with other values needs the range set (allocation.reward_range=[-1,1]). "
+        "The GRPO update uses the rewards as they are.",
     )
 
     @field_validator("reward_range")
     @classmethod
-    def _ordered_range(cls, value: tuple[float, float]) -> tuple[float, float]:
-        if not value[0] < value[1]:
+    def _ordered_range(cls, value: Any) -> Any:
+        if value != "auto" and not value[0] < value[1]:
             raise ValueError(f"the low end must be below the high end, got {list(value)}")
         return value
 

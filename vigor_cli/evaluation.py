@@ -259,6 +259,10 @@ class HeldOut:
 
     def describe(self) -> str:
         sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in self.results.items())
+        if "custom" in self.results:  # your own rewards: a mean reward (weighted, partial credit), not a pass rate
+            passed = self.results["custom"].metrics()["pass@k"].get("1")
+            shown = "" if passed is None else f", pass@1 {passed:.3f}"
+            return f"[bold]eval[/] step {self.step}: reward {self.accuracy:.3f}{shown} ({sets})"
         return f"[bold]eval[/] step {self.step}: accuracy {self.accuracy:.3f} ({sets})"
 
 

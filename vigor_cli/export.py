@@ -49,7 +49,7 @@ def pick_checkpoint(run: Any, step: int | None, warn: Callable[[str], Any]) -> P
     if not steps:
         raise UserError(f"{run.path}: no checkpoint yet (checkpoints/step-N/COMPLETE); export needs one")
     if step is None:
-        return run.pick_checkpoint(None, warn)
+        return run.store.pick(None, warn)
     if step not in steps:
         raise UserError(f"--step {step}: {run.path} has no complete checkpoint of that step "
                         f"(has: {', '.join(f'step-{s}' for s in steps)})")

@@ -9,7 +9,9 @@
   LiveCodeBench test fields (``public_test_cases``, optional ``private_test_cases`` and
   ``metadata``), all of its tests;
 - ``path/to/file.py:func``: a function with TRL's signature,
-  ``func(prompts, completions, **columns) -> list[float | None]``. The file is imported with
+  ``func(prompts, completions, **columns) -> list[float | None]``, called as TRL calls it:
+  by keyword, so ``func(completions, **kwargs)`` and ``func(completions, solution, **kwargs)``
+  (TRL's own ``trl.rewards``) work as they are. The file is imported with
   importlib into the trainer's process: it is the user's own code, run as TRL runs it (no
   sandbox), and nothing from a dataset is ever executed. Every column of the data but the
   prompt reaches the function by name; parameters it names without a default are columns
@@ -195,25 +197,29 @@ def import_function(spec: str) -> Callable:
 
 def signature_columns(func: Callable, spec: str) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
     """(columns required, columns optional, takes **kwargs) from a reward function's
-    signature; refuses one that cannot be called as ``func(prompts, completions, ...)``."""
+    signature; refuses one that cannot be called as TRL calls it (by keyword: ``prompts=``,
+    ``completions=``, the columns)."""
     try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):
         return (), (), True  # a builtin or C callable: nothing to read, pass every column
     params = list(sig.parameters.values())
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    star_args = any(p.kind == p.VAR_POSITIONAL for p in params)
-    if len(positional) < 2 and not star_args:
+    takes_all = any(p.kind == p.VAR_KEYWORD for p in params)
+    if not (takes_all or "completions" in sig.parameters):
         raise UserError(f"--reward {spec}: the function takes ({_params(sig)}); a reward function takes "
-                        "(prompts, completions, **columns), as TRL's do")
-    for p in positional[2:]:
+                        "(prompts, completions, **columns), as TRL's do: it is called with completions=...")
+    first = [p for p in params if p.kind == p.POSITIONAL_OR_KEYWORD][:2]
+    if "completions" not in sig.parameters and len(first) == 2 and all(
+            p.default is p.empty and p.name not in (*PROMPT_ARGS, *TRL_EXTRA_ARGS) for p in first):
+        raise UserError(f"--reward {spec}: the function takes ({_params(sig)}); TRL and vigor pass prompts= and "
+                        f"completions= by name: name those parameters prompts and completions")
+    for p in sorted(params, key=lambda p: p.name in PROMPT_ARGS):  # a column's name first
         if p.kind == p.POSITIONAL_ONLY and p.default is p.empty:
-            raise UserError(f"--reward {spec}: parameter '{p.name}' is positional-only; columns are "
-                            "passed by name (prompts, completions, **columns)")
-    named = [p for p in positional[2:] if p.kind != p.POSITIONAL_ONLY] + [p for p in params if p.kind == p.KEYWORD_ONLY]
+            raise UserError(f"--reward {spec}: parameter '{p.name}' is positional-only; TRL and vigor pass "
+                            "everything by name (prompts=, completions=, the columns)")
+    named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in PROMPT_ARGS]
     required = tuple(p.name for p in named if p.default is p.empty and p.name not in TRL_EXTRA_ARGS)
     optional = tuple(p.name for p in named if p.default is not p.empty or p.name in TRL_EXTRA_ARGS)
-    takes_all = any(p.kind == p.VAR_KEYWORD for p in params)
     return required, optional, takes_all
 
 
@@ -221,6 +227,10 @@ def _user_reward(spec: str) -> Reward:
     func = import_function(spec)
     required, optional, takes_all = signature_columns(func, spec)
     label = f"reward function {spec}"
+    try:
+        takes = set(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        takes = set()
 
     def score(prompts: list, completions: list, columns: dict[str, list]) -> list:
         from vigor_cli.tasks.base import Score
@@ -229,8 +239,11 @@ def _user_reward(spec: str) -> Reward:
             kwargs = {k: v for k, v in columns.items() if k not in PROMPT_ARGS}
         else:
             kwargs = {k: columns[k] for k in (*required, *optional) if k in columns}
+        given = {"prompts": prompts, "completions": completions}
+        if not takes_all:  # (completions, solution) takes no prompts: TRL's own rewards
+            given = {k: v for k, v in given.items() if k in takes}
         try:
-            values = func(prompts, completions, **kwargs)
+            values = func(**given, **kwargs)
         except Exception as e:  # the user's function: any error stops the run in one line
             raise UserError(f"{label} raised {type(e).__name__}: {_first_line(e)}{_user_frame(e, None)}") from None
         return [Score(v) for v in check_values(values, len(completions), label)]

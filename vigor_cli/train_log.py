@@ -52,7 +52,7 @@ class TrainLog:
             f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
             f"loss {m['losses/loss']:+.4f}  clip {m['losses/clipfrac_low'] + m['losses/clipfrac_high']:.3f}  "
             f"gen {m['time/generate']:.1f}s rew {m['time/reward']:.1f}s upd {m['time/update']:.1f}s",
-            highlight=False,
+            highlight=False, soft_wrap=True,  # one line per step in a log file, at any width
         )
         every = self.cfg.train.log_completions_every
         if every and m["step"] % every == 0 and log.samples:

@@ -31,7 +31,7 @@ from vigor_cli.interrupt import StopSignals, TrainingInterrupted
 from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public names of this module)
-    DataOrder, Generated, RolloutBatch, Sample, derive_seed, run_rounds, step_metrics,
+    DataOrder, Generated, RolloutBatch, Sample, derive_seed, reward_range, run_rounds, step_metrics,
 )
 from vigor_cli.runs import RunDir
 from vigor_cli.tasks.base import Score, score_once
@@ -280,7 +280,7 @@ class Trainer:
         """The step's allocation rounds (vigor_cli/rollout_core.run_rounds) on this engine and
         task: the samples the update uses and every rollout generated."""
         batch = run_rounds(step, self.allocator, self.data, EngineRounds(self), self.cfg.grpo.scale_rewards,
-                           self.cfg.allocation.reward_range)
+                           reward_range(self.cfg.allocation.reward_range, getattr(self.task, "weights", None)))
         self.engine.end_generation()  # vLLM frees the GPU for the update
         return batch
 

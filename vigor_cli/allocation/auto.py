@@ -155,8 +155,8 @@ class AutoAllocator(RoundAllocator):
         uids = list(census)
         n = self.census
         self.censuses += 1
-        rewards = [r for uid in uids for r in census[uid]]
-        mean = sum(rewards) / len(rewards)
+        rewards = [r for uid in uids for r in census[uid]]  # scored ones: a None reward is not told
+        mean = sum(rewards) / len(rewards) if rewards else 0.0
         mixed = sum(pair_disagreement(census[u]) for u in uids) / len(uids)
         if self.moments is not None:
             mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
@@ -169,7 +169,7 @@ class AutoAllocator(RoundAllocator):
         post = {u: posterior(posterior(prior, self.history.get(u, [])), census[u]) for u in uids}
         p_hat = {u: posterior_mean(post[u]) for u in uids}
         succ = {u: float(sum(census[u])) for u in uids}
-        zero_var = sum(1 for u in uids if min(census[u]) == max(census[u])) / len(uids)
+        zero_var = sum(1 for u in uids if len(set(census[u])) <= 1) / len(uids)
         k = hill_tail_index([p * (1 - p) for p in p_hat.values()])
         eta = pareto_eta(k, **ETA_SCHEDULE) if k is not None and math.isfinite(k) and k > 1 else None
 
@@ -179,7 +179,7 @@ class AutoAllocator(RoundAllocator):
             """E[(census + extra) x std of the prompt's rewards]: the signal the update gets."""
             key = (u, extra)
             if key not in cache:
-                cache[key] = expected_signal(succ[u], n, extra, post[u])
+                cache[key] = expected_signal(succ[u], len(census[u]), extra, post[u])
             return cache[key]
 
         left = self.budget - n * len(uids)
@@ -225,7 +225,7 @@ class AutoAllocator(RoundAllocator):
         record = {
             "decision": choice,
             "reason": reason,
-            "census": {"prompts": len(uids), "rollouts_each": n, "mean_reward": _r(sum(rewards) / len(rewards)),
+            "census": {"prompts": len(uids), "rollouts_each": n, "mean_reward": _r(sum(rewards) / len(rewards) if rewards else 0.0),
                        "zero_var_share": _r(zero_var), "seen_before": _r(revisit), "histogram": histogram},
             "law": {"wide_rollouts": n_wide, "zero_var_at_wide": _r(zero_wide), "saturated": saturated,
                     "threshold": self.saturated, "census_number": self.censuses, "warm": warm},

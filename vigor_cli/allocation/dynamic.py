@@ -168,6 +168,8 @@ class GresoAllocator(DynamicSamplingAllocator):
 
     def _after_round(self, uids: list[str]) -> None:
         for uid in uids:
+            if not self._rewards[uid]:
+                continue  # none of its rollouts could be scored (reward None): no evidence either way
             mean = self._stats[uid][0] / len(self._rewards[uid])
             kind = "easy" if mean >= self.easy_mean else "hard" if mean <= self.hard_mean else None
             self._step_groups += 1

@@ -124,6 +124,10 @@ class PilotCommitAllocator(RoundAllocator):
         tie = {uid: self.rng.random() for uid in self._uids}
         for uid in self._uids:
             rewards = self._rewards[uid]
+            if not rewards:  # no pilot rollout could be scored (reward None): not now, maybe next visit
+                self._counts["deferred"] += 1
+                self._notes[uid] = {"pilot": "unscored"}
+                continue
             m = sum(rewards) / len(rewards)
             verdict = "pass" if self.lower <= m <= 1 - self.upper else ("deferred" if m < self.lower else "skipped")
             self._counts["passed" if verdict == "pass" else verdict] += 1
@@ -157,7 +161,7 @@ class PilotCommitAllocator(RoundAllocator):
 
     def _groups(self) -> dict[str, list[int]]:
         used = self._passed or self._uids  # nothing passed: every pilot (no gradient either way)
-        return {uid: list(range(len(self._rewards[uid]))) for uid in used}
+        return {uid: list(range(len(self._rewards[uid]))) for uid in used if self._rewards[uid]}
 
     # ------------------------------------------------------------------ record and state
     def _budget(self) -> int:

@@ -89,8 +89,9 @@ class VigorAllocator(RoundAllocator):
             # order rewards arrived in, and that must not decide a tie
             keyed = [(-round(self._variance(uid), 12), tie(), uid) for uid in self._active]
         elif self.keep_by == "difficulty":
-            keyed = [(round(self._stats[uid][0] / len(self._rewards[uid]), 12), tie(), uid)
-                     for uid in self._active]
+            # a prompt none of whose rollouts could be scored (reward None) ranks last
+            keyed = [(round(self._stats[uid][0] / len(self._rewards[uid]), 12) if self._rewards[uid] else math.inf,
+                      tie(), uid) for uid in self._active]
         else:
             keyed = [(0.0, tie(), uid) for uid in self._active]
         keyed.sort()

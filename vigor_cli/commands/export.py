@@ -39,14 +39,16 @@ def export(
         typer.echo(json.dumps(result, indent=1))
         return
     what = {"full": "full model", "merged": "LoRA merged into its base", "adapter": "LoRA adapter"}[result["kind"]]
+    # soft_wrap: each line whole at any width (in a log file the load command was cut in three)
     console.print(f"[bold]exported[/] {shown(result['checkpoint'])} of {shown(result['run'])} ({what}"
-                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {shown(result['out'])}", highlight=False)
+                  + (f", {result['dtype']}" if result["dtype"] else "") + f") to {shown(result['out'])}", highlight=False,
+                  soft_wrap=True)
     console.print(f"stop token ids in generation_config.json: {result['stop_token_ids']}", highlight=False)
     if result["kind"] == "adapter":
         console.print(f"load: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('{shown(result['base'])}'), "
-                      f"'{shown(result['out'])}'); one merged folder: add --merge-lora", highlight=False)
+                      f"'{shown(result['out'])}'); one merged folder: add --merge-lora", highlight=False, soft_wrap=True)
     else:
         console.print(f"load: AutoModelForCausalLM.from_pretrained('{shown(result['out'])}') or vllm serve "
-                      f"{shown(result['out'])}", highlight=False)
+                      f"{shown(result['out'])}", highlight=False, soft_wrap=True)
     if result.get("pushed"):
-        console.print(f"pushed: {shown(result['pushed'])}", highlight=False)
+        console.print(f"pushed: {shown(result['pushed'])}", highlight=False, soft_wrap=True)

@@ -96,6 +96,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
         eng = make_engine(cfg, policy, tokenizer, announce=lambda m: None if quiet else err_console.print(m, highlight=False))
         counts: list[int] = []
         rewards_seen: set[float] = set()
+        unscored = 0
         per_chunk = max(1, 512 // samples)
         try:
             with Progress(TextColumn("probe: sample + grade"), BarColumn(), MofNCompleteColumn(), TextColumn("prompts"),
@@ -112,17 +113,19 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
                     scores = task.score(flat_ex, [r.text for group in outs for r in group])
                     k = 0
                     for group in outs:
-                        rs = [float(s.reward) for s in scores[k:k + len(group)]]
+                        # a reward of None (your reward function cannot score it) counts as not passed
+                        rs = [None if s.reward is None else float(s.reward) for s in scores[k:k + len(group)]]
                         k += len(group)
-                        rewards_seen.update(rs)
-                        counts.append(sum(r > 0.5 for r in rs))
+                        unscored += rs.count(None)
+                        rewards_seen.update(r for r in rs if r is not None)
+                        counts.append(sum(r is not None and r > 0.5 for r in rs))
                     progress.advance(bar, len(chunk))
         finally:
             eng.close()
     finally:
         task.close()
     info = {"model": cfg.model.name_or_path, "task": cfg.task.name, "temperature": cfg.sampling.temperature,
-            "binary_rewards": rewards_seen <= {0.0, 1.0}}
+            "binary_rewards": rewards_seen <= {0.0, 1.0}, "unscored": unscored}
     return counts, info
 
 

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Callable, List, Literal, Optional
 
 import typer
 import yaml
+from rich.markup import escape
 
 from vigor_cli.commands import options as opt
 from vigor_cli.config import parse_override
@@ -119,8 +120,7 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--log-completions-every", "train.log_completions_every", panel="Logging and checkpoints"),
     Flag("--output-dir", "train.output_dir", option=functools.partial(opt.output_dir, as_path=False), panel="Logging and checkpoints"),
     Flag("--run-name", "train.run_name", panel="Logging and checkpoints"),
-    Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints",
-         note="Comma-separated (none: off); each backend is an extra: pip install 'vigor[tensorboard]'."),
+    Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints"),
     Flag("--strict", "health.strict", panel="Logging and checkpoints"),
     # your own task (task 'custom'; README "Train on your own task")
     Flag("--data", "task.data", panel=OWN_TASK, note="Without --task, selects task 'custom'."),
@@ -184,7 +184,7 @@ def _help(flag: Flag) -> str:
     names = known_names(flag.names).split(", ") if flag.names else []
     if not all(name in description for name in names):  # the registry's names, when not all said
         text += f" One of: {', '.join(names)}."
-    return f"{text} {flag.note}".strip()
+    return escape(f"{text} {flag.note}".strip())  # help is rich markup: 'vigor[tensorboard]' lost its '[tensorboard]'
 
 
 def _option(flag: Flag) -> Any:

@@ -36,7 +36,7 @@ from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
 from vigor_cli.config import AllocationConfig, ConfigError, parse_override
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
-from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, run_rounds, step_metrics
+from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds, step_metrics
 from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.tasks.base import Score, score_once
@@ -504,7 +504,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_step += 1
         rounds = TRLRounds(self)
         batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
-                           tuple(self.args.allocation.reward_range))
+                           reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
         used = len(batch.samples)  # the update's rows over every rank

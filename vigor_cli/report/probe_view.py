@@ -35,4 +35,7 @@ def print_result(result: dict) -> None:
     console.print(s)
     if not result["binary_rewards"]:
         console.print("rewards are not all 0/1: a rollout counts as passed when its reward is above 0.5", style="dim")
+    if result.get("unscored"):
+        console.print(f"{result['unscored']} rollouts could not be scored (reward None): counted as not passed",
+                      style="dim")
     console.print(f"[bold]recommended strategy:[/] {result['recommended']} ({result['why']})", highlight=False)

@@ -45,6 +45,11 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
     groups = group_runs(loaded, curves, notes)
     for run, curve in zip(loaded, curves):
         notes += health_notes(run.name, curve)
+    met = [run.name for run, curve in zip(loaded, curves)
+           if curve.by_rollouts.y and curve.by_rollouts.x[0] == 0 and curve.by_rollouts.y[0] >= target]
+    if met:  # e.g. runs that learned nothing: the default target (lowest final accuracy) is their start
+        notes.append(f"{', '.join(met)}: the first evaluation already meets the target {target:.3f}, so "
+                     "'rollouts to target' is 0 and says nothing; give --target above the start")
     table = target_table(loaded, curves, groups, target, base)
     table["metric"] = metric
     table["grouped"] = [g.describe() for g in groups if len(g.runs) > 1]

@@ -19,12 +19,37 @@ def export_command(run_dir: str | Path) -> str:
             + (" --merge-lora" if lora else ""))
 
 
+def _pass_at_1(run_dir: Path) -> tuple[float, float] | None:
+    """pass@1 of the custom set at the run's first and last evaluation (None when not there)."""
+    import json
+
+    from vigor_cli.runs import RunDir
+
+    steps = RunDir(run_dir).eval_steps()
+    try:
+        first, last = (json.loads(steps[s].read_text())["sets"]["custom"]["metrics"]["pass@k"]["1"]
+                       for s in (min(steps), max(steps)))
+    except (ValueError, KeyError, TypeError, OSError):  # no evaluation, or one without pass@1
+        return None
+    return float(first), float(last)
+
+
 def print_summary(summary: dict, console: Any) -> None:
+    from vigor_cli.runs import read_config
+
     start, final = summary["start_accuracy"], summary["final_accuracy"]
+    task = (read_config(Path(summary["run_dir"])).get("task") or {}).get("name")
+    if task == "custom":  # a mean of your rewards (weighted sums, partial credit): not a pass rate in points
+        passed = _pass_at_1(Path(summary["run_dir"]))
+        change = f"{start:.3f} -> {final:.3f} ({final - start:+.3f})" + (
+            f"; pass@1 (reward >= 1) {passed[0]:.3f} -> {passed[1]:.3f}" if passed else "")
+        what = "held-out reward"
+    else:
+        change = f"{start:.3f} -> {final:.3f} ({(final - start) * 100:+.1f} points)"
+        what = "held-out accuracy"
     console.print(
-        f"[bold]held-out accuracy[/] {start:.3f} -> {final:.3f} ({(final - start) * 100:+.1f} points)  "
-        f"in {summary['wall_time']:.0f}s, {summary['rollouts']} rollouts",
-        highlight=False,
+        f"[bold]{what}[/] {change}  in {summary['wall_time']:.0f}s, {summary['rollouts']} rollouts",
+        highlight=False, soft_wrap=True,
     )
     from vigor_cli.console import shown
 
