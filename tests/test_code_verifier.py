@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli.verifiers.code import (CodeVerifier, ProblemError, extract_code, load_problem,
                             outputs_match)
 from vigor_cli.verifiers.lcb import NoGlobalsUnpickler, safe_unpickle
@@ -303,8 +304,7 @@ def test_large_parent_does_not_starve_the_child(verifier, stdin_problem):
 
 # --------------------------------------------------------------------------- CLI
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "vigor_cli", "verify", "code", *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return run_vigor("verify", "code", *args)  # in this process (tests/cli_runner.py)
 
 
 def test_cli_table_and_json(tmp_path):

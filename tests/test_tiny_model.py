@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli import tiny_model
 from vigor_cli.tasks.tiny_code import TinyCodeTask
 from vigor_cli.tasks.tiny_math import TinyMathTask
@@ -114,8 +113,7 @@ def test_make_tiny_is_reproducible(tmp_path):
 
 
 def test_make_tiny_cli_rejects_bad_target(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "vigor_cli", "make-tiny", "--out", str(tmp_path / "x"),
-                          "--target", "2"], capture_output=True, text=True, timeout=120)
+    out = run_vigor("make-tiny", "--out", str(tmp_path / "x"), "--target", "2")  # tests/cli_runner.py
     assert out.returncode == 2
     assert "'--target': 2 is out of range: must be > 0 and <= 1" in out.stderr
     assert not (tmp_path / "x").exists()
