@@ -149,8 +149,11 @@ def test_the_command_exits_130_with_one_resume_line_and_closes_its_workers(tmp_p
         return original(self, n)
 
     monkeypatch.setattr(Trainer, "train_step", step_with_signal)
-    code, out, err = vigor("train", "--output-dir", str(tmp_path), "--run-name", "cut",
-                           *_cli_sets(tmp_path, "train.reward_workers=2"))
+    try:
+        code, out, err = vigor("train", "--output-dir", str(tmp_path), "--run-name", "cut",
+                               *_cli_sets(tmp_path, "train.reward_workers=2"))
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C went through vigor's entry point")
     run = tmp_path / "cut"
     assert code == 130, err[-2000:]
     assert err.strip().splitlines() == [err.strip()] and "Traceback" not in err
