@@ -104,9 +104,10 @@ def test_make_tiny_is_reproducible(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    a = tiny_model.make_tiny(tmp_path / "a", seed=3, max_steps=6, probe_every=3, target=1.0, log=lambda _: None)
-    b = tiny_model.make_tiny(tmp_path / "b", seed=3, max_steps=6, probe_every=3, target=1.0, log=lambda _: None)
-    assert a["steps"] == b["steps"] == 6 and len(a["history"]) == 2
+    # two steps, a probe after each (a training step costs more than a probe)
+    a = tiny_model.make_tiny(tmp_path / "a", seed=3, max_steps=2, probe_every=1, target=1.0, log=lambda _: None)
+    b = tiny_model.make_tiny(tmp_path / "b", seed=3, max_steps=2, probe_every=1, target=1.0, log=lambda _: None)
+    assert a["steps"] == b["steps"] == 2 and len(a["history"]) == 2
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     model, tokenizer = tiny_model.load(tmp_path / "a")
     assert model.config.vocab_size == len(tokenizer)
