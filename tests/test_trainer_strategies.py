@@ -33,13 +33,13 @@ def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
 
 
 @pytest.mark.parametrize("strategy", ["auto", "knapsack"])
-def test_resume_continues_the_history(tmp_path, monkeypatch, trained, strategy):
+def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     """The per-prompt reward history (and auto's census moments) cross steps in
     allocator.json; a run killed after the step-2 checkpoint and resumed writes the same
     metrics and allocation records as the uninterrupted run."""
     sets = tiny_sets(tmp_path, "x", "train.steps=4", "train.save_every=2", "train.eval_every=2",
                      f"allocation.strategy={strategy}")
-    whole = trained.get(sets)  # uninterrupted, once per session (conftest.py; auto's is test_checkpoints')
+    train(build_config(sets=sets + ["train.run_name=whole"]), out=quiet())
     original = Trainer.train_step
 
     def crash_at_three(self, step):
@@ -54,11 +54,12 @@ def test_resume_continues_the_history(tmp_path, monkeypatch, trained, strategy):
     state = json.loads((tmp_path / "cut" / "checkpoints" / "step-2" / "allocator.json").read_text())
     assert state["strategy"] == strategy and state["history"]
     train(resume=tmp_path / "cut", out=quiet())
+    whole = strip_times(RunDir(tmp_path / "whole").metrics())
     resumed = strip_times(RunDir(tmp_path / "cut").metrics())
     assert [r["step"] for r in resumed] == [0, 1, 2, 2, 3, 4, 4]
-    assert resumed == strip_times(RunDir(whole).metrics())
+    assert resumed == whole
     cut = (tmp_path / "cut" / "allocation.jsonl").read_text().splitlines()
-    full = (whole / "allocation.jsonl").read_text().splitlines()
+    full = (tmp_path / "whole" / "allocation.jsonl").read_text().splitlines()
     assert [json.loads(x) for x in cut] == [json.loads(x) for x in full]
 
 
