@@ -44,3 +44,49 @@ def _no_leaked_distributed_env():
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
+
+
+class TrainedRuns:
+    """Tiny-model runs trained once per test session and shared: training is the slow part of
+    many tests that then only read a run (an uninterrupted run to compare a resumed one with)
+    or damage a copy of one. Runs are keyed by their resolved config, less train.output_dir
+    and train.run_name, so two tests asking for the same settings share one training."""
+
+    def __init__(self, root):
+        self.root = root
+        self.runs = {}
+
+    def get(self, sets):
+        """The finished run trained with ``sets`` (``build_config`` overrides): its directory,
+        shared by every test that asks for the same settings, so read it, never change it."""
+        import os
+
+        from rich.console import Console
+
+        from vigor_cli.config import dump_config
+        from vigor_cli.settings import build_config
+        from vigor_cli.trainer import train
+
+        cfg = build_config(sets=list(sets))
+        cfg.train.output_dir, cfg.train.run_name = str(self.root), "shared"
+        key = dump_config(cfg)
+        if key not in self.runs:
+            cfg.train.run_name = f"run-{len(self.runs)}"
+            with open(os.devnull, "w") as devnull:
+                train(cfg, out=Console(file=devnull))
+            self.runs[key] = self.root / cfg.train.run_name
+        return self.runs[key]
+
+    def copy(self, sets, dest):
+        """A copy of that run at ``dest``, the test's own to change or resume (a run's files
+        hold no path of their own that a resume trusts: train.output_dir and run_name may differ)."""
+        import shutil
+
+        shutil.copytree(self.get(sets), dest)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+    """:class:`TrainedRuns` for the session (tests/test_checkpoints.py, test_interrupt.py, ...)."""
+    return TrainedRuns(tmp_path_factory.mktemp("trained"))

@@ -10,9 +10,11 @@ Commands run in this process (vigor_cli.cli.main), which is what the `vigor` scr
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -96,7 +98,10 @@ def run_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def place(tmp_path, run_dir) -> dict:
+def place(tmp_path, request) -> dict:
+    """The files a case's arguments name, in the test's folder. The run copies (10 MB each,
+    hashed twice by the test) are made only for the cases that name them."""
+    args = " ".join(request.node.callspec.params["args"]) if hasattr(request.node, "callspec") else "{run} {binrun}"
     binary = tmp_path / "binary.dat"
     binary.write_bytes(bytes(range(256)) * 4)
     latin1 = tmp_path / "config.yaml"
@@ -106,11 +111,13 @@ def place(tmp_path, run_dir) -> dict:
     sol = tmp_path / "sol.py"
     sol.write_text(SUM_PROGRAM)
     binrun = tmp_path / "binrun"
-    shutil.copytree(run_dir, binrun)
-    (binrun / "metrics.jsonl").write_bytes(binary.read_bytes())
-    (binrun / "allocation.jsonl").write_bytes(binary.read_bytes())
+    if "{binrun}" in args:
+        shutil.copytree(request.getfixturevalue("run_dir"), binrun)
+        (binrun / "metrics.jsonl").write_bytes(binary.read_bytes())
+        (binrun / "allocation.jsonl").write_bytes(binary.read_bytes())
     run = tmp_path / "run"
-    shutil.copytree(run_dir, run)
+    if "{run}" in args:
+        shutil.copytree(request.getfixturevalue("run_dir"), run)
     return {"tmp": str(tmp_path), "bin": str(binary), "latin1": str(latin1), "file": str(regular),
             "sol": str(sol), "lcb": str(LCB), "run": str(run), "binrun": str(binrun)}
 
@@ -208,19 +215,66 @@ def test_group_without_command_prints_help_not_an_empty_error(vigor):
     assert "error:" not in err
 
 
-def test_ctrl_c_outside_training_says_so_and_exits_130():
-    """A real SIGINT to a running command (here a long simulation): one line, exit 130, not the
-    exit 0 Typer reports when it is not in standalone mode."""
-    import signal
+@contextlib.contextmanager
+def python_handles_sigint():
+    """Python's own SIGINT handler for the block. A shell starts a background job (`cmd &` in a
+    script) with SIGINT ignored, Python then leaves it ignored, and so would every process it
+    starts: Ctrl-C checks would hang (an ignored disposition survives exec; a handled one is
+    reset to the default, where a new interpreter installs its handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_outside_training_says_so_and_exits_130(vigor, monkeypatch):
+    """A real SIGINT while a command runs (here a simulation, in this process): one line, exit
+    130, not the exit 0 Typer reports when it is not in standalone mode."""
+    import os
+
+    import vigor_cli.simulate
+
+    real = vigor_cli.simulate.simulate
+
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt at the next bytecode
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vigor_cli.simulate, "simulate", interrupted)
+    try:
+        with python_handles_sigint():
+            code, out, err = vigor("simulate", "--steps", "5", "--strategy", "grpo")  # (a lost signal: exit 0)
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C went through vigor's entry point")
+    assert code == 130 and err.strip() == "interrupted", (code, err[-500:])
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_command_in_a_new_process_exits_130():
+    """The same through the real entry point (SIGINT every 2 s until it stops; the process never
+    outlives the test)."""
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "vigor_cli", "simulate", "--steps", "100000",
-                             "--strategy", "grpo"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    with python_handles_sigint():  # the child starts with SIGINT's default, so Python's handler
+        proc = subprocess.Popen([sys.executable, "-m", "vigor_cli", "simulate", "--steps", "100000",
+                                 "--strategy", "grpo"], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2)
+        for _ in range(30):
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=2)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            raise AssertionError("vigor simulate ignored 30 SIGINTs")
+    finally:
+        proc.kill()
+        proc.wait()
     assert proc.returncode == 130 and err.strip() == "interrupted", (proc.returncode, err[-500:])
 
 

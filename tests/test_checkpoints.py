@@ -18,7 +18,6 @@ import yaml
 
 from test_rundir import _small_tmpfs
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir, verify_checkpoint
 from vigor_cli.trainer import train
 
@@ -30,9 +29,14 @@ def settings(tmp_path: Path, steps: int, *extra: str) -> list[str]:
                      "train.log_completions_every=1", *extra)
 
 
-def run_whole(tmp_path: Path, name: str, steps: int, *extra: str) -> RunDir:
-    train(build_config(sets=settings(tmp_path, steps, *extra) + [f"train.run_name={name}"]), out=quiet())
-    return RunDir(tmp_path / name)
+def shared(trained, tmp_path: Path, steps: int, *extra: str) -> RunDir:
+    """An uninterrupted run of ``steps``, trained once per session (conftest.py): read only."""
+    return RunDir(trained.get(settings(tmp_path, steps, *extra)))
+
+
+def copied(trained, tmp_path: Path, name: str, steps: int, *extra: str) -> RunDir:
+    """This test's own copy of that run, at tmp_path/name: as if it had trained it."""
+    return RunDir(trained.copy(settings(tmp_path, steps, *extra), tmp_path / name))
 
 
 def snapshot(run: RunDir) -> dict[str, bytes]:
@@ -43,9 +47,9 @@ def snapshot(run: RunDir) -> dict[str, bytes]:
     return files
 
 
-def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor):
-    whole = run_whole(tmp_path, "whole", 6)
-    cut = run_whole(tmp_path, "cut", 6)
+def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor, trained):
+    whole = shared(trained, tmp_path, 6)
+    cut = copied(trained, tmp_path, "cut", 6)
     assert cut.checkpoint_steps() == [4, 6]
     state = cut.checkpoints / "step-6" / "trainer_state.pt"
     state.write_bytes(state.read_bytes()[: state.stat().st_size // 2])
@@ -65,8 +69,8 @@ def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor):
     assert verify_checkpoint(cut.checkpoints / "step-6") is None  # re-written when the run got there
 
 
-def test_every_checkpoint_damaged_is_refused_not_restarted(tmp_path, vigor):
-    run = run_whole(tmp_path, "r", 4)
+def test_every_checkpoint_damaged_is_refused_not_restarted(tmp_path, vigor, trained):
+    run = copied(trained, tmp_path, "r", 4)
     for step in run.checkpoint_steps():
         (run.checkpoints / f"step-{step}" / "allocator.json").write_text("{}")
     before = snapshot(run)
@@ -105,11 +109,13 @@ def cli_sets(sets: list[str]) -> list[str]:
     return args
 
 
-@pytest.mark.parametrize("where", ["rotation", pytest.param("publish", marks=pytest.mark.slow)])
-def test_a_kill_during_checkpoint_commit_leaves_a_checkpoint_that_resumes(tmp_path, where):
-    """keep_checkpoints=1: a kill while step-4 replaces step-2 (a real training process)."""
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["rotation", "publish"])
+def test_a_kill_during_checkpoint_commit_leaves_a_checkpoint_that_resumes(tmp_path, trained, where):
+    """keep_checkpoints=1: a kill while step-4 replaces step-2 (a real training process; the
+    fast check of the same kills is tests/test_rundir.py's, on the run directory alone)."""
     extra = ("train.keep_checkpoints=1",)
-    whole = run_whole(tmp_path, "whole", 6, *extra)
+    whole = shared(trained, tmp_path, 6, *extra)
     args = ["train", "--output-dir", str(tmp_path), "--run-name", "killed", *cli_sets(settings(tmp_path, 6, *extra))]
     proc = subprocess.run([sys.executable, "-c", KILL_IN_COMMIT, where, "4", *args],
                           capture_output=True, text=True, cwd=ROOT)
@@ -125,8 +131,8 @@ def test_a_kill_during_checkpoint_commit_leaves_a_checkpoint_that_resumes(tmp_pa
 
 
 @pytest.mark.parametrize("edit, key", [("seed", "train.seed"), ("learning_rate", "grpo.learning_rate")])
-def test_an_edited_config_is_refused_naming_the_key(tmp_path, vigor, edit, key):
-    run = run_whole(tmp_path, "r", 2)
+def test_an_edited_config_is_refused_naming_the_key(tmp_path, vigor, trained, edit, key):
+    run = copied(trained, tmp_path, "r", 2)
     cfg = yaml.safe_load((run.path / "config.yaml").read_text())
     section = key.split(".")[0]
     cfg[section][edit] = 7 if edit == "seed" else 0.5
@@ -137,9 +143,9 @@ def test_an_edited_config_is_refused_naming_the_key(tmp_path, vigor, edit, key):
     assert len(err.strip().splitlines()) == 1 and snapshot(run) == before
 
 
-def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor):
-    whole = run_whole(tmp_path, "whole", 4)
-    run = run_whole(tmp_path, "r", 2)
+def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor, trained):
+    whole = shared(trained, tmp_path, 4)
+    run = copied(trained, tmp_path, "r", 2)
     text = (run.path / "config.yaml").read_text()
     head, train = text.split("\ntrain:\n")
     (run.path / "config.yaml").write_text(head + "\ntrain:\n" + train.replace("  steps: 2\n", "  steps: 4\n", 1))
@@ -150,9 +156,9 @@ def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor):
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
-def test_resume_steps_keeps_config_and_summary_consistent(tmp_path, vigor):
-    whole = run_whole(tmp_path, "whole", 6)
-    run = run_whole(tmp_path, "r", 4)
+def test_resume_steps_keeps_config_and_summary_consistent(tmp_path, vigor, trained):
+    whole = shared(trained, tmp_path, 6)
+    run = copied(trained, tmp_path, "r", 4)
     before = snapshot(run)
     code, out, err = vigor("train", "--resume", str(run.path), "--steps", "2")
     assert code == 2 and "--steps 2: the run's checkpoint is at step 4" in err
@@ -168,9 +174,9 @@ def test_resume_steps_keeps_config_and_summary_consistent(tmp_path, vigor):
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
-def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor):
-    whole = run_whole(tmp_path, "whole", 4)
-    run = run_whole(tmp_path, "r", 2)
+def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor, trained):
+    whole = shared(trained, tmp_path, 4)
+    run = copied(trained, tmp_path, "r", 2)
     code, out, err = vigor("eval", "--rescore", str(run.eval_dir / "step-2.json"))
     assert code == 0, err
     assert (run.eval_dir / "step-2.rescored.json").is_file()
@@ -180,8 +186,8 @@ def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor):
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
-def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor):
-    run = run_whole(tmp_path, "r", 2)
+def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor, trained):
+    run = copied(trained, tmp_path, "r", 2)
     path = run.path / "metrics.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     lines[1] = lines[1][:20] + "\n"
@@ -192,10 +198,10 @@ def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor):
     assert len(err.strip().splitlines()) == 1 and snapshot(run) == before
 
 
-def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_path, vigor, monkeypatch):
+def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_path, vigor, monkeypatch, trained):
     import vigor_cli.models
 
-    whole = run_whole(tmp_path, "whole", 4)
+    whole = shared(trained, tmp_path, 4)
     real = vigor_cli.models.save_policy
     calls = []
 
@@ -222,14 +228,14 @@ def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_real_full_disk_during_training(tmp_path):
+def test_a_real_full_disk_during_training(tmp_path, trained):
     """A 16 MiB tmpfs holds one tiny checkpoint (~10 MB) but not two: the second fails with
     one line, exit 2, and the first resumes (on a roomier disk) to an uninterrupted run's metrics."""
     disk = tmp_path / "disk"
     if not _small_tmpfs(disk, "16m"):
         pytest.skip("needs root to mount a small tmpfs")
     try:
-        whole = run_whole(tmp_path, "whole", 4)
+        whole = shared(trained, tmp_path, 4)
         args = ["train", "--output-dir", str(disk), "--run-name", "r", *cli_sets(settings(tmp_path, 4))]
         proc = subprocess.run([sys.executable, "-m", "vigor_cli", *args], capture_output=True, text=True, cwd=ROOT)
         assert proc.returncode == 2, proc.stderr

@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli.config import ConfigError, RunConfig, describe
 from vigor_cli.settings import build_config
 
 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "vigor_cli", *args], capture_output=True, text=True, timeout=120,
-        env=env,
-    )
+    return run_vigor(*args, env=env)  # in this process (tests/cli_runner.py)
 
 
 def listed_commands(help_text: str) -> list[str]:
@@ -42,7 +38,7 @@ def test_help_lists_every_command():
 
     from vigor_cli.cli import app
 
-    env = os.environ | {"COLUMNS": "200"}
+    env = {"COLUMNS": "200"}
     out = run_cli("--help", env=env)
     assert out.returncode == 0
     listed = listed_commands(out.stdout)

@@ -4,14 +4,13 @@ strategies' own key, and the rules that need the training set's size."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
+from cli_runner import run_vigor
 from vigor_cli.allocation import make_allocator, registry
 from vigor_cli.config import ConfigError, RunConfig, describe, dump_config, field_bounds, field_info
 from vigor_cli.settings import build_config, check_against_data
@@ -113,8 +112,7 @@ def test_a_binary_config_file_is_one_line(tmp_path):
 
 
 def test_cli_set_error_exit_2_one_line_nothing_written(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--set", "train.steps=true",
-                          "--output-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=120)
+    out = run_vigor("train", "--set", "train.steps=true", "--output-dir", str(tmp_path / "runs"))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "--set train.steps=true" in out.stderr
     assert not (tmp_path / "runs").exists()
@@ -282,8 +280,7 @@ def test_run_name_is_a_plain_name(name):
 
 
 def test_a_flag_error_names_the_flag(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--run-name", "..", "--output-dir",
-                          str(tmp_path / "runs"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    out = run_vigor("train", "--run-name", "..", "--output-dir", str(tmp_path / "runs"), "--dry-run")
     assert out.returncode == 2 and out.stderr.startswith("error: --run-name .. (train.run_name): ")
     assert out.stderr.strip().count("\n") == 0 and not (tmp_path / "runs").exists()
 

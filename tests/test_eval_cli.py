@@ -1,27 +1,24 @@
 """`vigor eval` on the bundled tiny model: the math files shipped in the package (no --data-dir),
 --data-dir overriding them, fixed seed, a few problems;
 results files re-scored without generating. The model runs in this process (one import of
-torch and transformers for the module); flag errors run the real command line."""
+torch and transformers for the module), and so does the command line of the flag errors."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli.cli import main
 
 from vigor_cli.package_data import MATH_EVAL_DIR
 
 
-def run_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = os.environ | {"COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "vigor_cli", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return run_vigor(*args, env={"COLUMNS": "200"})  # in this process (tests/cli_runner.py)
 
 
 def vigor(*args: str) -> None:

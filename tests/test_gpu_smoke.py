@@ -323,10 +323,20 @@ def test_trainer_vllm_verdicts(smoke, codes, code, want):
 
 
 # --------------------------------------------------------------------------- the driver
-def test_without_cuda_one_line_and_exit_3():
-    out = subprocess.run([sys.executable, "bench/gpu_smoke.py"], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 3  # distinct from 1 (a check failed) and 2 (bad arguments)
-    lines = (out.stdout + out.stderr).strip().splitlines()
+@pytest.mark.parametrize("process", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["main", "script"])
+def test_without_cuda_one_line_and_exit_3(smoke, capfd, process):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    if process:  # the script itself, in a new interpreter
+        out = subprocess.run([sys.executable, "bench/gpu_smoke.py"], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+        code, text = out.returncode, out.stdout + out.stderr
+    else:
+        capfd.readouterr()
+        code = smoke.main([])
+        text = "".join(capfd.readouterr())
+    assert code == 3  # distinct from 1 (a check failed) and 2 (bad arguments)
+    lines = text.strip().splitlines()
     assert len(lines) == 1 and "needs a CUDA GPU and did not run" in lines[0]
 
 

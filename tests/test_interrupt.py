@@ -58,12 +58,12 @@ def _signal_during(monkeypatch, step: int, signum: int = signal.SIGINT) -> None:
 
 
 @pytest.mark.parametrize("signum, at, saved", [(signal.SIGINT, 2, "step-2"), (signal.SIGTERM, 3, "step-2")])
-def test_signal_finishes_the_step_and_resume_matches(tmp_path, monkeypatch, signum, at, saved):
+def test_signal_finishes_the_step_and_resume_matches(tmp_path, monkeypatch, trained, signum, at, saved):
     """The signalled step completes and is logged; the checkpoint due at step 2 is written
     (stopping at step 2), an evaluation due at step 3 with no checkpoint after it is
     skipped (stopping at step 3); the resumed run's metrics equal an uninterrupted run's."""
     sets = tiny_sets(tmp_path, "x", "train.steps=5", "train.save_every=2", "train.eval_every=3")
-    train(build_config(sets=sets + ["train.run_name=whole"]), out=quiet())
+    whole = trained.get(sets)  # uninterrupted, trained once per session (conftest.py)
     _signal_during(monkeypatch, at, signum)
     handler = signal.getsignal(signal.SIGINT)
     with pytest.raises(TrainingInterrupted) as stop:
@@ -81,7 +81,7 @@ def test_signal_finishes_the_step_and_resume_matches(tmp_path, monkeypatch, sign
     assert signal.getsignal(signal.SIGINT) is handler  # handlers restored
 
     train(resume=run, out=quiet())
-    assert strip_times(RunDir(run).metrics()) == strip_times(RunDir(tmp_path / "whole").metrics())
+    assert strip_times(RunDir(run).metrics()) == strip_times(RunDir(whole).metrics())
 
 
 def test_signal_during_the_last_step_lets_the_run_finish(tmp_path, monkeypatch):
@@ -134,6 +134,38 @@ def _left(pids: set[int], wait: float = 2.0) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_the_command_exits_130_with_one_resume_line_and_closes_its_workers(tmp_path, monkeypatch, vigor):
+    """`vigor train` in this process, a real SIGINT in step 2: exit 130, the one line on
+    stderr, no traceback, the reward workers gone. (A real process and its process group: the
+    slow tests below.)"""
+    before = _grandchildren(os.getpid())
+    workers: set[int] = set()
+    original = Trainer.train_step
+
+    def step_with_signal(self, n):
+        if n == 2:
+            workers.update(_grandchildren(os.getpid()) - before)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(self, n)
+
+    monkeypatch.setattr(Trainer, "train_step", step_with_signal)
+    try:
+        code, out, err = vigor("train", "--output-dir", str(tmp_path), "--run-name", "cut",
+                               *_cli_sets(tmp_path, "train.reward_workers=2"))
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C went through vigor's entry point")
+    run = tmp_path / "cut"
+    assert code == 130, err[-2000:]
+    assert err.strip().splitlines() == [err.strip()] and "Traceback" not in err
+    assert err.startswith("SIGINT: training stopped after step 2 of 6") and f"run directory {run};" in err
+    assert err.strip().endswith(f"resume with: vigor train --resume {run}")
+    assert len(workers) == 2, "the reward workers were running during the step"
+    assert not _left(workers)
+    assert [r["step"] for r in RunDir(run).metrics() if "reward/mean" in r] == [1, 2]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_ctrl_c_exits_130_with_the_resume_line_and_resume_matches(tmp_path):
     result, children = _interrupt_cli(tmp_path, "cut", signal.SIGINT, group=True)
     assert result.returncode == 130, result.stderr[-2000:]
@@ -154,6 +186,7 @@ def test_ctrl_c_exits_130_with_the_resume_line_and_resume_matches(tmp_path):
     assert json.loads((run / "summary.json").read_text())["steps"] == 6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_sigterm_exits_143_with_the_resume_line(tmp_path):
     result, children = _interrupt_cli(tmp_path, "term", signal.SIGTERM, group=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -431,7 +432,30 @@ def test_grade_forked_enforces_the_limit_and_goes_on():
     assert time.monotonic() - start < 30  # not the minutes sympy would take
 
 
-def test_grade_forked_turns_a_dead_child_into_an_error_verdict():
+def test_grade_forked_turns_a_dead_child_into_an_error_verdict(monkeypatch):
+    """The child grading a case is killed (SIGKILL, as the kernel's OOM killer would): that
+    case is an error verdict, and a fresh child grades the cases after it."""
+    from vigor_cli.verifiers import math as vmath
+
+    real = vmath.grade_any
+
+    def dies_on_marker(gold, completion, problem=None):
+        if completion == "die here":
+            os.kill(os.getpid(), signal.SIGKILL)  # runs in the forked child, which inherits the patch
+        return real(gold, completion, problem)
+
+    monkeypatch.setattr(vmath, "grade_any", dies_on_marker)
+    start = time.monotonic()
+    verdicts = grade_forked([("2", r"\boxed{x^2}"), ("2", "die here"), ("2", r"\boxed{2+0}")], timeout_s=30)
+    assert [(v.reward, v.reason) for v in verdicts] == [
+        (0.0, "wrong answer"), (0.0, "error: worker process died"), (1.0, "correct")]
+    assert time.monotonic() - start < 25  # the death is seen at once, not at the limit
+
+
+@pytest.mark.slow
+def test_grade_forked_survives_a_pathological_nesting():
+    """3000 nested parentheses: the child either outlives the 10 s limit (here) or dies in the
+    parser's recursion; either way the case is not correct and the next one is graded."""
     verdicts = grade_forked([("2", r"\boxed{" + "(" * 3000 + "2" + ")" * 3000 + "}"), ("2", r"\boxed{x^2}")], timeout_s=10)
     assert verdicts[0].reward == 0.0 and verdicts[0].reason != "correct"
     assert verdicts[1].reason == "wrong answer"

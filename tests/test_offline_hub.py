@@ -22,19 +22,40 @@ def _offline_env(tmp_path: Path, **extra: str) -> dict:
     return env
 
 
-@pytest.mark.parametrize("task, needle, offline_flag", [
+CASES = [
     ("math", "cannot load MATH training problems from the hub", False),
     ("code", "cannot download LiveCodeBench problems from the hub", False),
     ("code", "cannot download LiveCodeBench problems from the hub", True),  # HF_HUB_OFFLINE=1
-])
-def test_an_unreachable_hub_is_one_line_at_once(tmp_path, task, needle, offline_flag):
-    env = _offline_env(tmp_path, **({"HF_HUB_OFFLINE": "1"} if offline_flag else {}))
-    done = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--task", task, "--model", "tiny",
-                           "--steps", "1", "--output-dir", str(tmp_path / "runs")],
-                          env=env, capture_output=True, text=True, timeout=120)
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2, done.stderr
-    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], done.stderr
+]
+
+
+def _in_process(tmp_path: Path, monkeypatch, vigor, offline_flag: bool, args: list[str]) -> tuple[int, str]:
+    """The command in this process, with the hub client's settings as the environment above
+    gives them to a new one (huggingface_hub reads its environment once, at import)."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline_flag)
+    code, _, err = vigor(*args)
+    return code, err
+
+
+@pytest.mark.parametrize("task, needle, offline_flag, process",
+                         [(*case, False) for case in CASES]
+                         + [pytest.param(*case, True, marks=pytest.mark.slow) for case in CASES])
+def test_an_unreachable_hub_is_one_line_at_once(tmp_path, monkeypatch, vigor, task, needle, offline_flag, process):
+    args = ["train", "--task", task, "--model", "tiny", "--steps", "1", "--output-dir", str(tmp_path / "runs")]
+    if process:  # a new interpreter (about 4 s of CPU each): the real environment variables
+        env = _offline_env(tmp_path, **({"HF_HUB_OFFLINE": "1"} if offline_flag else {}))
+        done = subprocess.run([sys.executable, "-m", "vigor_cli", *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+        code, err = done.returncode, done.stderr
+    else:
+        code, err = _in_process(tmp_path, monkeypatch, vigor, offline_flag, args)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
     assert "task." in lines[0]  # names the key that points to local files
     if not offline_flag:  # the probe's wording (vigor_cli/hub.py): refused before the hub client's first request
         assert "cannot be reached" in lines[0], lines[0]

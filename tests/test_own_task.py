@@ -561,26 +561,23 @@ def test_score_interface_fields():
 
 
 # --------------------------------------------------------------------------- the TRL path
-def test_the_own_task_flags_reach_the_trl_path(tmp_path, reward_file):
+def test_the_own_task_flags_reach_the_trl_path(tmp_path, reward_file, capfd):
     """python -m vigor_cli.integrations.trl takes the same flags: a reward needing a column the
-    data lacks is the same one line, exit 2, before the model loads."""
-    import os
-    import subprocess
-    import sys
-
+    data lacks is the same one line, exit 2, before the model loads (its main, in this process)."""
     pytest.importorskip("trl")
+    from vigor_cli.integrations import trl
+
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "ab="}) + "\n")
-    repo = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-m", "vigor_cli.integrations.trl", "--cpu", "--output-dir",
-                           str(tmp_path / "out"), "--data", str(data), "--reward", f"{reward_file}:length"],
-                          cwd=repo, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+    capfd.readouterr()
+    code = trl.main(["--cpu", "--output-dir", str(tmp_path / "out"), "--data", str(data),
+                     "--reward", f"{reward_file}:length"])
+    err = capfd.readouterr().err
+    assert code == 2 and "Traceback" not in err
     # (transformers may warn about a GRPOConfig key first: TRL's, not this error's)
-    [line] = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
     assert f"reward {reward_file}:length needs column 'word'" in line, line
-    assert "Loading weights" not in done.stderr  # refused before the model loads
+    assert "Loading weights" not in err  # refused before the model loads
     assert not (tmp_path / "out").exists()
 
 

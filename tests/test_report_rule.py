@@ -117,11 +117,9 @@ def test_bad_input_is_one_clear_line(tmp_path, vigor):
 
 def test_exit_code_from_the_command_line(tmp_path):
     """The command line turns a bad run directory into an error message and exit code 2."""
-    import subprocess
-    import sys
+    from cli_runner import run_vigor
 
-    res = subprocess.run([sys.executable, "-m", "vigor_cli", "report", str(tmp_path / "nope")],
-                         capture_output=True, text=True, timeout=120)
+    res = run_vigor("report", str(tmp_path / "nope"))
     assert res.returncode == 2
     assert "run directory not found" in res.stderr
 

@@ -12,23 +12,19 @@ from pathlib import Path
 import pytest
 
 from test_checkpoints import snapshot
-from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.settings import build_config
+from test_trainer import strip_times, tiny_sets
 from vigor_cli.jsonl import read_jsonl
 from vigor_cli.errors import UserError
 from vigor_cli.runs import RunDir
-from vigor_cli.trainer import train
 
 BINARY = b"\xff\xfe\x00\x81\x89PNG"  # no newline: the shape of a torn line, but not text
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> RunDir:
-    """4 steps; checkpoints at 2 and 4; evaluations at 0, 2, 4; completions every step."""
-    out = tmp_path_factory.mktemp("runs")
-    sets = tiny_sets(out, "r", "train.steps=4", "train.save_every=2", "train.eval_every=2")
-    train(build_config(sets=sets), out=quiet())
-    return RunDir(out / "r")
+@pytest.fixture
+def finished(trained, tmp_path) -> RunDir:
+    """4 steps; checkpoints at 2 and 4; evaluations at 0, 2, 4; completions every step (trained
+    once per session, conftest.py; shared: read only)."""
+    return RunDir(trained.get(tiny_sets(tmp_path, "r", "train.steps=4", "train.save_every=2", "train.eval_every=2")))
 
 
 @pytest.fixture

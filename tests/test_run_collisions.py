@@ -1,5 +1,9 @@
 """Runs never share a directory: real `vigor train` processes on the tiny model, started at
-once, get a directory each; a second `--resume` of a live run is refused (exit 2)."""
+once, get a directory each; a second `--resume` of a live run is refused (exit 2).
+
+The trainings in new processes are slow tests; the fast one holds a finished run's lock from
+a small live process and resumes in this one. (tests/test_rundir.py races the real claim
+from eight processes, fast.)"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -32,8 +37,8 @@ def steps_logged(run: Path) -> list[int]:
     return [r["step"] for r in rows if "reward/mean" in r]
 
 
-@pytest.mark.parametrize("name", [["--run-name", "same"], pytest.param([], marks=pytest.mark.slow)],
-                         ids=["same-run-name", "default-name"])
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [["--run-name", "same"], []], ids=["same-run-name", "default-name"])
 def test_two_trainings_started_at_once_get_two_directories(tmp_path, name):
     procs = [subprocess.Popen(train_cmd(tmp_path, *name), cwd=ROOT, env=ENV, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
@@ -50,6 +55,38 @@ def test_two_trainings_started_at_once_get_two_directories(tmp_path, name):
     assert announced == {str(r) for r in runs}
 
 
+def test_a_resume_of_a_run_another_process_holds_is_refused(tmp_path, trained, vigor):
+    """A finished run whose lock a live process holds (as a training does): `vigor train
+    --resume` is one line naming that process, exit 2, and changes nothing; once the holder
+    is gone the run resumes."""
+    from test_checkpoints import snapshot
+    from vigor_cli.runs import RunDir
+
+    sets = tiny_sets(tmp_path, "unused", "train.steps=2", "train.save_every=2", "train.eval_every=2")  # test_checkpoints' run
+    run = trained.copy(sets, tmp_path / "live")
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from vigor_cli.runs import RunDir
+        RunDir.open_existing({str(run)!r}).acquire()
+        print("held", flush=True)
+        time.sleep(120)
+    """)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(RunDir(run))
+        code, out, err = vigor("train", "--resume", str(run), "--steps", "3")
+        assert code == 2
+        assert len(err.strip().splitlines()) == 1 and f"in use by another process (pid {holder.pid})" in err, err
+        assert snapshot(RunDir(run)) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    code, out, err = vigor("train", "--resume", str(run), "--steps", "3")  # the lock died with its process
+    assert code == 0, err
+    assert steps_logged(run) == [1, 2, 3]
+
+
+@pytest.mark.slow
 def test_a_second_resume_of_a_live_run_is_refused(tmp_path):
     first = subprocess.Popen(train_cmd(tmp_path, "--run-name", "live", steps=200), cwd=ROOT, env=ENV,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

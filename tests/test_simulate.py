@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
 from vigor_cli.simulate import SimSettings, parse_law, pareto_eta, simulate
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "vigor_cli", "simulate", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_vigor("simulate", *args)  # in this process (tests/cli_runner.py)
 
 
 @pytest.mark.parametrize(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from cli_runner import run_vigor
 from vigor_cli import tiny_model
 from vigor_cli.tasks.tiny_code import TinyCodeTask
 from vigor_cli.tasks.tiny_math import TinyMathTask
@@ -105,17 +104,17 @@ def test_make_tiny_is_reproducible(tmp_path):
     import torch
 
     torch.set_num_threads(1)
-    a = tiny_model.make_tiny(tmp_path / "a", seed=3, max_steps=6, probe_every=3, target=1.0, log=lambda _: None)
-    b = tiny_model.make_tiny(tmp_path / "b", seed=3, max_steps=6, probe_every=3, target=1.0, log=lambda _: None)
-    assert a["steps"] == b["steps"] == 6 and len(a["history"]) == 2
+    # two steps, a probe after each (a training step costs more than a probe)
+    a = tiny_model.make_tiny(tmp_path / "a", seed=3, max_steps=2, probe_every=1, target=1.0, log=lambda _: None)
+    b = tiny_model.make_tiny(tmp_path / "b", seed=3, max_steps=2, probe_every=1, target=1.0, log=lambda _: None)
+    assert a["steps"] == b["steps"] == 2 and len(a["history"]) == 2
     assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
     model, tokenizer = tiny_model.load(tmp_path / "a")
     assert model.config.vocab_size == len(tokenizer)
 
 
 def test_make_tiny_cli_rejects_bad_target(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "vigor_cli", "make-tiny", "--out", str(tmp_path / "x"),
-                          "--target", "2"], capture_output=True, text=True, timeout=120)
+    out = run_vigor("make-tiny", "--out", str(tmp_path / "x"), "--target", "2")  # tests/cli_runner.py
     assert out.returncode == 2
     assert "'--target': 2 is out of range: must be > 0 and <= 1" in out.stderr
     assert not (tmp_path / "x").exists()

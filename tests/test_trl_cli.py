@@ -51,35 +51,55 @@ CASES = {
 }
 
 
-NEIGHBOURS = {"output-dir is a file", "trl output_dir under a file", "vigor_run_dir holds a run",
-              "missing --output-dir", "flag without its value"}
-"""Variants of the cases above, marked slow: each run imports torch and TRL (about 7 s)."""
+def _run(args: list[str], capfd) -> tuple[int, str, str]:
+    """The entry point in this process (its real ``main``, TRL already imported): exit code,
+    stdout, stderr as the file descriptors saw them."""
+    from vigor_cli.integrations import trl
+
+    capfd.readouterr()
+    try:
+        code = trl.main(args)
+    except SystemExit as e:  # argparse's --help
+        code = e.code
+    out = capfd.readouterr()
+    return code, out.out, out.err
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in NEIGHBOURS else c
-                                  for c in CASES])
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(tmp_path, case):
+def _run_process(args: list[str]) -> tuple[int, str, str]:
+    """``python3 -m vigor_cli.integrations.trl`` in a new interpreter: also proves that nothing
+    printed while importing torch and TRL reaches stderr (about 5 s of CPU each, so slow)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "vigor_cli.integrations.trl", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout, done.stderr
+
+
+PROCESS_CASES = {"unknown flag", "binary config", "output-dir holds a run"}
+"""The cases also run through a new interpreter (marked slow)."""
+
+
+@pytest.mark.parametrize("case, process", [(c, False) for c in CASES]
+                         + [pytest.param(c, True, marks=pytest.mark.slow) for c in CASES if c in PROCESS_CASES])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(tmp_path, capfd, case, process):
     args, fragments = CASES[case]
     _setup(tmp_path)
     before = _snapshot(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "vigor_cli.integrations.trl",
-                           *(a.format(t=tmp_path) for a in args)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    lines = done.stderr.splitlines()
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr[-2000:]  # no progress bars, no usage
-    assert "Traceback" not in done.stderr
+    argv = [a.format(t=tmp_path) for a in args]
+    code, out, err = _run_process(argv) if process else _run(argv, capfd)
+    lines = err.splitlines()
+    assert code == 2, err[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]  # no progress bars, no usage
+    assert "Traceback" not in err
     for fragment in fragments:
         assert fragment.format(t=tmp_path) in lines[0]
     assert _snapshot(tmp_path) == before  # nothing created, nothing earlier changed
-    assert done.stdout == ""
+    assert out == ""
 
 
-def test_help_still_prints_the_usage_and_exits_0():
-    done = subprocess.run([sys.executable, "-m", "vigor_cli.integrations.trl", "--help"], cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "--output-dir" in done.stdout and done.stderr == ""
+@pytest.mark.parametrize("process", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_help_still_prints_the_usage_and_exits_0(capfd, process):
+    code, out, err = _run_process(["--help"]) if process else _run(["--help"], capfd)
+    assert code == 0 and "--output-dir" in out and err == ""
 
 
 def test_an_os_error_anywhere_in_main_is_one_line_naming_the_path(tmp_path, monkeypatch, capsys):
