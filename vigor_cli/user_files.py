@@ -20,13 +20,13 @@ decided before the work it feeds starts:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import yaml
 
 from vigor_cli.errors import UserError
 
@@ -202,38 +202,46 @@ def read_json(path: str | Path, what: str = "", limit: int = TEXT_MAX_BYTES) -> 
 
 
 # --------------------------------------------------------------------------- YAML
-class _StrictLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing duplicate keys, deep nesting and alias bombs."""
+@functools.lru_cache(maxsize=1)
+def _strict_loader() -> type:
+    """PyYAML's safe loader, refusing duplicate keys, deep nesting and alias bombs (built on
+    first use: the sandbox and the verifiers import this module and need no YAML)."""
+    import yaml
 
-    source = "<text>"
+    class StrictLoader(yaml.SafeLoader):
+        source = "<text>"
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        depth = getattr(self, "_depth", 0)
-        if depth >= MAX_DEPTH:
-            mark = self.peek_event().start_mark
-            raise FormatError(self.source, f"nested deeper than {MAX_DEPTH} levels", mark.line + 1)
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            depth = getattr(self, "_depth", 0)
+            if depth >= MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise FormatError(self.source, f"nested deeper than {MAX_DEPTH} levels", mark.line + 1)
+            self._depth = depth + 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth = depth
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[tuple[str, str], int] = {}
-            for key_node, _ in node.value:
-                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                line = key_node.start_mark.line + 1
-                first = seen.setdefault((key_node.tag, key_node.value), line)
-                if first != line:
-                    raise FormatError(self.source, f"duplicate key {key_node.value!r} (first on line {first}); "
-                                      "YAML keeps only the last, so write each key once", line)
-        return super().construct_mapping(node, deep)
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[tuple[str, str], int] = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    line = key_node.start_mark.line + 1
+                    first = seen.setdefault((key_node.tag, key_node.value), line)
+                    if first != line:
+                        raise FormatError(self.source, f"duplicate key {key_node.value!r} (first on line {first}); "
+                                          "YAML keeps only the last, so write each key once", line)
+            return super().construct_mapping(node, deep)
+
+    return StrictLoader
 
 
 def _expanded_size(node: Any) -> int:
     """How many values ``node`` stands for once its aliases are expanded (memoised per node)."""
+    import yaml
+
     sizes: dict[int, int] = {}
     stack = [(node, False)]
     while stack:
@@ -255,8 +263,10 @@ def _expanded_size(node: Any) -> int:
 
 def parse_yaml(text: str, source: str) -> Any:
     """YAML text to Python values under the rules above; errors name ``source`` and the line."""
+    import yaml
+
     try:
-        loader = _StrictLoader(text)  # its reader refuses control characters here
+        loader = _strict_loader()(text)  # its reader refuses control characters here
     except yaml.YAMLError as e:
         raise FormatError(source, f"not valid YAML ({getattr(e, 'reason', None) or str(e).splitlines()[0]})") from None
     loader.source = source
