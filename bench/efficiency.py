@@ -273,6 +273,8 @@ class Plan:
     jobs: int
     target_gain: float
     extra_sets: list[str] = field(default_factory=list)
+    first_seed: int = 0
+    """Run seeds first_seed..seeds-1 only (the others are kept or run elsewhere); tables use all."""
 
 
 @dataclass
@@ -574,7 +576,7 @@ def make_specs(plan: Plan, runs_dir: Path, models: dict[str, str]) -> list[RunSp
     """Every run of the study, seed by seed over every cell: a study cut short has the same
     seeds in every cell and every arm."""
     specs = []
-    for seed in range(plan.seeds):
+    for seed in range(plan.first_seed, plan.seeds):
         for cell in plan.cells:
             for arm in cell.arms:
                 sets = [
@@ -1657,7 +1659,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if not cells:
         raise SystemExit("no cell of the study matches --tasks/--regimes")
     return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 8), jobs=args.jobs,
-                target_gain=args.target_gain, extra_sets=args.sets)
+                target_gain=args.target_gain, extra_sets=args.sets, first_seed=getattr(args, "first_seed", 0) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1671,6 +1673,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
     p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
     p.add_argument("--cells", default=None, help="Only these cells of the study, by key (tiny-math-default, tiny-math-plateau, tiny-math-compute, ...).")
+    p.add_argument("--first-seed", type=int, default=0, help="Run only seeds from this one on (the earlier ones kept from --keep-from).")
     p.add_argument("--skip-arms", default=None, help="Leave these arms out of every cell (comma-separated); their finished runs stay.")
     p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1); default 8 (--quick: 2).")
     p.add_argument("--prompts-per-step", type=int, default=None, help="Override every cell's batch.")
