@@ -829,6 +829,8 @@ def speedup_of(reference: Sequence[float], arm: Sequence[float]) -> float:
     r, a = _median_inf(reference), _median_inf(arm)
     if math.isinf(a):
         return 1.0 if math.isinf(r) else 0.0
+    if a == 0:  # reached at the start (a sampled start evaluation above the target)
+        return 1.0 if r == 0 else math.inf
     return math.inf if math.isinf(r) else r / a
 
 

@@ -195,6 +195,7 @@ def test_speedup_counts_misses_and_verdicts_read_the_interval():
     assert eff.speedup_of([100, math.inf, math.inf], [100, 100, math.inf]) == math.inf  # only the reference misses
     assert eff.speedup_of([100, 100, 100], [math.inf, math.inf, 1]) == 0.0
     assert eff.speedup_of([math.inf] * 3, [math.inf] * 3) == 1.0
+    assert eff.speedup_of([100, 100, 0], [0, 0, 50]) == math.inf and eff.speedup_of([0], [0]) == 1.0  # at the start
     assert eff.verdict(0.1, 0.3, 0.0) == "win" and eff.verdict(-0.3, -0.1, 0.0) == "loss"
     assert eff.verdict(-0.1, 0.3, 0.0) == "tie" and eff.verdict(1.2, 3.0, 1.0) == "win" and eff.verdict(None, 1, 0) is None
 
