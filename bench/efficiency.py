@@ -1116,6 +1116,7 @@ def _x(r: float | None) -> str:
 
 
 def markdown_table(cell: dict) -> str:
+    learned = cell.get("learned", True)
     lines = [
         "| strategy | reached | rollouts to target: median [min-max] | speed-up | tokens to target | speed-up | "
         "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | mean accuracy over the run | vs grpo "
@@ -1126,9 +1127,9 @@ def markdown_table(cell: dict) -> str:
         lines.append(
             f"| {arm} | {a['reached']}/{a['seeds']} "
             f"| {_count(a['rollouts_to_target_median'])} [{_count(a['rollouts_to_target_min'])}-{_count(a['rollouts_to_target_max'])}] "
-            f"| {_x(a['rollouts_speedup'])} "
-            f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup'])} "
-            f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup'])} "
+            f"| {_x(a['rollouts_speedup']) if learned else 'no learning'} "
+            f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup']) if learned else '-'} "
+            f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup']) if learned else '-'} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
             f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
             f"| {_num(a.get('mean_accuracy_median'), 3)} | {_pts(a.get('mean_accuracy_delta'))} "
@@ -1282,6 +1283,21 @@ def _mean_curve(measures: list[dict]) -> tuple[list[float], list[float], list[fl
 
 
 def _finding(key: str, cell: dict) -> str:
+    """The cell's finding for a plot title: by mean accuracy over the run against grpo (95 %
+    intervals, win/tie/loss) where the intervals exist, else by rollouts to target."""
+    arms = cell["arms"]
+    if any("vs_grpo" in a for a in arms.values()):
+        scored = {a: x["vs_grpo"] for a, x in arms.items() if x.get("vs_grpo", {}).get("seeds")}
+        best = max(scored, key=lambda a: scored[a]["mean_accuracy_delta"])
+        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({scored[best]['accuracy_verdict']})"]
+        if "auto" in scored and best != "auto":
+            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({scored['auto']['accuracy_verdict']})")
+        variants = [a for a in VIGOR_VARIANTS if a in scored]
+        if variants:
+            v = max(variants, key=lambda a: scored[a]["mean_accuracy_delta"])
+            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({scored[v]['accuracy_verdict']})")
+        learned = "" if cell.get("learned", True) else "; grpo did not learn beyond the noise"
+        return f"{key}: " + ", ".join(parts) + f" (mean accuracy vs grpo{learned})"
     ch = cell_checks(cell)
     if not ch["baseline_reached"]:
         return f"{key}: grpo misses its own target"
@@ -1517,9 +1533,10 @@ def render_markdown(results: dict) -> str:
     for key, cell in results["cells"].items():
         if "compute_axis" in cell:
             parts.append(f"### compute axis: {key}\n\n" + compute_table(cell) + "\n")
-    if results["cells"]:
+    if results["cells"] and not parts:  # issue 11's summary (the interval tables above replace it)
         parts.append("### summary: speed-up in rollouts to target over grpo (median of seeds; seeds reaching the target)\n\n"
                      + summary_table(results) + "\n")
+    if results["cells"]:
         parts.append("### mean accuracy over the run, points above grpo (median of seeds)\n\n" + mean_accuracy_table(results) + "\n")
         parts.append("### starting variance laws\n\n" + law_table(results) + "\n")
     if results.get("timing"):
