@@ -273,6 +273,8 @@ class Plan:
     jobs: int
     target_gain: float
     extra_sets: list[str] = field(default_factory=list)
+    first_seed: int = 0
+    """Run seeds first_seed..seeds-1 only (the others are kept or run elsewhere); tables use all."""
 
 
 @dataclass
@@ -574,7 +576,7 @@ def make_specs(plan: Plan, runs_dir: Path, models: dict[str, str]) -> list[RunSp
     """Every run of the study, seed by seed over every cell: a study cut short has the same
     seeds in every cell and every arm."""
     specs = []
-    for seed in range(plan.seeds):
+    for seed in range(plan.first_seed, plan.seeds):
         for cell in plan.cells:
             for arm in cell.arms:
                 sets = [
@@ -827,6 +829,8 @@ def speedup_of(reference: Sequence[float], arm: Sequence[float]) -> float:
     r, a = _median_inf(reference), _median_inf(arm)
     if math.isinf(a):
         return 1.0 if math.isinf(r) else 0.0
+    if a == 0:  # reached at the start (a sampled start evaluation above the target)
+        return 1.0 if r == 0 else math.inf
     return math.inf if math.isinf(r) else r / a
 
 
@@ -1112,6 +1116,7 @@ def _x(r: float | None) -> str:
 
 
 def markdown_table(cell: dict) -> str:
+    learned = cell.get("learned", True)
     lines = [
         "| strategy | reached | rollouts to target: median [min-max] | speed-up | tokens to target | speed-up | "
         "train seconds to target | speed-up | final accuracy: median [min-max] | vs grpo | mean accuracy over the run | vs grpo "
@@ -1122,9 +1127,9 @@ def markdown_table(cell: dict) -> str:
         lines.append(
             f"| {arm} | {a['reached']}/{a['seeds']} "
             f"| {_count(a['rollouts_to_target_median'])} [{_count(a['rollouts_to_target_min'])}-{_count(a['rollouts_to_target_max'])}] "
-            f"| {_x(a['rollouts_speedup'])} "
-            f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup'])} "
-            f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup'])} "
+            f"| {_x(a['rollouts_speedup']) if learned else 'no learning'} "
+            f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup']) if learned else '-'} "
+            f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup']) if learned else '-'} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
             f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
             f"| {_num(a.get('mean_accuracy_median'), 3)} | {_pts(a.get('mean_accuracy_delta'))} "
@@ -1278,6 +1283,21 @@ def _mean_curve(measures: list[dict]) -> tuple[list[float], list[float], list[fl
 
 
 def _finding(key: str, cell: dict) -> str:
+    """The cell's finding for a plot title: by mean accuracy over the run against grpo (95 %
+    intervals, win/tie/loss) where the intervals exist, else by rollouts to target."""
+    arms = cell["arms"]
+    if any("vs_grpo" in a for a in arms.values()):
+        scored = {a: x["vs_grpo"] for a, x in arms.items() if x.get("vs_grpo", {}).get("seeds")}
+        best = max(scored, key=lambda a: scored[a]["mean_accuracy_delta"])
+        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({scored[best]['accuracy_verdict']})"]
+        if "auto" in scored and best != "auto":
+            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({scored['auto']['accuracy_verdict']})")
+        variants = [a for a in VIGOR_VARIANTS if a in scored]
+        if variants:
+            v = max(variants, key=lambda a: scored[a]["mean_accuracy_delta"])
+            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({scored[v]['accuracy_verdict']})")
+        learned = "" if cell.get("learned", True) else "; grpo did not learn beyond the noise"
+        return f"{key}: " + ", ".join(parts) + f" (mean accuracy vs grpo{learned})"
     ch = cell_checks(cell)
     if not ch["baseline_reached"]:
         return f"{key}: grpo misses its own target"
@@ -1513,9 +1533,10 @@ def render_markdown(results: dict) -> str:
     for key, cell in results["cells"].items():
         if "compute_axis" in cell:
             parts.append(f"### compute axis: {key}\n\n" + compute_table(cell) + "\n")
-    if results["cells"]:
+    if results["cells"] and not parts:  # issue 11's summary (the interval tables above replace it)
         parts.append("### summary: speed-up in rollouts to target over grpo (median of seeds; seeds reaching the target)\n\n"
                      + summary_table(results) + "\n")
+    if results["cells"]:
         parts.append("### mean accuracy over the run, points above grpo (median of seeds)\n\n" + mean_accuracy_table(results) + "\n")
         parts.append("### starting variance laws\n\n" + law_table(results) + "\n")
     if results.get("timing"):
@@ -1571,7 +1592,7 @@ PUBLISHED = ROOT / "bench" / "efficiency_results.json"
 
 def reproduction(results: dict, earlier: dict) -> dict:
     """Runs of an earlier study (same cell, arm and seed) whose evaluation curve this study
-    reproduced exactly (accuracies to 4 places, as the committed JSON rounds them)."""
+    reproduced exactly (to the 4 places the committed JSON rounds accuracies to)."""
     same, differ = 0, []
     for key, cell in results["cells"].items():
         old_cell = earlier.get("cells", {}).get(key)
@@ -1582,9 +1603,8 @@ def reproduction(results: dict, earlier: dict) -> dict:
             for m in runs:
                 if m["seed"] not in old or m.get("kept"):
                     continue
-                a = [round(v, 4) for v in m["curve"]["accuracy"]]
-                b = [round(v, 4) for v in old[m["seed"]]["curve"]["accuracy"]]
-                if a == b:
+                a, b = m["curve"]["accuracy"], old[m["seed"]]["curve"]["accuracy"]
+                if len(a) == len(b) and all(abs(x - y) <= 6e-5 for x, y in zip(a, b)):  # b rounded to 4 places
                     same += 1
                 else:
                     differ.append(f"{key}/{arm}-s{m['seed']}")
@@ -1657,7 +1677,7 @@ def make_plan(args: argparse.Namespace) -> Plan:
     if not cells:
         raise SystemExit("no cell of the study matches --tasks/--regimes")
     return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 8), jobs=args.jobs,
-                target_gain=args.target_gain, extra_sets=args.sets)
+                target_gain=args.target_gain, extra_sets=args.sets, first_seed=getattr(args, "first_seed", 0) or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1671,6 +1691,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
     p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
     p.add_argument("--cells", default=None, help="Only these cells of the study, by key (tiny-math-default, tiny-math-plateau, tiny-math-compute, ...).")
+    p.add_argument("--first-seed", type=int, default=0, help="Run only seeds from this one on (the earlier ones kept from --keep-from).")
     p.add_argument("--skip-arms", default=None, help="Leave these arms out of every cell (comma-separated); their finished runs stay.")
     p.add_argument("--seeds", type=int, default=None, help="Seeds per arm (0..N-1); default 8 (--quick: 2).")
     p.add_argument("--prompts-per-step", type=int, default=None, help="Override every cell's batch.")

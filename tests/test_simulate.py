@@ -155,17 +155,20 @@ def test_cli_auto_goes_wide_on_flat_laws_and_deep_on_heavy_tails(law, plan):
         assert auto["signal_per_rollout"] > 1.3 * grpo["signal_per_rollout"]
 
 
-@pytest.mark.parametrize("law, decisions", [
-    ("mix:0.45,0.45", {"wide": 3, "deep": 5}),  # saturated: 90 % of prompts never or always solved
-    ("beta:3,3", {"wide": 8}),  # flat: every prompt in the middle
+@pytest.mark.parametrize("law, saturated, decisions", [
+    ("mix:0.45,0.45", 0.85, {"wide": 3, "deep": 5}),  # saturated: 90 % of prompts never or always solved
+    ("beta:3,3", 0.85, {"wide": 8}),  # flat: every prompt in the middle
+    ("mix:0.45,0.45", None, {"wide": 8}),  # the default: the rule is off (the study found no gain)
 ])
-def test_cli_auto_follows_the_law_when_no_prompt_comes_back(law, decisions):
+def test_cli_auto_follows_the_law_when_no_prompt_comes_back(law, saturated, decisions):
     """A pool of 1024 prompts for 8 steps: no census prompt is seen twice, so depth cannot pay
-    back through recurrence. Under a saturated law (after the 3-census warm-up) the wide
-    plan's groups would be nearly all all-equal and auto goes deep; under a flat law, and in
-    the first steps of any law, it stays wide."""
+    back through recurrence. With the saturation rule on (allocation.auto.saturated), under a
+    saturated law (after the 3-census warm-up) the wide plan's groups would be nearly all
+    all-equal and auto goes deep; under a flat law, and in the first steps of any law, it
+    stays wide."""
+    sets = ["--set", f"allocation.auto.saturated={saturated}"] if saturated is not None else []
     out = run_cli("--json", "--strategy", "auto,grpo", "--pass-rates", law, "--steps", "8", "--prompts", "32",
-                  "--pool", "1024")
+                  "--pool", "1024", *sets)
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["strategies"]["auto"]["decisions"] == decisions

@@ -30,6 +30,12 @@ Per step (all ours; README.md in this folder states the choices):
    all-equal and hardly beats the wide plan.
    ``deep`` is chosen when its score is at least ``margin`` x that of ``wide`` (the deep
    plan is fitted to noisy estimates).
+   **The law the run has reached** (issue 25): the share of the wide plan's groups expected
+   to be all-equal under the prior (whose moments average recent censuses) and the census's
+   histogram of successes are recorded every step; past ``warmup`` censuses, a share at or
+   above ``saturated`` sets r = 1 (depth counts in full even without recurrence: the signal
+   is left in a tail breadth does not reach). Off by default (``saturated`` = 1): the issue
+   25 study found no law, plateaus included, where depth paid at this scale.
 4. **Round 2** gives the chosen plan's extra rollouts. The update uses every rollout.
 
 The decision, its reason and the measurements are the record's ``totals.auto``.
@@ -207,12 +213,15 @@ class AutoAllocator(RoundAllocator):
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
         choice = "deep" if ratio >= self.margin else "wide"
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
+        law = f"zero-var at {n_wide} {zero_wide:.0%}"
         if saturated:
-            why = f"law saturated (zero-var at {n_wide} {zero_wide:.0%} >= {self.saturated:.0%}): depth counts"
+            why = f"law saturated ({law} >= {self.saturated:.0%}): depth counts"
+        elif self.saturated >= 1:
+            why = f"law {law} (saturation rule off): depth counts as prompts recur"
         elif not warm:
-            why = f"warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
+            why = f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
         else:
-            why = f"law not saturated (zero-var at {n_wide} {zero_wide:.0%} < {self.saturated:.0%}): depth counts as prompts recur"
+            why = f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
         reason = (
             f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
             f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
@@ -333,10 +342,13 @@ class AutoOptions(StrategyOptions):
         "memory, auto scores plans by breadth only).",
     )
     saturated: float = Field(
-        0.8, ge=0, le=1,
-        description="auto: the law is saturated (depth counts in full, as when every prompt recurs) "
-        "once the expected share of all-equal groups at the wide plan's rollouts per prompt, "
-        "from the census law averaged over recent steps, is at least this; 1 = never.",
+        1.0, ge=0, le=1,
+        description="auto: treat the law as saturated (depth counts in full, as when every prompt "
+        "recurs) once the expected share of all-equal groups at the wide plan's rollouts per "
+        "prompt, from the census law averaged over recent steps, is at least this. Default 1 = "
+        "never: in the issue 25 study depth did not pay even at the most saturated law measured "
+        "(the tiny-facts plateau, 96 % of groups of 8 all-equal); e.g. 0.9 to let auto go deep "
+        "on saturated laws on a larger model.",
     )
     warmup: int = Field(
         3, ge=0, le=10**6,
