@@ -47,6 +47,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1038,10 +1039,12 @@ def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: f
 
 def _rel(path: str | Path) -> str:
     """``path`` relative to the repository when inside it (no absolute paths in results)."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):  # bench/results may be a link
+        try:
+            return str(candidate.relative_to(ROOT))
+        except ValueError:
+            continue
+    return str(path)
 
 
 def start_distribution(task_name: str, model: str, temperature: float, cache: Path, problems: int = 256, samples: int = 16) -> dict:
@@ -1420,7 +1423,8 @@ def plot_summary(results: dict, path: Path) -> Path:
             x, mean, _, _ = _mean_curve(runs)
             ax.plot(x, mean, marker="o", markersize=2, color=ARM_COLORS.get(arm, "#bcbd22"), label=arm)
         ax.axhline(cell["target"], color="grey", linestyle="--", linewidth=1)
-        ax.set_title(_finding(key, cell).replace(" (rollouts to target vs grpo)", "").replace(": ", ":\n", 1), fontsize=8)
+        title = _finding(key, cell).replace(" (rollouts to target vs grpo)", "")
+        ax.set_title("\n".join(textwrap.wrap(title, 58)), fontsize=7)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="lower right")
         ax.tick_params(labelsize=7)
@@ -1430,12 +1434,23 @@ def plot_summary(results: dict, path: Path) -> Path:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     seeds = max((len(r) for c in cells.values() for r in c["runs"].values()), default=0)
-    counts = {}
-    for v in wins.values():
-        counts[v] = counts.get(v, 0) + 1
-    best = ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    fig.suptitle(f"Held-out accuracy vs cumulative rollouts (mean of {seeds} seeds; dashed: target). "
-                 f"Best arm: {best} of {len(wins)} regimes", fontsize=10)
+    verdicts: dict[str, dict[str, int]] = {}  # arm -> win/tie/loss counts by interval (issue 25)
+    for cell in cells.values():
+        for arm, a in cell["arms"].items():
+            v = a.get("vs_grpo", {}).get("accuracy_verdict")
+            if v:
+                verdicts.setdefault(arm, {}).setdefault(v, 0)
+                verdicts[arm][v] += 1
+    if verdicts:
+        said = [f"{arm} " + "/".join(f"{verdicts[arm].get(v, 0)} {v}" for v in ("win", "tie", "loss"))
+                for arm in ("auto", "grpo-wide", "vigor") if arm in verdicts]
+        finding = "Against grpo by 95 % interval (mean accuracy over the run): " + ", ".join(said)
+    else:
+        counts: dict[str, int] = {}
+        for v in wins.values():
+            counts[v] = counts.get(v, 0) + 1
+        finding = "Best arm: " + ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) + f" of {len(wins)} regimes"
+    fig.suptitle(f"{finding}\nheld-out accuracy vs cumulative rollouts, mean of {seeds} seeds; dashed: target", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
