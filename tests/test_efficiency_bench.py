@@ -307,3 +307,32 @@ def test_quick_mode_runs_every_strategy_end_to_end(tmp_path):
     assert (out / "tiny-math-default" / "accuracy_vs_rollouts_panels.png").is_file()
     assert "starting variance laws" in (tmp_path / "eff.md").read_text()
     assert "| vigor |" in (tmp_path / "eff.md").read_text()
+
+
+def test_the_committed_study_holds_every_regime_with_intervals_and_no_machine_paths():
+    """Issue 25: bench/efficiency_results.json holds at least 8 regimes, each arm with its median
+    rollouts to target and its paired 95 % interval against grpo over at least 8 seeds; the
+    plateau cells say how their start was made; nothing names this machine's folders."""
+    path = Path(__file__).resolve().parents[1] / "bench" / "efficiency_results.json"
+    text = path.read_text()
+    assert "/work/" not in text and "/tmp/" not in text and "/home/" not in text
+    results = json.loads(text)
+    regimes = {k: c for k, c in results["cells"].items() if "compute_axis" not in c}
+    assert len(regimes) >= 8
+    for key, cell in regimes.items():
+        assert "pilot-commit" in cell["arms"] and "auto" in cell["arms"], key
+        for arm, a in cell["arms"].items():
+            assert "rollouts_to_target_median" in a, (key, arm)
+            assert a["seeds"] >= 8, (key, arm)
+            if arm != "grpo":
+                vs = a["vs_grpo"]
+                lo, hi = vs["mean_accuracy_delta_ci"]
+                assert lo <= vs["mean_accuracy_delta"] <= hi, (key, arm)
+                assert vs["accuracy_verdict"] in {"win", "tie", "loss"}
+                assert len(vs["speedup_ci"]) == 2
+    plateaus = [c for c in regimes.values() if c.get("plateau")]
+    assert len(plateaus) >= 3
+    for cell in plateaus:
+        assert cell["plateau"]["plateaued"] and cell["plateau"]["command"].startswith("python bench/efficiency.py --make-plateau")
+    compute = [c for c in results["cells"].values() if "compute_axis" in c]
+    assert compute and len({len(r) for r in compute[0]["runs"].values()}) == 1
