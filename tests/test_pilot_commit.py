@@ -143,7 +143,7 @@ def test_state_round_trip_and_resume():
 @pytest.mark.parametrize("sets, needle", [
     (["allocation.pilot-commit={lower: 0.6, upper: 0.5}"], "allocation.pilot-commit.lower (0.6) must be <= 1 - allocation.pilot-commit.upper"),
     (["allocation.pilot-commit.max_rollouts=1"], "allocation.pilot-commit.max_rollouts (1) must be >= allocation.pilot-commit.pilot (2)"),
-    (["allocation.rollouts_per_prompt=3"], "allocation.budget (192) is below pilot-commit's pilot round"),
+    (["allocation.rollouts_per_prompt=3"], "allocation.budget (192) is below pilot-commit's pilot, the first round"),
     (["allocation.pilot-commit.pilot=0"], "'allocation.pilot-commit.pilot': Input should be greater than or equal to 1"),
 ])
 def test_bad_settings_name_the_keys(sets, needle):

@@ -62,7 +62,7 @@ from vigor_cli.allocation.estimate import (
 )
 from vigor_cli.allocation.knapsack import update_history
 from vigor_cli.allocation.registry import default_budget, options, register
-from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError, check_first_round, compact, first_round_width
 from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 MEMORY = 0.5
@@ -75,7 +75,7 @@ ETA_SCHEDULE = dict(rounds=4, alpha=0.5, gamma=2.0)
 
 def census_width(width: float, prompts_per_step: int) -> int:
     """Prompts in the census: ceil(width x prompts_per_step), at least 1."""
-    return max(1, math.ceil(width * prompts_per_step - 1e-9))
+    return first_round_width(width, prompts_per_step)
 
 
 def _r(x: float | None, digits: int = 4) -> float | None:
@@ -122,18 +122,7 @@ class AutoAllocator(RoundAllocator):
             raise RuleError(
                 f"allocation.auto.max_rollouts ({max_rollouts}) must be >= allocation.auto.census ({census})"
             )
-        wide = census_width(width, prompts_per_step)
-        if n_train is not None and wide > n_train:
-            raise RuleError(
-                f"auto's census of ceil(allocation.auto.width x train.prompts_per_step) = {wide} "
-                f"prompts exceeds the {n_train} training prompts; lower either key"
-            )
-        if budget < census * wide:
-            raise RuleError(
-                f"allocation.budget ({budget}) is below auto's census, the first round: allocation.auto.census x "
-                f"ceil(allocation.auto.width x train.prompts_per_step) ({census} x {wide} = {census * wide}); "
-                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower allocation.auto.census"
-            )
+        check_first_round("auto", "census", census, width, prompts_per_step, budget, n_train)
 
     # ------------------------------------------------------------------ rounds
     def _begin(self) -> None:

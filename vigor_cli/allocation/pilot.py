@@ -38,14 +38,13 @@ across steps):
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import Field
 
 from vigor_cli.allocation.base import Request
 from vigor_cli.allocation.registry import default_budget, options, register
-from vigor_cli.allocation.rounds import RoundAllocator, RuleError, compact
+from vigor_cli.allocation.rounds import RoundAllocator, RuleError, check_first_round, compact, first_round_width
 from vigor_cli.config import ROLLOUTS_MAX, StrategyOptions
 
 
@@ -68,7 +67,7 @@ class PilotCommitAllocator(RoundAllocator):
         evict_after: int,
     ) -> None:
         super().__init__(prompts_per_step, seed)
-        self.width_prompts = max(1, math.ceil(width * prompts_per_step - 1e-9))
+        self.width_prompts = first_round_width(width, prompts_per_step)
         self.rules(budget, pilot, width, lower, upper, max_rollouts, prompts_per_step)
         self.budget, self.pilot, self.lower, self.upper = budget, pilot, lower, upper
         self.max_rollouts, self.evict_after = max_rollouts, evict_after
@@ -89,18 +88,7 @@ class PilotCommitAllocator(RoundAllocator):
             raise RuleError(
                 f"allocation.pilot-commit.max_rollouts ({max_rollouts}) must be >= allocation.pilot-commit.pilot ({pilot})"
             )
-        wide = max(1, math.ceil(width * prompts_per_step - 1e-9))
-        if n_train is not None and wide > n_train:
-            raise RuleError(
-                f"pilot-commit's pilot of ceil(allocation.pilot-commit.width x train.prompts_per_step) = {wide} "
-                f"prompts exceeds the {n_train} training prompts; lower either key"
-            )
-        if budget < pilot * wide:
-            raise RuleError(
-                f"allocation.budget ({budget}) is below pilot-commit's pilot round: allocation.pilot-commit.pilot x "
-                f"ceil(allocation.pilot-commit.width x train.prompts_per_step) ({pilot} x {wide} = {pilot * wide}); "
-                f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower the pilot"
-            )
+        check_first_round("pilot-commit", "pilot", pilot, width, prompts_per_step, budget, n_train)
 
     # ------------------------------------------------------------------ rounds
     def _begin(self) -> None:

@@ -32,6 +32,33 @@ class RuleError(UserError, ValueError):
     ValueError, so the config's validation reports it naming the source of the value."""
 
 
+def first_round_width(width: float, prompts_per_step: int) -> int:
+    """Prompts in a first round over ``width`` x the batch: ceil(width x prompts_per_step), at least 1."""
+    return max(1, math.ceil(width * prompts_per_step - 1e-9))
+
+
+def check_first_round(name: str, round_name: str, each: int, width: float, prompts_per_step: int,
+                      budget: int, n_train: int | None) -> int:
+    """The rule a strategy with a wide first round (auto's census, pilot-commit's pilot) shares:
+    its prompts exist in the training set and the budget pays for the round. ``name`` is the
+    strategy's key under allocation, ``round_name`` its key for the rollouts each prompt gets.
+    Returns the round's prompt count; RuleError naming the keys to change otherwise."""
+    key = f"allocation.{name}"
+    wide = first_round_width(width, prompts_per_step)
+    if n_train is not None and wide > n_train:
+        raise RuleError(
+            f"{name}'s {round_name} of ceil({key}.width x train.prompts_per_step) = {wide} "
+            f"prompts exceeds the {n_train} training prompts; lower either key"
+        )
+    if budget < each * wide:
+        raise RuleError(
+            f"allocation.budget ({budget}) is below {name}'s {round_name}, the first round: {key}.{round_name} x "
+            f"ceil({key}.width x train.prompts_per_step) ({each} x {wide} = {each * wide}); "
+            f"raise allocation.budget (or allocation.rollouts_per_prompt) or lower {key}.{round_name}"
+        )
+    return wide
+
+
 def population_variance(values: Sequence[float]) -> float:
     """Population variance (divide by n): what VIGOR ranks on; 0.0 for fewer than 2 values."""
     n = len(values)
