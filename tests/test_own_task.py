@@ -769,3 +769,33 @@ def test_the_readouts_of_your_own_rewards_say_reward_not_accuracy(tmp_path):
     first = out.getvalue().splitlines()[0]
     assert first == ("held-out reward 0.500 -> 1.125 (+0.625); pass@1 (reward >= 1) 0.000 -> 0.750  "
                      "in 44s, 20480 rollouts")
+
+
+def test_a_run_with_relative_paths_resumes_from_another_folder(vigor, tmp_path, monkeypatch):
+    """--data and --reward given relative to the folder a run starts in: a resume from another
+    folder reads them from the run's launch folder (launch-dir), says so in one line, and
+    gives the current folder back; a run without launch-dir stays where it is and names the file."""
+    start, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    start.mkdir(), elsewhere.mkdir()
+    (start / "rewards.py").write_text(LENGTH_REWARD)
+    (start / "data.jsonl").write_text("".join(json.dumps({"prompt": f"say {w}", "word": w}) + "\n"
+                                              for w in ["cat", "dog", "owl", "bee", "ant", "elk", "yak", "emu"]))
+    monkeypatch.chdir(start)
+    code, out, err = vigor("train", "--data", "data.jsonl", "--reward", "rewards.py:length", "--steps", "1",
+                           "--prompts-per-step", "2", "--strategy", "grpo", "--set", "allocation.group_size=2",
+                           "--max-new-tokens", "4", "--eval-every", "0", "--save-every", "1",
+                           "--output-dir", str(tmp_path / "runs"))
+    assert code == 0, err
+    run = next((tmp_path / "runs").iterdir())
+    assert (run / "launch-dir").read_text().strip() == str(start)
+    monkeypatch.chdir(elsewhere)
+    code, out, err = vigor("train", "--resume", str(run), "--steps", "2")
+    assert code == 0, err
+    assert f"resuming in {start}, the folder the run was started in" in err
+    assert Path.cwd() == elsewhere
+    assert len((run / "metrics.jsonl").read_text().splitlines()) >= 2
+    # a run from before launch-dir existed: its relative files are looked up here, and the error names one
+    (run / "launch-dir").unlink()
+    code, out, err = vigor("train", "--resume", str(run), "--steps", "3")
+    assert code == 2 and "rewards.py not found" in err and len(err.strip().splitlines()) == 1
+    assert "resuming in" not in err

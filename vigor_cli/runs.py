@@ -39,7 +39,10 @@ from vigor_cli.jsonl import JsonlContent
 from vigor_cli.run_log import LOGS, RunLog, read_eval_line  # noqa: F401
 
 LOCK = "run.lock"
-SETUP_FILES = frozenset({LOCK, "config.yaml", ".config.yaml.tmp", RUN_ID, f".{RUN_ID}.tmp", "checkpoints", "eval"})
+LAUNCH_DIR = "launch-dir"
+"""The folder the run was started in: a resume reads the config's relative paths from there."""
+SETUP_FILES = frozenset({LOCK, "config.yaml", ".config.yaml.tmp", RUN_ID, f".{RUN_ID}.tmp", LAUNCH_DIR,
+                         f".{LAUNCH_DIR}.tmp", "checkpoints", "eval"})
 """What a run's directory holds before its first step (and all a failed start may remove)."""
 
 
@@ -204,6 +207,7 @@ class RunDir:
             self.eval_dir.mkdir(exist_ok=True)
         if not (self.path / RUN_ID).is_file():
             write_text_atomic(self.path / RUN_ID, secrets.token_hex(16) + "\n")
+        write_text_atomic(self.path / LAUNCH_DIR, os.getcwd() + "\n")
         self.write_config(cfg)
         return self
 
@@ -232,6 +236,28 @@ class RunDir:
                                 "is nothing to resume; start it again (a new run of that name reuses the directory)")
             raise UserError(f"--resume {path}: not a run directory (no config.yaml)")
         return run
+
+    @contextlib.contextmanager
+    def in_launch_dir(self, note: Callable[[str], Any]) -> Iterable[None]:
+        """Work in the folder the run was started in (``launch-dir``), so the saved config's
+        relative paths (``--data my.jsonl``, ``--reward rewards.py:f``, a local model) mean
+        what they meant then; the current folder comes back after. A run from before the
+        file existed, or whose folder is gone, stays in the current folder."""
+        try:
+            saved = (self.path / LAUNCH_DIR).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            saved = ""
+        here = os.getcwd()
+        target = Path(saved) if saved else None
+        if target is None or not target.is_absolute() or not target.is_dir() or target.resolve() == Path(here).resolve():
+            yield
+            return
+        note(f"resuming in {target}, the folder the run was started in (its config's relative paths are read from there)")
+        os.chdir(target)
+        try:
+            yield
+        finally:
+            os.chdir(here)
 
     def acquire(self) -> "RunDir":
         """Hold ``run.lock`` (resume): refused with one line when another process has it."""

@@ -154,7 +154,8 @@ def check_against_data(cfg: RunConfig, n_train: int) -> None:
     p = cfg.train.prompts_per_step
     if p > n_train:
         raise ConfigError(
-            f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'"
+            f"train.prompts_per_step ({p}) exceeds the {n_train} training prompts of task '{cfg.task.name}'; "
+            f"lower it (--prompts-per-step {n_train} or less) or give more data"
         )
     try:
         registry.check(cfg.allocation, p, n_train)
