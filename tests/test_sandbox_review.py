@@ -42,6 +42,7 @@ def _record(qid: str, public, private=(), metadata: dict | None = None) -> dict:
 
 
 # --------------------------------------------------------------------------- sandbox errors
+@pytest.mark.slow  # a whole tiny-code training
 def test_a_broken_sandbox_stops_training_instead_of_scoring_zero():
     """A worker killed mid-run is a sandbox error, never a runtime error scored 0 and trained
     on; when it is most of the batch (here the whole batch) the code task raises one clear

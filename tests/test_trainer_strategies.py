@@ -32,7 +32,9 @@ def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
     assert (run.latest_checkpoint() / "allocator.json").exists()
 
 
-@pytest.mark.parametrize("strategy", ["auto", "knapsack", "pilot-commit"])
+# auto (the default) stays in the fast suite; the others resume the same way and run in the slow set
+@pytest.mark.parametrize("strategy", ["auto", pytest.param("knapsack", marks=pytest.mark.slow),
+                                      pytest.param("pilot-commit", marks=pytest.mark.slow)])
 def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     """The per-prompt reward history (and auto's census moments) cross steps in
     allocator.json; a run killed after the step-2 checkpoint and resumed writes the same
