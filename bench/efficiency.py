@@ -818,16 +818,10 @@ def run_mean_accuracy(m: dict) -> float | None:
     return statistics.mean(acc[1:]) if len(acc) > 1 else None
 
 
-def _median_inf(values: Sequence[float]) -> float:
-    vals = sorted(values)
-    n = len(vals)
-    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
-
-
 def speedup_of(reference: Sequence[float], arm: Sequence[float]) -> float:
     """reference's median rollouts to target / the arm's (misses are +inf): 0 when only the
     arm misses, inf when only the reference does, 1 when both do (neither reaches it)."""
-    r, a = _median_inf(reference), _median_inf(arm)
+    r, a = statistics.median(reference), statistics.median(arm)  # a miss is +inf
     if math.isinf(a):
         return 1.0 if math.isinf(r) else 0.0
     if a == 0:  # reached at the start (a sampled start evaluation above the target)
@@ -1682,17 +1676,17 @@ def make_plan(args: argparse.Namespace) -> Plan:
         for key in size:
             if getattr(args, key) is not None:
                 size[key] = getattr(args, key)
-        skip = set(args.skip_arms.split(",")) if getattr(args, "skip_arms", None) else set()
+        skip = set(args.skip_arms.split(",")) if args.skip_arms else set()
         cell = Cell(task=t, regime=r, arms=[x for x in (arms or a) if x not in skip],
                     name=None if args.quick else extra.get("name"), **size)
-        if not cell.arms or (getattr(args, "cells", None) and cell.key not in args.cells.split(",")):
+        if not cell.arms or (args.cells and cell.key not in args.cells.split(",")):
             continue
         if cell not in cells:  # --arms makes rows of one task and regime identical
             cells.append(cell)
     if not cells:
         raise SystemExit("no cell of the study matches --tasks/--regimes")
     return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 8), jobs=args.jobs,
-                target_gain=args.target_gain, extra_sets=args.sets, first_seed=getattr(args, "first_seed", 0) or 0)
+                target_gain=args.target_gain, extra_sets=args.sets, first_seed=args.first_seed)
 
 
 def main(argv: list[str] | None = None) -> int:

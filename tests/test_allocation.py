@@ -11,6 +11,7 @@ import random
 import pytest
 
 from vigor_cli.allocation import (
+    STRATEGIES,
     AllocationError,
     GresoAllocator,
     make_allocator,
@@ -364,7 +365,7 @@ def test_tell_must_answer_exactly_what_was_asked():
 
 @pytest.mark.parametrize(
     "strategy",
-    ["vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods", "knapsack", "reinforce-ada", "auto"],
+    list(STRATEGIES),  # every registered strategy
 )
 def test_fewer_rewards_than_asked_are_unscored_rollouts(strategy):
     """A rollout whose reward is None is not told: every strategy takes fewer rewards than it
@@ -393,7 +394,7 @@ def test_fewer_rewards_than_asked_are_unscored_rollouts(strategy):
 
 @pytest.mark.parametrize(
     "strategy",
-    ["vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods", "knapsack", "reinforce-ada", "auto"],
+    list(STRATEGIES),  # every registered strategy
 )
 def test_state_dict_round_trip_continues_identically(strategy):
     cfg = vigor(strategy=strategy, gen_batch_multiplier=2)
@@ -453,7 +454,7 @@ def test_equal_fractional_pools_tie_by_seed_not_by_reward_order():
     assert 8 <= kept_first <= 32
 
 
-@pytest.mark.parametrize("strategy", __import__("vigor_cli.allocation", fromlist=["STRATEGIES"]).STRATEGIES)
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
 def test_a_prompt_with_no_scored_rollout_is_left_out_not_a_crash(strategy):
     """A user's reward that returns None for every rollout of a prompt (no answer to grade):
     every strategy finishes its steps, counts them unscored and gives that prompt no group.

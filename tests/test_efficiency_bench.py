@@ -129,7 +129,8 @@ def _plan(**kw):
     import argparse
 
     args = dict(quick=False, study="issue11", tasks=None, regimes=None, arms=None, seeds=None, prompts_per_step=None,
-                total_rollouts=None, eval_every_rollouts=None, jobs=2, target_gain=0.8, sets=[])
+                total_rollouts=None, eval_every_rollouts=None, jobs=2, target_gain=0.8, sets=[], skip_arms=None,
+                cells=None, first_seed=0)
     args.update(kw)
     return eff.make_plan(argparse.Namespace(**args))
 
@@ -221,7 +222,6 @@ def test_a_cell_where_grpo_did_not_learn_reports_no_speedups(tmp_path):
     for seed in range(3):
         make_run(tmp_path, f"grpo-s{seed}", seed, [(0, 0.55), (5, 0.556), (10, 0.556)])
         make_run(tmp_path, f"auto-s{seed}", seed, [(0, 0.55), (5, 0.6), (10, 0.6)], strategy="auto")
-        ev = tmp_path / f"grpo-s{seed}" / "eval"
         for arm in ("grpo", "auto"):
             ev = tmp_path / f"{arm}-s{seed}" / "eval"
             ev.mkdir()

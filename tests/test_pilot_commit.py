@@ -39,6 +39,30 @@ def test_a_step_by_hand():
     json.dumps(rec, allow_nan=False)
 
 
+def test_unscored_rollouts_still_count_as_spent_and_the_pilot_mean_is_over_scored_ones():
+    """b's pilot comes back unscored (a reward function's None): deferred, but its 2 rollouts
+    were generated, so the budget is spent in full (unspent 0, not 2); the pilot's mean reward is
+    over the 6 scored pilot rewards (4/6), not over 8 with the unscored read as 0."""
+    alloc = make_allocator(cfg("pilot-commit", budget=16), 2, seed=0)
+    table = {"a": [1, 0, 1, 1, 0, 0], "b": [None, None], "c": [1, 1], "d": [0, 1, 1, 1, 1, 1]}
+    alloc.start_step(0, fixed_draw(["a", "b", "c", "d"]))
+    asks, seen = [], {}
+    while requests := alloc.ask():  # as the trainer tells: an unscored rollout is not told
+        asks.append({r.uid: r.n for r in requests})
+        told = {}
+        for r in requests:
+            got = table[r.uid][seen.get(r.uid, 0): seen.get(r.uid, 0) + r.n]
+            seen[r.uid] = seen.get(r.uid, 0) + r.n
+            told[r.uid] = [x for x in got if x is not None]
+        alloc.tell(told)
+    result = alloc.finish()
+    assert asks == [{"a": 2, "b": 2, "c": 2, "d": 2}, {"a": 4, "d": 4}]
+    assert result.record["totals"]["rollouts"] == 16
+    totals = result.record["totals"]["pilot_commit"]
+    assert totals["unspent"] == 0 and totals["commit_rollouts"] == 8 and totals["deferred"] == 1
+    assert totals["mean_pilot_reward"] == pytest.approx(4 / 6, abs=1e-6)
+
+
 def test_commits_the_most_varied_and_keeps_the_rest_of_the_passing_pilots():
     """Pilot of 4 on 4 prompts (B = 2): pass rates 2/4 (a, var 0.25), 1/4 (b, 0.1875),
     3/4 (c, 0.1875), 2/4 (d, 0.25). a and d are committed (largest variance); b and c pass

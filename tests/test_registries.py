@@ -10,7 +10,7 @@ import pytest
 
 from vigor_cli import grpo
 from vigor_cli.allocation import registry
-from vigor_cli.config import ConfigError
+from vigor_cli.config import AllocationConfig, ConfigError
 from vigor_cli.settings import build_config, known_names
 from vigor_cli.rollout import ENGINES, make_engine, register_engine
 from vigor_cli.tasks import EVAL_SETS, TASKS, get_task, register_task
@@ -25,7 +25,7 @@ def test_builtin_entries():
     assert registry.names() == ("vigor", "random", "difficulty", "grpo", "dapo", "greso", "pods",
                                 "knapsack", "reinforce-ada", "pilot-commit", "auto")
     assert registry.budgeted() == ("vigor", "random", "difficulty", "knapsack", "reinforce-ada", "pilot-commit", "auto")
-    assert set(registry.sections()) == {"greso", "pods", "knapsack", "reinforce-ada", "pilot-commit", "auto"}
+    assert set(AllocationConfig.section_models()) == {"greso", "pods", "knapsack", "reinforce-ada", "pilot-commit", "auto"}
     assert registry.in_family("vigor") == ("vigor", "random", "difficulty")
     assert all(s.summary for s in registry.REGISTRY.values())
     assert list(ENGINES) == ["hf", "vllm"] and ENGINES["vllm"].for_cuda

@@ -73,11 +73,6 @@ ETA_SCHEDULE = dict(rounds=4, alpha=0.5, gamma=2.0)
 """VIGOR's default schedule, for the eta(k) the record reports."""
 
 
-def census_width(width: float, prompts_per_step: int) -> int:
-    """Prompts in the census: ceil(width x prompts_per_step), at least 1."""
-    return first_round_width(width, prompts_per_step)
-
-
 def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, digits)
 
@@ -102,7 +97,7 @@ class AutoAllocator(RoundAllocator):
         warmup: int = 0,
     ) -> None:
         super().__init__(prompts_per_step, seed)
-        self.width_prompts = census_width(width, prompts_per_step)
+        self.width_prompts = first_round_width(width, prompts_per_step)
         self.rules(budget, width, census, max_rollouts, prompts_per_step)
         self.budget, self.census, self.margin = budget, census, margin
         self.max_rollouts, self.window = max_rollouts, history
@@ -195,7 +190,7 @@ class AutoAllocator(RoundAllocator):
             d = depth(u, extra)
             return weight * d + (1 - weight) * n_bar * d / (n + extra)
 
-        wide = self._even(uids, left, room)
+        wide = self._split_evenly(uids, left, room)
         deep = self._greedy(uids, left, room, value)
         s_wide = sum(value(u, wide[u]) for u in uids)
         s_deep = sum(value(u, deep[u]) for u in uids)
@@ -237,14 +232,6 @@ class AutoAllocator(RoundAllocator):
             "extra": sum(chosen.values()),
         }
         return {"extra": chosen, "record": record, "p_hat": p_hat}
-
-    def _even(self, uids: list[str], left: int, room: int) -> dict[str, int]:
-        """R split evenly; the remainder to a seeded random choice of prompts; cap ``room``."""
-        base, rest = divmod(left, len(uids))
-        if base >= room:
-            return {u: room for u in uids}
-        lucky = set(self.rng.sample(uids, rest))
-        return {u: base + (u in lucky) for u in uids}
 
     def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
         """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next block."""

@@ -102,6 +102,7 @@ class PilotCommitAllocator(RoundAllocator):
         self._passed: list[str] = []
         self._committed: list[str] = []
         self._counts = {"passed": 0, "deferred": 0, "skipped": 0, "evicted_now": 0}
+        self._pilot_mean: float | None = None
 
     def _next_round(self) -> list[Request]:
         return self._first_then_extra(self.pilot)
@@ -109,6 +110,8 @@ class PilotCommitAllocator(RoundAllocator):
     def _after_round(self, uids: list[str]) -> None:
         if self._round != 1:
             return
+        scored = [r for uid in self._uids for r in self._rewards[uid]]  # the pilot's, before any commit
+        self._pilot_mean = compact(round(sum(scored) / len(scored), 6)) if scored else None
         tie = {uid: self.rng.random() for uid in self._uids}
         for uid in self._uids:
             rewards = self._rewards[uid]
@@ -133,19 +136,9 @@ class PilotCommitAllocator(RoundAllocator):
         self._committed = ranked[: self.prompts_per_step]
         left = self.budget - self.pilot * len(self._uids)
         room = self.max_rollouts - self.pilot
-        self._extra = self._spread(self._committed, left, room)
+        self._extra = self._split_evenly(self._committed, left, room)
         for uid in self._uids:
             self._mark(uid, self._extra.get(uid, 0) > 0)
-
-    def _spread(self, uids: list[str], left: int, room: int) -> dict[str, int]:
-        """``left`` evenly over ``uids`` (the remainder to a seeded random few), at most ``room`` each."""
-        if not uids or room <= 0 or left <= 0:
-            return {}
-        base, rest = divmod(left, len(uids))
-        if base >= room:
-            return {u: room for u in uids}
-        lucky = set(self.rng.sample(uids, rest))
-        return {u: base + (u in lucky) for u in uids}
 
     def _groups(self) -> dict[str, list[int]]:
         used = self._passed or self._uids  # nothing passed: every pilot (no gradient either way)
@@ -156,13 +149,12 @@ class PilotCommitAllocator(RoundAllocator):
         return self.budget
 
     def _extra_totals(self) -> dict[str, Any]:
-        spent = sum(len(self._rewards[u]) for u in self._uids)
+        commit = sum(self._extra.values())
         return {"pilot_commit": {
             "piloted": len(self._uids), **self._counts, "committed": len(self._committed),
-            "commit_rollouts": sum(self._extra.values()),
-            "unspent": self.budget - spent, "evicted_total": len(self.evicted),
-            "mean_pilot_reward": compact(round(
-                sum(sum(self._rewards[u][: self.pilot]) for u in self._uids) / (self.pilot * len(self._uids)), 6)),
+            "commit_rollouts": commit,
+            "unspent": self.budget - self.pilot * len(self._uids) - commit, "evicted_total": len(self.evicted),
+            "mean_pilot_reward": self._pilot_mean,
         }}
 
     def state_dict(self) -> dict[str, Any]:

@@ -123,22 +123,6 @@ def default_budget(cfg: "AllocationConfig", prompts_per_step: int) -> int:
     return cfg.budget if cfg.budget is not None else cfg.rollouts_per_prompt * prompts_per_step
 
 
-def sections() -> dict[str, type[BaseModel]]:
-    """Strategy name -> its options model, for every registered strategy that has options:
-    the sections ``allocation.<name>`` the config accepts."""
-    return {n: s.options for n, s in REGISTRY.items() if s.options is not None}
-
-
-def legacy_keys() -> dict[str, tuple[str, str]]:
-    """Deprecated flat key -> (section, key): ``knapsack_min`` -> ("knapsack", "min")."""
-    out = {}
-    for name, s in REGISTRY.items():
-        if s.options is not None and s.legacy_prefix:
-            for key in s.options.model_fields:
-                out[f"{s.legacy_prefix}_{key}"] = (name, key)
-    return out
-
-
 def options(cfg: "AllocationConfig") -> Any:
     """The options of ``cfg.strategy`` (its section ``allocation.<name>``, validated when the
     config was built), or None for a strategy without options."""

@@ -119,15 +119,24 @@ class RoundAllocator(Allocator):
         if len(active) * m <= remaining:
             counts = {uid: m for uid in active}
         else:
-            base, extra = divmod(remaining, len(active))
-            lucky = set(self.rng.sample(active, extra))
-            counts = {uid: base + (uid in lucky) for uid in active}
+            counts = self._split_evenly(active, remaining)
             self._last = True
             self._cut = {"round": self._t, "planned": len(active) * m, "spent": remaining}
         self._spent += sum(counts.values())
         if self._t == max_rounds or self._spent >= self.budget:
             self._last = True
         return [Request(uid, n) for uid, n in counts.items() if n > 0]
+
+    def _split_evenly(self, uids: list[str], left: int, room: int | None = None) -> dict[str, int]:
+        """``left`` rollouts evenly over ``uids``, the remainder to a seeded random few, at most
+        ``room`` each (None: no cap); every uid gets a count (maybe 0)."""
+        if not uids:
+            return {}
+        base, rest = divmod(max(left, 0), len(uids))
+        if room is not None and base >= room:
+            return {u: max(room, 0) for u in uids}
+        lucky = set(self.rng.sample(uids, rest))
+        return {u: base + (u in lucky) for u in uids}
 
     def _first_then_extra(self, first_n: int) -> list[Request]:
         """Two rounds: ``first_n`` rollouts for each prompt of ``self._uids``, then the extras

@@ -21,15 +21,15 @@ def export_command(run_dir: str | Path) -> str:
 
 def _pass_at_1(run_dir: Path) -> tuple[float, float] | None:
     """pass@1 of the custom set at the run's first and last evaluation (None when not there)."""
-    import json
-
+    from vigor_cli.errors import UserError
     from vigor_cli.runs import RunDir
+    from vigor_cli.user_files import LINE_MAX_BYTES, read_json
 
     steps = RunDir(run_dir).eval_steps()
     try:
-        first, last = (json.loads(steps[s].read_text())["sets"]["custom"]["metrics"]["pass@k"]["1"]
+        first, last = (read_json(steps[s], limit=LINE_MAX_BYTES)["sets"]["custom"]["metrics"]["pass@k"]["1"]
                        for s in (min(steps), max(steps)))
-    except (ValueError, KeyError, TypeError, OSError):  # no evaluation, or one without pass@1
+    except (ValueError, KeyError, TypeError, OSError, UserError):  # no evaluation, or one without pass@1
         return None
     return float(first), float(last)
 
