@@ -33,8 +33,9 @@ _CHUNK = 1 << 16
 
 def nesting_depth(text: str) -> int:
     """The deepest nesting of ``[``/``{`` outside strings (an upper bound for invalid JSON)."""
-    if text.count("[") + text.count("{") <= MAX_DEPTH:
-        return text.count("[") + text.count("{")  # cannot be deeper than this: no scan needed
+    opened = text.count("[") + text.count("{")
+    if opened <= MAX_DEPTH:
+        return opened  # cannot be deeper than this: no scan needed
     brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     depth = deepest = 0
     for start in range(0, len(brackets), _CHUNK):  # stop at the first chunk past the limit

@@ -219,14 +219,14 @@ def test_a_mixed_batch_of_batch_stoppers_and_honest_programs_completes(task):
 
 
 def test_a_failure_while_judging_one_completion_scores_it_zero(task, monkeypatch):
-    real = code_module.outputs_match
+    real = code_module._compare
 
-    def flaky(actual: str, expected: str):
+    def flaky(actual: str, expected: str, show=None):
         if "boom" in actual:
             raise RuntimeError("a comparison bug")
-        return real(actual, expected)
+        return real(actual, expected, show)
 
-    monkeypatch.setattr(code_module, "outputs_match", flaky)
+    monkeypatch.setattr(code_module, "_compare", flaky)
     examples = _numeric_examples(task, 3)
     texts = [_fenced("input()\nprint('boom')")] + [_fenced(ex.meta["solution"]) for ex in examples[1:]]
     scores = task.score(examples, texts)

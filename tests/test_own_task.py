@@ -13,7 +13,6 @@ from vigor_cli.config import ConfigError, TaskConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import TASK_READS, get_task, task_reads
-from vigor_cli.tasks.base import Score
 from vigor_cli.tasks.custom import CustomTask
 from vigor_cli.tasks.loading import read_table
 from vigor_cli.tiny_model import TINY_DIR
@@ -551,13 +550,6 @@ def test_a_failing_reward_in_evaluation_names_the_set(tmp_path, tokenizers):
     with pytest.raises(UserError, match=r"^evaluation of custom: reward function .*r.py:f returned 2 values for 1 completions$"):
         evaluate_examples(ScriptedEngine(plain, {"a=": "x"}), task, plain, task.eval_examples(), 1,
                           SamplingParams(), "custom", progress=False)
-
-
-def test_score_interface_fields():
-    """The fields agreed between branches (a None reward, per-function components, grading errors)."""
-    s = Score(None)
-    assert s.reward is None and s.components == {} and s.grading_error is None
-    assert Score(1.0, components={"f": None}, grading_error="crash").components == {"f": None}
 
 
 # --------------------------------------------------------------------------- the TRL path

@@ -39,8 +39,17 @@ def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, worke
             from vigor_cli.tasks.base import Example
 
             rows = [{k: columns[k][i] for k in columns} for i in range(len(completions))]
-            examples = [Example(uid=_row_uid(r), question=_prompt_text(p), answer=_lcb_record(r),
-                                meta={"tests": "all"}) for p, r in zip(prompts, rows)]
+            records: dict[tuple[int, ...], dict] = {}  # a prompt's completions share its row's test
+            # objects: hash their (possibly megabytes of) tests once per call, not per completion
+
+            def record(r: dict) -> dict:
+                key = tuple(id(r.get(k)) for k in ("public_test_cases", "private_test_cases", "metadata"))
+                if key not in records:  # the rows hold every object alive, so an id is not reused
+                    records[key] = _lcb_record(r)
+                return records[key]
+
+            examples = [Example(uid=rec["question_id"], question=_prompt_text(p), answer=rec, meta={"tests": "all"})
+                        for p, rec in zip(prompts, map(record, rows))]
             return task().score(examples, [_completion_text(c) for c in completions])
 
         needs: tuple[str, ...] = ("public_test_cases",)
