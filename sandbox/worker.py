@@ -377,11 +377,15 @@ class ForkServer:
                 isolation.setdefault("namespace_detail", []).append(str(exc))
         report = self._start_zygote(settings, rules, keep_fds)
         self.memory_mb: int | None = None
-        if self.ipc_cleanup:  # after the zygote mounted its procfs: /proc/sys is writable there
+        # Each job's child has an IPC namespace of its own when the zygote could make one (sized
+        # there, gone with the child); only otherwise are the worker's own limits and its
+        # cleanup after each job the layer that keeps jobs apart.
+        self.ipc_fallback = self.ipc_cleanup and not report.get("job_ipc_namespace")
+        if self.ipc_fallback:  # after the zygote mounted its procfs: /proc/sys is writable there
             try:
                 self._limit_system_v(Limits().memory_mb, fixed=True)
             except OSError as exc:
-                self.ipc_cleanup = False
+                self.ipc_cleanup = self.ipc_fallback = False
                 report["detail"].append(f"could not limit System V objects: {exc}")
         report["root"] = root
         report["uid"] = uid
@@ -515,7 +519,7 @@ class ForkServer:
         """(reply, sections) for one job."""
         self.runs += 1
         memory_mb = int(job["limits"].get("memory_mb", 512))
-        if self.ipc_cleanup and memory_mb != self.memory_mb:
+        if self.ipc_fallback and memory_mb != self.memory_mb:
             self._limit_system_v(memory_mb)
         self._open_job(int(job["limits"].get("disk_mb", 64)))  # closed again if it raises
         workdir = os.path.join(self.job_dir, "work")
@@ -535,7 +539,7 @@ class ForkServer:
         finally:
             # Cleanup the program cannot break: it is dead, and its tmpfs is detached whole.
             self._close_job()
-            if self.ipc_cleanup:
+            if self.ipc_fallback:
                 from vigor_cli.sandbox import namespace
 
                 namespace.remove_system_v_objects()
