@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from test_trainer import quiet, tiny_sets
+from vigor_cli import health
 from vigor_cli.errors import UserError
 from vigor_cli.settings import build_config
 from vigor_cli.tiny_model import TINY_DIR
@@ -185,13 +186,20 @@ def test_dry_run_plans_a_hub_task_offline_with_a_note(tmp_path, vigor, no_model_
     assert code == 2 and f"{bad}:2: not valid JSON" in err
 
 
-def test_the_trl_path_logs_the_same_checks(tmp_path, run):
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_trl_path_logs_the_same_checks(tmp_path, strict):
+    """The TRL path's checks and metrics keys are vigor train's; with health.strict a check that
+    held stops training with the same one line (every rank stops together: the flag is gathered)."""
     from vigor_cli.integrations.trl import build_trainer
 
     cfg = build_config(sets=tiny_sets(tmp_path, "trl", "sampling.max_new_tokens=1", "allocation.strategy=grpo",
-                                      "train.steps=1", "health.truncated.steps=1"))
+                                      "train.steps=1", "health.truncated.steps=1", f"health.strict={str(strict).lower()}"))
     trainer, _, task = build_trainer(cfg, tmp_path / "trl", use_cpu=True)
     try:
+        if strict:
+            with pytest.raises(health.HealthError, match=r"truncated.*\(health.strict: stopped after step 1\)"):
+                trainer.train()
+            return
         trainer.train()
     finally:
         task.close()

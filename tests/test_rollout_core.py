@@ -57,8 +57,7 @@ def test_unscored_rollouts_are_counted_not_told_and_not_in_the_update(tmp_path, 
     unscored = [s for s in batch.generated if s.reward is None]
     assert unscored and len(unscored) < len(batch.generated)
     assert not any(s.in_update for s in unscored) and all(s.reward is not None for s in batch.samples)
-    assert batch.loss_mask == [int(s.in_update) for s in batch.generated]
-    assert sum(batch.loss_mask) == len(batch.samples)
+    assert sum(s.in_update for s in batch.generated) == len(batch.samples)
     # advantages are vigor_cli.grpo's over the scored samples the allocator kept
     expected = grpo.compute_advantages([s.reward for s in batch.samples], [s.uid for s in batch.samples], "group")
     assert [s.advantage for s in batch.samples] == pytest.approx(expected.tolist())
@@ -75,7 +74,7 @@ def test_unscored_rollouts_are_counted_not_told_and_not_in_the_update(tmp_path, 
     m = log.metrics
     assert m["reward/unscored"] > 0
     assert 0.0 <= m["reward/mean"] <= 1.0
-    assert m["reward/grading_errors"] >= 0
+    assert m["reward/grading_errors"] == 0  # the test's rewards return None, they never raise
     assert set(k for k in m if k.startswith("reward/") and k.count("/") == 2) == {"reward/right/mean", "reward/short/mean"}
 
 

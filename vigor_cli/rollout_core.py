@@ -142,11 +142,6 @@ class RolloutBatch:
     def tokens(self) -> int:
         return sum(s.tokens for s in self.generated)
 
-    @property
-    def loss_mask(self) -> list[int]:
-        """Per generated rollout: 1 when the update uses it, else 0."""
-        return [int(s.in_update) for s in self.generated]
-
 
 class RoundRunner(Protocol):
     """How one round's rollouts are made and graded (`vigor train`: its engine and task; the

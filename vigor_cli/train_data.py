@@ -14,13 +14,6 @@ from vigor_cli.evaluation import encode_prompt
 from vigor_cli.tasks.base import Example
 
 
-def validate_config(cfg: RunConfig, n_train: int | None = None) -> None:
-    """The config's rules live in vigor_cli/config.py (checked when it is built); here only
-    the ones that need the task's training-set size, once it is known."""
-    if n_train is not None:
-        check_against_data(cfg, n_train)
-
-
 def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:
     """Print the memory plan (vigor_cli/memory_plan.py) and refuse, exit 2, when it cannot fit."""
     from vigor_cli import memory_plan
@@ -61,7 +54,7 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     task = get_task(cfg.task, workers=t.reward_workers)
     try:
         train_examples = task.train_examples()
-        validate_config(cfg, len(train_examples))
+        check_against_data(cfg, len(train_examples))  # the rules that need the training-set size
         eval_sets: dict[str, list[Example]] = {}
         for name in cfg.task.eval_sets or [None]:
             exs = task.eval_examples(name)

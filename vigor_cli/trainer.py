@@ -36,11 +36,8 @@ from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public n
 from vigor_cli.runs import RunDir
 from vigor_cli.tasks.base import Score, score_once
 from vigor_cli.tracking import Trackers
-from vigor_cli.train_data import announce_memory_plan, load_train_data, validate_config  # noqa: F401
-from vigor_cli.train_checkpoint import rng_state, set_rng_state  # noqa: F401  (public names)
-from vigor_cli.train_log import (  # noqa: F401
-    COMPLETIONS_SHOWN, StepLog, TrainLog, progress, resume_command, reward_parts, stop_status,
-)
+from vigor_cli.train_data import load_train_data
+from vigor_cli.train_log import StepLog, TrainLog, progress, resume_command, reward_parts, stop_status
 
 
 class EngineRounds:

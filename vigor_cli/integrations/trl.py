@@ -630,13 +630,19 @@ class VigorGRPOTrainer(GRPOTrainer):
         alerts, checks = self._health(batch)
         for key, value in checks.items():
             m[key].append(value)
+        # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does). A
+        # rank's checks see its own texts, so the ranks may differ: every rank stops together,
+        # none is left waiting in TRL's collectives.
+        fatal = next((a for a in alerts if a.fatal), None)
+        flag = torch.tensor([int(fatal is not None)], dtype=torch.int64, device=self.accelerator.device)
+        if int(self.accelerator.gather(flag).sum().item()):
+            line = fatal.line if fatal is not None else "a health check held on another rank"
+            raise health.HealthError(f"{line} (health.strict: stopped after step {self.vigor_step})")
         if not self.accelerator.is_main_process:
             return
         from vigor_cli.console import err_console
 
         for alert in alerts:
-            if alert.fatal:  # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does)
-                raise health.HealthError(f"{alert.line} (health.strict: stopped after step {self.vigor_step})")
             err_console.print(f"warning: {alert.line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
         record = {"step": self.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
