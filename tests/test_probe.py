@@ -44,11 +44,17 @@ def test_probe_table_output_on_another_task(vigor):
     assert "closed-form eta" in text and "recommended strategy:" in text
 
 
+def test_config_takes_a_bundled_name_as_train_does(vigor):
+    code, out, err = vigor("probe", "--config", "tiny-math", "--prompts", "8", "--samples", "2")
+    assert code == 0, err
+    assert "variance law: tiny on tiny-math, 8 prompts x 2 rollouts" in " ".join(out.split())
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--samples", "1"], "'--samples': 1 is out of range: must be >= 2"),
     (["--prompts", "0"], "'--prompts': 0 is out of range: must be >= 1"),
     (["--task", "nope"], "unknown task 'nope'"),
-    (["--config", "no/such.yaml"], "--config no/such.yaml: file not found"),
+    (["--config", "no/such.yaml"], "--config no/such.yaml: no such file, and no bundled config of that name"),
     (["--set", "sampling.temperature=hot"], "sampling.temperature"),
 ])
 def test_bad_input_is_one_line_exit_2(vigor, args, needle):

@@ -22,14 +22,12 @@ writer can keep lines byte for byte (resume cuts logs without re-serialising the
 from __future__ import annotations
 
 import codecs
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from vigor_cli.errors import UserError
-from vigor_cli.user_files import (LINE_MAX_BYTES, MAX_DEPTH, DuplicateKeyError, check_depth, loads, number_problem,
-                                  open_binary)
+from vigor_cli.user_files import LINE_MAX_BYTES, open_binary, parse_json
 
 
 @dataclass
@@ -50,17 +48,7 @@ def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise UserError(f"{path}:{number}: not UTF-8 text (a binary file?)") from None
-    try:
-        row = loads(text)
-    except DuplicateKeyError as e:
-        raise UserError(f"{path}:{number}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{number}: not valid JSON ({e.msg})") from None
-    except RecursionError:  # nested past Python's own parser
-        raise UserError(f"{path}:{number}: nested deeper than {MAX_DEPTH} levels; not data this tool reads") from None
-    except ValueError as e:  # an integer past the 4300-digit limit
-        raise UserError(f"{path}:{number}: not data this tool reads ({number_problem(e)})") from None
-    check_depth(row, f"{path}:{number}")
+    row = parse_json(text, f"{path}:{number}")
     if not isinstance(row, dict):
         raise UserError(f"{path}:{number}: expected {expected}")
     return row

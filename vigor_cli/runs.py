@@ -41,8 +41,8 @@ from vigor_cli.run_log import LOGS, RunLog, read_eval_line  # noqa: F401
 LOCK = "run.lock"
 LAUNCH_DIR = "launch-dir"
 """The folder the run was started in: a resume reads the config's relative paths from there."""
-SETUP_FILES = frozenset({LOCK, "config.yaml", ".config.yaml.tmp", RUN_ID, f".{RUN_ID}.tmp", LAUNCH_DIR,
-                         f".{LAUNCH_DIR}.tmp", "checkpoints", "eval"})
+_SETUP_WRITTEN = ("config.yaml", RUN_ID, LAUNCH_DIR)  # written atomically: each may leave its .<name>.tmp
+SETUP_FILES = frozenset({LOCK, "checkpoints", "eval", *_SETUP_WRITTEN, *(f".{n}.tmp" for n in _SETUP_WRITTEN)})
 """What a run's directory holds before its first step (and all a failed start may remove)."""
 
 

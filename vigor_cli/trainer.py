@@ -15,6 +15,7 @@ never stopped.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -354,13 +355,18 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     :class:`~vigor_cli.interrupt.TrainingInterrupted`, whose ``status`` says where the run
     stands and how to resume it.
     """
-    with StopSignals() as signals:
-        return _train(cfg, resume, out, steps, signals)
+    out = out or default_console
+    if resume is None:
+        with StopSignals() as signals:
+            return _train(cfg, None, out, steps, signals)
+    path = Path(os.path.abspath(resume))  # before the move to the run's launch folder
+    note = lambda line: out.print(shown(line), highlight=False, soft_wrap=True)  # noqa: E731
+    with RunDir(path).in_launch_dir(note), StopSignals() as signals:  # relative paths as at its start
+        return _train(cfg, path, out, steps, signals)
 
 
 def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: int | None,
            signals: StopSignals) -> dict:
-    out = out or default_console
     if resume is not None:
         run, trainer = _resume(Path(resume), steps, out, signals)
     else:

@@ -287,8 +287,3 @@ def parse_yaml(text: str, source: str) -> Any:
         raise FormatError(source, f"not valid YAML ({number_problem(e)})") from None
     finally:
         loader.dispose()
-
-
-def read_yaml(path: str | Path, what: str = "", limit: int = CONFIG_MAX_BYTES) -> Any:
-    """A YAML file under :func:`read_text`'s and :func:`parse_yaml`'s rules."""
-    return parse_yaml(read_text(path, what, limit), f"{what}{path}")

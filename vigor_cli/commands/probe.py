@@ -50,18 +50,12 @@ def probe(
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the tables.")] = False,
 ) -> None:
     """Sample a few rollouts per prompt, fit the variance law, and say whether allocation pays."""
-    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.commands.train import default_config_file, resolve_config
     from vigor_cli.settings import build_config
     from vigor_cli.report.probe_view import print_result
 
-    if config is not None:
-        from vigor_cli.user_files import regular_file
-
-        if not config.exists() and not config.is_symlink():
-            raise UserError(f"--config {config}: file not found")
-        regular_file(config, "--config ")  # a folder, a FIFO or a device: said as such
     overrides = {"model.name_or_path": model, "task.name": task, "engine.kind": engine, "train.seed": seed}
-    path = config if config is not None else default_config_file(model, task)
+    path = resolve_config(config) if config is not None else default_config_file(model, task)  # as vigor train
     cfg = build_config(path, overrides=overrides, sets=set_)
     counts, info = sample_pass_counts(cfg, prompts, samples, quiet=json_out)
     result = analyse(counts, samples, cfg, info)

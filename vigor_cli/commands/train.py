@@ -235,17 +235,13 @@ def _train(config: Optional[Path] = None, resume: Optional[Path] = None, set_: O
         if given:
             allowed = ", ".join(f.name for f in FLAGS if f.with_resume)
             raise UserError(f"--resume continues the saved config; drop {', '.join(given)} (only {allowed} may change)")
-        from vigor_cli.console import err_console
-        from vigor_cli.runs import RunDir
+        if dry_run:  # planned where the run started, as training resumes (vigor_cli.trainer.train)
+            from vigor_cli.runs import RunDir
 
-        run = RunDir.open_existing(resume)
-        resume = Path(os.path.abspath(resume))  # before the move to the run's launch folder
-        with run.in_launch_dir(
-                lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True)):
-            if dry_run:
-                return _dry_run(build_config(resume / "config.yaml"), console)
-            steps = values.get("steps")
-            print_summary(_run_training(resume=resume, steps=steps, out=console), console)
+            run = RunDir.open_existing(resume)
+            with run.in_launch_dir(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)):
+                return _dry_run(build_config(run.path.absolute() / "config.yaml"), console)
+        print_summary(_run_training(resume=resume, steps=values.get("steps"), out=console), console)
         return
     overrides = {f.key: _flag_value(f, values.get(f.param)) for f in FLAGS}
     overrides.update(own_task_overrides(**values))
