@@ -63,9 +63,10 @@ def pick_checkpoint(run: Any, step: int | None, warn: Callable[[str], Any]) -> P
 def run_config(run_path: Path) -> Any:
     from vigor_cli.config import RunConfig
     from vigor_cli.runs import read_config
+    from vigor_cli.settings import checks
 
-    try:
-        return RunConfig.model_validate(read_config(run_path))
+    try:  # the registries' checks too, as eval --run and resume read a run's config
+        return RunConfig.model_validate(read_config(run_path), context=checks())
     except ValueError as e:
         raise UserError(f"{run_path / 'config.yaml'}: does not validate ({str(e).splitlines()[0]})") from None
 
