@@ -14,6 +14,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import math
 import sys
 import time
 from collections import defaultdict
@@ -184,10 +185,11 @@ class StepLayout:
         sizes = split_requests(len(keys), self.spent)
         load = [float(t) for t in self.tokens]
         mine: list[list[int]] = [[] for _ in range(self.ranks)]
-        for i in sorted(range(len(keys)), key=lambda i: -cost(keys[i][0])):  # stable: ties in request order
+        costs = {uid: cost(uid) for uid in set(flat)}  # once per prompt of the round, not per rollout
+        for i in sorted(range(len(keys)), key=lambda i: -costs[keys[i][0]]):  # stable: ties in request order
             r = min((r for r in range(self.ranks) if len(mine[r]) < sizes[r]), key=lambda r: (load[r], r))
             mine[r].append(i)
-            load[r] += cost(keys[i][0])
+            load[r] += costs[keys[i][0]]
         width, out = max(sizes), []
         for r in range(self.ranks):
             chunk = [(keys[i], True) for i in sorted(mine[r])]
@@ -400,15 +402,17 @@ class TRLRounds:
         scores: dict[Key, Score] = {}
         names = tr.reward_func_names
         weights = tr.reward_weights.cpu()
+        # the weighted sum over the functions that scored (nansum), and which rollouts none
+        # scored, for the whole round at once; then plain floats per rollout
+        rewards = (per_func * weights).nansum(-1).tolist()
+        unscored = torch.isnan(per_func).all(-1).tolist()
+        values = per_func.tolist()
         for r, chunk in enumerate(chunks):
             for j, (key, is_real) in enumerate(chunk):
                 if not is_real:
                     continue
-                values = per_func[r, j]
-                scored = ~torch.isnan(values)
-                reward = float((values[scored] * weights[scored]).sum()) if bool(scored.any()) else None
-                parts = {n: (None if torch.isnan(v) else float(v)) for n, v in zip(names, values)}
-                scores[key] = Score(reward, components=parts)
+                parts = {n: (None if math.isnan(v) else v) for n, v in zip(names, values[r][j])}
+                scores[key] = Score(None if unscored[r][j] else rewards[r][j], components=parts)
         self.rows += mine
         self.outputs.append(out)
         self.per_func.append(per_func)
@@ -463,6 +467,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         self._prompt_tokens: dict[str, int] = {}
         self._completion_tokens: dict[str, tuple[int, int]] = {}  # uid -> (sum, count), this step
         self._all_completions = [0, 0]  # (sum, count) over the run: the estimate of an unseen prompt
+        self._all_prompts = [0, 0]  # (sum, count) of _prompt_tokens: an unseen prompt's estimate
         self._replay: tuple | None = None
         self._row_scale = 1.0
         self.last_batch: RolloutBatch | None = None
@@ -561,8 +566,8 @@ class VigorGRPOTrainer(GRPOTrainer):
     def rollout_cost(self, uid: str) -> float:
         """Estimated tokens of one rollout of ``uid``: its prompt (exact once seen, else the mean
         prompt) plus its mean completion so far this step (else the run's mean completion)."""
-        prompts = self._prompt_tokens
-        prompt = prompts.get(uid, sum(prompts.values()) / len(prompts) if prompts else 0.0)
+        seen, (total_prompt, n_prompts) = self._prompt_tokens, self._all_prompts
+        prompt = seen.get(uid, total_prompt / n_prompts if n_prompts else 0.0)
         total, count = self._completion_tokens.get(uid, self._all_completions)
         return prompt + (total / count if count else 0.0)
 
@@ -570,6 +575,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         """Measured (prompt, completion) tokens of a round, every rank's: the next rounds'
         estimates (:meth:`rollout_cost`)."""
         for (uid, _), (prompt, completion, _) in sizes.items():
+            old = self._prompt_tokens.get(uid)
+            self._all_prompts[0] += prompt - (old or 0)
+            self._all_prompts[1] += old is None
             self._prompt_tokens[uid] = prompt
             total, count = self._completion_tokens.get(uid, (0, 0))
             self._completion_tokens[uid] = (total + completion, count + 1)
