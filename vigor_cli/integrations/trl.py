@@ -40,6 +40,7 @@ from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
 from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds, step_metrics
 from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
+from vigor_cli.rewards import _completion_text, _prompt_text
 from vigor_cli.tasks.base import Score, score_once
 
 ROLLOUT_INDEX = "rollout_index"
@@ -225,27 +226,37 @@ def check_agreement(digests: Sequence[int], step: int, round_index: int) -> None
 
 
 # --------------------------------------------------------------------------- verifiers
-def task_reward(task: Any, uid_column: str = "uid") -> Any:
-    """A TRL reward function scoring with a vigor task's verifier (math, code: the real
-    verifiers and sandbox): rows carry the example's uid in ``uid_column``. As in `vigor
-    train`, each distinct (uid, completion) of a training step is graded once (a reward is
-    a function of the two alone; repeats are common, a sandbox run each for code). A
-    completion the task cannot score gets None (TRL's convention)."""
+def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
+    """The task's Scores for a TRL reward call's completions: each distinct (uid, completion)
+    of a training step graded once (a reward is a function of the two alone; repeats are
+    common, a sandbox run each for code), for every function of the task together."""
     examples = {ex.uid: ex for ex in task.train_examples()}
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
-    def reward(prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        state = kwargs.get("trainer_state")
-        step = getattr(state, "global_step", None)
+    def scores(prompts: list, completions: list, **kwargs: Any) -> list[Any]:
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
         if step is None or step != seen_step[0]:
             graded.clear()
             seen_step[0] = step
-        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        scores = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)
-        if step is None:
+        texts = [_completion_text(c) for c in completions]
+        out = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)
+        if step is None:  # no step to key the memo by: nothing is kept across calls
             graded.clear()
-        return [None if s.reward is None else float(s.reward) for s in scores]
+        return out
+
+    return scores
+
+
+def task_reward(task: Any, uid_column: str = "uid") -> Any:
+    """A TRL reward function scoring with a vigor task's verifier (math, code: the real
+    verifiers and sandbox): rows carry the example's uid in ``uid_column``; graded as `vigor
+    train` grades (:func:`_graded_scores`). A completion the task cannot score gets None
+    (TRL's convention)."""
+    scores = _graded_scores(task, uid_column)
+
+    def reward(prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        return [None if s.reward is None else float(s.reward) for s in scores(prompts, completions, **kwargs)]
 
     reward.__name__ = f"{task.name}_verifier"
     return reward
@@ -273,17 +284,10 @@ def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable
 def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., list[dict]]:
     """Each completion's per-function values (``Score.components``), every distinct (uid,
     completion) of a step graded once for all the functions together."""
-    examples = {ex.uid: ex for ex in task.train_examples()}
-    graded: dict[tuple[str, str], Any] = {}
-    seen_step: list[Any] = [None]
+    scores = _graded_scores(task, uid_column)
 
     def components(prompts: list, completions: list, **kwargs: Any) -> list[dict]:
-        step = getattr(kwargs.get("trainer_state"), "global_step", None)
-        if step is None or step != seen_step[0]:
-            graded.clear()
-            seen_step[0] = step
-        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        return [s.components for s in score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)]
+        return [s.components for s in scores(prompts, completions, **kwargs)]
 
     return components
 
@@ -324,10 +328,6 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
         run.write_eval(evaluation["step"], evaluation)
     if metrics is not None:
         run.append("metrics.jsonl", metrics)
-
-
-def _prompt_text(prompt: Any) -> str:
-    return prompt if isinstance(prompt, str) else str(prompt[-1].get("content", ""))
 
 
 # --------------------------------------------------------------------------- the step's rounds
@@ -389,7 +389,7 @@ class TRLRounds:
         self._where = (step, round_index)
         for (key, real), completion in zip(chunks[self.rank], out[3]):
             if real:  # this rank's completions, for the health checks that read text
-                self.texts[key] = completion if isinstance(completion, str) else str(completion[-1].get("content", ""))
+                self.texts[key] = _completion_text(completion)
         return [Generated(key[0], key, sizes[key][1], sizes[key][2]) for key in keys]
 
     def score(self, generated: Sequence[Generated]) -> list[Score]:
