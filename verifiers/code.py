@@ -59,7 +59,7 @@ from decimal import Decimal
 from typing import Iterable
 
 from vigor_cli.sandbox import Job, Limits, RunResult, SandboxPool, WeakSandboxError
-from vigor_cli.sandbox.values import json_equal, parse_json
+from vigor_cli.sandbox.values import json_equal
 from vigor_cli.verifiers.lcb import Problem, ProblemError, TestCase, load_problem
 
 __all__ = [
@@ -232,9 +232,7 @@ def _judge(test: TestCase, run: RunResult) -> TestVerdict:
         elif not run.has_value:
             verdict.status, verdict.detail = "runtime_error", "the method returned nothing"
         else:
-            expected, why = parse_json(test.output)
-            if why is not None:
-                raise ProblemError(f"the expected output cannot be read ({why})")
+            [expected] = test.expected  # parsed and checked when the problem was loaded
             if not json_equal(run.value, expected):
                 verdict.status = "wrong_answer"
                 verdict.detail = f"returned {_describe(run.value, run.clean)}, expected {_short(test.output)}"

@@ -60,6 +60,8 @@ class TestCase:
     output: str
     testtype: str
     """'stdin' or 'functional'."""
+    expected: tuple = ()
+    """functional: (the output's JSON value,), parsed once when the problem is loaded."""
 
 
 @dataclass
@@ -161,15 +163,16 @@ def _check_tests(raw: object, qid: str, field_name: str, func_name: str | None) 
         kind = item.get("testtype", "functional" if func_name else "stdin")
         if not isinstance(kind, str) or kind not in TEST_TYPES:
             raise ProblemError(f"{where} has testtype {kind!r}, not stdin/functional")
-        test = TestCase(item["input"], item["output"], kind)
+        expected: tuple = ()
         if kind == "functional":
             if not func_name:
                 raise ProblemError(f"{where} is functional but metadata has no func_name")
-            for text in (*test.input.split("\n"), test.output):
-                why = parse_json(text)[1]  # bounded: a record is data from the internet
+            for text in (*item["input"].split("\n"), item["output"]):
+                value, why = parse_json(text)  # bounded: a record is data from the internet
                 if why is not None:
                     raise ProblemError(f"{where} is not one JSON value per line ({why})")
-        tests.append(test)
+            expected = (value,)  # the output's, the loop's last
+        tests.append(TestCase(item["input"], item["output"], kind, expected))
     return tests
 
 
