@@ -9,7 +9,9 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
+import click
 import typer
+import typer.core
 
 from vigor_cli.commands import eval as eval_cmd
 from vigor_cli.commands import export as export_cmd
@@ -23,6 +25,26 @@ from vigor_cli.commands import verify as verify_cmd
 from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
 
+
+def _switches_take_no_type(params: list[click.Parameter]) -> list[click.Parameter]:
+    """A switch (``--dry-run``, ``--json``, ``--help``) takes no value: its --help row shows
+    no type (Typer printed ``<bool>`` beside it)."""
+    for p in params:
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+    return params
+
+
+class Command(typer.core.TyperCommand):
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return _switches_take_no_type(super().get_params(ctx))
+
+
+class Group(typer.core.TyperGroup):
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        return _switches_take_no_type(super().get_params(ctx))
+
+
 app = typer.Typer(
     name="vigor",
     help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
@@ -31,6 +53,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"show_default": True},  # every option's default in --help
     rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
+    cls=Group,
 )
 
 def _version(value: bool) -> None:
@@ -49,15 +72,17 @@ def _main(
     """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
 
 
-app.command("train")(train_cmd.train)
-app.command("eval")(eval_cmd.evaluate)
-app.command("inspect-allocation")(inspect_cmd.inspect_allocation)
-app.command("report")(report_cmd.report)
-app.command("simulate")(simulate_cmd.simulate)
-app.add_typer(verify_cmd.app, name="verify")
-app.command("make-tiny")(make_tiny_cmd.make_tiny)
-app.command("probe")(probe_cmd.probe)
-app.command("export")(export_cmd.export)
+app.command("train", cls=Command)(train_cmd.train)
+app.command("eval", cls=Command)(eval_cmd.evaluate)
+app.command("inspect-allocation", cls=Command)(inspect_cmd.inspect_allocation)
+app.command("report", cls=Command)(report_cmd.report)
+app.command("simulate", cls=Command)(simulate_cmd.simulate)
+for sub in verify_cmd.app.registered_commands:
+    sub.cls = Command
+app.add_typer(verify_cmd.app, name="verify", cls=Group)
+app.command("make-tiny", cls=Command)(make_tiny_cmd.make_tiny)
+app.command("probe", cls=Command)(probe_cmd.probe)
+app.command("export", cls=Command)(export_cmd.export)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -186,6 +186,10 @@ class ModelConfig(_Section):
 
 
 # --------------------------------------------------------------------------- task
+EVERY_TASK_KEYS = ("name", "max_prompt_tokens", "pass_threshold")
+"""The task.* keys every task reads (the others are each task's own: vigor_cli/tasks/__init__.py)."""
+
+
 class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
@@ -295,6 +299,16 @@ class TaskConfig(_Section):
         "weighted sum of the values that are not None (TRL's rule). Empty: every weight 1.",
     )
 
+    pass_threshold: float = Field(
+        1.0,
+        ge=-1e6,
+        le=1e6,
+        description="Every task: a sample passes when its reward is at least this (--pass-threshold). "
+        "The pass rate (share of samples passing: reward/pass_rate, eval/pass_rate) and pass@k are "
+        "counted with it, beside the mean reward; 1 is a correct answer or a full test pass for the "
+        "built-in verifiers.",
+    )
+
     @field_validator("name")
     @classmethod
     def _registered_task(cls, name: str, info: ValidationInfo) -> str:
@@ -308,7 +322,7 @@ class TaskConfig(_Section):
         (``task_rules`` in the validation context, from :mod:`vigor_cli.settings`)."""
         rules = (info.context or {}).get("task_rules")
         key, name = info.field_name, info.data.get("name")
-        if rules is None or key in ("name", "max_prompt_tokens") or name is None:
+        if rules is None or key in EVERY_TASK_KEYS or name is None:
             return value
         changed = value != cls.model_fields[key].get_default(call_default_factory=True)
         try:
