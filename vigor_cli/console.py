@@ -14,12 +14,33 @@ from __future__ import annotations
 
 import re
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+PIPE_WIDTH = 4096
+"""Columns of output to a pipe or a file (no terminal, no COLUMNS): wide enough that no line,
+table or progress line is cut or wrapped mid-field (rich's default there is 80)."""
+
+
+class _Console(Console):
+    """rich's Console, as wide as :data:`PIPE_WIDTH` when it writes to no terminal and neither
+    a width nor ``COLUMNS`` was given (a terminal keeps its own width)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS", "").isdigit():
+            return ConsoleDimensions(PIPE_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console()
+err_console = _Console(stderr=True)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 """Every control character but newline and tab (C0, DEL, C1), and lone surrogates (which

@@ -17,6 +17,14 @@
   prompt reaches the function by name; parameters it names without a default are columns
   every row must have (checked when the data is read, and by ``vigor train --dry-run``).
 
+Besides the columns, a function gets TRL's keyword arguments, with TRL's meaning, when its
+signature takes them (by name, or ``**kwargs``): ``completion_ids`` (each completion's token
+ids), ``trainer_state`` (a ``transformers.TrainerState``: ``global_step`` updates done so far,
+``max_steps``, ``epoch``), ``log_metric(name, value)`` and ``log_extra(column, values)``
+(:class:`CallContext`, filled by the caller: vigor_cli/reward_log.py). ``environments`` exists
+only with TRL's ``environment_factory``: never passed, and a function that requires it is
+refused. An ``async def`` function is awaited, as TRL awaits it.
+
 Each :class:`Reward` is itself a TRL reward function (``reward(prompts, completions,
 **kwargs)`` with a ``__name__``), so the same objects can be handed to TRL's
 ``GRPOTrainer(reward_funcs=...)``. Values are checked on every call: a list as long as the
@@ -44,6 +52,23 @@ PROMPT_ARGS = ("prompts", "completions")
 """The two arguments every reward function takes first (TRL's names)."""
 TRL_EXTRA_ARGS = ("completion_ids", "trainer_state", "log_extra", "log_metric", "environments")
 """Keyword arguments TRL passes besides the columns; never treated as columns a row must have."""
+PASSED_ARGS = ("completion_ids", "trainer_state", "log_metric", "log_extra")
+"""The TRL arguments vigor passes (``environments`` needs TRL's environment_factory)."""
+
+
+@dataclass
+class CallContext:
+    """TRL's keyword arguments of one reward call besides the columns (None: not passed)."""
+
+    completion_ids: list | None = None
+    """Each completion's token ids, as generated."""
+    trainer_state: Any = None
+    """A ``transformers.TrainerState`` (``global_step``: updates done so far; ``max_steps``)."""
+    log_metric: Callable[[str, float], Any] | None = None
+    log_extra: Callable[[str, list], Any] | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in PASSED_ARGS if getattr(self, name) is not None}
 
 
 @dataclass
@@ -63,9 +88,11 @@ class Reward:
     """The function takes ``**kwargs``: every column reaches it."""
     builtin: bool = False
     """A built-in verifier: the columns it needs hold a gold that may not be null."""
+    gets: tuple[str, ...] = ()
+    """The TRL arguments it receives (:data:`PASSED_ARGS` its signature takes)."""
     seconds: float = 0.0
     """Time spent in this function so far (the trainer may log it per step)."""
-    _score: Callable[[list, list, dict], list] = field(default=lambda p, c, k: [], repr=False)
+    _score: Callable[[list, list, dict, CallContext], list] = field(default=lambda p, c, k, x: [], repr=False)
     _close: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
@@ -73,16 +100,21 @@ class Reward:
         return self.name
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
-        """TRL's calling convention; returns checked values (see :meth:`scores`)."""
-        return [s.reward for s in self.scores(list(prompts), list(completions), kwargs)]
+        """TRL's calling convention (its own arguments passed on as TRL gave them); returns
+        checked values (see :meth:`scores`)."""
+        context = CallContext(**{k: kwargs.pop(k) for k in PASSED_ARGS if k in kwargs})
+        kwargs.pop("environments", None)
+        return [s.reward for s in self.scores(list(prompts), list(completions), kwargs, context)]
 
-    def scores(self, prompts: list, completions: list, columns: dict[str, list]) -> list:
+    def scores(self, prompts: list, completions: list, columns: dict[str, list],
+               context: CallContext | None = None) -> list:
         """A :class:`~vigor_cli.tasks.base.Score` per completion (a user function's value
         becomes a Score without a reason); raises UserError naming the function when it
-        raises or returns something other than one finite number or None per completion."""
+        raises or returns something other than one finite number or None per completion.
+        ``context``: TRL's other arguments, passed to a function that takes them."""
         t0 = time.perf_counter()
         try:
-            out = self._score(prompts, completions, columns)
+            out = self._score(prompts, completions, columns, context or CallContext())
         finally:
             self.seconds += time.perf_counter() - t0
         return out
@@ -218,8 +250,11 @@ def signature_columns(func: Callable, spec: str) -> tuple[tuple[str, ...], tuple
             raise UserError(f"--reward {spec}: parameter '{p.name}' is positional-only; TRL and vigor pass "
                             "everything by name (prompts=, completions=, the columns)")
     named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in PROMPT_ARGS]
+    if any(p.name == "environments" and p.default is p.empty for p in named):
+        raise UserError(f"--reward {spec}: the function requires 'environments', which TRL passes only with "
+                        "its environment_factory (tool-calling environments); vigor has none: give it a default")
     required = tuple(p.name for p in named if p.default is p.empty and p.name not in TRL_EXTRA_ARGS)
-    optional = tuple(p.name for p in named if p.default is not p.empty or p.name in TRL_EXTRA_ARGS)
+    optional = tuple(p.name for p in named if p.default is not p.empty and p.name not in TRL_EXTRA_ARGS)
     return required, optional, takes_all
 
 
@@ -232,24 +267,47 @@ def _user_reward(spec: str) -> Reward:
     except (TypeError, ValueError):
         takes = set()
 
-    def score(prompts: list, completions: list, columns: dict[str, list]) -> list:
+    gets = PASSED_ARGS if takes_all else tuple(a for a in PASSED_ARGS if a in takes)
+
+    def score(prompts: list, completions: list, columns: dict[str, list], context: CallContext) -> list:
         from vigor_cli.tasks.base import Score
 
         if takes_all:
-            kwargs = {k: v for k, v in columns.items() if k not in PROMPT_ARGS}
+            kwargs = {k: v for k, v in columns.items() if k not in PROMPT_ARGS and k not in TRL_EXTRA_ARGS}
         else:
-            kwargs = {k: columns[k] for k in (*required, *optional) if k in columns}
+            kwargs = {k: columns[k] for k in (*required, *optional) if k in columns and k not in TRL_EXTRA_ARGS}
+        kwargs.update({k: v for k, v in context.arguments().items() if k in gets})  # TRL's, as TRL passes them
         given = {"prompts": prompts, "completions": completions}
         if not takes_all:  # (completions, solution) takes no prompts: TRL's own rewards
             given = {k: v for k, v in given.items() if k in takes}
         try:
             values = func(**given, **kwargs)
+            if inspect.isawaitable(values):  # an async def reward, awaited as TRL awaits it
+                values = _await(values)
         except Exception as e:  # the user's function: any error stops the run in one line
             raise UserError(f"{label} raised {type(e).__name__}: {_first_line(e)}{_user_frame(e, None)}") from None
         return [Score(v) for v in check_values(values, len(completions), label)]
 
     name = getattr(func, "__name__", spec.rpartition(":")[2])
-    return Reward(name=str(name), spec=spec, needs=required, optional=optional, all_columns=takes_all, _score=score)
+    return Reward(name=str(name), spec=spec, needs=required, optional=optional, all_columns=takes_all, gets=gets,
+                  _score=score)
+
+
+def _await(awaitable: Any) -> Any:
+    """The value of an ``async def`` reward's coroutine: run on a fresh event loop, in a thread
+    of its own when this thread already runs one."""
+    import asyncio
+    import concurrent.futures
+
+    async def wait() -> Any:
+        return await awaitable
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(wait())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, wait()).result()
 
 
 def check_values(values: Any, n: int, label: str) -> list[float | None]:

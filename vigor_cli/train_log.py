@@ -121,9 +121,9 @@ def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[st
 
     from vigor_cli.console import literal
 
-    table = Table(title=f"completions at step {step}", show_lines=True, expand=True)
-    table.add_column("prompt", ratio=3)
-    table.add_column("completion", ratio=4)
+    table = Table(title=f"completions at step {step}", show_lines=True)  # natural width: never cut in a log file
+    table.add_column("prompt")
+    table.add_column("completion")
     table.add_column("reward", justify="right")
     table.add_column("advantage", justify="right")
     for s in samples:

@@ -30,6 +30,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 
 from vigor_cli.commands import options as opt
+from vigor_cli.commands.flags import TASK_FLAGS, command, task_overrides
 from vigor_cli.errors import UserError
 
 SIM_STRATEGIES = ("grpo", "vigor", "auto")
@@ -38,7 +39,7 @@ SIM_STEPS = 300
 """Most simulated steps per strategy (each stops at the target)."""
 
 
-def probe(
+def _probe(
     config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config, as for `vigor train`.")] = None,
     model: Annotated[Optional[str], typer.Option("--model", help="model.name_or_path: hub id, local dir or 'tiny'.")] = None,
     task: Annotated[Optional[str], typer.Option("--task", help="task.name (see `vigor train --help`).")] = None,
@@ -48,15 +49,18 @@ def probe(
     samples: Annotated[int, opt.count("--samples", low=2, help="Rollouts per prompt (at least 2: a variance needs two rollouts).")] = 8,
     seed: Annotated[Optional[int], opt.seed(help="Seeds the prompt draw, sampling and simulation (default train.seed).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the tables.")] = False,
+    **own_task: Any,
 ) -> None:
     """Sample a few rollouts per prompt, fit the variance law, and say whether allocation pays."""
-    from vigor_cli.commands.train import default_config_file, resolve_config
+    from vigor_cli.commands.train import FLAG_OF_KEY, default_config_file, resolve_config
     from vigor_cli.settings import build_config
     from vigor_cli.report.probe_view import print_result
 
-    overrides = {"model.name_or_path": model, "task.name": task, "engine.kind": engine, "train.seed": seed}
+    overrides = {"model.name_or_path": model, "task.name": task, "engine.kind": engine, "train.seed": seed,
+                 **task_overrides({**own_task, "task": task})}  # --data, --reward, ...: as vigor train
+    model, task = overrides["model.name_or_path"], overrides.get("task.name")
     path = resolve_config(config) if config is not None else default_config_file(model, task)  # as vigor train
-    cfg = build_config(path, overrides=overrides, sets=set_)
+    cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)
     counts, info = sample_pass_counts(cfg, prompts, samples, quiet=json_out)
     result = analyse(counts, samples, cfg, info)
     if json_out:
@@ -65,8 +69,14 @@ def probe(
         print_result(result)
 
 
+probe = command(_probe, TASK_FLAGS, at=3)
+"""`vigor probe`: its options, with the task flags of `vigor train` after --task (commands/flags.py)."""
+probe.__name__ = "probe"
+
+
 def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False) -> tuple[list[int], dict]:
-    """Correct-out-of-``samples`` per probed prompt, with the config's engine and sampling."""
+    """Passed-out-of-``samples`` per probed prompt (reward >= task.pass_threshold), with the
+    config's engine and sampling."""
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -112,14 +122,15 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
                         k += len(group)
                         unscored += rs.count(None)
                         rewards_seen.update(r for r in rs if r is not None)
-                        counts.append(sum(r is not None and r > 0.5 for r in rs))
+                        counts.append(sum(r is not None and r >= cfg.task.pass_threshold for r in rs))
                     progress.advance(bar, len(chunk))
         finally:
             eng.close()
     finally:
         task.close()
     info = {"model": cfg.model.name_or_path, "task": cfg.task.name, "temperature": cfg.sampling.temperature,
-            "binary_rewards": rewards_seen <= {0.0, 1.0}, "unscored": unscored}
+            "binary_rewards": rewards_seen <= {0.0, 1.0}, "unscored": unscored,
+            "pass_threshold": cfg.task.pass_threshold}
     return counts, info
 
 

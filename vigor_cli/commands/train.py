@@ -151,7 +151,7 @@ def _dry_run(cfg, console) -> None:
     from vigor_cli.tasks import preview_task
     from vigor_cli.train_data import dry_run_health
 
-    for line in preview_task(cfg.task):
+    for line in preview_task(cfg.task, _preview_tokenizer(cfg)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     plan = memory_plan.plan_run(cfg)
@@ -165,3 +165,18 @@ def _dry_run(cfg, console) -> None:
         verdict = "fits" if plan.device == "cuda" else "CPU run (not refused)"
         console.print(f"[bold]{verdict}[/]: peak {plan.peak / memory_plan.GIB:.1f} GiB of "
                       f"{plan.available / memory_plan.GIB:.1f} GiB ({plan.source})", highlight=False)
+
+
+def _preview_tokenizer(cfg: Any) -> Any:
+    """The model's tokenizer for the dry run's rendered prompts (None for a task that shows
+    none, or when it cannot be had here: the preview says it rendered without it)."""
+    from vigor_cli.tasks import PREVIEWS
+
+    if cfg.task.name not in PREVIEWS:
+        return None
+    from vigor_cli.models import load_tokenizer
+
+    try:
+        return load_tokenizer(cfg.model)
+    except UserError:
+        return None

@@ -934,7 +934,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    from vigor_cli.commands.train import DEFAULT_CONFIG
+    from vigor_cli.commands.flags import DEFAULT_CONFIG
 
     ap = _Parser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
     ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="vigor run config (YAML)")
@@ -944,15 +944,9 @@ def _parser() -> _Parser:
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
     ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
                     help="set a GRPOConfig key last: key=value (YAML), e.g. vllm_server_host=10.0.0.5")
-    own = ap.add_argument_group("your own task (as in vigor train; --data selects task 'custom')")
-    own.add_argument("--data", help="task.data: your training data (file, folder or hub org/name[:split])")
-    own.add_argument("--eval-data", help="task.eval_data: held-out data")
-    own.add_argument("--reward", action="append", help="task.rewards (repeatable): a built-in name or FILE.py:FUNC")
-    own.add_argument("--reward-weights", help="task.reward_weights: comma-separated, one per --reward")
-    own.add_argument("--system-prompt", help="task.system_prompt")
-    own.add_argument("--prompt-field", help="task.fields.prompt")
-    own.add_argument("--answer-field", help="task.fields.answer")
-    own.add_argument("--prompt-template", help="task.prompt_template")
+    from vigor_cli.commands.flags import add_arguments
+
+    add_arguments(ap.add_argument_group("your own task (as in vigor train; --data selects task 'custom')"))
     return ap
 
 
@@ -975,12 +969,10 @@ def _train(a: argparse.Namespace) -> int:
     from vigor_cli.errors import UserError, user_message
 
     try:
-        from vigor_cli.commands.train import FLAG_OF_KEY, own_task_overrides
+        from vigor_cli.commands.flags import task_overrides
+        from vigor_cli.commands.train import FLAG_OF_KEY
 
-        own = own_task_overrides(data=a.data, eval_data=a.eval_data, reward=a.reward,
-                                 reward_weights=a.reward_weights, system_prompt=a.system_prompt,
-                                 prompt_field=a.prompt_field, answer_field=a.answer_field,
-                                 prompt_template=a.prompt_template)
+        own = task_overrides(vars(a))
         cfg = build_config(a.config, overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
         for text in a.trl_keys:

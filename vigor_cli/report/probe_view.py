@@ -34,7 +34,8 @@ def print_result(result: dict) -> None:
                   f"{row['speedup_vs_grpo']:.2f}x" if row["speedup_vs_grpo"] else "-")
     console.print(s)
     if not result["binary_rewards"]:
-        console.print("rewards are not all 0/1: a rollout counts as passed when its reward is above 0.5", style="dim")
+        console.print(f"rewards are not all 0/1: a rollout counts as passed when its reward is at least "
+                      f"{result.get('pass_threshold', 1.0):g} (task.pass_threshold)", style="dim", highlight=False)
     if result.get("unscored"):
         console.print(f"{result['unscored']} rollouts could not be scored (reward None): counted as not passed",
                       style="dim")

@@ -57,15 +57,16 @@ REWARD_TASKS: dict[str, str] = {}
 """Task name -> kind ('math' or 'code') of every task whose grading is a built-in reward
 (``--reward NAME``, vigor_cli/rewards.py)."""
 
-PREVIEWS: dict[str, Callable[[Any], list[str]]] = {}
-"""Task name -> what `vigor train --dry-run` prints about its data and rewards (reading them,
-so a bad file or function fails there); tasks without an entry print nothing."""
+PREVIEWS: dict[str, Callable[[Any, Any], list[str]]] = {}
+"""Task name -> what `vigor train --dry-run` prints about its data and rewards, given the task
+config and the model's tokenizer (None: not available here), reading them so a bad file or
+function fails there; tasks without an entry print nothing."""
 
 
 def register_task(name: str, *, kind: str = "math",
                   eval_sets: Mapping[str, str | None] | None = None,
                   reads: Iterable[str] | None = None, grades: bool = True,
-                  preview: Callable[[Any], list[str]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
+                  preview: Callable[[Any, Any], list[str]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
     """Decorator on a task builder. ``eval_sets`` maps the benchmark names `vigor eval` takes to
     the set name the task reads (None: its one held-out set); default: none. ``reads``: the
     ``task.*`` keys it reads (others are refused; None: not declared, none refused).
@@ -153,10 +154,10 @@ def _code(cfg: Any, workers: int) -> Task:
     return CodeTask(cfg, workers=workers)
 
 
-def _custom_preview(cfg: Any) -> list[str]:
-    from vigor_cli.tasks.custom import preview
+def _custom_preview(cfg: Any, tokenizer: Any) -> list[str]:
+    from vigor_cli.tasks.custom_preview import preview
 
-    return preview(cfg)
+    return preview(cfg, tokenizer)
 
 
 @register_task("custom", grades=False, preview=_custom_preview,
@@ -189,10 +190,11 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     return cfg, entry.set_name
 
 
-def preview_task(cfg: Any) -> list[str]:
-    """What `vigor train --dry-run` prints about the task's data and rewards (PREVIEWS)."""
+def preview_task(cfg: Any, tokenizer: Any = None) -> list[str]:
+    """What `vigor train --dry-run` prints about the task's data and rewards (PREVIEWS);
+    ``tokenizer`` renders the prompts as the run will (None: not available)."""
     preview = PREVIEWS.get(cfg.name)
-    return preview(cfg) if preview is not None else []
+    return preview(cfg, tokenizer) if preview is not None else []
 
 
 __all__ = ["EVAL_SETS", "EvalSet", "Example", "PREVIEWS", "REWARD_TASKS", "Score", "TASK_READS", "Task", "TASKS",

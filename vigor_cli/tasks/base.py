@@ -39,10 +39,19 @@ class Score:
     """Set when grading itself failed for this completion (not the program's fault: a verifier
     crash, an unparseable status): the reward is 0 with this reason; the trainer counts these
     per step as `reward/grading_errors`. A run stops only on a systemic failure."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Columns a reward function logged for this completion through TRL's ``log_extra``
+    (completions.jsonl, the dashboards' completions table, evaluation files)."""
 
 
 class Task(ABC):
     name: str = "base"
+    takes_completion_ids: bool = False
+    """``score`` takes ``completion_ids=`` (each completion's token ids): reward functions that
+    read TRL's ``completion_ids`` get them (:func:`grade`)."""
+    trainer_state: Any = None
+    """What reward functions get as TRL's ``trainer_state`` (a ``transformers.TrainerState``,
+    set by the trainer before each step and evaluation); tasks that pass none ignore it."""
 
     @abstractmethod
     def train_examples(self) -> list[Example]: ...
@@ -59,16 +68,36 @@ class Task(ABC):
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
 
+    def logged_metrics(self) -> dict[str, float]:
+        """The means of what reward functions logged through TRL's ``log_metric`` since the last
+        call (then cleared); none for a task without such functions."""
+        return {}
+
     def close(self) -> None:
         """Release worker pools."""
 
 
-def score_once(task: Task, examples: Any, keys: Sequence[tuple[str, str]], graded: dict) -> list[Score]:
+def grade(task: Task, examples: Sequence[Example], completions: Sequence[str],
+          completion_ids: Sequence[Sequence[int]] | None = None) -> list[Score]:
+    """``task.score``, with each completion's token ids when the task takes them."""
+    if completion_ids is not None and task.takes_completion_ids:
+        return task.score(examples, completions, completion_ids=[list(i) for i in completion_ids])
+    return task.score(examples, completions)
+
+
+def score_once(task: Task, examples: Any, keys: Sequence[tuple[str, str]], graded: dict,
+               completion_ids: Sequence[Sequence[int]] | None = None) -> list[Score]:
     """Scores of (uid, completion text) pairs, each distinct pair graded once: a reward is a
-    function of the example and the text alone, and sampled completions repeat (a verifier
-    call each, a sandbox run for code). ``graded`` holds the pairs already scored (a training
-    step's earlier rounds) and gains the new ones; ``examples`` maps uid to Example."""
+    function of the example and the completion alone, and sampled completions repeat (a
+    verifier call each, a sandbox run for code). ``graded`` holds the pairs already scored (a
+    training step's earlier rounds) and gains the new ones; ``examples`` maps uid to Example.
+    With ``completion_ids`` (for a task that takes them) a pair is also told apart by its ids."""
+    ids = None
+    if completion_ids is not None and task.takes_completion_ids:
+        ids = [tuple(i) for i in completion_ids]
+        keys = [(*k, i) for k, i in zip(keys, ids)]
     new = list(dict.fromkeys(k for k in keys if k not in graded))
     if new:
-        graded.update(zip(new, task.score([examples[u] for u, _ in new], [t for _, t in new])))
+        graded.update(zip(new, grade(task, [examples[k[0]] for k in new], [k[1] for k in new],
+                                     [k[2] for k in new] if ids is not None else None)))
     return [graded[k] for k in keys]

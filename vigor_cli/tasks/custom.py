@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from vigor_cli import records
 from vigor_cli.errors import UserError
+from vigor_cli.reward_log import RewardLog, trainer_state
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
 from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
@@ -36,8 +37,6 @@ ROLES = ("system", "user", "assistant")
 """Roles a chat-message prompt may use."""
 TRAIN_SAMPLE = 64
 """Without task.eval_data, this many training rows (the first) are evaluated instead."""
-PREVIEW_ROWS = 3
-"""Rows `vigor train --dry-run` prints."""
 
 _SLOT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
@@ -98,6 +97,9 @@ class CustomTask(Task):
         self.fields = dict(cfg.fields)
         self.tables: dict[str, loading.Table] = {}
         self._train: list[Example] | None = None
+        self.reward_log = RewardLog()
+        """What the reward functions log through TRL's log_metric and log_extra."""
+        self.trainer_state = trainer_state(0, 0)
 
     # ---- data
     def train_examples(self) -> list[Example]:
@@ -111,10 +113,15 @@ class CustomTask(Task):
     def eval_examples(self, name: str | None = None) -> list[Example]:
         if name not in (None, "custom", "eval"):
             raise UserError(f"custom has one evaluation set, task.eval_data (--eval-data); got {name!r}")
-        if not self.cfg.eval_data:
-            return self.train_examples()[:TRAIN_SAMPLE]
-        table = loading.read_table(self.cfg.eval_data, key="--eval-data", purpose="eval",
-                                   hub_flag="--eval-data PATH (a local file or folder)")
+        if self.cfg.eval_data:
+            table = loading.read_table(self.cfg.eval_data, key="--eval-data", purpose="eval",
+                                       hub_flag="--eval-data PATH (a local file or folder)")
+        else:  # the training source's own test (or validation) split, when it has one
+            self.train_examples()
+            if self.tables["train"].eval_split is None:
+                return self.train_examples()[:TRAIN_SAMPLE]
+            table = loading.read_table(self.cfg.data, key="--data", purpose="eval",
+                                       hub_flag="--data PATH (a local file or folder)")
         self.tables["eval"] = table
         return self._examples(table, "eval")
 
@@ -184,7 +191,12 @@ class CustomTask(Task):
                                              **template_kwargs(tokenizer))
 
     # ---- reward
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+    takes_completion_ids = True
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str],
+              completion_ids: Sequence[Sequence[int]] | None = None) -> list[Score]:
+        """Every reward function on the completions (with TRL's arguments: the completions'
+        token ids, ``trainer_state``, ``log_metric`` and ``log_extra``), combined by weight."""
         from vigor_cli.rewards import combine
 
         prompts = [ex.meta["prompt"] for ex in examples]
@@ -192,7 +204,13 @@ class CustomTask(Task):
                  for p, c in zip(prompts, completions)]
         keys = list(dict.fromkeys(k for ex in examples for k in ex.meta["columns"]))
         columns = {k: [ex.meta["columns"].get(k) for ex in examples] for k in keys}
-        per = [reward.scores(prompts, shown, columns) for reward in self.rewards]
+        ids = None if completion_ids is None else [list(i) for i in completion_ids]
+        per, extras = [], [{} for _ in completions]
+        for reward in self.rewards:
+            context, logged = self.reward_log.call(reward.spec, len(completions), self.trainer_state, ids)
+            per.append(reward.scores(prompts, shown, columns, context))
+            for mine, theirs in zip(extras, logged()):
+                mine.update(theirs)
         totals = combine([[s.reward for s in scores] for scores in per], self.weights)
         out = []
         for i, total in enumerate(totals):
@@ -203,8 +221,11 @@ class CustomTask(Task):
                 reason = ", ".join(f"{n} {'none' if v is None else f'{v:.3g}'}" for n, v in parts.items())
                 details = {}
             error = next((per[j][i].grading_error for j in range(len(per)) if per[j][i].grading_error), None)
-            out.append(Score(total, reason, details, components=parts, grading_error=error))
+            out.append(Score(total, reason, details, components=parts, grading_error=error, extra=extras[i]))
         return out
+
+    def logged_metrics(self) -> dict[str, float]:
+        return self.reward_log.drain()
 
     def reward_seconds(self) -> dict[str, float]:
         """Seconds spent in each reward function so far (a slow one shows here and in the
@@ -249,55 +270,3 @@ def _text_of(prompt: Any) -> str:
     from vigor_cli.rewards import _prompt_text
 
     return _prompt_text(prompt)
-
-
-# --------------------------------------------------------------------------- dry run
-def preview(cfg: Any) -> list[str]:
-    """`vigor train --dry-run`: read the data (every row checked), import the reward functions
-    and check their signatures; the lines say what was found. Nothing is scored, no model loads."""
-    task = CustomTask(cfg, workers=1)
-    try:
-        train = task.train_examples()
-        held = task.eval_examples()
-        lines = [_source_line("data", task.tables["train"])]
-        prompt_from = (f"task.prompt_template {cfg.prompt_template!r}" if cfg.prompt_template
-                       else f"column '{task.fields.get('prompt', 'prompt')}'")
-        kinds = {"messages" if isinstance(ex.meta["prompt"], list) else "text" for ex in train}
-        system = f", system message {cfg.system_prompt!r}" if cfg.system_prompt is not None else ""
-        lines.append(f"prompt: from {prompt_from} ({' and '.join(sorted(kinds))}{system}); chat template: "
-                     f"{_template_rule(cfg.chat_template, kinds)}")
-        for ex in train[:PREVIEW_ROWS]:
-            cols = ", ".join(f"{k}={_short(v)}" for k, v in ex.meta["columns"].items())
-            lines.append(f"  {ex.meta['where']}: prompt {_short(ex.meta['prompt'], 70)}; {cols}")
-        for reward, weight in zip(task.rewards, task.weights):
-            needs = ", ".join(reward.needs) or "no column"
-            optional = f" (uses {', '.join(reward.optional)} if present)" if reward.optional else ""
-            takes = "; gets every column" if reward.all_columns else ""
-            lines.append(f"reward {reward.name} ({reward.spec}), weight {weight:g}: needs {needs}{optional}{takes}")
-        if "eval" in task.tables:
-            lines.append(_source_line("eval data", task.tables["eval"]))
-        else:
-            lines.append(f"eval data: none (--eval-data); the first {len(held)} training rows are evaluated "
-                         "(not held out)")
-        return lines
-    finally:
-        task.close()
-
-
-def _template_rule(setting: Any, kinds: set[str]) -> str:
-    if setting is False:
-        return "never (message contents joined)"
-    if setting is True:
-        return "applied to every prompt"
-    return ("applied to message-list prompts when the tokenizer has one; text prompts as they are"
-            if "messages" in kinds else "not applied (text prompts are used as they are)")
-
-
-def _source_line(label: str, table: loading.Table) -> str:
-    split = f", split {table.split}" if table.split else ""
-    return f"{label}: {table.source} ({table.kind}{split}, {len(table.rows)} rows): columns {', '.join(table.columns)}"
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -13,7 +13,8 @@
   (vigor_cli/hub.py), so an offline machine gets one line at once.
 
 A folder or hub dataset with several splits gives ``train`` for training and ``test`` (then
-``validation``) for evaluation unless ``PATH:SPLIT`` names one. Rows stay plain dicts. Every
+``validation``) for evaluation unless ``PATH:SPLIT`` names one; read for training, its table
+says which split evaluation would read (:attr:`Table.eval_split`). Rows stay plain dicts. Every
 failure is one :class:`UserError` naming the file (and line or row) or the hub dataset; for
 the hub, the local-path flag to use instead. No dataset script or pickled payload is run:
 ``datasets`` 4+ runs no loading scripts, and ``save_to_disk`` folders are Arrow files.
@@ -57,6 +58,9 @@ class Table:
     split: str | None = None
     columns: list[str] = field(default_factory=list)
     """Every column, in first-seen order."""
+    eval_split: str | None = None
+    """Read for training from a source with several splits (no ``:SPLIT`` named): the split
+    evaluation reads from it (``test``, then ``validation``, ...), if it has one."""
 
     def where(self, index: int) -> str:
         """``file:LINE`` for a JSONL row, ``SOURCE row N`` (1-based) otherwise."""
@@ -198,13 +202,24 @@ def _folder_table(p: Path, split: str | None, *, key: str, purpose: str) -> Tabl
         except Exception as e:  # a damaged folder: datasets' errors vary by version
             raise UserError(f"{key} {p}: cannot read as a save_to_disk folder ({_reason(e)})") from None
         splits = dict(loaded.items()) if hasattr(loaded, "keys") else {"train": loaded}
+        named = split
         ds, split = _pick_split(splits, split, f"{key} {p}", purpose)
-        return Table(ds.to_list(), str(p), "save_to_disk", split=split if hasattr(loaded, "keys") else None)
+        return Table(ds.to_list(), str(p), "save_to_disk", split=split if hasattr(loaded, "keys") else None,
+                     eval_split=_eval_split(splits, named, split, purpose))
     if not any(p.iterdir()):
         raise UserError(f"{key} {p}: empty folder")
     splits = _load_dataset_quietly(str(p), {}, f"{key} {p}", "a folder of data files")
+    named = split
     rows, split = _pick_split(splits, split, f"{key} {p}", purpose)
-    return Table(rows, str(p), "folder", split=split)
+    return Table(rows, str(p), "folder", split=split, eval_split=_eval_split(splits, named, split, purpose))
+
+
+def _eval_split(splits: dict[str, Any], named: str | None, picked: str | None, purpose: str) -> str | None:
+    """The split evaluation reads from a source read for training (none named): its first of
+    EVAL_SPLITS, when that is not the training split itself."""
+    if purpose != "train" or named is not None:
+        return None
+    return next((s for s in EVAL_SPLITS if s in splits and s != picked), None)
 
 
 def _with_datasets(p: Path, builder: str, kwargs: dict) -> list[dict]:
@@ -276,9 +291,11 @@ def _hub_table(hub_id: str, split: str | None, *, key: str, purpose: str, flag: 
     from datasets import get_dataset_split_names
 
     names = _hub_call(lambda: get_dataset_split_names(hub_id), hub_id, "(any split)", f"{key} {hub_id}", flag)
-    picked, _ = _pick_split({n: n for n in names}, None, f"{key} {hub_id}", purpose)
+    splits = {n: n for n in names}
+    picked, _ = _pick_split(splits, None, f"{key} {hub_id}", purpose)
     rows = load_hub(hub_id, split=picked, flag=flag, what=f"{key} {hub_id}")
-    return Table(rows, f"{hub_id}:{picked}", "hub", split=picked)
+    return Table(rows, f"{hub_id}:{picked}", "hub", split=picked,
+                 eval_split=_eval_split(splits, None, picked, purpose))
 
 
 def require(row: dict, keys: tuple[str, ...] | list[str], where: str) -> None:

@@ -35,7 +35,7 @@ def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, worke
             holder.pop("task").close()
 
     if kind == "code":
-        def score(prompts: list, completions: list, columns: dict[str, list]) -> list:
+        def score(prompts: list, completions: list, columns: dict[str, list], context: Any = None) -> list:
             from vigor_cli.tasks.base import Example
 
             rows = [{k: columns[k][i] for k in columns} for i in range(len(completions))]
@@ -55,7 +55,7 @@ def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, worke
         needs: tuple[str, ...] = ("public_test_cases",)
         optional: tuple[str, ...] = ("private_test_cases", "metadata")
     else:
-        def score(prompts: list, completions: list, columns: dict[str, list]) -> list:
+        def score(prompts: list, completions: list, columns: dict[str, list], context: Any = None) -> list:
             from vigor_cli.tasks.base import Example
 
             examples = [Example(uid="", question=_prompt_text(p), answer=_gold(a))
