@@ -286,7 +286,7 @@ def report_run(tmp_path: Path, *lines: str) -> Path:
 
 @pytest.mark.parametrize("bad, needle", [
     ('{"step": 2, "eval/accuracy": "0.5", "rollouts/cumulative": 8, "tokens/cumulative": 80}',
-     ":3: 'eval/accuracy' is '0.5'; expected a number in [0, 1]"),
+     ":3: 'eval/accuracy' is '0.5'; expected a finite number"),
     ('{"eval/accuracy": 0.5, "rollouts/cumulative": 8, "tokens/cumulative": 80}', ":3: no 'step'"),
     ('{"step": "2", "eval/accuracy": 0.5, "rollouts/cumulative": 8, "tokens/cumulative": 80}',
      ":3: 'step' is '2' (text); expected an integer >= 0"),
@@ -294,8 +294,8 @@ def report_run(tmp_path: Path, *lines: str) -> Path:
      ":3: 'eval/accuracy' is nan"),
     ('{"step": 2, "eval/accuracy": 0.5, "rollouts/cumulative": -8, "tokens/cumulative": 80}',
      ":3: 'rollouts/cumulative' is -8; expected a number >= 0"),
-    ('{"step": 2, "eval/accuracy": 1.5, "rollouts/cumulative": 8, "tokens/cumulative": 80}',
-     ":3: 'eval/accuracy' is 1.5; expected a number in [0, 1]"),
+    ('{"step": 2, "eval/pass_rate": 1.5, "rollouts/cumulative": 8, "tokens/cumulative": 80}',
+     ":3: 'eval/pass_rate' is 1.5; expected a number in [0, 1]"),  # eval/accuracy is a mean reward: 1.5 is one
     ('{"step": -2, "eval/accuracy": 0.5, "rollouts/cumulative": 8, "tokens/cumulative": 80}',
      ":3: 'step' is -2"),
     ('{"step": 2, "eval/accuracy": 0.5, "rollouts/cumulative": 8, "tokens/cumulative": {"n": 80}}',

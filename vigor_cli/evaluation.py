@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import RolloutEngine, SamplingParams
-from vigor_cli.tasks.base import Example, Task
+from vigor_cli.tasks.base import Example, Task, grade
 
 CHUNK_SAMPLES = 256
 """Samples generated per engine call (at least one example's n): a progress line after each.
@@ -51,6 +51,17 @@ class SampleResult:
     reason: str
     truncated: bool
     tokens: int
+    rewards: dict[str, float | None] = field(default_factory=dict)
+    """Each reward function's own value, when the task combines several (None: it could not score)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Columns a reward function logged for it (TRL's log_extra)."""
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        for key in ("rewards", "extra"):  # only where a task has them
+            if not out[key]:
+                del out[key]
+        return out
 
 
 @dataclass
@@ -62,24 +73,36 @@ class EvalResult:
     per_example: dict[str, float]
     """uid -> mean reward of its scored samples (examples with none scored are left out)."""
     samples: list[SampleResult] = field(default_factory=list)
+    pass_threshold: float = 1.0
+    """A sample passes at reward >= this (task.pass_threshold): pass@k and the pass rate."""
 
     @property
     def unscored(self) -> int:
         """Samples whose reward is None."""
         return sum(s.reward is None for s in self.samples)
 
+    @property
+    def pass_rate(self) -> float:
+        """pass@1: mean over examples of the share of their scored samples that pass."""
+        return float(self.metrics()["pass@k"].get("1") or 0.0)
+
     def metrics(self) -> dict:
-        """avg@n and unbiased pass@k (a sample passes at reward >= 1) over the scored samples,
-        as `vigor eval` computes them (vigor_cli/report/metrics.py)."""
-        from vigor_cli.report.metrics import summarize_problems
+        """avg@n and unbiased pass@k (a sample passes at reward >= pass_threshold) over the
+        scored samples, as `vigor eval` computes them (vigor_cli/report/metrics.py), the
+        unscored count and, per reward function of a task that combines several, its mean
+        and unscored count."""
+        from vigor_cli.report.metrics import reward_components, summarize_problems
 
         by_uid: dict[str, list[float]] = {}
         for s in self.samples:
             by_uid.setdefault(s.uid, [])
             if s.reward is not None:
                 by_uid[s.uid].append(s.reward)
-        out = summarize_problems(list(by_uid.values()))
+        out = summarize_problems(list(by_uid.values()), threshold=self.pass_threshold)
         out["unscored"] = self.unscored
+        parts = reward_components(s.rewards for s in self.samples)
+        if parts:
+            out["rewards"] = parts
         return out
 
     def to_json(self) -> dict:
@@ -87,10 +110,11 @@ class EvalResult:
             "set": self.set_name,
             "n": self.n,
             "accuracy": self.accuracy,
+            "pass_threshold": self.pass_threshold,
             "examples": len(self.per_example),
             "per_example": self.per_example,
             "metrics": self.metrics(),
-            "samples": [asdict(s) for s in self.samples],
+            "samples": [s.to_json() for s in self.samples],
         }
 
 
@@ -141,6 +165,7 @@ def evaluate_examples(
     sampling: SamplingParams,
     set_name: str = "default",
     progress: Progress | bool = True,
+    pass_threshold: float = 1.0,
 ) -> EvalResult:
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
 
@@ -149,17 +174,24 @@ def evaluate_examples(
     each chunk of :data:`CHUNK_SAMPLES` samples instead; False is silent (a caller with its
     own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
     if not examples:
-        return EvalResult(set_name, n, 0.0, {}, [])
+        return EvalResult(set_name, n, 0.0, {}, [], pass_threshold)
     per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
+    return result_of(set_name, n, [(ex.uid, results) for ex, results in zip(examples, per_sample)], pass_threshold)
+
+
+def result_of(set_name: str, n: int, per_example: Sequence[tuple[str, list[SampleResult]]],
+              pass_threshold: float = 1.0) -> EvalResult:
+    """The EvalResult of each example's samples, in order: avg@n over the examples with a
+    scored sample."""
     samples: list[SampleResult] = []
-    per_example: dict[str, float] = {}
-    for ex, results in zip(examples, per_sample):
+    means: dict[str, float] = {}
+    for uid, results in per_example:
         samples += results
         rewards = [s.reward for s in results if s.reward is not None]
         if rewards:
-            per_example[ex.uid] = sum(rewards) / len(rewards)
-    accuracy = sum(per_example.values()) / len(per_example) if per_example else 0.0
-    return EvalResult(set_name, n, accuracy, per_example, samples)
+            means[uid] = sum(rewards) / len(rewards)
+    accuracy = sum(means.values()) / len(means) if means else 0.0
+    return EvalResult(set_name, n, accuracy, means, samples, pass_threshold)
 
 
 def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
@@ -188,7 +220,7 @@ def _evaluate_chunk(engine: RolloutEngine, task: Task, tokenizer: Any, examples:
     flat_examples = [ex for ex, rollouts in zip(examples, outs) for _ in rollouts]
     flat_rollouts = [r for rollouts in outs for r in rollouts]
     try:
-        scores = task.score(flat_examples, [r.text for r in flat_rollouts])
+        scores = grade(task, flat_examples, [r.text for r in flat_rollouts], [r.token_ids for r in flat_rollouts])
     except UserError as e:  # a user's reward function that failed: say it was the evaluation
         raise UserError(f"evaluation of {set_name}: {e}") from None
     found = iter(scores)
@@ -198,7 +230,8 @@ def _evaluate_chunk(engine: RolloutEngine, task: Task, tokenizer: Any, examples:
         for i, r in enumerate(rollouts):
             s = next(found)
             reward = None if s.reward is None else float(s.reward)
-            results.append(SampleResult(ex.uid, i, r.text, reward, s.reason, r.truncated, len(r.token_ids)))
+            results.append(SampleResult(ex.uid, i, r.text, reward, s.reason, r.truncated, len(r.token_ids),
+                                        dict(s.components), dict(s.extra)))
         out.append(results)
     return out
 
@@ -215,7 +248,7 @@ class Shard:
 
 
 def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                   sampling: SamplingParams, set_name: str, shard: Shard) -> EvalResult:
+                   sampling: SamplingParams, set_name: str, shard: Shard, pass_threshold: float = 1.0) -> EvalResult:
     """:func:`evaluate_examples` on this process's share, every share gathered: each process
     gets the whole result. Every process generates for the same number of prompts (a short
     share repeats an example and drops the copy): engines that shard their weights (ZeRO-3,
@@ -226,14 +259,7 @@ def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: 
     padded += [examples[indices[0] if indices else 0]] * (slots - len(padded))
     local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name).samples
     done = sorted(shard.gather([(i, local[k * n:(k + 1) * n]) for k, i in enumerate(indices)]), key=lambda p: p[0])
-    samples = [s for _, results in done for s in results]
-    per_example: dict[str, float] = {}
-    for i, results in done:
-        rewards = [s.reward for s in results if s.reward is not None]
-        if rewards:
-            per_example[examples[i].uid] = sum(rewards) / len(rewards)
-    accuracy = sum(per_example.values()) / len(per_example) if per_example else 0.0
-    return EvalResult(set_name, n, accuracy, per_example, samples)
+    return result_of(set_name, n, [(examples[i].uid, results) for i, results in done], pass_threshold)
 
 
 # --------------------------------------------------------------------------- held-out sets
@@ -248,21 +274,25 @@ class HeldOut:
     def accuracy(self) -> float:
         return sum(r.accuracy for r in self.results.values()) / len(self.results)
 
+    @property
+    def pass_rate(self) -> float:
+        """The mean over the sets of pass@1 (a sample passes at reward >= task.pass_threshold)."""
+        return sum(r.pass_rate for r in self.results.values()) / len(self.results)
+
     def to_json(self) -> dict:
         """What ``eval/step-<N>.json`` holds."""
         return {"step": self.step, "accuracy": self.accuracy,
                 "sets": {name: r.to_json() for name, r in self.results.items()}}
 
     def line(self, rollouts: int, tokens: int) -> dict:
-        return eval_line(self.step, self.accuracy, {n: r.accuracy for n, r in self.results.items()},
-                         sum(len(r.samples) for r in self.results.values()), rollouts, tokens)
+        return eval_line_of(self.to_json(), rollouts, tokens)
 
     def describe(self) -> str:
         sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in self.results.items())
         if "custom" in self.results:  # your own rewards: a mean reward (weighted, partial credit), not a pass rate
-            passed = self.results["custom"].metrics()["pass@k"].get("1")
-            shown = "" if passed is None else f", pass@1 {passed:.3f}"
-            return f"[bold]eval[/] step {self.step}: reward {self.accuracy:.3f}{shown} ({sets})"
+            r = self.results["custom"]
+            at = "" if r.pass_threshold == 1 else f" (reward >= {r.pass_threshold:g})"
+            return f"[bold]eval[/] step {self.step}: reward {self.accuracy:.3f}, pass@1 {r.pass_rate:.3f}{at} ({sets})"
         return f"[bold]eval[/] step {self.step}: accuracy {self.accuracy:.3f} ({sets})"
 
 
@@ -276,23 +306,41 @@ def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, ma
 
 
 def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
-                  n: int, sampling: SamplingParams, step: int, shard: Shard | None = None) -> HeldOut:
-    """Every held-out set of a training run at ``step`` (both trainers call this)."""
+                  n: int, sampling: SamplingParams, step: int, shard: Shard | None = None,
+                  pass_threshold: float = 1.0) -> HeldOut:
+    """Every held-out set of a training run at ``step`` (both trainers and `vigor eval --run`
+    call this)."""
     if shard is None:
-        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name,
+                                                      pass_threshold=pass_threshold)
                               for name, exs in sets.items()})
-    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
+    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard, pass_threshold)
                           for name, exs in sets.items()})
 
 
-def eval_line(step: int, accuracy: float, sets: Mapping[str, float], samples: int, rollouts: int,
-              tokens: int) -> dict:
-    """An evaluation's metrics.jsonl line (the loop adds ``time/elapsed``)."""
-    return {
-        "step": step,
-        "eval/accuracy": accuracy,
-        **{f"eval/{name}/accuracy": a for name, a in sets.items()},
-        "eval/samples": samples,
+def pass_rate_of(held: Mapping[str, Any]) -> float:
+    """The mean over an evaluation file's sets of pass@1 (a sample passes at reward >=
+    task.pass_threshold)."""
+    passed = [float(s["metrics"]["pass@k"].get("1") or 0.0) for s in held["sets"].values()]
+    return sum(passed) / len(passed) if passed else 0.0
+
+
+def eval_line_of(held: Mapping[str, Any], rollouts: int, tokens: int) -> dict:
+    """An evaluation's metrics.jsonl line from what ``eval/step-<N>.json`` holds (the loop adds
+    ``time/elapsed``): the mean reward (``eval/accuracy``, avg@n) and the pass rate (pass@1 at
+    task.pass_threshold) overall and per set, each reward function's mean per set, samples."""
+    sets = held["sets"]
+    passed = {name: float(s["metrics"]["pass@k"].get("1") or 0.0) for name, s in sets.items()}
+    line = {
+        "step": held["step"],
+        "eval/accuracy": held["accuracy"],
+        **{f"eval/{name}/accuracy": s["accuracy"] for name, s in sets.items()},
+        "eval/pass_rate": pass_rate_of(held),
+        **{f"eval/{name}/pass_rate": p for name, p in passed.items()},
+        "eval/samples": sum(len(s["samples"]) for s in sets.values()),
         "rollouts/cumulative": rollouts,
         "tokens/cumulative": tokens,
     }
+    for name, s in sets.items():
+        line.update({f"eval/{name}/{key}": v for key, v in (s["metrics"].get("rewards") or {}).items()})
+    return line

@@ -34,6 +34,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
+from vigor_cli import export_card as card
 from vigor_cli.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -144,15 +145,18 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_mo
 """The PEFT adapter's files in a LoRA checkpoint (save_policy wrote them with peft)."""
 
 
-def copy_adapter(checkpoint: Path, folder: Path, cfg: Any) -> None:
-    """The checkpoint's adapter as saved (no weights loaded), its config naming the base."""
+def copy_adapter(checkpoint: Path, folder: Path, base: dict[str, Any]) -> None:
+    """The checkpoint's adapter as saved (no weights loaded), its config naming the base
+    portably (vigor_cli/export_card.portable_base)."""
+    from vigor_cli.export_card import set_adapter_base
+
     copied = [n for n in ADAPTER_FILES if (checkpoint / n).is_file()]
     if "adapter_config.json" not in copied or len(copied) < 2:
         raise UserError(f"{checkpoint}: no PEFT adapter in this checkpoint (adapter_config.json and "
                         "adapter_model.safetensors), though the run's config says model.lora.enabled")
     for name in copied:
         shutil.copyfile(checkpoint / name, folder / name)
-    _set_adapter_base(folder, cfg)
+    set_adapter_base(folder, base)
 
 
 def merged_model(model: Any, dtype: str) -> Any:
@@ -218,12 +222,15 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
     quiet_transformers()
     tokenizer = load_tokenizer(cfg.model)  # the run's: its base's, with enable_thinking
     gen = generation_config(cfg, checkpoint, tokenizer)
+    how = card.set_run_template(cfg, tokenizer)  # after the stop tokens: those are the run's own
+    base = card.portable_base(cfg, out)
+    record = card.run_record(cfg, run, checkpoint, kind, how, base)
     tmp = out.with_name(f".{out.name}.tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         if kind == "adapter":
-            copy_adapter(checkpoint, tmp, cfg)
+            copy_adapter(checkpoint, tmp, base)
         else:
             plain = merged_model(load_checkpoint_policy(cfg, checkpoint, dtype), dtype)
             plain.generation_config = gen
@@ -231,6 +238,8 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
             del plain
         tokenizer.save_pretrained(tmp)
         gen.save_pretrained(tmp)  # the adapter folder gets it too
+        (tmp / card.RUN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        (tmp / "README.md").write_text(card.model_card(record), encoding="utf-8")
         if out.exists():
             out.rmdir()  # empty (check_out)
         os.replace(tmp, out)
@@ -240,20 +249,8 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
     stops = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
     return {"run": str(run.path), "checkpoint": checkpoint.name, "out": str(out), "kind": kind,
             "dtype": dtype if kind != "adapter" else None, "stop_token_ids": stops,
-            "base": resolve_model_path(cfg.model.name_or_path), "files": sorted(p.name for p in out.iterdir())}
-
-
-def _set_adapter_base(folder: Path, cfg: Any) -> None:
-    """The adapter config names the run's base model: a hub id as given, a local one by path
-    (``tiny`` is the bundled model's folder)."""
-    from vigor_cli.models import resolve_model_path
-
-    path = folder / "adapter_config.json"
-    data = json.loads(path.read_text())
-    data["base_model_name_or_path"] = resolve_model_path(cfg.model.name_or_path)
-    if cfg.model.revision:
-        data["revision"] = cfg.model.revision
-    path.write_text(json.dumps(data, indent=2) + "\n")
+            "base": resolve_model_path(cfg.model.name_or_path), "adapter_base": base["name_or_path"],
+            "rendering": how, "files": sorted(p.name for p in out.iterdir())}
 
 
 def push_to_hub_check(repo: str) -> None:

@@ -111,3 +111,16 @@ def add_logged(line: dict[str, Any], logged: dict[str, float], by: dict[str, str
                             f"logs itself ({key}); choose another name")
         line[key] = value
     return line
+
+
+def forward_logs(scores: list, metrics: dict[str, float], trl_kwargs: dict[str, Any]) -> None:
+    """What a task's reward functions logged in a call TRL made (the task graded the call's
+    completions, some from its memo), handed to TRL's own ``log_extra`` (one value per
+    completion of TRL's call, None where a function logged nothing for it) and ``log_metric``."""
+    log_extra, log_metric = trl_kwargs.get("log_extra"), trl_kwargs.get("log_metric")
+    if log_extra is not None:
+        for column in dict.fromkeys(c for s in scores for c in s.extra):
+            log_extra(column, [s.extra.get(column) for s in scores])
+    if log_metric is not None:
+        for name, value in metrics.items():
+            log_metric(name, value)

@@ -22,6 +22,7 @@ import torch
 from vigor_cli import grpo
 from vigor_cli.allocation.base import Allocator, Request
 from vigor_cli.errors import UserError
+from vigor_cli.report.metrics import reward_components
 from vigor_cli.tasks.base import Score
 
 
@@ -112,6 +113,8 @@ class Sample:
     """Loss mask: the allocator kept it for the update (unscored rollouts never are)."""
     components: dict = field(default_factory=dict)
     grading_error: str | None = None
+    extra: dict = field(default_factory=dict)
+    """Columns the reward functions logged for it (TRL's log_extra)."""
     tokens: int = -1
     """Completion tokens (-1: read from ``rollout.token_ids``)."""
     truncated: bool | None = None
@@ -192,7 +195,7 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
         for g, sc in zip(rollouts, scores, strict=True):
             reward = None if sc.reward is None else float(sc.reward)
             s = Sample(g.uid, g.rollout, reward, sc.reason, len(sizes), index=len(every[g.uid]),
-                       components=sc.components, grading_error=sc.grading_error,
+                       components=sc.components, grading_error=sc.grading_error, extra=sc.extra,
                        tokens=g.tokens, truncated=g.truncated)
             every[g.uid].append(s)
             if reward is not None:
@@ -203,6 +206,8 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
         allocator.tell({r.uid: told[r.uid] for r in requests})
         sizes.append(len(rollouts))
     result = allocator.finish()
+    if (low, high) != (0.0, 1.0):  # the record's rewards are what the allocator was told: say how to read them
+        result.record["reward_range"] = [low, high]
     samples = [scored[uid][i] for uid, indices in result.groups.items() for i in indices]
     advantages = grpo.compute_advantages([s.reward for s in samples], [s.uid for s in samples], scale_rewards)
     for s, a in zip(samples, advantages.tolist()):
@@ -234,9 +239,11 @@ def _score(runner: RoundRunner, rollouts: Sequence[Generated], step: int) -> lis
 
 
 # --------------------------------------------------------------------------- metrics
-def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int) -> dict[str, Any]:
+def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
+                 pass_threshold: float = 1.0) -> dict[str, Any]:
     """The rollout half of a step's metrics.jsonl line (both trainers): counts, rewards over
-    the scored rollouts, unscored and grading-error counts, per-function means, group and
+    the scored rollouts and the share of them that pass (reward >= ``pass_threshold``),
+    unscored and grading-error counts, per-function means and unscored counts, group and
     completion statistics."""
     every = batch.generated
     values = [s.reward for s in every if s.reward is not None]
@@ -254,6 +261,7 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int) ->
         "tokens/cumulative": tokens_total,
         "reward/mean": float(rewards.mean()) if values else 0.0,
         "reward/std": float(rewards.std(unbiased=False)) if values else 0.0,
+        "reward/pass_rate": sum(v >= pass_threshold for v in values) / len(values) if values else 0.0,
         "reward/unscored": len(every) - len(values),
         "reward/grading_errors": sum(1 for s in every if s.grading_error),
         **component_means(every),
@@ -265,12 +273,7 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int) ->
     }
 
 
-def component_means(samples: Sequence[Sample]) -> dict[str, float]:
-    """``reward/<name>/mean`` over the non-None values of each reward function (a function
-    with no value this step has no key: a mean of nothing is not 0)."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for s in samples:
-        for name, v in s.components.items():
-            if v is not None:
-                values[name].append(float(v))
-    return {f"reward/{name}/mean": sum(v) / len(v) for name, v in values.items()}
+def component_means(samples: Sequence[Any]) -> dict[str, float | int]:
+    """Each reward function's ``reward/<name>/mean`` and ``reward/<name>/unscored`` over the
+    samples' components (vigor_cli/report/metrics.reward_components)."""
+    return reward_components([s.components for s in samples])

@@ -29,7 +29,8 @@ _EVAL_FILE = re.compile(r"^step-(\d+)\.json$")
 # What each metrics key holds: (pattern, lowest, highest, NaN allowed, null allowed).
 _METRIC_RULES: tuple[tuple[re.Pattern, float | None, float | None, bool, bool], ...] = tuple(
     (re.compile(p), lo, hi, nan, null) for p, lo, hi, nan, null in (
-        (r"eval/(.+/)?accuracy", 0.0, 1.0, False, False),
+        (r"eval/(.+/)?accuracy", None, None, False, False),  # a mean reward: your own rewards may pass 1
+        (r"(eval/(.+/)?|reward/)pass_rate", 0.0, 1.0, False, False),
         (r"eval/samples|rollouts/(step|cumulative)|tokens/(step|cumulative)|groups/count", 0.0, None, False, False),
         (r"completions/(mean|max)_length|time/[^/]+|lr", 0.0, None, False, False),
         (r"groups/zero_var_frac|completions/truncated_frac", 0.0, 1.0, False, False),
@@ -154,12 +155,15 @@ class RunLog:
         return data
 
 
-def read_eval_line(path: Path) -> tuple[float, dict[str, float], int]:
-    """(accuracy, accuracy per set, samples) of an evaluation file ``eval/step-N.json``."""
+def read_eval_line(path: Path) -> dict:
+    """An evaluation file ``eval/step-N.json``, checked for what its metrics.jsonl line reads
+    (vigor_cli/evaluation.eval_line_of): step, accuracy, and per set accuracy, samples, metrics."""
     try:
         data = loads(path.read_text())
-        sets = {name: float(s["accuracy"]) for name, s in data["sets"].items()}
-        return float(data["accuracy"]), sets, sum(len(s["samples"]) for s in data["sets"].values())
+        int(data["step"]), float(data["accuracy"])
+        for s in data["sets"].values():
+            float(s["accuracy"]), len(s["samples"]), dict(s["metrics"]["pass@k"])
+        return data
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise UserError(f"--resume: {path}: damaged ({type(e).__name__}: {e}); it holds the checkpoint's "
                         "evaluation, whose metrics.jsonl line was cut short: restore it, or start a new run") from None

@@ -128,6 +128,12 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
 
 
 COMPLETION_COLUMNS = ["step", "prompt", "completion", "reward", "advantage"]
+"""The completions table's columns; what reward functions log through TRL's log_extra follows."""
+
+
+def _number(value: Any) -> float:
+    """A table cell's number: NaN for a reward that was not scored."""
+    return float("nan") if value is None else float(value)
 
 
 class Trackers:
@@ -179,13 +185,16 @@ class Trackers:
         shown = [b for b in self.backends if b.tables]
         if not shown:
             return
+        rows = list(rows)
+        extra = list(dict.fromkeys(k for r in rows for k in r.get("extra") or {}))  # the reward functions' log_extra
         table = [[step, str(r.get("prompt", ""))[-TEXT_CHARS:], str(r.get("text", ""))[:TEXT_CHARS],
-                  float(r.get("reward", 0.0)), float(r.get("advantage", 0.0))] for r in rows]
+                  _number(r.get("reward")), _number(r.get("advantage")),
+                  *[(r.get("extra") or {}).get(k) for k in extra]] for r in rows]
         if not table:
             return
         self._start({"step": step})
         for b in shown:
-            b.table("completions", COMPLETION_COLUMNS, table, step)
+            b.table("completions", COMPLETION_COLUMNS + extra, table, step)
 
     def close(self) -> None:
         """End every started backend. One that fails to close is a warning line (through

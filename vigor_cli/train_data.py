@@ -4,7 +4,7 @@ input fails here, in one line, before a model is loaded or a run directory is ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vigor_cli.config import RunConfig
@@ -37,6 +37,8 @@ class TrainData:
     memory_plan: Any
     dropped: int = 0
     """Training prompts left out for being longer than task.max_prompt_tokens."""
+    prompt_texts: dict[str, str] = field(default_factory=dict)
+    """uid -> the prompt as the model sees it (rendered): what the logs show."""
 
 
 def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
@@ -61,27 +63,34 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
             eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out)
+        texts: dict[str, str] = {}
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, texts=texts)
     except BaseException:
         task.close()
         raise
-    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples))
+    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples),
+                     texts)
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
-                   out: Any, enough: bool = True) -> tuple[dict[str, Example], dict[str, list[int]]]:
+                   out: Any, enough: bool = True,
+                   texts: dict[str, str] | None = None) -> tuple[dict[str, Example], dict[str, list[int]]]:
     """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped
-    (``enough``: refuse when fewer than a step's prompts remain)."""
+    (``enough``: refuse when fewer than a step's prompts remain). ``texts`` gets each kept
+    prompt as rendered."""
     examples: dict[str, Example] = {}
     prompt_ids: dict[str, list[int]] = {}
     dropped = 0
     for ex in train_examples:
-        ids = encode_prompt(tokenizer, task.render_prompt(ex, tokenizer))
+        text = task.render_prompt(ex, tokenizer)
+        ids = encode_prompt(tokenizer, text)
         if len(ids) > cfg.task.max_prompt_tokens:
             dropped += 1
             continue
         examples[ex.uid] = ex
         prompt_ids[ex.uid] = ids
+        if texts is not None:
+            texts[ex.uid] = text
     if dropped:
         out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
     if enough and len(examples) < cfg.train.prompts_per_step:

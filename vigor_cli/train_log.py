@@ -12,7 +12,6 @@ from typing import Any, Mapping, Sequence
 
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.rollout_core import Sample
-from vigor_cli.tasks.base import Example
 
 COMPLETIONS_SHOWN = 4
 """Completions per console table and per completions.jsonl entry."""
@@ -32,8 +31,9 @@ class StepLog:
 class TrainLog:
     """The loop's writer and console: ``rundir`` (vigor_cli/runs.py) and ``out`` (rich)."""
 
-    def __init__(self, cfg: Any, rundir: Any, out: Any, examples: Mapping[str, Example], trackers: Any = None):
-        self.cfg, self.rundir, self.out, self.examples = cfg, rundir, out, examples
+    def __init__(self, cfg: Any, rundir: Any, out: Any, prompts: Mapping[str, str], trackers: Any = None):
+        self.cfg, self.rundir, self.out, self.prompts = cfg, rundir, out, prompts
+        """``prompts``: uid -> the prompt as the model saw it (rendered), what the logs show."""
         self.trackers = trackers
         """Dashboards (vigor_cli/tracking.py): every line metrics.jsonl gets, and the completions."""
         self._last_check_status = ""
@@ -58,14 +58,15 @@ class TrainLog:
         if every and m["step"] % every == 0 and log.samples:
             shown = log.samples[:: max(1, len(log.samples) // COMPLETIONS_SHOWN)][:COMPLETIONS_SHOWN]
             rows = [
-                {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
-                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
+                {"step": m["step"], "uid": s.uid, "prompt": self.prompts[s.uid],
+                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage,
+                 **({"extra": s.extra} if s.extra else {})}
                 for s in shown
             ]
             self.rundir.append_many("completions.jsonl", rows)
             if self.trackers is not None:
                 self.trackers.log_completions(m["step"], rows)
-            self.out.print(completions_table(m["step"], shown, self.examples))
+            self.out.print(completions_table(m["step"], shown, self.prompts))
 
     def health_lines(self, lines: Sequence[str]) -> None:
         """Each health line (vigor_cli/health.py): on stderr, beside the progress bar (which
@@ -116,7 +117,13 @@ def stop_status(signal_name: str, run_path: Path, loading: bool, step: int, of: 
             f"{run_path}; resume with: {resume_command(run_path)}")
 
 
-def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[str, Example]):
+def record_text(prompt: str, limit: int = 200) -> str:
+    """A prompt as allocation.jsonl records it: its last ``limit`` characters (where a rendered
+    chat prompt's question is), marked when cut."""
+    return prompt if len(prompt) <= limit else "..." + prompt[-(limit - 3):]
+
+
+def completions_table(step: int, samples: Sequence[Sample], prompts: Mapping[str, str]):
     from rich.table import Table
 
     from vigor_cli.console import literal
@@ -128,7 +135,7 @@ def completions_table(step: int, samples: Sequence[Sample], examples: Mapping[st
     table.add_column("advantage", justify="right")
     for s in samples:
         table.add_row(
-            literal(examples[s.uid].question[-300:]), literal(s.rollout.text[:400]),
+            literal(prompts[s.uid][-300:]), literal(s.rollout.text[:400]),
             "unscored" if s.reward is None else f"{s.reward:.2f}", f"{s.advantage:+.3f}"
         )
     return table

@@ -27,18 +27,19 @@ from vigor_cli.allocation.base import Request
 from vigor_cli.config import RunConfig
 from vigor_cli.console import console as default_console, shown
 from vigor_cli.errors import UserError
-from vigor_cli.evaluation import eval_line, evaluate_sets, held_out_sampling
+from vigor_cli.evaluation import eval_line_of, evaluate_sets, held_out_sampling, pass_rate_of
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
 from vigor_cli.learner import Learner
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public names of this module)
     DataOrder, Generated, RolloutBatch, Sample, derive_seed, reward_range, run_rounds, step_metrics,
 )
-from vigor_cli.runs import RunDir
-from vigor_cli.tasks.base import Score, score_once
+from vigor_cli.runs import RunDir, read_eval_line
+from vigor_cli.reward_log import EVAL_PREFIX, add_logged, trainer_state
+from vigor_cli.tasks.base import Score, grade, score_once
 from vigor_cli.tracking import Trackers
 from vigor_cli.train_data import load_train_data
-from vigor_cli.train_log import StepLog, TrainLog, progress, resume_command, reward_parts, stop_status
+from vigor_cli.train_log import StepLog, TrainLog, progress, record_text, resume_command, reward_parts, stop_status
 
 
 class EngineRounds:
@@ -61,9 +62,10 @@ class EngineRounds:
 
     def score(self, rollouts: Sequence[Generated]) -> list[Score]:
         tr = self.trainer
+        ids = [g.rollout.token_ids for g in rollouts]  # TRL's completion_ids, for a reward that reads them
         if not tr.dedupe_scoring:
-            return tr.task.score([tr.examples[g.uid] for g in rollouts], [g.rollout.text for g in rollouts])
-        return score_once(tr.task, tr.examples, [(g.uid, g.rollout.text) for g in rollouts], self.graded)
+            return grade(tr.task, [tr.examples[g.uid] for g in rollouts], [g.rollout.text for g in rollouts], ids)
+        return score_once(tr.task, tr.examples, [(g.uid, g.rollout.text) for g in rollouts], self.graded, ids)
 
 
 # --------------------------------------------------------------------------- the loop
@@ -89,14 +91,18 @@ class Trainer:
         self.rollouts_total = 0
         self.tokens_total = 0
         self.elapsed_before = 0.0
+        self.step_elapsed = 0.0
+        """The last step's time/elapsed (its evaluation line repeats it)."""
         self.start_accuracy: float | None = None
         self.last_accuracy: float | None = None
+        self.last_pass_rate: float | None = None
+        """The last evaluation's pass rate (this session's; the progress line shows it)."""
         torch.manual_seed(cfg.train.seed)  # LoRA init and anything else that draws at setup
         self.trackers = Trackers(cfg.train.report_to, run.path, run.name, cfg.model_dump(mode="json"),
                                  announce=out.print)  # dashboards (vigor_cli/tracking.py)
         try:
             self._load_data()
-            self.log = TrainLog(cfg, run, out, self.examples, self.trackers)
+            self.log = TrainLog(cfg, run, out, self.prompt_texts, self.trackers)
             self.learner = Learner(cfg, self.tokenizer.pad_token_id, self.prompt_ids, resume_from)
             self.engine = make_engine(cfg, self.learner.model, self.tokenizer, announce=lambda m: out.print(m))
             self.learner.watch_engine(self.engine)
@@ -127,6 +133,7 @@ class Trainer:
         self.dropped = d.dropped
         self.task, self.tokenizer, self.memory_plan = d.task, d.tokenizer, d.memory_plan
         self.examples, self.prompt_ids, self.eval_sets = d.examples, d.prompt_ids, d.eval_sets
+        self.prompt_texts = d.prompt_texts
         self.data = DataOrder(list(self.examples), self.cfg.train.seed)
 
     def _make_allocator(self) -> Any:
@@ -174,8 +181,8 @@ class Trainer:
                         log = self._step()
                     bars.update(
                         bar, completed=self.rollouts_total if by_rollouts else self.step,
-                        info=f"reward {log.metrics['reward/mean']:.3f}{reward_parts(log.metrics)}  acc {self.last_accuracy or 0:.3f}  "
-                        f"rollouts {self.rollouts_total}",
+                        info=f"reward {log.metrics['reward/mean']:.3f}{reward_parts(log.metrics)}  "
+                        f"{self.held_out_text()}  rollouts {self.rollouts_total}",
                     )
                     if self.signals.requested and not self.finished():
                         raise self.signals.interruption()
@@ -195,7 +202,7 @@ class Trainer:
         before = self.rollouts_total
         self.step += 1
         log = self.train_step(self.step)
-        log.metrics["time/elapsed"] = self.elapsed()
+        log.metrics["time/elapsed"] = self.step_elapsed = self.elapsed()
         self.log.step(log, self.learner.weight_check)
         self.log.health_lines([a.line for a in log.alerts if not a.fatal])
         fatal = [a for a in log.alerts if a.fatal]
@@ -224,10 +231,14 @@ class Trainer:
         final = self.evaluate(self.step) if self.step > 0 and not self._has_eval(self.step) else self.last_accuracy
         self.last_accuracy = final
         self.save_checkpoint()
+        evals = self.rundir.eval_steps()
+        passed = [pass_rate_of(read_eval_line(evals[s])) if s in evals else None for s in (0, self.step)]
         summary = {
             "run_dir": str(self.rundir.path),
             "start_accuracy": self.start_accuracy,
             "final_accuracy": final,
+            "start_pass_rate": passed[0],
+            "final_pass_rate": passed[1],
             "steps": self.step,
             "rollouts": self.rollouts_total,
             "tokens": self.tokens_total,
@@ -249,6 +260,7 @@ class Trainer:
         """Allocation rounds (generate, score, tell), the update, the weights pushed to the
         engine; the step's metrics line and allocation record."""
         t0 = time.time()
+        self.task.trainer_state = self.trainer_state(step - 1)  # TRL's: the updates done before this step's
         batch = self.rollout_phase(step)
         t1 = time.time()
         update_metrics = self.learner.update(batch.samples)
@@ -259,7 +271,7 @@ class Trainer:
         self.tokens_total += batch.tokens
         metrics = {
             "step": step,
-            **step_metrics(batch, self.rollouts_total, self.tokens_total),
+            **step_metrics(batch, self.rollouts_total, self.tokens_total, self.cfg.task.pass_threshold),
             **update_metrics,
             "time/generate": batch.generate_seconds,
             "time/reward": batch.reward_seconds,
@@ -269,10 +281,18 @@ class Trainer:
         }
         alerts, health_metrics = self.health.step(step, batch.generated, update_metrics)
         metrics.update(health_metrics)
+        add_logged(metrics, self.task.logged_metrics(), getattr(getattr(self.task, "reward_log", None), "by", {}))
         record = {"step": step, **batch.record}
         for entry in record.get("prompts", []):
-            entry["text"] = self.examples[entry["uid"]].question[:200]
+            entry["text"] = record_text(self.prompt_texts[entry["uid"]])
         return StepLog(metrics=metrics, samples=batch.samples, record=record, alerts=alerts)
+
+    def trainer_state(self, global_step: int) -> Any:
+        """TRL's ``trainer_state`` for the reward functions: ``global_step`` updates done,
+        ``max_steps`` of the run, ``epoch`` the data's (fractional) epoch."""
+        data = self.data
+        epoch = data.epoch + data.position / max(1, len(data.uids))
+        return trainer_state(global_step, self.cfg.train.steps, epoch)
 
     def rollout_phase(self, step: int) -> RolloutBatch:
         """The step's allocation rounds (vigor_cli/rollout_core.run_rounds) on this engine and
@@ -289,24 +309,43 @@ class Trainer:
         t = self.cfg.train
         params = held_out_sampling(t.seed, step, t.eval_temperature, self.cfg.sampling.top_p,
                                    self.cfg.sampling.max_new_tokens)
-        held = evaluate_sets(self.engine, self.task, self.tokenizer, self.eval_sets, t.eval_samples, params, step)
+        self.task.trainer_state = self.trainer_state(step)
+        self.task.logged_metrics()  # what was logged before is the step's, already in its line
+        held = evaluate_sets(self.engine, self.task, self.tokenizer, self.eval_sets, t.eval_samples, params, step,
+                             pass_threshold=self.cfg.task.pass_threshold)
         self.engine.end_generation()
-        self.rundir.write_eval(step, held.to_json())
-        line = {**held.line(self.rollouts_total, self.tokens_total), "time/elapsed": self.elapsed()}
+        logged = self.task.logged_metrics()  # what the reward functions logged while evaluating
+        self.rundir.write_eval(step, {**held.to_json(), **({"logged": logged} if logged else {})})
+        # one time/elapsed per step: an evaluation after a step repeats that step's (so a reader
+        # needs no join, and a dashboard gets one point per step)
+        elapsed = self.step_elapsed if step == self.step and step > 0 else self.elapsed()
+        line = {**held.line(self.rollouts_total, self.tokens_total), "time/elapsed": elapsed}
+        add_logged(line, logged, getattr(getattr(self.task, "reward_log", None), "by", {}), EVAL_PREFIX)
         self.rundir.append("metrics.jsonl", line)
         self.trackers.log_metrics(line)
         self.out.print(held.describe(), highlight=False)
+        self.last_pass_rate = held.pass_rate
         return held.accuracy
+
+    def held_out_text(self) -> str:
+        """The last evaluation for the progress line: the bundled tasks' accuracy; your own
+        task's mean reward and pass rate (a weighted reward is not a share of answers)."""
+        if self.cfg.task.name != "custom":
+            return f"acc {self.last_accuracy or 0:.3f}"
+        shown = f"held-out reward {self.last_accuracy or 0:.3f}"
+        return shown + ("" if self.last_pass_rate is None else f" pass {self.last_pass_rate:.3f}")
 
     def relog_eval(self, step: int) -> None:
         """Log the checkpoint's evaluation again from ``eval/step-N.json`` (resume, when its
         metrics.jsonl line was cut short): the line the uninterrupted run wrote, in its place."""
-        from vigor_cli.runs import read_eval_line
-
         assert step == self.step, "only the checkpoint's own evaluation can be logged again"
-        line = eval_line(step, *read_eval_line(self.rundir.eval_dir / f"step-{step}.json"),
-                         self.rollouts_total, self.tokens_total)
-        self.rundir.append("metrics.jsonl", {**line, "time/elapsed": self.elapsed()})
+        held = read_eval_line(self.rundir.eval_dir / f"step-{step}.json")
+        line = eval_line_of(held, self.rollouts_total, self.tokens_total)
+        trained = [r for r in self.rundir.read_log("metrics.jsonl").records
+                   if r.get("step") == step and "time/elapsed" in r and "eval/accuracy" not in r]
+        line["time/elapsed"] = trained[-1]["time/elapsed"] if trained else self.elapsed()  # the step's own
+        add_logged(line, held.get("logged") or {}, {}, EVAL_PREFIX)
+        self.rundir.append("metrics.jsonl", line)
 
     def _has_eval(self, step: int) -> bool:
         return (self.rundir.eval_dir / f"step-{step}.json").exists()

@@ -18,13 +18,13 @@ from vigor_cli.console import console, err_console, shown
 
 def report(
     runs: Annotated[List[Path], typer.Argument(help="Run directories (written by `vigor train`).")],
-    target: Annotated[Optional[float], opt.number("--target", low=0, high=1, integer=False, help="Target accuracy; default the lowest final accuracy among the runs.")] = None,
+    target: Annotated[Optional[float], opt.number("--target", integer=False, help="Target value of --metric, in its own range (a weighted reward may pass 1); default the lowest final value among the runs.")] = None,
     baseline: Annotated[Optional[str], typer.Option(help="The run the ratios compare against (path or directory name); default the first.")] = None,
     out: Annotated[Path, opt.output_dir("--out", help="Directory for the PNG plots and report.json.")] = Path("report"),
-    metric: Annotated[str, typer.Option(help="metrics.jsonl key on the y-axis, e.g. eval/math500/accuracy.")] = "eval/accuracy",
+    metric: Annotated[str, typer.Option(help="metrics.jsonl key on the y-axis: eval/accuracy (the mean reward: accuracy for the bundled tasks), eval/pass_rate (share of samples at reward >= task.pass_threshold), eval/<set>/accuracy, eval/<set>/pass_rate, eval/<set>/reward/<name>/mean, ...")] = "eval/accuracy",
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
 ) -> None:
-    """Plot accuracy against cumulative rollouts and tokens; tabulate rollouts to a target."""
+    """Plot a metric (accuracy, mean reward, pass rate) against cumulative rollouts and tokens; tabulate rollouts to a target."""
     from vigor_cli.report.curves import default_target, run_curve
     from vigor_cli.report.run_report import baseline_index, build_report, print_report
     from vigor_cli.runs import load_run

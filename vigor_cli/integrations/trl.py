@@ -40,6 +40,7 @@ from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
 from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds, step_metrics
 from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
+from vigor_cli.reward_log import add_logged, forward_logs
 from vigor_cli.rewards import _completion_text, _prompt_text
 from vigor_cli.tasks.base import Score, score_once
 
@@ -97,6 +98,10 @@ class VigorGRPOConfig(GRPOConfig):
         default_factory=dict,
         metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
                   "windows, strict."},
+    )
+    pass_threshold: float = field(
+        default=1.0,
+        metadata={"help": "A rollout passes at reward >= this (vigor's task.pass_threshold): reward/pass_rate."},
     )
 
     def __post_init__(self) -> None:
@@ -234,15 +239,19 @@ def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
-    def scores(prompts: list, completions: list, **kwargs: Any) -> list[Any]:
+    def scores(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[Any]:
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
         if step is None or step != seen_step[0]:
             graded.clear()
             seen_step[0] = step
+        if kwargs.get("trainer_state") is not None:  # TRL's, for the task's reward functions
+            task.trainer_state = kwargs["trainer_state"]
         texts = [_completion_text(c) for c in completions]
-        out = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded)
+        out = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded, kwargs.get("completion_ids"))
         if step is None:  # no step to key the memo by: nothing is kept across calls
             graded.clear()
+        if _forward:  # what the functions logged, to TRL's log_metric and log_extra (once per call)
+            forward_logs(out, task.logged_metrics(), kwargs)
         return out
 
     return scores
@@ -274,7 +283,7 @@ def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable
     funcs = []
     for name in parts:
         def part(prompts: list, completions: list, _name: str = name, **kwargs: Any) -> list[float | None]:
-            return [c.get(_name) for c in whole(prompts, completions, **kwargs)]
+            return [c.get(_name) for c in whole(prompts, completions, _forward=_name == parts[0], **kwargs)]
 
         part.__name__ = name
         funcs.append(part)
@@ -286,8 +295,8 @@ def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., 
     completion) of a step graded once for all the functions together."""
     scores = _graded_scores(task, uid_column)
 
-    def components(prompts: list, completions: list, **kwargs: Any) -> list[dict]:
-        return [s.components for s in scores(prompts, completions, **kwargs)]
+    def components(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[dict]:
+        return [s.components for s in scores(prompts, completions, _forward, **kwargs)]
 
     return components
 
@@ -472,6 +481,8 @@ class VigorGRPOTrainer(GRPOTrainer):
         self._row_scale = 1.0
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
+        self._vigor_logged: dict[str, list[float]] = {}
+        """What reward functions logged through log_metric this step (metrics.jsonl)."""
         self._use_vigor_stops()
         config = getattr(self.model, "config", None)
         context = getattr(config, "max_position_embeddings", None) if config is not None else None
@@ -617,7 +628,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_totals["rollouts"] += n
         self.vigor_totals["tokens"] += batch.tokens
         rows = sum(len(r) for r in layout.rows)
-        metrics = step_metrics(batch, self.vigor_totals["rollouts"], self.vigor_totals["tokens"])
+        metrics = step_metrics(batch, self.vigor_totals["rollouts"], self.vigor_totals["tokens"], self.args.pass_threshold)
+        logged = {name: sum(v) / len(v) for name, v in self._vigor_logged.items() if v}  # log_metric, this step
+        self._vigor_logged.clear()
         m = self._metrics["train"]
         m["vigor/rollouts_per_step"].append(n)
         m["vigor/rollouts_cumulative"].append(self.vigor_totals["rollouts"])
@@ -659,8 +672,13 @@ class VigorGRPOTrainer(GRPOTrainer):
             "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
             "tokens/per_rank": list(layout.tokens),
             "time/generate": batch.generate_seconds, "time/reward": batch.reward_seconds,
-            "time/scoring_pass": scoring_seconds, **checks,
+            "time/scoring_pass": scoring_seconds, **checks, **add_logged({}, logged, {}),
         })
+
+    def _log_metric(self, name: str, value: float) -> None:
+        """TRL's ``log_metric`` (a reward function's scalar), also kept for vigor's metrics.jsonl."""
+        super()._log_metric(name, value)
+        self._vigor_logged.setdefault(name, []).append(float(value))
 
     def _health(self, batch: RolloutBatch) -> tuple[list, dict[str, float]]:
         """The health checks on this step's rollouts (the same as `vigor train`'s): each prompt's
@@ -786,11 +804,13 @@ class HeldOutEval(TrainerCallback):
         params = held_out_sampling(tr.args.seed, step, self.temperature, self.top_p, self.max_new_tokens)
         was_training = tr.model.training
         tr.model.eval()
+        self.task.trainer_state = tr.state  # TRL's own, as its reward calls get it
         try:
             held = evaluate_sets(TRLEngine(tr), self.task, tr.processing_class, {self.task.name: self.examples},
-                                 self.samples, params, step, shard)
+                                 self.samples, params, step, shard, tr.args.pass_threshold)
         finally:
             tr.model.train(was_training)
+        self.task.logged_metrics()  # what they logged while evaluating: in the file's sets, not the step's
         self.results[step] = held.accuracy
         if acc.is_main_process:
             write_run_files(tr.vigor_run_dir, evaluation=held.to_json(),
@@ -845,6 +865,7 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
         scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
+        pass_threshold=cfg.task.pass_threshold,
         temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
         logging_steps=1, save_strategy="no", disable_tqdm=True,
         report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks

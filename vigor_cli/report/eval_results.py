@@ -34,7 +34,7 @@ import json
 import os
 from pathlib import Path
 from vigor_cli.errors import UserError
-from vigor_cli.report.metrics import overall, summarize_problems
+from vigor_cli.report.metrics import overall, reward_components, summarize_problems
 
 SCHEMA = "vigor-eval/1"
 
@@ -56,11 +56,16 @@ def recompute_set(entry: dict) -> dict:
     fractions = None
     if entry.get("kind") == "code":
         fractions = [[s.get("test_fraction") for s in group] for group in grouped.values()]
-    metrics = summarize_problems(rewards, fractions)
+    metrics = summarize_problems(rewards, fractions, threshold=float(entry.get("pass_threshold", 1.0)))
+    metrics["unscored"] = sum(s["reward"] is None for s in entry["samples"])
+    parts = reward_components(s.get("rewards") or {} for s in entry["samples"])
+    if parts:
+        metrics["rewards"] = parts
     entry["metrics"] = metrics
     entry["per_example"] = {uid: sum(r) / len(r) for uid, r in zip(grouped, rewards) if r}  # None: unscored
     entry["examples"] = len(grouped)
-    entry["accuracy"] = metrics["avg@n"] if metrics["avg@n"] is not None else 0.0
+    per = entry["per_example"]  # avg@n as evaluation computes it: the mean over problems of their means
+    entry["accuracy"] = sum(per.values()) / len(per) if per else 0.0
     return entry
 
 

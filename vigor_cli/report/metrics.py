@@ -8,8 +8,9 @@ verdicts.
   rewards, the mean accuracy over n samples per problem).
 - pass@k (k <= n): the unbiased estimator of Chen et al. 2021 (Codex paper),
   per problem ``1 - C(n - c, k) / C(n, k)`` with c correct out of n, averaged
-  over problems. A sample counts as correct when its reward is >= 1 (full
-  pass for code, a correct answer for math).
+  over problems. A sample counts as correct when its reward is >= the task's
+  pass threshold (task.pass_threshold, default 1: a full pass for code, a
+  correct answer for math).
 - For code, full pass rate = the share of samples passing every test (that is
   avg@n of the 'full' reward) and average test pass rate = the mean share of
   tests passed per sample, the two figures the VIGOR paper reports.
@@ -17,8 +18,9 @@ verdicts.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from math import comb
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 from vigor_cli.verifiers.math_answers import BENCHMARKS as MATH_SIX  # the paper's six, averaged
 
@@ -58,14 +60,16 @@ def ks_for(n: int) -> list[int]:
     return ks
 
 
-def is_correct(reward: float) -> bool:
-    """A sample is correct when it earns the full reward (every test, or the right answer)."""
-    return reward >= 1.0 - 1e-9
+def is_correct(reward: float, threshold: float = 1.0) -> bool:
+    """A sample passes when its reward reaches ``threshold`` (task.pass_threshold; 1: every
+    test, or the right answer)."""
+    return reward >= threshold - 1e-9
 
 
 def summarize_problems(
     rewards_per_problem: Sequence[Sequence[float]],
     test_fractions: Sequence[Sequence[float | None]] | None = None,
+    threshold: float = 1.0,
 ) -> dict:
     """Metrics of one benchmark from each problem's per-sample rewards.
 
@@ -82,7 +86,7 @@ def summarize_problems(
     passk = {}
     for k in ks_for(n):
         passk[str(k)] = sum(
-            pass_at_k(len(r), sum(is_correct(x) for x in r), k) for r in problems
+            pass_at_k(len(r), sum(is_correct(x, threshold) for x in r), k) for r in problems
         ) / len(problems)
     out = {"problems": len(problems), "samples": samples, "n": n, "avg@n": avg, "pass@k": passk}
     if test_fractions is not None:
@@ -103,3 +107,22 @@ def overall(per_benchmark: dict[str, dict]) -> dict:
         out["math6_avg@n"] = sum(scored[name] for name in MATH_SIX) / len(MATH_SIX)
     return out
 
+
+
+def reward_components(components: Iterable[Mapping[str, float | None]]) -> dict[str, float | int]:
+    """Per reward function of a task that combines several, from each sample's values (name ->
+    value, None: it could not score that sample): ``reward/<name>/mean`` over its values (no
+    mean when it has none: a mean of nothing is not 0) and ``reward/<name>/unscored``, how many
+    it returned None for (another function may have scored them)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    unscored: dict[str, int] = defaultdict(int)
+    for parts in components:
+        for name, v in parts.items():
+            if v is None:
+                unscored[name] += 1
+            else:
+                values[name].append(float(v))
+    out: dict[str, float | int] = {f"reward/{name}/mean": sum(v) / len(v) for name, v in values.items()}
+    for name in dict.fromkeys([*values, *unscored]):
+        out[f"reward/{name}/unscored"] = unscored[name]
+    return out

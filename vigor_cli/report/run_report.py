@@ -52,6 +52,12 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
                      "'rollouts to target' is 0 and says nothing; give --target above the start")
     table = target_table(loaded, curves, groups, target, base)
     table["metric"] = metric
+    if metric != PASS_RATE:  # the pass rate beside the metric, where the runs log it
+        for row, run in zip(table["runs"], loaded):
+            row["final_pass_rate"] = final_value(run, PASS_RATE)
+    if metric == "eval/accuracy" and any(task_name(run) == "custom" for run in loaded):
+        notes.append("eval/accuracy of your own task is its mean (weighted) reward; the share of samples that "
+                     f"pass (reward >= task.pass_threshold): --metric {PASS_RATE}")
     table["grouped"] = [g.describe() for g in groups if len(g.runs) > 1]
     table["notes"] = notes
     plotted = [g.mean for g in groups]
@@ -69,20 +75,44 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
     return table
 
 
-def target_rows(rows: list[dict], title: str, first_col: str) -> Any:
+PASS_RATE = "eval/pass_rate"
+"""The pass rate's metrics.jsonl key (pass@1 at task.pass_threshold)."""
+
+
+def final_value(run: Any, key: str) -> float | None:
+    """The run's last evaluation value of ``key`` (None when it logs none)."""
+    values = [r[key] for r in run.read_log("metrics.jsonl").records if isinstance(r.get(key), (int, float))]
+    return float(values[-1]) if values else None
+
+
+def task_name(run: Any) -> str | None:
+    from vigor_cli.runs import read_config
+
+    try:
+        return (read_config(run.path).get("task") or {}).get("name")
+    except UserError:
+        return None
+
+
+def target_rows(rows: list[dict], title: str, first_col: str, metric: str = "eval/accuracy") -> Any:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
     t.add_column(first_col)
-    t.add_column("final acc", justify="right")
+    t.add_column(f"final {metric}", justify="right")
+    passes = metric != PASS_RATE and any(row.get("final_pass_rate") is not None for row in rows)
+    if passes:
+        t.add_column("final pass rate", justify="right")
     t.add_column("rollouts to target", justify="right")
     t.add_column("speed-up", justify="right")
     t.add_column("tokens to target", justify="right")
     t.add_column("speed-up (tokens)", justify="right")
     for row in rows:
+        pass_rate = row.get("final_pass_rate")
         t.add_row(
             literal(row["name"]),
             f"{row['final_accuracy']:.3f}",
+            *([("-" if pass_rate is None else f"{pass_rate:.3f}")] if passes else []),
             _fmt_count(row["rollouts_to_target"]),
             _fmt_ratio(row["rollouts_speedup"]),
             _fmt_count(row["tokens_to_target"]),
@@ -97,12 +127,12 @@ def print_report(console: Any, table: dict, metric: str, target: float, out: Pat
             table["runs"],
             f"{metric} >= {target:.4f}: first crossing, linear interpolation; "
             f"speed-up = baseline ({table['baseline']}) / run",
-            "run",
+            "run", metric,
         )
     )
     if table["groups"]:
         console.print(target_rows(table["groups"], "seed groups (mean curve over the rollouts every seed "
-                                  "reached; band = min-max)", "group"))
+                                  "reached; band = min-max)", "group", metric))
     from vigor_cli.console import shown
 
     for line in table.get("grouped", []):

@@ -19,19 +19,20 @@ def export_command(run_dir: str | Path) -> str:
             + (" --merge-lora" if lora else ""))
 
 
-def _pass_at_1(run_dir: Path) -> tuple[float, float] | None:
-    """pass@1 of the custom set at the run's first and last evaluation (None when not there)."""
+def _pass_at_1(run_dir: Path) -> tuple[float, float, float] | None:
+    """pass@1 of the custom set at the run's first and last evaluation, and the reward a sample
+    passes at (None when not there)."""
     from vigor_cli.errors import UserError
     from vigor_cli.runs import RunDir
     from vigor_cli.user_files import LINE_MAX_BYTES, read_json
 
     steps = RunDir(run_dir).eval_steps()
     try:
-        first, last = (read_json(steps[s], limit=LINE_MAX_BYTES)["sets"]["custom"]["metrics"]["pass@k"]["1"]
-                       for s in (min(steps), max(steps)))
+        first, last = (read_json(steps[s], limit=LINE_MAX_BYTES)["sets"]["custom"] for s in (min(steps), max(steps)))
+        return (float(first["metrics"]["pass@k"]["1"]), float(last["metrics"]["pass@k"]["1"]),
+                float(last.get("pass_threshold", 1.0)))
     except (ValueError, KeyError, TypeError, OSError, UserError):  # no evaluation, or one without pass@1
         return None
-    return float(first), float(last)
 
 
 def print_summary(summary: dict, console: Any) -> None:
@@ -42,7 +43,7 @@ def print_summary(summary: dict, console: Any) -> None:
     if task == "custom":  # a mean of your rewards (weighted sums, partial credit): not a pass rate in points
         passed = _pass_at_1(Path(summary["run_dir"]))
         change = f"{start:.3f} -> {final:.3f} ({final - start:+.3f})" + (
-            f"; pass@1 (reward >= 1) {passed[0]:.3f} -> {passed[1]:.3f}" if passed else "")
+            f"; pass@1 (reward >= {passed[2]:g}) {passed[0]:.3f} -> {passed[1]:.3f}" if passed else "")
         what = "held-out reward"
     else:
         change = f"{start:.3f} -> {final:.3f} ({(final - start) * 100:+.1f} points)"

@@ -1,0 +1,202 @@
+"""What an exported model folder carries about the run besides its weights.
+
+- **The run's rendering.** The tokenizer renders chat messages exactly as the run did:
+  ``apply_chat_template(messages, add_generation_prompt=True)`` gives the text the run trained
+  on. Where the run joined message contents by blank lines (a base without a chat template,
+  or ``task.chat_template: false``), the exported tokenizer gets :data:`JOIN_TEMPLATE`, which
+  does that; where the run used the base's template with ``model.enable_thinking``, that
+  setting becomes the template's default.
+- **vigor_run.json**: the task (template, system prompt, fields, rewards and weights, pass
+  threshold), sampling and evaluation settings, the last evaluation's numbers, the base and
+  the run's whole config, so `vigor eval DIR --data ...` evaluates with the run's settings.
+- **README.md**, a model card saying the same in words, with how to load the folder.
+- **A portable base.** A LoRA adapter names its base by the hub id the run used (with its
+  revision), ``tiny`` for vigor's bundled model, or, for a local base, its path relative to
+  the adapter folder, never an absolute path of the machine that trained it; the card says
+  to pass the base at load (``vigor eval DIR --base PATH``, or ``PeftModel.from_pretrained``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+JOIN_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if not loop.first %}{{ '\\n\\n' }}{%- endif %}"
+    "{{- message['content'] }}"
+    "{%- endfor %}"
+)
+"""A chat template that renders messages as the run did without one: their contents joined by
+blank lines, nothing added for the generation prompt (vigor_cli/tasks/custom.py)."""
+RUN_FILE = "vigor_run.json"
+"""The exported folder's record of the run."""
+FORMAT = "vigor-export/1"
+
+
+def rendering(cfg: Any, tokenizer: Any) -> str:
+    """How the run rendered message prompts: 'join' (contents joined by blank lines), 'base'
+    (the base's chat template) or 'task' (a bundled task's own format: no chat messages)."""
+    from vigor_cli.tasks.prompts import has_chat_template
+
+    if cfg.task.name != "custom":
+        return "base" if has_chat_template(tokenizer) else "task"
+    if cfg.task.chat_template is False or not has_chat_template(tokenizer):
+        return "join"
+    return "base"
+
+
+def set_run_template(cfg: Any, tokenizer: Any) -> str:
+    """Give ``tokenizer`` the chat template that reproduces the run's rendering (module
+    docstring); returns :func:`rendering`'s word for what the run did."""
+    how = rendering(cfg, tokenizer)
+    if how == "join":
+        tokenizer.chat_template = JOIN_TEMPLATE
+    elif how == "base" and cfg.model.enable_thinking is not None:  # the run passed it to every render
+        value = "true" if cfg.model.enable_thinking else "false"
+        tokenizer.chat_template = (f"{{%- if enable_thinking is not defined %}}{{%- set enable_thinking = {value} %}}"
+                                   f"{{%- endif %}}{tokenizer.chat_template}")
+    return how
+
+
+def portable_base(cfg: Any, folder: Path) -> dict[str, Any]:
+    """The base as an exported adapter names it: ``name_or_path`` (a hub id, ``tiny``, or a
+    local base's path relative to ``folder``), ``where`` (hub, bundled, local), ``revision``."""
+    name = cfg.model.name_or_path
+    if name == "tiny":
+        return {"name_or_path": "tiny", "where": "bundled", "revision": None}
+    local = Path(name).expanduser()
+    if local.exists():
+        relative = os.path.relpath(local.resolve(), folder.resolve())
+        return {"name_or_path": relative, "where": "local", "revision": None, "folder_name": local.resolve().name}
+    return {"name_or_path": name, "where": "hub", "revision": cfg.model.revision}
+
+
+def set_adapter_base(folder: Path, base: dict[str, Any]) -> None:
+    """adapter_config.json names the portable base (:func:`portable_base`)."""
+    path = folder / "adapter_config.json"
+    data = json.loads(path.read_text())
+    data["base_model_name_or_path"] = base["name_or_path"]
+    if base.get("revision"):
+        data["revision"] = base["revision"]
+    else:
+        data.pop("revision", None)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def last_evaluation(run: Any, step: int) -> dict[str, Any] | None:
+    """The run's evaluation at ``step`` (or its last before it): step, mean reward, pass rate
+    and each set's metrics."""
+    from vigor_cli.errors import UserError
+    from vigor_cli.evaluation import pass_rate_of
+    from vigor_cli.runs import read_eval_line
+
+    steps = sorted(s for s in run.eval_steps() if s <= step)
+    if not steps:
+        return None
+    try:
+        held = read_eval_line(run.eval_steps()[steps[-1]])
+    except UserError:
+        return None
+    return {"step": held["step"], "accuracy": held["accuracy"], "pass_rate": pass_rate_of(held),
+            "sets": {name: s["metrics"] for name, s in held["sets"].items()}}
+
+
+def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, Any]:
+    """What vigor_run.json holds (module docstring)."""
+    step = int(checkpoint.name.removeprefix("step-"))
+    t = cfg.task
+    task = {"name": t.name, "pass_threshold": t.pass_threshold}
+    if t.name == "custom":
+        task.update(prompt_template=t.prompt_template, system_prompt=t.system_prompt, chat_template=t.chat_template,
+                    fields=dict(t.fields), rewards=list(t.rewards), reward_weights=list(t.reward_weights),
+                    data=t.data, eval_data=t.eval_data)
+    return {
+        "format": FORMAT,
+        "run": run.path.name,
+        "checkpoint": checkpoint.name,
+        "step": step,
+        "kind": kind,
+        "base": base,
+        "task": task,
+        "rendering": how,
+        "sampling": {"temperature": cfg.sampling.temperature, "top_p": cfg.sampling.top_p,
+                     "max_new_tokens": cfg.sampling.max_new_tokens},
+        "evaluation": {"samples": cfg.train.eval_samples, "temperature": cfg.train.eval_temperature,
+                       "seed": cfg.train.seed, "last": last_evaluation(run, step)},
+        "config": cfg.model_dump(mode="json"),
+    }
+
+
+def read_run_record(folder: Path) -> dict[str, Any] | None:
+    """An exported folder's vigor_run.json (None when it has none); a damaged one is refused."""
+    from vigor_cli.errors import UserError
+    from vigor_cli.user_files import read_json
+
+    path = Path(folder) / RUN_FILE
+    if not path.is_file():
+        return None
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("config"), dict):
+        raise UserError(f"{path}: not a vigor export record (format {FORMAT})")
+    return data
+
+
+_RENDERING = {
+    "join": "The run's prompts were chat messages rendered without a chat template: their contents joined by "
+            "blank lines. The tokenizer's chat template does exactly that, so "
+            "`apply_chat_template(messages, add_generation_prompt=True)` gives the text the model was trained on.",
+    "base": "The run rendered prompts with the base model's chat template (kept in the tokenizer), generation "
+            "prompt added.",
+    "task": "The run's prompts came from a bundled task, rendered in that task's own plain format (no chat "
+            "template).",
+}
+
+
+def model_card(record: dict[str, Any]) -> str:
+    """README.md of the exported folder: what the run trained on and how it sampled, in words."""
+    base, task, sampling, evaluation = record["base"], record["task"], record["sampling"], record["evaluation"]
+    front = ["---", f"library_name: {'peft' if record['kind'] == 'adapter' else 'transformers'}"]
+    if base["where"] == "hub":
+        front.append(f"base_model: {base['name_or_path']}")
+    front += ["tags:", "- vigor", "- grpo", "---", ""]
+    what = {"full": "a full model", "merged": "LoRA merged into its base", "adapter": "a LoRA adapter"}[record["kind"]]
+    lines = [f"# {record['run']} ({record['checkpoint']})", "",
+             f"Trained with vigor (GRPO with rollout allocation); exported as {what}.",
+             "", "## Base model", "", _base_words(base, record["kind"]), "", "## Task", ""]
+    lines.append(f"- task: `{task['name']}`; a sample passes at reward >= {task['pass_threshold']:g}")
+    if task["name"] == "custom":
+        template = task["prompt_template"]
+        lines.append(f"- prompt: template `{template}`" if template else "- prompt: the data's prompt column")
+        lines.append(f"- system prompt: {json.dumps(task['system_prompt']) if task['system_prompt'] is not None else 'none'}")
+        weights = task["reward_weights"] or [1.0] * len(task["rewards"])
+        lines.append("- rewards: " + ", ".join(f"`{r}` x{w:g}" for r, w in zip(task["rewards"], weights)))
+    lines += ["", "## Prompt rendering", "", _RENDERING[record["rendering"]], "", "## Sampling", "",
+              f"- training rollouts: temperature {sampling['temperature']:g}, top_p {sampling['top_p']:g}, "
+              f"at most {sampling['max_new_tokens']} new tokens",
+              f"- evaluation: {evaluation['samples']} sample(s) per prompt at temperature {evaluation['temperature']:g}"]
+    last = evaluation.get("last")
+    if last:
+        lines += ["", "## Last evaluation", "",
+                  f"Step {last['step']}: mean reward {last['accuracy']:.4f}, pass rate {last['pass_rate']:.4f}."]
+    lines += ["", "## Evaluate it on your set", "",
+              "`vigor eval DIR --eval-data SET --reward ...` (the task flags of `vigor train`) uses the sampling "
+              f"above, read from `{RUN_FILE}`.", ""]
+    return "\n".join(front + lines)
+
+
+def _base_words(base: dict[str, Any], kind: str) -> str:
+    if kind != "adapter":
+        return f"Trained from `{base['name_or_path']}` ({base['where']}); the weights here are complete."
+    if base["where"] == "hub":
+        rev = f" at revision `{base['revision']}`" if base.get("revision") else ""
+        return (f"`{base['name_or_path']}`{rev} from the Hugging Face hub: "
+                "`AutoModelForCausalLM.from_pretrained(DIR)` loads it with this adapter.")
+    if base["where"] == "bundled":
+        return ("vigor's bundled tiny model (`tiny`): load it with `vigor eval DIR`, or pass it yourself: "
+                "`PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(vigor_cli.models.TINY_DIR), DIR)`.")
+    return (f"a local model, `{base['name_or_path']}` relative to this folder on the machine that trained it "
+            f"(a folder named `{base.get('folder_name', '?')}`). Give it at load: `vigor eval DIR --base PATH`, or "
+            "`PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(PATH), DIR)`.")
