@@ -1015,14 +1015,18 @@ def assemble(
     sets: list[str] | None,
     flags: dict[str, str] | None,
     context: dict[str, Callable[..., None]],
+    tree: dict | None = None,
 ) -> RunConfig:
     """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``,
     validated with ``context`` (the registry checks: ``check_name``, ``strategy_rules``).
 
     Use :func:`vigor_cli.settings.build_config`, which passes the registry checks. An error
     names where the bad value came from: ``--set key=value``, the flag's key, or the file.
-    ``flags`` maps an override's key to the command-line flag that set it, for the message."""
-    tree: dict = load_yaml(path) if path else {}
+    ``flags`` maps an override's key to the command-line flag that set it, for the message.
+    ``tree``: the keys to start from instead of a file (a copy is changed)."""
+    import copy
+
+    tree = copy.deepcopy(tree) if tree is not None else load_yaml(path) if path else {}
     given: dict[str, str] = {}
     for k, v in (overrides or {}).items():
         if v is not None:

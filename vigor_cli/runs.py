@@ -238,7 +238,7 @@ class RunDir:
         return run
 
     @contextlib.contextmanager
-    def in_launch_dir(self, note: Callable[[str], Any]) -> Iterable[None]:
+    def in_launch_dir(self, note: Callable[[str], Any], doing: str = "resuming") -> Iterable[None]:
         """Work in the folder the run was started in (``launch-dir``), so the saved config's
         relative paths (``--data my.jsonl``, ``--reward rewards.py:f``, a local model) mean
         what they meant then; the current folder comes back after. A run from before the
@@ -252,7 +252,7 @@ class RunDir:
         if target is None or not target.is_absolute() or not target.is_dir() or target.resolve() == Path(here).resolve():
             yield
             return
-        note(f"resuming in {target}, the folder the run was started in (its config's relative paths are read from there)")
+        note(f"{doing} in {target}, the folder the run was started in (its config's relative paths are read from there)")
         os.chdir(target)
         try:
             yield

@@ -77,6 +77,7 @@ def build_config(
     sets: list[str] | None = None,
     strategy_rules: bool = True,
     flags: dict[str, str] | None = None,
+    tree: dict | None = None,
 ) -> RunConfig:
     """Defaults <- YAML file <- ``overrides`` (dotted keys from named CLI flags) <- ``--set``,
     every name checked against its registry.
@@ -84,8 +85,9 @@ def build_config(
     An error (ConfigError) names where the bad value came from: ``--set key=value``, the flag
     (``flags`` maps an override's key to the flag that set it), or the file.
     ``strategy_rules=False`` leaves out the rules of ``allocation.strategy`` (for a caller that
-    runs other strategies with these keys and checks each: `vigor simulate`)."""
-    return assemble(path, overrides, sets, flags, checks(strategy_rules))
+    runs other strategies with these keys and checks each: `vigor simulate`). ``tree``: the
+    keys to start from instead of a file (a run's saved config, an export's record)."""
+    return assemble(path, overrides, sets, flags, checks(strategy_rules), tree)
 
 
 class TaskRules:

@@ -57,10 +57,7 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     try:
         train_examples = task.train_examples()
         check_against_data(cfg, len(train_examples))  # the rules that need the training-set size
-        eval_sets: dict[str, list[Example]] = {}
-        for name in cfg.task.eval_sets or [None]:
-            exs = task.eval_examples(name)
-            eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
+        eval_sets = held_out_sets(cfg, task, t.eval_limit)
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
         texts: dict[str, str] = {}
@@ -70,6 +67,16 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
         raise
     return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples),
                      texts)
+
+
+def held_out_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, list[Example]]:
+    """The task's held-out sets a run evaluates (``task.eval_sets``, or its default set, named
+    after the task), each cut to its first ``limit`` examples."""
+    sets: dict[str, list[Example]] = {}
+    for name in cfg.task.eval_sets or [None]:
+        exs = task.eval_examples(name)
+        sets[name or cfg.task.name] = exs[:limit] if limit else exs
+    return sets
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],

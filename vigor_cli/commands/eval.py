@@ -11,11 +11,12 @@ per-sample verdict (:mod:`vigor_cli.report.eval_results`), so that
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional, Sequence
+from typing import Annotated, Any, List, Optional, Sequence
 
 import typer
 
 from vigor_cli.commands import options as opt
+from vigor_cli.commands.flags import TASK_FLAGS, command
 from vigor_cli.settings import known_names, set_key
 from vigor_cli.console import console, err_console, shown
 from vigor_cli.errors import UserError
@@ -81,7 +82,7 @@ def load_examples(benchmark: str, task: Any, set_name: Optional[str], limit: Opt
 
 
 def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[Path],
-                  checkpoint: Optional[str]) -> tuple[Any, Optional[str], dict]:
+                  checkpoint: Optional[str], base: Optional[str] = None) -> tuple[Any, Optional[str], dict]:
     """(RunConfig for the policy, directory to load on top of it, description for the file)."""
     from vigor_cli.config import RunConfig
     from vigor_cli.settings import checks
@@ -97,14 +98,20 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
             cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
-        warn = lambda m: err_console.print(f"[yellow]warning:[/] {shown(m)}", highlight=False)  # noqa: E731
-        ckpt = RunDir(run).store.pick(checkpoint, warn)
+        ckpt = RunDir(run).store.pick(checkpoint, _warn)
         return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
                                 "name_or_path": cfg.model.name_or_path}
     if checkpoint is not None:
         raise UserError("--checkpoint needs --run")
     if model is None:
         raise UserError("give a MODEL (hub id, directory or 'tiny') or --run RUN_DIR")
+    folder = Path(model).expanduser()
+    if adapter is None and folder.is_dir() and (folder / "adapter_config.json").is_file():
+        from vigor_cli.task_eval import adapter_base
+
+        adapter, model = folder, adapter_base(folder, base)  # an adapter folder: it names its base
+    elif base is not None:
+        raise UserError("--base names the base of an adapter folder given as MODEL; with --adapter, MODEL is the base")
     cfg = RunConfig()
     cfg.model.name_or_path = model
     cfg.model.lora.enabled = adapter is not None
@@ -114,34 +121,81 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
         "name_or_path": model, "adapter": str(adapter) if adapter else None}
 
 
-def evaluate(
-    model: Annotated[Optional[str], typer.Argument(help="Hub id, local HF directory, or 'tiny'.")] = None,
+def _warn(message: str) -> None:
+    err_console.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
+
+
+def _evaluate(
+    model: Annotated[Optional[str], typer.Argument(help="Hub id, local HF directory (an exported folder, or a LoRA adapter folder: its base is the one it names, or --base), or 'tiny'.")] = None,
     adapter: Annotated[Optional[Path], typer.Option(help="PEFT adapter directory to load on MODEL.")] = None,
-    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate this run directory's checkpoint.")] = None,
+    base: Annotated[Optional[str], typer.Option("--base", help="The base model of an adapter folder given as MODEL (a path or hub id), where the one its adapter_config.json names is not here.")] = None,
+    run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate this run directory's checkpoint on what the run evaluated (its task, rewards, template, held-out sets and evaluation settings); --benchmarks for bundled benchmarks instead.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="With --run: checkpoint name, e.g. step-20 (default the latest).")] = None,
-    benchmarks: Annotated[str, typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)}.")] = "tiny-math",
+    benchmarks: Annotated[Optional[str], typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)}.", show_default="tiny-math for a MODEL given without your own set; with --run, an exported folder or --data/--eval-data: the task's own sets")] = None,
     data_dir: Annotated[Optional[Path], opt.input_path("--data-dir", help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval.")] = None,
-    n: Annotated[Optional[int], opt.for_key("train.eval_samples", "--n", help="Samples per problem (default train.eval_samples).")] = None,
+    n: Annotated[Optional[int], opt.for_key("train.eval_samples", "--n", help="Samples per problem (default train.eval_samples: a run's or export's own).")] = None,
     temperature: Annotated[Optional[float], opt.for_key("train.eval_temperature", "--temperature", help="Sampling temperature (default train.eval_temperature).")] = None,
     top_p: Annotated[Optional[float], opt.for_key("sampling.top_p", "--top-p", help="Nucleus sampling (default sampling.top_p).")] = None,
     max_new_tokens: Annotated[Optional[int], opt.for_key("sampling.max_new_tokens", "--max-new-tokens", help="Longest completion (default sampling.max_new_tokens).")] = None,
-    seed: Annotated[int, opt.seed(help="Sampling seed.")] = 0,
-    limit: Annotated[Optional[int], opt.count("--limit", help="Evaluate the first N problems of each benchmark.")] = None,
+    seed: Annotated[Optional[int], opt.seed(help="Sampling seed (default: a run's or export's train.seed, else 0).")] = None,
+    limit: Annotated[Optional[int], opt.count("--limit", help="Evaluate the first N problems of each set (a run's own: default its train.eval_limit).")] = None,
     contest_date_start: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems from this ISO date.")] = None,
     contest_date_end: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems up to this ISO date.")] = None,
     engine: Annotated[Optional[str], opt.engine()] = None,
     device: Annotated[Optional[str], opt.device()] = None,
+    set_: Annotated[Optional[List[str]], typer.Option("--set", help="Your own task or a run's: override a key, e.g. --set task.chat_template=false (repeatable; YAML value).")] = None,
     output: Annotated[Optional[Path], opt.output_file("--output", help="Write every per-sample verdict and the metrics here (JSON).")] = None,
     rescore: Annotated[Optional[Path], typer.Option(help="Grade the completions of this results file again; no generation.")] = None,
+    **own_task: Any,
 ) -> None:
-    """Evaluate a model on math and code benchmarks: avg@n, pass@k, the six-math average."""
-    from vigor_cli.report.eval_results import recompute, write_results
-    from vigor_cli.report.eval_table import results_table
+    """Evaluate a model: your own task (--run, or --data/--eval-data with --reward), or math and code benchmarks: avg@n, pass@k, the pass rate and each reward's mean."""
+    from vigor_cli.commands.flags import task_overrides
 
     if rescore is not None:
         return rescore_file(rescore, data_dir, output)
+    keys = task_overrides(own_task)
+    mine = any(v is not None for v in keys.values())
+    if benchmarks is not None and mine:
+        raise UserError("--benchmarks evaluates bundled benchmarks, --data/--eval-data/--reward your own set: give one")
+    if benchmarks is None and (mine or run is not None or _is_export(model)):
+        from vigor_cli.commands.eval_task import evaluate_task
+
+        return evaluate_task(model, adapter, base, run, checkpoint, keys, set_, n, temperature, top_p,
+                             max_new_tokens, seed, limit, engine, device, output)
+    if set_:
+        raise UserError("--set changes a run's or your own task's settings; the benchmarks take none")
+    if benchmarks is None:
+        err_console.print("note: benchmarks: tiny-math (the default; --benchmarks names others, --data/--eval-data "
+                          "with --reward your own set)", highlight=False, soft_wrap=True)
+    evaluate_benchmarks(model, adapter, base, run, checkpoint, benchmarks or "tiny-math", data_dir, n, temperature,
+                        top_p, max_new_tokens, seed if seed is not None else 0, limit, contest_date_start,
+                        contest_date_end, engine, device, output)
+
+
+evaluate = command(_evaluate, TASK_FLAGS)
+"""`vigor eval`: its options, then the task flags of `vigor train` (commands/flags.py)."""
+evaluate.__name__ = "evaluate"
+
+
+def _is_export(model: Optional[str]) -> bool:
+    """MODEL is a folder `vigor export` wrote (its vigor_run.json holds the run's task)."""
+    from vigor_cli.export_card import RUN_FILE
+
+    return model is not None and (Path(model).expanduser() / RUN_FILE).is_file()
+
+
+def evaluate_benchmarks(model: Optional[str], adapter: Optional[Path], base: Optional[str], run: Optional[Path],
+                        checkpoint: Optional[str], benchmarks: str, data_dir: Optional[Path], n: Optional[int],
+                        temperature: Optional[float], top_p: Optional[float], max_new_tokens: Optional[int],
+                        seed: int, limit: Optional[int], contest_date_start: Optional[str],
+                        contest_date_end: Optional[str], engine: Optional[str], device: Optional[str],
+                        output: Optional[Path]) -> None:
+    """The benchmarks (--benchmarks) on a model, an adapter or a run's checkpoint."""
+    from vigor_cli.report.eval_results import recompute, write_results
+    from vigor_cli.report.eval_table import results_table
+
     names = parse_benchmarks(benchmarks)
-    cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
+    cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint, base)
     if engine is not None:
         set_key(cfg, "engine.kind", engine, "--engine")  # validated like the key, naming the flag
     cfg.model.device = device or cfg.model.device
@@ -168,11 +222,19 @@ def rescore_file(rescore: Path, data_dir: Optional[Path], output: Optional[Path]
     from vigor_cli.report.eval_table import results_table
 
     results = read_results(rescore)
-    rescore_results(results, data_dir)
+    if isinstance(results.get("task"), dict):  # your own task's sets (vigor eval --run / --data)
+        from vigor_cli.report.eval_table import task_results_table
+        from vigor_cli.task_eval import rescore_task
+
+        rescore_task(results)
+        table = task_results_table
+    else:
+        rescore_results(results, data_dir)
+        table = results_table
     recompute(results)
     target = output or rescore.with_name(rescore.stem + ".rescored.json")
     write_results(results, target)
-    console.print(results_table(results, f"re-scored {rescore}"))
+    console.print(table(results, f"re-scored {rescore}"))
     console.print(f"results: {shown(target)}", highlight=False)
 
 

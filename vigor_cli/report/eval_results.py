@@ -113,8 +113,8 @@ def read_results(path: Path) -> dict:
             raise UserError(f"{path}: set '{name}' has no 'samples' list")
         for j, s in enumerate(samples):
             if (not isinstance(s, dict) or "uid" not in s or not isinstance(s.get("completion"), str)
-                    or not isinstance(s.get("reward"), (int, float))):
+                    or not (isinstance(s.get("reward"), (int, float)) or s.get("reward", 0) is None)):
                 raise UserError(
-                    f"{path}: set '{name}' sample {j} lacks 'uid', 'completion' or a numeric 'reward'"
+                    f"{path}: set '{name}' sample {j} lacks 'uid', 'completion' or a numeric 'reward' (or null)"
                 )
     return data

@@ -48,3 +48,29 @@ def results_table(results: dict, title: str) -> Table:
     if len(benches) > 1 and "mean_avg@n" in ov:
         t.add_row("[bold]mean of benchmarks[/]", "", "", f"[bold]{_pct(ov['mean_avg@n'])}[/]", *blanks)
     return t
+
+
+def task_results_table(results: dict, title: str) -> Table:
+    """A task's own sets: mean reward (avg@n), the pass rate (pass@1 at the task's threshold)
+    and pass@k, unscored samples, and each reward function's mean where the task has several."""
+    sets = results["sets"]
+    ks = sorted({k for s in sets.values() for k in s["metrics"].get("pass@k", {}) if k != "1"}, key=int)
+    parts = list(dict.fromkeys(key[len("reward/"):-len("/mean")] for s in sets.values()
+                               for key in (s["metrics"].get("rewards") or {}) if key.endswith("/mean")))
+    threshold = next(iter(sets.values()), {}).get("pass_threshold", 1.0)
+    t = Table(title=literal(title), title_justify="left", caption_justify="left",
+              caption=f"pass: reward >= {threshold:g} (task.pass_threshold); pass@k: unbiased estimator over n samples")
+    for column in ("set", "problems", "n", "mean reward", "pass rate", *[f"pass@{k}" for k in ks], "unscored",
+                   *[f"{p} mean" for p in parts]):
+        t.add_column(literal(column), justify="left" if column == "set" else "right")
+    for name, s in sets.items():
+        m = s["metrics"]
+        rewards = m.get("rewards") or {}
+        t.add_row(literal(name), str(m["problems"]), str(m["n"]), _num(s["accuracy"]), _num(m["pass@k"].get("1")),
+                  *[_num(m["pass@k"].get(k)) for k in ks], str(m.get("unscored", 0)),
+                  *[_num(rewards.get(f"reward/{p}/mean")) for p in parts])
+    return t
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"

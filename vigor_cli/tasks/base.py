@@ -80,7 +80,7 @@ class Task(ABC):
 def grade(task: Task, examples: Sequence[Example], completions: Sequence[str],
           completion_ids: Sequence[Sequence[int]] | None = None) -> list[Score]:
     """``task.score``, with each completion's token ids when the task takes them."""
-    if completion_ids is not None and task.takes_completion_ids:
+    if completion_ids is not None and getattr(task, "takes_completion_ids", False):
         return task.score(examples, completions, completion_ids=[list(i) for i in completion_ids])
     return task.score(examples, completions)
 
@@ -93,7 +93,7 @@ def score_once(task: Task, examples: Any, keys: Sequence[tuple[str, str]], grade
     training step's earlier rounds) and gains the new ones; ``examples`` maps uid to Example.
     With ``completion_ids`` (for a task that takes them) a pair is also told apart by its ids."""
     ids = None
-    if completion_ids is not None and task.takes_completion_ids:
+    if completion_ids is not None and getattr(task, "takes_completion_ids", False):
         ids = [tuple(i) for i in completion_ids]
         keys = [(*k, i) for k, i in zip(keys, ids)]
     new = list(dict.fromkeys(k for k in keys if k not in graded))

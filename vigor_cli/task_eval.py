@@ -1,0 +1,297 @@
+"""`vigor eval` on a task's own held-out sets: what a run evaluated, or a user's set given by
+the task flags of `vigor train`, on any model (a run's checkpoint, a hub id, a local or
+exported folder, a base with a LoRA adapter).
+
+The evaluation is training's own (vigor_cli/evaluation.evaluate_sets: the same chunks and
+seeds, avg@n, pass@k at task.pass_threshold, per-reward means and unscored counts), so `vigor
+eval --run RUN` on the checkpoint of a step gives that run's ``eval/step-N.json`` sets (greedy:
+exactly), and a folder `vigor export` wrote, evaluated on the same set, the same numbers: its
+``vigor_run.json`` gives the run's settings (sampling, template, engine) as the defaults.
+
+:func:`run_target` and :func:`model_target` say what to evaluate (a :class:`Target`);
+:func:`evaluate_target` loads the model and runs the evaluation; :func:`results_of` is the
+results file (the schema of vigor_cli/report/eval_results.py, with the task it evaluated).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from vigor_cli.errors import UserError
+
+
+@dataclass
+class Target:
+    """A model and the task settings to evaluate it with."""
+
+    cfg: Any
+    """The RunConfig: model (name, LoRA), task, sampling and evaluation settings, engine."""
+    load_dir: str | None
+    """A checkpoint or adapter folder loaded on top of ``cfg.model`` (None: the model alone)."""
+    step: int
+    """The step whose evaluation seed is used (a run's checkpoint, an export's step; else 0)."""
+    desc: dict
+    """What was evaluated, for the results file."""
+    settings_from: str
+    """Where the task and sampling settings come from, in words."""
+    tokenizer_dir: str | None = None
+    """An exported adapter's own tokenizer (it holds the run's chat template)."""
+    from_run: bool = False
+    """The settings are a run's (its checkpoint, or an export's record): its train.eval_limit
+    applies unless --limit is given."""
+
+
+def _absolute_path(value: str) -> str:
+    """``PATH`` or ``PATH:SPLIT`` with PATH made absolute when it exists here (a hub id, or a
+    path that is not here, is kept as typed)."""
+    path = Path(value).expanduser()
+    if path.exists():
+        return os.path.abspath(path)
+    head, sep, split = value.rpartition(":")
+    if sep and head and Path(head).expanduser().exists():
+        return f"{os.path.abspath(Path(head).expanduser())}:{split}"
+    return value
+
+
+def _absolute(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The task flags' paths made absolute (--data, --eval-data, a reward's FILE.py), so they
+    mean what they meant where the command was typed after the move to a run's launch folder."""
+    from vigor_cli.rewards import is_file_spec
+
+    out = dict(overrides)
+    for key in ("task.data", "task.eval_data"):
+        if out.get(key):
+            out[key] = _absolute_path(str(out[key]))
+    if out.get("task.rewards"):
+        out["task.rewards"] = [f"{_absolute_path(s.rpartition(':')[0])}:{s.rpartition(':')[2]}" if is_file_spec(s)
+                               else s for s in out["task.rewards"]]
+    return out
+
+
+def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], sets: list[str] | None,
+               flags: dict[str, str], warn: Callable[[str], Any]) -> tuple[Target, Any]:
+    """A run's checkpoint with the run's own config (the task flags and ``--set`` change it):
+    the target, and the run (whose launch folder the evaluation works in)."""
+    from vigor_cli.runs import RunDir, read_config
+    from vigor_cli.settings import build_config
+
+    run = Path(os.path.abspath(run))
+    if not (run / "config.yaml").is_file():
+        raise UserError(f"--run {run}: not a run directory (no config.yaml)")
+    rundir = RunDir(run)
+    ckpt = rundir.store.pick(checkpoint, warn)
+    try:
+        cfg = build_config(tree=read_config(run), overrides=_absolute(overrides), sets=sets, flags=flags)
+    except ValueError as e:  # pydantic's message names the key
+        raise UserError(f"--run {run}: {str(e).splitlines()[0]}") from None
+    changed = [k for k, v in overrides.items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
+    source = f"the run's own settings, {run.name}/config.yaml" + (f"; changed: {', '.join(changed)}" if changed else "")
+    desc = {"run": str(run), "checkpoint": ckpt.name, "name_or_path": cfg.model.name_or_path}
+    return Target(cfg, str(ckpt), int(ckpt.name.removeprefix("step-")), desc, source, from_run=True), rundir
+
+
+def model_target(model: str, adapter: Path | None, base: str | None, overrides: dict[str, Any],
+                 sets: list[str] | None, flags: dict[str, str]) -> Target:
+    """A model given by name: a hub id, ``tiny``, a local or exported folder (an adapter folder
+    loads on its base), or a base with ``--adapter``. An exported folder's vigor_run.json gives
+    the run's settings; otherwise the settings `vigor train` would start from for that model."""
+    from vigor_cli.commands.flags import DEFAULT_CONFIG
+    from vigor_cli.export_card import read_run_record
+    from vigor_cli.settings import build_config
+
+    folder = Path(model).expanduser()
+    if adapter is None and folder.is_dir() and (folder / "adapter_config.json").is_file():
+        adapter, model = folder, adapter_base(folder, base)  # an adapter folder: it names its base
+    elif base is not None:
+        raise UserError("--base names the base of an adapter folder given as MODEL; with --adapter, MODEL is the base")
+    if adapter is not None and not (adapter / "adapter_config.json").is_file():
+        raise UserError(f"--adapter {adapter}: not a PEFT adapter directory (no adapter_config.json)")
+    record = read_run_record(adapter if adapter is not None else folder) if (adapter or folder.is_dir()) else None
+    keys = dict(overrides)
+    if keys.get("task.data") and not keys.get("task.eval_data"):  # the set to evaluate: every row of --data
+        keys["task.eval_data"] = keys["task.data"]
+    if keys.get("task.eval_data") and not keys.get("task.data"):  # a held-out set alone is enough here
+        keys["task.data"] = keys["task.eval_data"]
+        keys["task.name"] = keys.get("task.name") or "custom"
+    keys.update({"model.name_or_path": model, "model.lora.enabled": adapter is not None})
+    if record is not None:
+        keys["model.load_in_4bit"] = record["config"]["model"]["load_in_4bit"] and adapter is not None
+        cfg = build_config(tree=record["config"], overrides=keys, sets=sets, flags=flags)
+        source = f"the run's settings, from {(adapter or folder) / 'vigor_run.json'}"
+    else:
+        path = DEFAULT_CONFIG if model == "tiny" else None  # as `vigor train --data` starts for this model
+        cfg = build_config(path, overrides=keys, sets=sets, flags=flags)
+        source = f"{path.name}'s settings for the tiny model" if path else "the built-in defaults"
+    tokenizer_dir = str(adapter) if adapter is not None and (adapter / "tokenizer_config.json").is_file() else None
+    desc = {"name_or_path": model, "adapter": str(adapter) if adapter else None}
+    return Target(cfg, str(adapter) if adapter else None, int(record["step"]) if record else 0, desc, source,
+                  tokenizer_dir, from_run=record is not None)
+
+
+def adapter_base(folder: Path, base: str | None) -> str:
+    """The base of an adapter folder: ``--base``, else what its adapter_config.json names
+    (``tiny``; a path, relative to the folder when it is; a hub id); one line saying how to
+    give it when it is not here."""
+    import json
+
+    from vigor_cli.models import resolve_model_path
+
+    if base is not None:
+        return base
+    try:
+        named = json.loads((folder / "adapter_config.json").read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError) as e:
+        raise UserError(f"{folder / 'adapter_config.json'}: cannot read ({e})") from None
+    if not named:
+        raise UserError(f"{folder}: a LoRA adapter whose adapter_config.json names no base; give it with --base PATH")
+    if named == "tiny":
+        return "tiny"
+    for candidate in (folder / named, Path(named).expanduser()):
+        if candidate.is_dir():
+            return str(candidate)
+    looks_local = named.startswith((".", "/", "~")) or named.count("/") != 1
+    if looks_local:
+        raise UserError(f"{folder}: a LoRA adapter whose base '{named}' (adapter_config.json) is not here; "
+                        "give the base with --base PATH (or a hub id)")
+    try:
+        resolve_model_path(named, to_load=True)
+    except UserError as e:
+        raise UserError(f"{folder}: a LoRA adapter on '{named}', which cannot be had here ({e}); give the base "
+                        "with --base PATH") from None
+    return named
+
+
+def describe(target: Target, sets: dict[str, list], sampling: dict, task: Any = None) -> list[str]:
+    """What is about to be evaluated, in a few lines: the model, the task, the sets, the sampling."""
+    t = target.cfg.task
+    what = target.desc.get("run") and f"run {target.desc['run']} ({target.desc['checkpoint']})"
+    what = what or target.desc["name_or_path"] + (f" with adapter {target.desc['adapter']}" if target.desc.get("adapter") else "")
+    lines = [f"evaluating {what} on task {t.name} ({target.settings_from})"]
+    if t.name == "custom":
+        weights = t.reward_weights or [1.0] * len(t.rewards)
+        parts = [f"rewards {', '.join(f'{r} x{w:g}' for r, w in zip(t.rewards, weights))}"]
+        if t.system_prompt is not None:
+            parts.append(f"system prompt {t.system_prompt!r}")
+        if t.prompt_template:
+            parts.append(f"prompt template {t.prompt_template!r}")
+        parts.append(f"a sample passes at reward >= {t.pass_threshold:g}")
+        lines.append("  " + "; ".join(parts))
+    cut = f" (the run's train.eval_limit; --limit changes it)" if target.from_run and target.cfg.train.eval_limit else ""
+    table = getattr(task, "tables", {}).get("eval")
+    for name, exs in sets.items():
+        source = f" of {table.source}" + (f" (split {table.split})" if table.split else "") if table is not None else ""
+        lines.append(f"  set {name}: {len(exs)} problems{source}{cut if len(exs) == target.cfg.train.eval_limit else ''}")
+    lines.append(f"  n={sampling['n']}, temperature {sampling['temperature']:g}, top_p {sampling['top_p']:g}, "
+                 f"max_new_tokens {sampling['max_new_tokens']}, seed {sampling['seed']}")
+    return lines
+
+
+def sampling_of(target: Target, n: int | None, temperature: float | None, top_p: float | None,
+                max_new_tokens: int | None, seed: int | None) -> dict:
+    """The flags, or the target's evaluation settings (train.eval_samples, eval_temperature,
+    sampling.top_p and max_new_tokens, train.seed) where a flag is not given."""
+    cfg = target.cfg
+    return {
+        "n": n if n is not None else cfg.train.eval_samples,
+        "temperature": temperature if temperature is not None else cfg.train.eval_temperature,
+        "top_p": top_p if top_p is not None else cfg.sampling.top_p,
+        "max_new_tokens": max_new_tokens if max_new_tokens is not None else cfg.sampling.max_new_tokens,
+        "seed": seed if seed is not None else cfg.train.seed,
+    }
+
+
+def load_sets(target: Target, limit: int | None) -> tuple[Any, dict[str, list]]:
+    """The task and its held-out sets (read before the model, so bad data fails first)."""
+    from vigor_cli.tasks import get_task
+    from vigor_cli.train_data import held_out_sets
+
+    cfg = target.cfg
+    task = get_task(cfg.task, workers=cfg.train.reward_workers)
+    try:
+        sets = held_out_sets(cfg, task, limit if limit is not None else cfg.train.eval_limit if target.from_run else None)
+        for name, exs in sets.items():
+            if not exs:
+                raise UserError(f"set {name}: no problems to evaluate")
+    except BaseException:
+        task.close()
+        raise
+    return task, sets
+
+
+def evaluate_target(target: Target, task: Any, sets: dict[str, list], sampling: dict,
+                    announce: Callable[[str], Any]) -> Any:
+    """Load the model (and adapter), evaluate every set as training does; the HeldOut."""
+    import torch
+
+    from vigor_cli.evaluation import evaluate_sets, held_out_sampling
+    from vigor_cli.models import load_policy, load_tokenizer
+    from vigor_cli.reward_log import trainer_state
+    from vigor_cli.rollout import make_engine
+
+    cfg = target.cfg
+    policy, tokenizer, _ = load_policy(cfg.model, target.load_dir)
+    if target.tokenizer_dir is not None:
+        tokenizer = load_tokenizer(cfg.model, target.tokenizer_dir)
+    policy.eval()
+    for p in policy.parameters():
+        p.requires_grad_(False)
+    engine = make_engine(cfg, policy, tokenizer, announce=announce)
+    task.trainer_state = trainer_state(target.step, cfg.train.steps)
+    params = held_out_sampling(sampling["seed"], target.step, sampling["temperature"], sampling["top_p"],
+                               sampling["max_new_tokens"])
+    try:
+        with torch.no_grad():
+            return evaluate_sets(engine, task, tokenizer, sets, sampling["n"], params, target.step,
+                                 pass_threshold=cfg.task.pass_threshold)
+    finally:
+        engine.close()
+
+
+def results_of(held: Any, target: Target, sampling: dict, logged: dict[str, float]) -> dict:
+    """The results file: the evaluation's sets as training writes them (eval/step-N.json),
+    with what was evaluated, how, and the task's settings."""
+    from vigor_cli.report.eval_results import SCHEMA
+    from vigor_cli.report.metrics import overall
+
+    data = held.to_json()
+    return {"schema": SCHEMA, "model": target.desc, "sampling": sampling, "settings_from": target.settings_from,
+            "task": target.cfg.task.model_dump(mode="json"), "step": data["step"], "accuracy": data["accuracy"],
+            "sets": data["sets"], "overall": overall({k: s["metrics"] for k, s in data["sets"].items()}),
+            **({"logged": logged} if logged else {})}
+
+
+def rescore_task(results: dict) -> None:
+    """Grade a results file's stored completions again with the task it records (its data and
+    reward functions as they are now); no generation. The samples' rewards, per-function
+    values and reasons are replaced."""
+    from vigor_cli.settings import build_config
+    from vigor_cli.tasks import get_task
+    from vigor_cli.train_data import held_out_sets
+
+    try:
+        cfg = build_config(tree={"task": results["task"]})
+    except ValueError as e:
+        raise UserError(f"--rescore: the file's task does not validate ({str(e).splitlines()[0]})") from None
+    task = get_task(cfg.task, workers=cfg.train.reward_workers)
+    try:
+        sets = held_out_sets(cfg, task, None)
+        for name, entry in results["sets"].items():
+            by_uid = {ex.uid: ex for ex in sets.get(name, [])}
+            samples = entry["samples"]
+            missing = [s["uid"] for s in samples if s["uid"] not in by_uid]
+            if missing:
+                raise UserError(f"--rescore: set '{name}' has problem {missing[0]!r}, which the task's data no longer has")
+            scores = task.score([by_uid[s["uid"]] for s in samples], [s["completion"] for s in samples])
+            for sample, score in zip(samples, scores):
+                sample.update(reward=None if score.reward is None else float(score.reward), reason=score.reason)
+                for key, value in (("rewards", dict(score.components)), ("extra", dict(score.extra))):
+                    if value:
+                        sample[key] = value
+                    else:
+                        sample.pop(key, None)
+            entry["pass_threshold"] = cfg.task.pass_threshold
+    finally:
+        task.close()
