@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vigor_cli import rewards
-from vigor_cli.config import ConfigError, TaskConfig
+from vigor_cli.config import EVERY_TASK_KEYS, ConfigError, TaskConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import TASK_READS, get_task, task_reads
@@ -370,7 +370,7 @@ def _unread_value(key: str):
 @pytest.mark.parametrize("task", list(TASK_READS))
 def test_every_task_refuses_the_keys_it_does_not_read(task):
     reads = set(task_reads(task))
-    unread = [k for k in TaskConfig.model_fields if k not in reads | {"name", "max_prompt_tokens"}]
+    unread = [k for k in TaskConfig.model_fields if k not in reads | set(EVERY_TASK_KEYS)]
     assert unread, task
     own = ["task.data=x.jsonl", "task.rewards=[math]"] if task == "custom" else []
     build_config(sets=[f"task.name={task}", *own])  # the task alone builds
@@ -432,9 +432,11 @@ def test_dry_run_reads_the_data_and_imports_the_rewards(vigor, tmp_path, reward_
                            "--reward-weights", "1,0.5", "--dry-run")
     assert code == 0, err
     assert f"data: {data} (jsonl, 3 rows): columns prompt, word, answer" in out
-    assert f"{data}:1: prompt 'ab='; word='ab', answer='2'" in out
-    assert f"reward length ({reward_file}:length), weight 1: needs word; gets every column" in out
-    assert "reward math (math), weight 0.5: needs answer" in out
+    assert f"{data}:1: the model sees (as the model's tokenizer renders it, 3 characters):\n    | ab=\n" in out
+    assert "    columns: word='ab', answer='2'" in out
+    assert (f"reward length ({reward_file}:length), weight 1: needs column word; gets prompts, completions, "
+            "completion_ids (token ids), trainer_state (global_step, max_steps), log_metric, log_extra, every column") in out
+    assert "reward math (math), weight 0.5: needs column answer; the built-in verifier grades" in out
     assert "eval data: none (--eval-data); the first 3 training rows are evaluated" in out
     assert "memory plan" in out
 

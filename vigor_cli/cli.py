@@ -7,9 +7,8 @@ functions, so `vigor --help` stays fast.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
-import click
 import typer
 import typer.core
 
@@ -26,7 +25,7 @@ from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
 
 
-def _switches_take_no_type(params: list[click.Parameter]) -> list[click.Parameter]:
+def _switches_take_no_type(params: list[Any]) -> list[Any]:
     """A switch (``--dry-run``, ``--json``, ``--help``) takes no value: its --help row shows
     no type (Typer printed ``<bool>`` beside it)."""
     for p in params:
@@ -36,12 +35,12 @@ def _switches_take_no_type(params: list[click.Parameter]) -> list[click.Paramete
 
 
 class Command(typer.core.TyperCommand):
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+    def get_params(self, ctx: Any) -> list[Any]:
         return _switches_take_no_type(super().get_params(ctx))
 
 
 class Group(typer.core.TyperGroup):
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+    def get_params(self, ctx: Any) -> list[Any]:
         return _switches_take_no_type(super().get_params(ctx))
 
 

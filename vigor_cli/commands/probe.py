@@ -85,6 +85,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
     from vigor_cli.models import load_policy
     from vigor_cli.rollout import SamplingParams, make_engine
     from vigor_cli.tasks import get_task
+    from vigor_cli.tasks.base import grade
 
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:
@@ -114,7 +115,8 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
                     with torch.no_grad():
                         outs = eng.generate(ids, [samples] * len(chunk), params)
                     flat_ex = [ex for ex, group in zip(chunk, outs) for _ in group]
-                    scores = task.score(flat_ex, [r.text for group in outs for r in group])
+                    flat = [r for group in outs for r in group]
+                    scores = grade(task, flat_ex, [r.text for r in flat], [r.token_ids for r in flat])
                     k = 0
                     for group in outs:
                         # a reward of None (your reward function cannot score it) counts as not passed

@@ -53,9 +53,9 @@ class RoundInfo:
     added: int
     """New rollouts generated for the prompt in this round."""
     rewards: list[float]
-    """Their rewards."""
+    """Their rewards, raw (as the task gave them, not the allocator's [0, 1] reading)."""
     pool_variance: float | None
-    """Population variance of every reward of the prompt so far."""
+    """Population variance of every (raw) reward of the prompt so far."""
     kept: bool | None
     """After this round: True continued, False dropped, None no choice made (last round)."""
     reason: str | None = None
@@ -103,6 +103,9 @@ class StepAllocation:
     """The record's totals as written (zero_var_groups, used, in_update, cut, ...)."""
     budget_is_cap: bool = True
     """False when ``budget`` is GRPO's spend from the config, not a cap the allocator had."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """allocation.reward_range: the rounds' rewards are raw (as the reward functions gave them),
+    mapped back from the [0, 1] the allocator was told; variances likewise."""
 
     @property
     def rollouts(self) -> int:
@@ -137,14 +140,16 @@ def parse_step(record: dict, where: str) -> StepAllocation:
     """A StepAllocation from one allocation.jsonl record; ``where`` names it in errors."""
     try:
         step = int(record["step"])
+        low, high = (float(x) for x in record.get("reward_range") or (0.0, 1.0))
+        span = high - low  # the record holds what the allocator was told: rewards mapped from [low, high]
         prompts = []
         for p in record["prompts"]:
             rounds = [
                 RoundInfo(
                     round=int(r["round"]),
                     added=int(r["added"]),
-                    rewards=[float(x) for x in r["rewards"]],
-                    pool_variance=None if r.get("var") is None else float(r["var"]),
+                    rewards=[low + span * float(x) for x in r["rewards"]],
+                    pool_variance=None if r.get("var") is None else float(r["var"]) * span * span,
                     kept=r.get("kept"),
                     reason=r.get("reason"),
                 )
@@ -181,6 +186,7 @@ def parse_step(record: dict, where: str) -> StepAllocation:
         prompts=prompts,
         rounds=n_rounds,
         totals=totals,
+        reward_range=(low, high),
     )
 
 

@@ -9,11 +9,14 @@ from vigor_cli.console import literal
 
 
 def _rewards_text(rewards: list[float]) -> str:
-    """Up to 8 binary rewards as 0/1 digits; more as 'correct/n'; others by their mean."""
+    """Up to 8 binary rewards as 0/1 digits, more as 'correct/n'; up to 4 others as their
+    values (``0.5,1.5``), more by their mean."""
     if all(r in (0.0, 1.0) for r in rewards):
         if len(rewards) <= 8:
             return "".join("1" if r else "0" for r in rewards)
         return f"{int(sum(rewards))}/{len(rewards)}"
+    if len(rewards) <= 4:
+        return ",".join(f"{r:.3g}" for r in rewards)
     return f"mean {sum(rewards) / len(rewards):.2f}"
 
 
@@ -174,10 +177,13 @@ def print_step(console: Any, s: Any, text_width: int, health: dict[str, float] |
 
     summary = summarize_step(s)
     console.print(step_table(s, summary, text_width, console.width))
+    low, high = s.reward_range
+    read = "" if (low, high) == (0.0, 1.0) else (f"; the allocator read them as pass rates over "
+                                                 f"allocation.reward_range [{low:g}, {high:g}]")
     console.print(
-        "[dim]round cells: +new rollouts, their rewards (1 = correct), variance of the pool so "
-        "far; green = given more rollouts in a later round, red = given none; notes: the "
-        "allocator's own fields for the prompt[/]"
+        f"[dim]round cells: +new rollouts, their raw rewards (as the task gave them; 1 = correct for the "
+        f"bundled tasks){read}, variance of the pool so far; green = given more rollouts in a later round, "
+        "red = given none; notes: the allocator's own fields for the prompt[/]"
     )
     console.print(step_summary(summary))
     if health:
