@@ -9,6 +9,7 @@
 - **vigor_run.json**: the task (template, system prompt, fields, rewards and weights, pass
   threshold), sampling and evaluation settings, the last evaluation's numbers, the base and
   the run's whole config, so `vigor eval DIR --data ...` evaluates with the run's settings.
+  Its paths (data, reward files) are relative to the folder, where they are on this machine.
 - **README.md**, a model card saying the same in words, with how to load the folder.
 - **A portable base.** A LoRA adapter names its base by the hub id the run used (with its
   revision), ``tiny`` for vigor's bundled model, or, for a local base, its path relative to
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 JOIN_TEMPLATE = (
     "{%- for message in messages %}"
@@ -104,15 +105,67 @@ def last_evaluation(run: Any, step: int) -> dict[str, Any] | None:
             "sets": {name: s["metrics"] for name, s in held["sets"].items()}}
 
 
-def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: dict[str, Any]) -> dict[str, Any]:
-    """What vigor_run.json holds (module docstring)."""
+PATH_KEYS = (("task", "data"), ("task", "eval_data"), ("task", "train_path"), ("task", "data_dir"),
+             ("train", "output_dir"))
+"""The config keys that hold a path (besides the model and the reward functions' files)."""
+
+
+def map_paths(tree: dict, change: Callable[[str], str]) -> dict:
+    """A copy of a config tree with ``change`` applied to every path in it: PATH_KEYS (``PATH:SPLIT``
+    keeps its split) and each ``FILE.py`` of task.rewards."""
+    import copy
+
+    from vigor_cli.rewards import is_file_spec
+
+    out = copy.deepcopy(tree)
+    for section, key in PATH_KEYS:
+        value = (out.get(section) or {}).get(key)
+        if isinstance(value, str) and value:
+            path, sep, split = value, "", ""
+            if not Path(value).expanduser().exists() and ":" in value:
+                path, sep, split = value.rpartition(":")
+            out[section][key] = change(path) + sep + split
+    rewards = (out.get("task") or {}).get("rewards") or []
+    out.setdefault("task", {})["rewards"] = [f"{change(r.rpartition(':')[0])}:{r.rpartition(':')[2]}"
+                                             if is_file_spec(r) else r for r in rewards]
+    return out
+
+
+def relative_to(folder: Path, start: Path | None) -> Callable[[str], str]:
+    """A path (relative ones read from ``start``, the run's launch folder) as seen from
+    ``folder``, when it is there; anything else (a hub id, a path not here) as it was."""
+    def change(text: str) -> str:
+        path = Path(text).expanduser()
+        if not path.is_absolute() and start is not None:
+            path = start / path
+        return os.path.relpath(path.resolve(), folder.resolve()) if path.exists() else text
+
+    return change
+
+
+def absolute_from(folder: Path) -> Callable[[str], str]:
+    """A relative path of vigor_run.json (relative to its folder) made absolute, when it is there."""
+    def change(text: str) -> str:
+        path = Path(text).expanduser()
+        if not path.is_absolute() and (folder / path).exists():
+            return os.path.abspath(folder / path)
+        return text
+
+    return change
+
+
+def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: dict[str, Any],
+               folder: Path) -> dict[str, Any]:
+    """What vigor_run.json holds (module docstring); its paths are relative to ``folder``, the
+    export (never an absolute path of the machine that trained it)."""
     step = int(checkpoint.name.removeprefix("step-"))
     t = cfg.task
     task = {"name": t.name, "pass_threshold": t.pass_threshold}
     if t.name == "custom":
+        paths = map_paths({"task": {"data": t.data, "eval_data": t.eval_data, "rewards": list(t.rewards)}},
+                          relative_to(folder, run.launch_dir()))["task"]
         task.update(prompt_template=t.prompt_template, system_prompt=t.system_prompt, chat_template=t.chat_template,
-                    fields=dict(t.fields), rewards=list(t.rewards), reward_weights=list(t.reward_weights),
-                    data=t.data, eval_data=t.eval_data)
+                    fields=dict(t.fields), reward_weights=list(t.reward_weights), **paths)
     return {
         "format": FORMAT,
         "run": run.path.name,
@@ -126,8 +179,14 @@ def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: 
                      "max_new_tokens": cfg.sampling.max_new_tokens},
         "evaluation": {"samples": cfg.train.eval_samples, "temperature": cfg.train.eval_temperature,
                        "seed": cfg.train.seed, "last": last_evaluation(run, step)},
-        "config": cfg.model_dump(mode="json"),
+        "config": _portable_config(cfg, run, base, folder),
     }
+
+
+def _portable_config(cfg: Any, run: Any, base: dict[str, Any], folder: Path) -> dict:
+    tree = map_paths(cfg.model_dump(mode="json"), relative_to(folder, run.launch_dir()))
+    tree["model"]["name_or_path"] = base["name_or_path"]
+    return tree
 
 
 def read_run_record(folder: Path) -> dict[str, Any] | None:

@@ -237,19 +237,25 @@ class RunDir:
             raise UserError(f"--resume {path}: not a run directory (no config.yaml)")
         return run
 
+    def launch_dir(self) -> Path | None:
+        """The folder the run was started in (``launch-dir``); None for a run from before the
+        file existed, or whose folder is gone."""
+        try:
+            saved = (self.path / LAUNCH_DIR).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return None
+        target = Path(saved) if saved else None
+        return target if target is not None and target.is_absolute() and target.is_dir() else None
+
     @contextlib.contextmanager
     def in_launch_dir(self, note: Callable[[str], Any], doing: str = "resuming") -> Iterable[None]:
         """Work in the folder the run was started in (``launch-dir``), so the saved config's
         relative paths (``--data my.jsonl``, ``--reward rewards.py:f``, a local model) mean
         what they meant then; the current folder comes back after. A run from before the
         file existed, or whose folder is gone, stays in the current folder."""
-        try:
-            saved = (self.path / LAUNCH_DIR).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            saved = ""
         here = os.getcwd()
-        target = Path(saved) if saved else None
-        if target is None or not target.is_absolute() or not target.is_dir() or target.resolve() == Path(here).resolve():
+        target = self.launch_dir()
+        if target is None or target.resolve() == Path(here).resolve():
             yield
             return
         note(f"{doing} in {target}, the folder the run was started in (its config's relative paths are read from there)")

@@ -99,7 +99,7 @@ def model_target(model: str, adapter: Path | None, base: str | None, overrides: 
     loads on its base), or a base with ``--adapter``. An exported folder's vigor_run.json gives
     the run's settings; otherwise the settings `vigor train` would start from for that model."""
     from vigor_cli.commands.flags import DEFAULT_CONFIG
-    from vigor_cli.export_card import read_run_record
+    from vigor_cli.export_card import absolute_from, map_paths, read_run_record
     from vigor_cli.settings import build_config
 
     folder = Path(model).expanduser()
@@ -119,7 +119,8 @@ def model_target(model: str, adapter: Path | None, base: str | None, overrides: 
     keys.update({"model.name_or_path": model, "model.lora.enabled": adapter is not None})
     if record is not None:
         keys["model.load_in_4bit"] = record["config"]["model"]["load_in_4bit"] and adapter is not None
-        cfg = build_config(tree=record["config"], overrides=keys, sets=sets, flags=flags)
+        tree = map_paths(record["config"], absolute_from(adapter if adapter is not None else folder))
+        cfg = build_config(tree=tree, overrides=keys, sets=sets, flags=flags)
         source = f"the run's settings, from {(adapter or folder) / 'vigor_run.json'}"
     else:
         path = DEFAULT_CONFIG if model == "tiny" else None  # as `vigor train --data` starts for this model
