@@ -290,3 +290,137 @@ def test_an_adapter_names_a_local_base_relative_never_absolute(tmp_path, vigor):
     assert code == 2 and "--base PATH" in err and len(err.strip().splitlines()) == 1
     code, _, err = vigor("eval", str(out), "--base", str(tmp_path / "moved"), "--limit", "2", "--benchmarks", "tiny-math")
     assert code == 0, err
+
+
+# --------------------------------------------------------------------------- 2. probe and every command take the task flags
+def test_every_command_that_builds_a_task_takes_the_same_task_flags(vigor):
+    """One table (commands/flags.py TASK_FLAGS) for train, probe, eval and the TRL entry point."""
+    from vigor_cli.commands.flags import TASK_FLAGS
+    from vigor_cli.integrations.trl import _parser
+
+    trl_options = {a.option_strings[0] for a in _parser()._actions if a.option_strings}
+    for command in ("train", "probe", "eval"):
+        code, out, _ = vigor(command, "--help")
+        assert code == 0
+        for flag in TASK_FLAGS:
+            assert f"{flag.name} " in out, (command, flag.name)
+    assert {f.name for f in TASK_FLAGS} <= trl_options
+
+
+def test_probe_refuses_a_bad_task_flag_as_train_does(vigor, task_files):
+    code, _, err = vigor("probe", "--data", str(task_files / "train.jsonl"), "--prompts", "4")
+    assert code == 2 and "task 'custom' needs at least one reward" in err and len(err.strip().splitlines()) == 1
+    code, _, err = vigor("probe", "--data", str(task_files / "train.jsonl"), "--reward", "math", "--reward-weights", "1,x")
+    assert code == 2 and "--reward-weights 1,x: expected numbers" in err
+
+
+@pytest.mark.slow
+def test_probe_samples_the_users_task(vigor, task_files):
+    code, out, err = vigor("probe", "--data", str(task_files / "train.jsonl"), "--prompt-field", "question",
+                           "--system-prompt", SYSTEM, "--reward", f"{task_files / 'rewards.py'}:exact",
+                           "--reward", f"{task_files / 'rewards.py'}:boxed", "--reward-weights", "1,0.5",
+                           "--pass-threshold", "1.5", "--prompts", "8", "--samples", "2", "--json",
+                           "--set", "sampling.max_new_tokens=8")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["task"] == "custom" and result["pass_threshold"] == 1.5 and result["prompts"] == 8
+    assert all(0 <= c <= 2 for c in result["pass_counts"])
+
+
+# --------------------------------------------------------------------------- 6. readouts that tell the truth
+def test_the_dry_run_shows_the_rendered_prompt_in_full(vigor, tmp_path, task_files):
+    long = "Count the letters of every word in this sentence and give the total " * 3 + "="
+    data = tmp_path / "d.csv"
+    data.write_text('prompt,gold\n"[{""role"": ""user"", ""content"": ""1+1=""}]",2\n' + f'"{long}",3\n')
+    code, out, err = vigor("train", "--data", str(data), "--reward", f"{task_files / 'rewards.py'}:boxed",
+                           "--system-prompt", SYSTEM, "--dry-run")
+    assert code == 0, err
+    assert f"{data} row 1: the model sees (as the model's tokenizer renders it" in out
+    assert '    | [{"role": "user", "content": "1+1="}]' in out  # the CSV cell is text, shown as it is
+    assert "is text holding JSON chat messages" in out  # and said
+    shown = "".join(line[6:] for line in out.splitlines() if line.startswith(("    | ", "    + ")))
+    assert long in shown  # wrapped, never cut
+    assert max(len(line) for line in out.splitlines() if line.startswith(("    | ", "    + "))) <= 106
+
+
+def test_a_datasetdict_test_split_is_evaluated(tmp_path, task_files):
+    from datasets import Dataset, DatasetDict
+
+    from vigor_cli.config import TaskConfig
+    from vigor_cli.tasks import get_task
+
+    rows = [json.loads(x) for x in (task_files / "train.jsonl").read_text().splitlines()]
+    DatasetDict({"train": Dataset.from_list(rows[:10]), "validation": Dataset.from_list(rows[10:13])}).save_to_disk(
+        str(tmp_path / "dd"))
+    task = get_task(TaskConfig(name="custom", data=str(tmp_path / "dd"), fields={"prompt": "question"},
+                               rewards=[f"{task_files / 'rewards.py'}:boxed"]))
+    try:
+        assert len(task.train_examples()) == 10
+        held = task.eval_examples()
+        assert len(held) == 3 and task.tables["eval"].split == "validation"
+        assert [e.meta["columns"]["gold"] for e in held] == [r["gold"] for r in rows[10:13]]
+    finally:
+        task.close()
+    Dataset.from_list(rows[:70]).save_to_disk(str(tmp_path / "one"))  # one split: the first 64 rows, as before
+    task = get_task(TaskConfig(name="custom", data=str(tmp_path / "one"), fields={"prompt": "question"},
+                               rewards=[f"{task_files / 'rewards.py'}:boxed"]))
+    try:
+        assert len(task.eval_examples()) == 64 and "eval" not in task.tables
+    finally:
+        task.close()
+
+
+def test_output_to_a_pipe_is_not_cut_at_80_columns(monkeypatch):
+    import io
+
+    from vigor_cli.console import PIPE_WIDTH, _Console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    buffer = io.StringIO()
+    console = _Console(file=buffer)
+    assert not console.is_terminal and console.width == PIPE_WIDTH
+    line = "tensorboard: event files in " + "/very/long/path" * 10 + " (tensorboard --logdir runs)"
+    console.print(line, highlight=False)
+    assert buffer.getvalue() == line + "\n"
+    monkeypatch.setenv("COLUMNS", "100")
+    assert _Console(file=io.StringIO()).width == 100  # a width asked for is kept
+
+
+def test_no_switch_shows_a_value_type(vigor):
+    from vigor_cli.cli import app
+
+    names = [c.name for c in app.registered_commands] + ["verify math", "verify code"]
+    for name in ["", *names]:
+        code, out, _ = vigor(*name.split(), "--help")
+        assert code == 0 and "<bool>" not in out, name
+
+
+def test_eval_says_when_it_evaluates_the_default_benchmark(vigor, monkeypatch):
+    """A MODEL without --benchmarks or a set of one's own gets tiny-math, said on stderr; the
+    loading is stopped right after (the note is what is checked)."""
+    from vigor_cli.commands import eval as eval_cmd
+
+    def stop(*a, **k):
+        raise SystemExit(0)
+
+    monkeypatch.setattr(eval_cmd, "generate_all", stop)
+    code, _, err = vigor("eval", "tiny", "--limit", "1")
+    assert code == 0 and "note: benchmarks: tiny-math (the default" in err
+
+
+def test_rescore_grades_your_own_tasks_completions_again(own_run, vigor, tmp_path, task_files):
+    code, _, err = vigor("eval", "--run", str(own_run), "--output", str(tmp_path / "r.json"))
+    assert code == 0, err
+    results = json.loads((tmp_path / "r.json").read_text())
+    for s in results["sets"]["custom"]["samples"]:
+        s["completion"] = "\\boxed{0}"
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    code, out, err = vigor("eval", "--rescore", str(tmp_path / "r.json"))
+    assert code != 0 and "completion_ids" in err  # exact() needs the token ids, which a results file has not
+    results["task"]["rewards"] = [f"{task_files / 'rewards.py'}:boxed"]
+    results["task"]["reward_weights"] = []
+    (tmp_path / "r.json").write_text(json.dumps(results))
+    code, out, err = vigor("eval", "--rescore", str(tmp_path / "r.json"))
+    assert code == 0, err
+    again = json.loads((tmp_path / "r.rescored.json").read_text())["sets"]["custom"]
+    assert again["accuracy"] == 1.0 and again["metrics"]["pass@k"]["1"] == 1.0

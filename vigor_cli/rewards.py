@@ -89,7 +89,8 @@ class Reward:
     builtin: bool = False
     """A built-in verifier: the columns it needs hold a gold that may not be null."""
     gets: tuple[str, ...] = ()
-    """The TRL arguments it receives (:data:`PASSED_ARGS` its signature takes)."""
+    """The arguments besides the columns it receives: ``prompts``, ``completions`` and TRL's
+    (:data:`PASSED_ARGS`), those its signature takes (all of them with ``**kwargs``)."""
     seconds: float = 0.0
     """Time spent in this function so far (the trainer may log it per step)."""
     _score: Callable[[list, list, dict, CallContext], list] = field(default=lambda p, c, k, x: [], repr=False)
@@ -267,7 +268,7 @@ def _user_reward(spec: str) -> Reward:
     except (TypeError, ValueError):
         takes = set()
 
-    gets = PASSED_ARGS if takes_all else tuple(a for a in PASSED_ARGS if a in takes)
+    gets = tuple(a for a in (*PROMPT_ARGS, *PASSED_ARGS) if takes_all or a in takes)
 
     def score(prompts: list, completions: list, columns: dict[str, list], context: CallContext) -> list:
         from vigor_cli.tasks.base import Score
@@ -277,9 +278,8 @@ def _user_reward(spec: str) -> Reward:
         else:
             kwargs = {k: columns[k] for k in (*required, *optional) if k in columns and k not in TRL_EXTRA_ARGS}
         kwargs.update({k: v for k, v in context.arguments().items() if k in gets})  # TRL's, as TRL passes them
-        given = {"prompts": prompts, "completions": completions}
-        if not takes_all:  # (completions, solution) takes no prompts: TRL's own rewards
-            given = {k: v for k, v in given.items() if k in takes}
+        # (completions, solution) takes no prompts: TRL's own rewards
+        given = {k: v for k, v in (("prompts", prompts), ("completions", completions)) if k in gets}
         try:
             values = func(**given, **kwargs)
             if inspect.isawaitable(values):  # an async def reward, awaited as TRL awaits it

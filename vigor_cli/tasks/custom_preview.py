@@ -87,8 +87,7 @@ def reward_gets(reward: Any) -> str:
         needs += f" (and {', '.join(reward.optional)} when a row has it)"
     if reward.builtin:
         return f"{needs}; the built-in verifier grades each completion against it"
-    args = ["prompts", "completions"] if reward.all_columns else ["completions"]
-    args += [TRL_ARG_WORDS[a] for a in reward.gets]
+    args = [TRL_ARG_WORDS.get(a, a) for a in reward.gets]
     if reward.all_columns:
         args.append("every column")
     return f"{needs}; gets {', '.join(args)}"
@@ -97,8 +96,8 @@ def reward_gets(reward: Any) -> str:
 def _looks_like_messages(train: list, column: str) -> list[str]:
     """A warning when text prompts hold JSON chat messages (a CSV cell is always text)."""
     for ex in train:
-        prompt = ex.meta["prompt"]
-        if isinstance(prompt, str) and prompt.lstrip().startswith("[{"):
+        prompt = ex.question  # the text, or a message list's user message (a system prompt may be added)
+        if prompt.lstrip().startswith("[{"):
             try:
                 parsed = json.loads(prompt)
             except ValueError:
