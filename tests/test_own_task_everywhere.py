@@ -211,7 +211,10 @@ def test_one_time_elapsed_per_step(own_run):
 
 def test_report_takes_the_metric_and_a_target_in_its_range(own_run, vigor, tmp_path):
     code, out, err = vigor("report", str(own_run), "--target", "1.2", "--out", str(tmp_path / "r"))
-    assert code == 0, err
+    assert code == 0, err  # rewards weighted 1 and 0.5: a mean reward in [0, 1.5]
+    for metric, target in (("eval/accuracy", "1.6"), ("eval/pass_rate", "1.2")):
+        code, _, err = vigor("report", str(own_run), "--metric", metric, "--target", target, "--out", str(tmp_path / "x"))
+        assert code == 2 and f"--target {target}: {metric} of these runs lies in [0, " in err
     assert "final eval/accuracy" in out and "final pass rate" in out and "--metric eval/pass_rate" in out
     code, out, err = vigor("report", str(own_run), "--metric", "eval/pass_rate", "--out", str(tmp_path / "p"), "--json")
     assert code == 0, err
@@ -395,17 +398,10 @@ def test_no_switch_shows_a_value_type(vigor):
         assert code == 0 and "<bool>" not in out, name
 
 
-def test_eval_says_when_it_evaluates_the_default_benchmark(vigor, monkeypatch):
-    """A MODEL without --benchmarks or a set of one's own gets tiny-math, said on stderr; the
-    loading is stopped right after (the note is what is checked)."""
-    from vigor_cli.commands import eval as eval_cmd
-
-    def stop(*a, **k):
-        raise SystemExit(0)
-
-    monkeypatch.setattr(eval_cmd, "generate_all", stop)
-    code, _, err = vigor("eval", "tiny", "--limit", "1")
-    assert code == 0 and "note: benchmarks: tiny-math (the default" in err
+def test_eval_says_when_it_evaluates_the_default_benchmark(vigor):
+    """A MODEL without --benchmarks or a set of one's own gets tiny-math, said on stderr."""
+    code, out, err = vigor("eval", "tiny", "--limit", "1")
+    assert code == 0 and "tiny-math" in out and "note: evaluated tiny-math, the default benchmark" in err
 
 
 def test_rescore_grades_your_own_tasks_completions_again(own_run, vigor, tmp_path, task_files):

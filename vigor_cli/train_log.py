@@ -123,7 +123,9 @@ def record_text(prompt: str, limit: int = 200) -> str:
     return prompt if len(prompt) <= limit else "..." + prompt[-(limit - 3):]
 
 
-def completions_table(step: int, samples: Sequence[Sample], prompts: Mapping[str, str]):
+def completions_table(step: int, samples: Sequence[Sample], prompts: Mapping[str, Any]):
+    """The console's completions table; ``prompts`` maps a uid to the prompt as the model saw it
+    (or to an Example, whose question is shown)."""
     from rich.table import Table
 
     from vigor_cli.console import literal
@@ -135,10 +137,14 @@ def completions_table(step: int, samples: Sequence[Sample], prompts: Mapping[str
     table.add_column("advantage", justify="right")
     for s in samples:
         table.add_row(
-            literal(prompts[s.uid][-300:]), literal(s.rollout.text[:400]),
+            literal(_text(prompts[s.uid])[-300:]), literal(s.rollout.text[:400]),
             "unscored" if s.reward is None else f"{s.reward:.2f}", f"{s.advantage:+.3f}"
         )
     return table
+
+
+def _text(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else str(getattr(prompt, "question", prompt))
 
 
 def progress(out: Any):

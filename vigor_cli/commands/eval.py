@@ -164,12 +164,12 @@ def _evaluate(
                              max_new_tokens, seed, limit, engine, device, output)
     if set_:
         raise UserError("--set changes a run's or your own task's settings; the benchmarks take none")
-    if benchmarks is None:
-        err_console.print("note: benchmarks: tiny-math (the default; --benchmarks names others, --data/--eval-data "
-                          "with --reward your own set)", highlight=False, soft_wrap=True)
     evaluate_benchmarks(model, adapter, base, run, checkpoint, benchmarks or "tiny-math", data_dir, n, temperature,
                         top_p, max_new_tokens, seed if seed is not None else 0, limit, contest_date_start,
                         contest_date_end, engine, device, output)
+    if benchmarks is None:  # said after the table (an error before it stays one line)
+        err_console.print("note: evaluated tiny-math, the default benchmark (--benchmarks names others; "
+                          "--data/--eval-data with --reward your own set)", highlight=False, soft_wrap=True)
 
 
 evaluate = command(_evaluate, TASK_FLAGS)

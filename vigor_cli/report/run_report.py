@@ -94,6 +94,41 @@ def task_name(run: Any) -> str | None:
         return None
 
 
+def metric_range(loaded: list, metric: str) -> tuple[float, float] | None:
+    """The values ``metric`` can take in these runs, where vigor knows it: a pass rate [0, 1];
+    a mean reward (``eval/accuracy``, a set's) the task's reward range (the bundled tasks'
+    [0, 1]; your own rewards': allocation.reward_range, by default their weights' range, so
+    1,0.5 gives [0, 1.5]). None for any other metric."""
+    if metric.endswith("pass_rate"):
+        return 0.0, 1.0
+    if not (metric.startswith("eval/") and metric.endswith("/accuracy") or metric == "eval/accuracy"):
+        return None
+    from vigor_cli.rollout_core import reward_range
+    from vigor_cli.runs import read_config
+
+    ranges = []
+    for run in loaded:
+        try:
+            cfg = read_config(run.path)
+        except UserError:
+            return None
+        task, allocation = cfg.get("task") or {}, cfg.get("allocation") or {}
+        if task.get("name") != "custom":
+            ranges.append((0.0, 1.0))
+            continue
+        weights = task.get("reward_weights") or [1.0] * len(task.get("rewards") or [1])
+        ranges.append(reward_range(allocation.get("reward_range", "auto"), weights))
+    return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
+
+
+def check_target(loaded: list, metric: str, target: float) -> None:
+    """``--target`` within the metric's range (:func:`metric_range`), or one line saying it."""
+    span = metric_range(loaded, metric)
+    if span is not None and not span[0] <= target <= span[1]:
+        raise UserError(f"--target {target:g}: {metric} of these runs lies in [{span[0]:g}, {span[1]:g}]; "
+                        "give a target in that range")
+
+
 def target_rows(rows: list[dict], title: str, first_col: str, metric: str = "eval/accuracy") -> Any:
     from rich.table import Table
 
