@@ -192,3 +192,31 @@ def test_the_dry_run_says_what_each_function_will_get(funcs, data, vigor, monkey
     assert (f"reward everything ({funcs}:everything), weight 1: needs column word; gets prompts, completions, completion_ids "
             "(token ids), trainer_state (global_step, max_steps), log_metric, log_extra") in out
     assert "if present" not in out  # it said 'uses trainer_state if present' of what it never passed
+
+
+@pytest.mark.slow
+def test_the_trl_path_trains_with_trls_own_arguments_and_logs(funcs, tmp_path):
+    """One step of VigorGRPOTrainer (TRL's GRPOTrainer): a function that requires trainer_state and
+    completion_ids trains; what it logs reaches TRL's metrics and completions log, and vigor's
+    metrics.jsonl in the output directory."""
+    pytest.importorskip("trl")
+    from test_trainer import tiny_sets
+    from vigor_cli.integrations.trl import build_trainer
+    from vigor_cli.settings import build_config
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{w}=", "word": w}) + "\n" for w in ("ab", "abc", "x", "yz") * 4))
+    cfg = build_config(sets=tiny_sets(tmp_path, "trl", "task.name=custom", f"task.data={data}", "task.eval_sets=[]",
+                                      f"task.rewards=[{funcs}:everything, {funcs}:kwargs_only]",
+                                      "allocation.strategy=grpo", "train.steps=1"))
+    trainer, _, task = build_trainer(cfg, tmp_path / "out", use_cpu=True)
+    try:
+        trainer.train()
+    finally:
+        task.close()
+    [line] = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines() if "reward/mean" in x]
+    assert line["mean_len"] > 0 and "reward/everything/unscored" in line
+    assert trainer.state.log_history[0]["mean_len"] == pytest.approx(line["mean_len"])  # TRL's own log
+    assert len(trainer._logs["extra"]["first_id"]) == len(trainer._logs["completion"])
+    # TRL's own state: global_step 0 at the evaluation before training and step 1's rollouts, 1 after
+    assert {c["step"] for c in module_calls(funcs) if isinstance(c, dict)} == {0, 1}
