@@ -97,3 +97,46 @@ def test_the_worked_example_through_the_trl_path(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result["held_out"]) == {"0", "1", "2"} and result["rollouts"] > 0
     assert "rewards/custom_verifier/mean" in done.stdout + done.stderr
+
+
+def journey() -> tuple[list[list[str]], str]:
+    """The README's own-task journey: its commands (`vigor ...`, as pasted) and its Python block."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Your own task, end to end"):]
+    block = section[section.index("```bash") + len("```bash"):]
+    block = block[: block.index("```")]
+    joined = block.replace("\\\n", " ")
+    commands = [shlex.split(line) for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")]
+    python = section[section.index("```python") + len("```python"):]
+    return commands, python[: python.index("```")]
+
+
+@pytest.mark.slow
+def test_the_readme_journey_train_eval_report_export_load(tmp_path):
+    """Every command of README's "Your own task, end to end", in order, in a folder holding the
+    example (5 steps instead of 50: what is checked is that each command works and agrees):
+    eval --run writes the run's last evaluation again, the export evaluated on the set gives the
+    same numbers, and the Python block loads it in transformers with the run's rendering."""
+    import shutil
+
+    shutil.copytree(EXAMPLE, tmp_path / "examples" / "letter-count")
+    commands, python = journey()
+    assert [c[:2] for c in commands] == [["vigor", "train"], ["vigor", "eval"], ["vigor", "report"],
+                                         ["vigor", "report"], ["vigor", "export"], ["vigor", "eval"]]
+    outputs = []
+    for argv in commands:
+        argv = ["5" if a == "50" and argv[1] == "train" else a for a in argv]
+        if argv[1] == "eval" and "--run" not in argv:
+            argv += ["--output", "export-eval.json"]
+        done = subprocess.run([sys.executable, "-m", "vigor_cli", *argv[1:]], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, (argv, done.stderr[-3000:])
+        outputs.append(done.stdout + done.stderr)
+    last = json.loads((tmp_path / "runs" / "letters" / "eval" / "step-5.json").read_text())
+    assert json.loads((tmp_path / "letters-eval.json").read_text())["sets"] == last["sets"]
+    exported = json.loads((tmp_path / "export-eval.json").read_text())["sets"]["custom"]
+    assert exported["metrics"] == last["sets"]["custom"]["metrics"]
+    (tmp_path / "load.py").write_text(python)
+    done = subprocess.run([sys.executable, "load.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert re.search(r"\\boxed\{\d+\}", done.stdout), done.stdout

@@ -71,6 +71,19 @@ def _absolute(overrides: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def the_set(overrides: dict[str, Any], alone: bool = True) -> dict[str, Any]:
+    """The task flags of `vigor eval`: ``--eval-data`` is the set evaluated, else every row of
+    ``--data`` (a DatasetDict's test split); with ``alone`` (no run's config to keep), a held-out
+    set alone is enough (it is task.data too)."""
+    keys = dict(overrides)
+    if keys.get("task.data") and not keys.get("task.eval_data"):
+        keys["task.eval_data"] = keys["task.data"]
+    if alone and keys.get("task.eval_data") and not keys.get("task.data"):
+        keys["task.data"] = keys["task.eval_data"]
+        keys["task.name"] = keys.get("task.name") or "custom"
+    return keys
+
+
 def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], sets: list[str] | None,
                flags: dict[str, str], warn: Callable[[str], Any]) -> tuple[Target, Any]:
     """A run's checkpoint with the run's own config (the task flags and ``--set`` change it):
@@ -84,10 +97,10 @@ def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], set
     rundir = RunDir(run)
     ckpt = rundir.store.pick(checkpoint, warn)
     try:
-        cfg = build_config(tree=read_config(run), overrides=_absolute(overrides), sets=sets, flags=flags)
+        cfg = build_config(tree=read_config(run), overrides=_absolute(the_set(overrides, alone=False)), sets=sets, flags=flags)
     except ValueError as e:  # pydantic's message names the key
         raise UserError(f"--run {run}: {str(e).splitlines()[0]}") from None
-    changed = [k for k, v in overrides.items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
+    changed = [k for k, v in the_set(overrides, alone=False).items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
     source = f"the run's own settings, {run.name}/config.yaml" + (f"; changed: {', '.join(changed)}" if changed else "")
     desc = {"run": str(run), "checkpoint": ckpt.name, "name_or_path": cfg.model.name_or_path}
     return Target(cfg, str(ckpt), int(ckpt.name.removeprefix("step-")), desc, source, from_run=True), rundir
@@ -110,12 +123,7 @@ def model_target(model: str, adapter: Path | None, base: str | None, overrides: 
     if adapter is not None and not (adapter / "adapter_config.json").is_file():
         raise UserError(f"--adapter {adapter}: not a PEFT adapter directory (no adapter_config.json)")
     record = read_run_record(adapter if adapter is not None else folder) if (adapter or folder.is_dir()) else None
-    keys = dict(overrides)
-    if keys.get("task.data") and not keys.get("task.eval_data"):  # the set to evaluate: every row of --data
-        keys["task.eval_data"] = keys["task.data"]
-    if keys.get("task.eval_data") and not keys.get("task.data"):  # a held-out set alone is enough here
-        keys["task.data"] = keys["task.eval_data"]
-        keys["task.name"] = keys.get("task.name") or "custom"
+    keys = the_set(overrides)
     keys.update({"model.name_or_path": model, "model.lora.enabled": adapter is not None})
     if record is not None:
         keys["model.load_in_4bit"] = record["config"]["model"]["load_in_4bit"] and adapter is not None
