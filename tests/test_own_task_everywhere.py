@@ -114,6 +114,12 @@ def test_eval_of_the_exported_folder_on_the_users_set_gives_the_same_numbers(own
     assert ours["metrics"] == theirs["metrics"] and ours["accuracy"] == theirs["accuracy"]
     assert [s["completion"] for s in ours["samples"]] == [s["completion"] for s in theirs["samples"]]
     assert ours["metrics"]["rewards"]["reward/exact/unscored"] == theirs["metrics"]["rewards"]["reward/exact/unscored"]
+    # another set of rewards, no weights given: not the run's weights (two for one), every weight 1
+    code, _, err = vigor("eval", str(tmp_path / "model"), "--eval-data", str(task_files / "eval.jsonl"), "--reward",
+                         f"{task_files / 'rewards.py'}:boxed", "--output", str(tmp_path / "b.json"))
+    assert code == 0, err
+    boxed = json.loads((tmp_path / "b.json").read_text())["sets"]["custom"]
+    assert boxed["accuracy"] == theirs["metrics"]["rewards"]["reward/boxed/mean"]
 
 
 def test_eval_of_any_model_on_the_users_set_with_trains_flags(task_files, vigor, tmp_path):

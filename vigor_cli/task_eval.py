@@ -84,10 +84,28 @@ def the_set(overrides: dict[str, Any], alone: bool = True) -> dict[str, Any]:
     return keys
 
 
+def weights_kept(keys: dict[str, Any], tree: dict) -> dict[str, Any]:
+    """``--reward`` without ``--reward-weights`` on a run's (or an export's) settings: the run's
+    weights are kept when the rewards are the run's own (the same functions, in order), and
+    dropped (every weight 1, TRL's default) for other rewards."""
+    rewards, before = keys.get("task.rewards"), (tree.get("task") or {}).get("rewards") or []
+    if rewards is None or keys.get("task.reward_weights") is not None:
+        return keys
+
+    def same(spec: str) -> str:
+        head, sep, func = spec.rpartition(":")
+        return f"{os.path.realpath(head)}:{func}" if sep and head.endswith(".py") else spec
+
+    if [same(r) for r in rewards] != [same(r) for r in before]:
+        keys = {**keys, "task.reward_weights": []}
+    return keys
+
+
 def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], sets: list[str] | None,
                flags: dict[str, str], warn: Callable[[str], Any]) -> tuple[Target, Any]:
     """A run's checkpoint with the run's own config (the task flags and ``--set`` change it):
     the target, and the run (whose launch folder the evaluation works in)."""
+    from vigor_cli.export_card import absolute_from, map_paths
     from vigor_cli.runs import RunDir, read_config
     from vigor_cli.settings import build_config
 
@@ -96,11 +114,14 @@ def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], set
         raise UserError(f"--run {run}: not a run directory (no config.yaml)")
     rundir = RunDir(run)
     ckpt = rundir.store.pick(checkpoint, warn)
+    tree = read_config(run)
+    keys = _absolute(the_set(overrides, alone=False))
+    keys = weights_kept(keys, map_paths(tree, absolute_from(rundir.launch_dir() or Path.cwd())))
     try:
-        cfg = build_config(tree=read_config(run), overrides=_absolute(the_set(overrides, alone=False)), sets=sets, flags=flags)
+        cfg = build_config(tree=tree, overrides=keys, sets=sets, flags=flags)
     except ValueError as e:  # pydantic's message names the key
         raise UserError(f"--run {run}: {str(e).splitlines()[0]}") from None
-    changed = [k for k, v in the_set(overrides, alone=False).items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
+    changed = [k for k, v in keys.items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
     source = f"the run's own settings, {run.name}/config.yaml" + (f"; changed: {', '.join(changed)}" if changed else "")
     desc = {"run": str(run), "checkpoint": ckpt.name, "name_or_path": cfg.model.name_or_path}
     return Target(cfg, str(ckpt), int(ckpt.name.removeprefix("step-")), desc, source, from_run=True), rundir
@@ -128,7 +149,7 @@ def model_target(model: str, adapter: Path | None, base: str | None, overrides: 
     if record is not None:
         keys["model.load_in_4bit"] = record["config"]["model"]["load_in_4bit"] and adapter is not None
         tree = map_paths(record["config"], absolute_from(adapter if adapter is not None else folder))
-        cfg = build_config(tree=tree, overrides=keys, sets=sets, flags=flags)
+        cfg = build_config(tree=tree, overrides=weights_kept(_absolute(keys), tree), sets=sets, flags=flags)
         source = f"the run's settings, from {(adapter or folder) / 'vigor_run.json'}"
     else:
         path = DEFAULT_CONFIG if model == "tiny" else None  # as `vigor train --data` starts for this model
