@@ -75,7 +75,10 @@ def test_unscored_rollouts_are_counted_not_told_and_not_in_the_update(tmp_path, 
     assert m["reward/unscored"] > 0
     assert 0.0 <= m["reward/mean"] <= 1.0
     assert m["reward/grading_errors"] == 0  # the test's rewards return None, they never raise
-    assert set(k for k in m if k.startswith("reward/") and k.count("/") == 2) == {"reward/right/mean", "reward/short/mean"}
+    assert set(k for k in m if k.startswith("reward/") and k.count("/") == 2) == {
+        "reward/right/mean", "reward/short/mean", "reward/right/unscored", "reward/short/unscored"}
+    # per function, the Nones it returned: 'right' is None where the rollout is unscored, 'short' never
+    assert m["reward/right/unscored"] == m["reward/unscored"] and m["reward/short/unscored"] == 0
 
 
 def test_step_metrics_reward_mean_is_over_scored_rollouts(tmp_path):
