@@ -7,7 +7,8 @@
 - ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
 - ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
-- ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation;
+- ``code``: LiveCodeBench v6; by default problems before a contest date train (all tests),
+  later ones evaluate (``task.code_protocol``);
 - ``custom``: the user's own data (``task.data``, any format ``datasets`` holds) and reward
   functions (``task.rewards``: built-in verifiers by name, or ``file.py:func``).
 
@@ -144,9 +145,18 @@ def _math(cfg: Any, workers: int) -> Task:
     return MathTask(cfg)
 
 
-@register_task("code", kind="code", eval_sets={"lcb-v6": None},
+def _code_preview(cfg: Any) -> list[str]:
+    from vigor_cli.tasks.code_split import CODE_PROTOCOLS
+
+    protocol = CODE_PROTOCOLS[cfg.code_protocol]
+    date = f" (task.contest_date_split={cfg.contest_date_split})" if protocol.by_date else ""
+    return [f"code protocol {cfg.code_protocol}{date}: {protocol.summary}"]
+
+
+@register_task("code", kind="code", eval_sets={"lcb-v6": None}, preview=_code_preview,
                reads=("train_path", "data_dir", "eval_sets", "contest_date_start", "contest_date_end",
-                      "lcb_release", "allow_weak_sandbox", "code_reward"))
+                      "code_protocol", "contest_date_split", "lcb_release", "allow_weak_sandbox",
+                      "code_reward"))
 def _code(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.code_task import CodeTask
 

@@ -59,6 +59,11 @@ class Task(ABC):
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
 
+    def describe_data(self) -> list[str]:
+        """Lines `vigor train` prints about the task's data once loaded (e.g. the code task's
+        split of problems into training and evaluation)."""
+        return []
+
     def close(self) -> None:
         """Release worker pools."""
 
