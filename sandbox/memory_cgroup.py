@@ -147,6 +147,16 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
+def anonymous_bytes() -> int:
+    """The calling process's resident anonymous memory (``RssAnon``): what a child forked from it
+    shares and may copy on write, which its slot's limit adds to the job's memory."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) << 10
+    raise ValueError("/proc/self/status has no RssAnon")
+
+
 def _read_limit(path: str) -> int | None:
     with open(path) as f:
         text = f.read().strip()

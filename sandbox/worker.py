@@ -33,7 +33,6 @@ import errno
 import gc
 import importlib
 import json
-import mmap
 import os
 import select
 import signal
@@ -43,9 +42,10 @@ import tempfile
 import time
 
 from vigor_cli.sandbox import protocol, zygote
+from vigor_cli.sandbox.capture import Capture
 from vigor_cli.sandbox.child import READY_BYTE, import_prelude_modules
 from vigor_cli.sandbox.limits import Limits
-from vigor_cli.sandbox.memory_cgroup import SlotCgroup, find_parent
+from vigor_cli.sandbox.memory_cgroup import SlotCgroup, anonymous_bytes, find_parent
 
 PRELOADED_MODULES = (
     "array", "cmath", "dataclasses", "decimal", "encodings.idna", "enum", "fractions", "hashlib",
@@ -62,16 +62,6 @@ JOB_INODES = 4096
 """Files and directories a program may create in its job directory (a tmpfs per job)."""
 JOB_SUBDIRS = ("work", "tmp", "shm")
 """A job directory's folders: the program's own (cwd, HOME), its TMPDIR, its /dev/shm."""
-_READ_CHUNK = 1 << 16
-
-
-def _anonymous_bytes() -> int:
-    """This process's resident anonymous memory (``RssAnon``), which a fork shares."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) << 10
-    raise ValueError("/proc/self/status has no RssAnon")
 
 
 def _compile_filter() -> tuple[object | None, str]:
@@ -82,45 +72,6 @@ def _compile_filter() -> tuple[object | None, str]:
         return CompiledFilter(), ""
     except Exception as exc:  # ImportError (no pyseccomp/libseccomp), OSError
         return None, f"{type(exc).__name__}: {exc}"
-
-
-# --------------------------------------------------------------------------- capture buffers
-class _Capture:
-    """One output stream read into a fixed buffer: at most ``cap`` bytes are kept, one more
-    is read to know the cap was passed. The buffer (an anonymous mapping) is reused and
-    grows only to the largest cap asked for, so a program's output never grows the server
-    beyond the caps."""
-
-    def __init__(self) -> None:
-        self.buffer = mmap.mmap(-1, mmap.PAGESIZE)
-        self.cap = self.size = 0
-        self.over = False
-
-    def reset(self, cap: int) -> None:
-        if cap + 1 > len(self.buffer):
-            self.buffer.close()
-            self.buffer = mmap.mmap(-1, cap + 1)
-        self.cap, self.size, self.over = cap, 0, False
-
-    def read_from(self, fd: int) -> int:
-        """Read what is there: bytes read (0 at end of file), -1 if it would block."""
-        if self.size > self.cap:  # already over: read and drop
-            try:
-                return len(os.read(fd, _READ_CHUNK))
-            except BlockingIOError:
-                return -1
-        with memoryview(self.buffer) as view:
-            try:
-                got = os.readv(fd, [view[self.size:self.cap + 1]])
-            except BlockingIOError:
-                return -1
-        self.size += got
-        if self.size > self.cap:
-            self.over = True
-        return got
-
-    def view(self) -> memoryview:
-        return memoryview(self.buffer)[:min(self.size, self.cap)]
 
 
 # --------------------------------------------------------------------------- the server
@@ -192,7 +143,7 @@ class ForkServer:
             report["detail"].append(f"seccomp unavailable: {filter_error}")
         self.capabilities = report
         self.sweep = not report.get("landlock") and report.get("uid_switch")
-        self.stdout, self.stderr, self.status = _Capture(), _Capture(), _Capture()
+        self.stdout, self.stderr, self.status = Capture(), Capture(), Capture()
         self.runs = 0
         """Jobs run so far; the current job's id in the zygote's messages."""
         self.late_job: int | None = None
@@ -213,7 +164,7 @@ class ForkServer:
             return why
         try:
             self.cgroup = SlotCgroup(parent, f"slot-{self.uid}" if self.root else f"pid-{os.getpid()}")
-            self.inherited_bytes = _anonymous_bytes()
+            self.inherited_bytes = anonymous_bytes()
             self.cgroup.set_limit(self._cgroup_limit(Limits().memory_mb))
             self.oom_kills = self.cgroup.oom_kills()
         except (OSError, ValueError) as exc:

@@ -18,7 +18,6 @@ from vigor_cli.config import TaskConfig
 from vigor_cli.errors import UserError
 from vigor_cli.settings import build_config
 from vigor_cli.tasks import get_task, tiny_code
-from vigor_cli.tasks.base import Example
 from vigor_cli.tasks.code_split import CODE_PROTOCOLS, split_problems
 from vigor_cli.verifiers.hard_coding import quotes_outputs
 

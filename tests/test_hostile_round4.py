@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import textwrap
 import time
@@ -272,6 +273,18 @@ def test_aio_sync_and_file_locks_are_refused(cgroup_runs):
     found = json.loads(run.stdout)
     assert found == {name: "refused" for name in found}, found
     assert len(found) == 15
+
+
+def test_the_syscall_table_in_the_docs_names_every_refused_call():
+    from vigor_cli.sandbox import seccomp_filter
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "verifiers.md")) as f:
+        table = f.read().split("### The seccomp filter")[1].split("\n## ")[0]
+    named = set(re.findall(r"`([a-z_0-9]+)`", table))
+    refused = {*seccomp_filter._DENIED_OUTRIGHT, *seccomp_filter._SELF_ONLY_ARG0, *seccomp_filter._SELF_ONLY_ARG1}
+    assert refused <= named, sorted(refused - named)
+    assert {"F_GETLK", "F_SETLK", "F_SETLKW", "F_OFD_GETLK", "F_OFD_SETLK", "F_OFD_SETLKW",
+            "F_SETLEASE"} <= set(re.findall(r"`(F_[A-Z_]+)`", table))
 
 
 # =========================================================================== 3. the zygote

@@ -6,7 +6,6 @@ seed groups) is documented in :mod:`vigor_cli.report.curves`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, List, Optional
 

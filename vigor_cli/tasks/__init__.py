@@ -191,8 +191,10 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     from vigor_cli.config import TaskConfig
 
     entry = EVAL_SETS[benchmark]
+    # A window's start is where its held-out problems begin: the code task's split moves there
+    # (without one, evaluation is the default split's held-out side).
     given = {"data_dir": str(data_dir) if data_dir else None, "contest_date_start": date_start,
-             "contest_date_end": date_end}
+             "contest_date_end": date_end, "contest_date_split": date_start}
     # every given key is kept: one the task does not read is refused by its source check
     # (vigor_cli/preflight.py), never dropped
     cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if v is not None})
