@@ -36,13 +36,8 @@ def probe(settings: dict, workdir: str) -> dict:
             os._exit(0)
     os.close(write_fd)
     os.close(null)
-    data = b""
-    while chunk := os.read(read_fd, 4096):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
     try:
-        found = json.loads(data)
+        found = json.loads(_collect(read_fd, pid))
     except ValueError:
         found = {"detail": ["probe child crashed"]}
     report["detail"] += found.pop("detail", [])
@@ -172,9 +167,14 @@ def fork_fails(action: Callable[[], None]) -> str | None:
             os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:500])
         os._exit(0)
     os.close(write_fd)
-    why = b""
+    return _collect(read_fd, pid).decode("utf-8", "replace") or None
+
+
+def _collect(read_fd: int, pid: int) -> bytes:
+    """What a forked child wrote to the pipe until it closed it; then the child is reaped."""
+    data = b""
     while chunk := os.read(read_fd, 4096):
-        why += chunk
+        data += chunk
     os.close(read_fd)
     os.waitpid(pid, 0)
-    return why.decode("utf-8", "replace") or None
+    return data
