@@ -10,8 +10,9 @@ in-process harness grades wrong (``global`` in helpers, ``quit()``,
 last) behave here exactly as under ``python3 solution.py``.
 
 Before user code the child (forked by the worker's zygote, which never held a job's data):
-  0. joins its slot's memory cgroup, where there is one (``sandbox.memory_cgroup``), so
-     everything it holds from then on counts against the job's limit;
+  0. where the slot has a memory cgroup (``sandbox.memory_cgroup``) it was born in it, as
+     the zygote lives there: everything it holds counts against the job's limit; it makes
+     itself the process the kernel kills first for memory (the zygote never is);
   1. starts a new session (its own process group);
   2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
      memfd, and closes every other descriptor but the Landlock ruleset and the *ready* pipe;
@@ -58,8 +59,6 @@ import tempfile
 import threading
 import types
 
-from vigor_cli.sandbox.memory_cgroup import join
-
 STATUS_FD = 3
 READY_BYTE = b"\x01"
 """Written to the ready pipe once the child is confined, just before user code runs."""
@@ -85,6 +84,8 @@ holds a preallocated signal): the default (the machine's thread limit) let one j
 96 000 timers, 32 MiB of kernel memory no other limit counts."""
 _M_ARENA_MAX = -8
 """glibc's ``mallopt`` parameter for the number of malloc arenas."""
+_OOM_SCORE_ADJ_MAX = 1000
+"""The first process the kernel kills for memory: a program, never its zygote (-1000)."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -252,9 +253,13 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
     """Steps 1-6 above, in this (forked) process; returns the call arguments (or "") and the
     ready pipe's descriptor (or None). Raises on any failure: the caller must then exit
     without running anything."""
-    cgroup_fd = settings.get("cgroup_fd")
-    if cgroup_fd is not None:  # first: everything the child does from here on is counted
-        join(cgroup_fd)
+    in_cgroup = bool(settings.get("memory_cgroup"))
+    if in_cgroup:  # born in the slot's cgroup (the zygote's): the process it kills first
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, str(_OOM_SCORE_ADJ_MAX).encode())
+        finally:
+            os.close(fd)
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     args = ""
@@ -283,7 +288,7 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
                        "TMPDIR": tmpdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
     tempfile.tempdir = tmpdir  # the fork server asked tempfile before: it cached its own /tmp
-    _set_limits(limits, address_space=cgroup_fd is None)
+    _set_limits(limits, address_space=not in_cgroup)
     if settings.get("job_ipc"):  # still root: an IPC namespace of the job's own, sized to it
         from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
 

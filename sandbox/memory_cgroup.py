@@ -5,9 +5,10 @@ tmpfs files, page tables (65 000 sparse one-page mappings hold about 500 MiB of 
 other kernel memory escape it. A memory cgroup counts what the kernel charges to it: the
 program's anonymous memory, shared memory and tmpfs pages it touched, its page tables and
 the kernel objects it made. Where the host allows it, each fork server makes one cgroup for
-its slot (:class:`SlotCgroup`), every job's child joins it before anything else
-(:func:`join`), the limit is set before each job, and an out-of-memory kill there is the
-program's ``memory`` outcome. Then the address-space limit is no longer needed (thread stacks
+its slot (:class:`SlotCgroup`), its zygote joins it (:func:`join`) so that every job's
+child is born in it (moving each child in instead cost an RCU grace period per job), the
+limit is set before each job, and an out-of-memory kill there is the program's ``memory``
+outcome (the zygote makes itself unkillable for it, each child the first to go). Then the address-space limit is no longer needed (thread stacks
 are reserved, not used), and the child runs without one.
 
 Where it can live (:func:`find_parent`), for the process calling it:

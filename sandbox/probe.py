@@ -18,7 +18,6 @@ from typing import Callable
 
 from vigor_cli.sandbox.child import confine
 from vigor_cli.sandbox.limits import Limits
-from vigor_cli.sandbox.memory_cgroup import join
 
 
 def probe(settings: dict, workdir: str) -> dict:
@@ -74,7 +73,7 @@ def _probe_child(settings: dict, workdir: str, null: int, write_fd: int) -> None
         found["detail"].append(f"cannot list /proc: {exc}")
     if settings.get("landlock_fd") is not None:
         _probe_landlock(settings, workdir, found)
-    if settings.get("cgroup_fd") is not None:
+    if settings.get("memory_cgroup"):
         _probe_memory_cgroup(settings, found)
     if settings["seccomp"]:
         _probe_seccomp(found)
@@ -106,7 +105,7 @@ def _probe_landlock(settings: dict, workdir: str, found: dict) -> None:
 
 
 def _probe_memory_cgroup(settings: dict, found: dict) -> None:
-    """The child must be in its slot's memory cgroup (it joined it first of all)."""
+    """The child must be in its slot's memory cgroup (born there, as the zygote joined it)."""
     try:
         with open("/proc/self/cgroup") as f:
             lines = f.read().splitlines()
@@ -148,11 +147,6 @@ def job_ipc_fails() -> str | None:
     from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
 
     return fork_fails(lambda: enter_job_ipc_namespace(Limits().memory_mb))
-
-
-def cgroup_join_fails(procs_fd: int) -> str | None:
-    """Whether a child can join the slot's memory cgroup: None if it can, else why not."""
-    return fork_fails(lambda: join(procs_fd))
 
 
 def fork_fails(action: Callable[[], None]) -> str | None:

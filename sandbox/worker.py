@@ -20,11 +20,9 @@ Two processes per slot:
   signal it (another uid, seccomp, Landlock's signal scope, and pid 1 ignores SIGKILL from
   inside).
 
-Where the host allows it the slot has a memory cgroup (``sandbox.memory_cgroup``): each
-job's child joins it first, the server sets its limit per job and reads whether the kernel
-killed the program for it.
-
-Start-up cost is paid once per worker, not per test.
+Where the host allows it the slot has a memory cgroup (``sandbox.memory_cgroup``): the
+zygote joins it, so every job's child is born in it; the server sets its limit per job and
+reads whether the kernel killed the program for it.
 """
 
 from __future__ import annotations

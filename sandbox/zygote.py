@@ -30,8 +30,11 @@ import socket
 import time
 
 from vigor_cli.sandbox.child import run_child
-from vigor_cli.sandbox.probe import cgroup_join_fails, job_ipc_fails, probe
+from vigor_cli.sandbox.memory_cgroup import join
+from vigor_cli.sandbox.probe import job_ipc_fails, probe
 
+OOM_SCORE_ADJ_MIN = -1000
+"""The kernel's "never kill this one for memory"."""
 REPORT_WAIT_S = 10.0
 """How long the server waits for each answer of the zygote before the job is a sandbox error."""
 LATE_REPORT_WAIT_S = 20.0
@@ -93,13 +96,9 @@ def zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str
             mount_private_proc()
         except OSError as exc:
             detail.append(f"could not mount a private /proc: {exc}")
-    if settings.get("cgroup_fd") is not None:
-        why = cgroup_join_fails(settings["cgroup_fd"])
-        if why:
-            settings.pop("cgroup_fd")
-            detail.append(f"a child cannot join the memory cgroup ({why})")
-        else:
-            _children_killable(detail)
+    procs_fd = settings.pop("cgroup_fd", None)  # the slot cgroup's cgroup.procs, from the server
+    if procs_fd is not None:
+        settings["memory_cgroup"] = _enter_cgroup(procs_fd, detail)
     if settings.get("job_ipc"):
         why = job_ipc_fails()
         if why:
@@ -118,8 +117,7 @@ def zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str
         except OSError as exc:
             detail.append(f"Landlock unavailable: {exc}")
     report = probe(settings, probe_dir)
-    if not report["memory_cgroup"]:
-        settings.pop("cgroup_fd", None)  # children do not join it, and keep the address-space limit
+    settings["memory_cgroup"] = report["memory_cgroup"]  # else children keep the address-space limit
     report["detail"] = detail + report["detail"]
     report["landlock_abi"] = settings.get("landlock_abi", 0)
     report["job_ipc_namespace"] = bool(settings.get("job_ipc"))
@@ -130,16 +128,27 @@ def zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str
         ruleset.close()
 
 
-def _children_killable(detail: list[str]) -> None:
-    """Children inherit the zygote's OOM score adjustment: at -1000 (a trainer started that
-    way) the kernel could never kill a program for its memory cgroup's limit."""
+def _enter_cgroup(procs_fd: int, detail: list[str]) -> bool:
+    """Join the slot's memory cgroup (its ``cgroup.procs`` open at ``procs_fd``), so that
+    every child is born in it: a fork stays in its parent's cgroup, while moving each child
+    there cost a grace period of the kernel's RCU per job (a wait of milliseconds, more on a
+    loaded machine). Its children make themselves the first process the kernel kills for the
+    limit (``child.confine``); where it may (CAP_SYS_RESOURCE), the zygote also makes itself
+    one the kernel never kills (else, killed once nothing else is left to kill, its worker
+    ends and the pool replaces it). True if it joined."""
     try:
-        with open("/proc/self/oom_score_adj", "r+") as f:
-            if int(f.read()) <= -1000:
-                f.seek(0)
-                f.write("0")
-    except (OSError, ValueError) as exc:
-        detail.append(f"cannot make programs killable by the memory cgroup: {exc}")
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write(str(OOM_SCORE_ADJ_MIN))
+    except OSError:
+        pass  # no CAP_SYS_RESOURCE: see above
+    try:
+        join(procs_fd)
+        return True
+    except OSError as exc:
+        detail.append(f"the zygote cannot enter the memory cgroup ({exc})")
+        return False
+    finally:
+        os.close(procs_fd)
 
 
 def _serve(sock: socket.socket, settings: dict) -> None:

@@ -152,6 +152,16 @@ def test_memory_outside_the_address_space_fails_with_the_limit_named(cgroup_runs
     assert "memory limit 128 MiB" in run.detail
 
 
+def test_the_kernel_kills_the_program_never_its_zygote(cgroup_runs):
+    """The zygote lives in the slot's cgroup (its children are born there); each child makes
+    itself the first the kernel kills for the limit, so after the kills above the zygotes are
+    the ones the workers started with, and the next programs run."""
+    pool, _ = cgroup_runs
+    assert all(os.path.exists(f"/proc/{w.capabilities['zygote_pid']}") for w in pool._workers)
+    after = pool.run([Job(HONEST, b"10\n", LIMITS)] * 2)
+    assert [r.stdout for r in after] == [b"285\n"] * 2
+
+
 def test_a_thread_stack_of_half_a_gigabyte_runs_under_the_default_limit(cgroup_runs):
     run = cgroup_runs[1]["stack"]
     assert (run.outcome, run.stdout) == ("ok", b"4999950000\n"), (run.detail, run.stderr_head)
