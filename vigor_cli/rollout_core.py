@@ -23,6 +23,7 @@ from vigor_cli import grpo
 from vigor_cli.allocation.base import Allocator, Request
 from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import reward_components
+from vigor_cli.sandbox.pool import MEMORY_RLIMIT_ONLY
 from vigor_cli.tasks.base import Score
 
 
@@ -118,6 +119,8 @@ class Sample:
     tokens: int = -1
     """Completion tokens (-1: read from ``rollout.token_ids``)."""
     truncated: bool | None = None
+    details: dict = field(default_factory=dict)
+    """The score's details (a code task's: the isolation level, the signs of hard-coding)."""
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -196,7 +199,7 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
             reward = None if sc.reward is None else float(sc.reward)
             s = Sample(g.uid, g.rollout, reward, sc.reason, len(sizes), index=len(every[g.uid]),
                        components=sc.components, grading_error=sc.grading_error, extra=sc.extra,
-                       tokens=g.tokens, truncated=g.truncated)
+                       tokens=g.tokens, truncated=g.truncated, details=sc.details)
             every[g.uid].append(s)
             if reward is not None:
                 if not low <= reward <= high:
@@ -270,6 +273,7 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
         "completions/mean_length": tokens / len(every) if every else 0.0,
         "completions/max_length": max(lengths, default=0),
         "completions/truncated_frac": sum(bool(s.truncated) for s in every) / len(every) if every else 0.0,
+        **sandbox_metrics(every),
     }
 
 
@@ -277,3 +281,23 @@ def component_means(samples: Sequence[Any]) -> dict[str, float | int]:
     """Each reward function's ``reward/<name>/mean`` and ``reward/<name>/unscored`` over the
     samples' components (vigor_cli/report/metrics.reward_components)."""
     return reward_components([s.components for s in samples])
+def sandbox_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+    """For rollouts graded in the sandbox (a code task's): ``sandbox/isolation``, the level
+    the programs ran under (text, e.g. ``full`` or ``full, memory: rlimit only``), and
+    ``sandbox/memory_cgroup``, 1 when a memory cgroup bounded each program, 0 when rlimits
+    alone did. No keys for a step without one."""
+    level = next((s.details["isolation"] for s in samples if s.details.get("isolation")), None)
+    if level is None:
+        return {}
+    return {"sandbox/isolation": level, "sandbox/memory_cgroup": 0.0 if MEMORY_RLIMIT_ONLY in level else 1.0}
+
+
+def component_means(samples: Sequence[Sample]) -> dict[str, float]:
+    """``reward/<name>/mean`` over the non-None values of each reward function (a function
+    with no value this step has no key: a mean of nothing is not 0)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        for name, v in s.components.items():
+            if v is not None:
+                values[name].append(float(v))
+    return {f"reward/{name}/mean": sum(v) / len(v) for name, v in values.items()}

@@ -56,6 +56,8 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     task = get_task(cfg.task, workers=t.reward_workers)
     try:
         train_examples = task.train_examples()
+        for line in task.describe_data():  # e.g. the code task's split of problems
+            out.print(line, highlight=False, soft_wrap=True)
         check_against_data(cfg, len(train_examples))  # the rules that need the training-set size
         eval_sets = held_out_sets(cfg, task, t.eval_limit)
         tokenizer = load_tokenizer(cfg.model)

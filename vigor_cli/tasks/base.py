@@ -73,6 +73,11 @@ class Task(ABC):
         call (then cleared); none for a task without such functions."""
         return {}
 
+    def describe_data(self) -> list[str]:
+        """Lines `vigor train` prints about the task's data once loaded (e.g. the code task's
+        split of problems into training and evaluation)."""
+        return []
+
     def close(self) -> None:
         """Release worker pools."""
 
