@@ -277,10 +277,6 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
     }
 
 
-def component_means(samples: Sequence[Any]) -> dict[str, float | int]:
-    """Each reward function's ``reward/<name>/mean`` and ``reward/<name>/unscored`` over the
-    samples' components (vigor_cli/report/metrics.reward_components)."""
-    return reward_components([s.components for s in samples])
 def sandbox_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
     """For rollouts graded in the sandbox (a code task's): ``sandbox/isolation``, the level
     the programs ran under (text, e.g. ``full`` or ``full, memory: rlimit only``), and
@@ -292,12 +288,7 @@ def sandbox_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
     return {"sandbox/isolation": level, "sandbox/memory_cgroup": 0.0 if MEMORY_RLIMIT_ONLY in level else 1.0}
 
 
-def component_means(samples: Sequence[Sample]) -> dict[str, float]:
-    """``reward/<name>/mean`` over the non-None values of each reward function (a function
-    with no value this step has no key: a mean of nothing is not 0)."""
-    values: dict[str, list[float]] = defaultdict(list)
-    for s in samples:
-        for name, v in s.components.items():
-            if v is not None:
-                values[name].append(float(v))
-    return {f"reward/{name}/mean": sum(v) / len(v) for name, v in values.items()}
+def component_means(samples: Sequence[Any]) -> dict[str, float | int]:
+    """Each reward function's ``reward/<name>/mean`` and ``reward/<name>/unscored`` over the
+    samples' components (vigor_cli/report/metrics.reward_components)."""
+    return reward_components([s.components for s in samples])
