@@ -6,8 +6,9 @@ value is printed *literally*: rich never reads it as markup (``[/]`` in a comple
 ``MarkupError`` and stopped training at its completions table; ``runs/[exp1]`` printed as
 ``runs/``), and control characters never reach the terminal: the escape sequences a
 program writes to stderr (clear the screen, set the clipboard, a hidden hyperlink) are shown
-as ``\\x1b``. Use :func:`literal` for a table cell or a whole line, :func:`shown` for a piece
-of a line that also holds markup.
+as ``\\x1b``. Nor are emoji codes: a file named ``:ok:.py`` printed as ``🆗.py``, so both
+consoles are built with ``emoji=False``. Use :func:`literal` for a table cell or a whole
+line, :func:`shown` for a piece of a line that also holds markup.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 """Every control character but newline and tab (C0, DEL, C1), and lone surrogates (which

@@ -106,7 +106,9 @@ def _one_line(text: str) -> str:
 
 def _file_in_traceback(tb: Optional[TracebackType]) -> Optional[str]:
     """The file a failed decode was reading: the innermost frame that holds an open file or
-    a path to an existing regular file (decoding errors do not carry the file's name)."""
+    a path to an existing regular file (decoding errors do not carry the file's name). A
+    file that ships with vigor or Python (a bundled config an outer frame holds) is never
+    the one: a decode of the user's data failed, and that file would be named instead."""
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
@@ -116,8 +118,19 @@ def _file_in_traceback(tb: Optional[TracebackType]) -> Optional[str]:
             name = getattr(value, "name", None) if hasattr(value, "read") else value
             if isinstance(name, (str, os.PathLike)):
                 try:
-                    if Path(name).is_file():
+                    if Path(name).is_file() and not _shipped(Path(name)):
                         return str(name)
                 except (OSError, ValueError):
                     continue
     return None
+
+
+def _shipped(path: Path) -> bool:
+    """A file of vigor's package (its bundled configs, data and model) or of Python's."""
+    import sys
+
+    from vigor_cli.package_data import CONFIGS_DIR, PACKAGE_DIR  # imports nothing of vigor_cli's
+
+    resolved = path.resolve()
+    roots = {PACKAGE_DIR, CONFIGS_DIR, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    return any(resolved.is_relative_to(root) for root in roots)

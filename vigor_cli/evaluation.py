@@ -277,12 +277,16 @@ def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, ma
 
 def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
                   n: int, sampling: SamplingParams, step: int, shard: Shard | None = None) -> HeldOut:
-    """Every held-out set of a training run at ``step`` (both trainers call this)."""
-    if shard is None:
-        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+    """Every held-out set of a training run at ``step`` (both trainers call this); a user's
+    error (a reward function that failed) names the step."""
+    try:
+        if shard is None:
+            return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+                                  for name, exs in sets.items()})
+        return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
                               for name, exs in sets.items()})
-    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
-                          for name, exs in sets.items()})
+    except UserError as e:
+        raise UserError(f"step {step}: {e}") from None
 
 
 def eval_line(step: int, accuracy: float, sets: Mapping[str, float], samples: int, rollouts: int,

@@ -59,6 +59,14 @@ class Task(ABC):
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
 
+    def data_lines(self) -> list[str]:
+        """Lines saying what the task's data read, for the training output (none by default)."""
+        return []
+
+    def leave_out_of_training(self, uids: set[str]) -> None:
+        """The training prompts a run leaves out (longer than task.max_prompt_tokens): a task
+        whose held-out set is drawn from its training rows draws it from the others."""
+
     def close(self) -> None:
         """Release worker pools."""
 
