@@ -68,11 +68,11 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples))
 
 
-def fit_prompts(cfg: RunConfig, task: Any, tokenizer: Any,
+def fit_prompts(limit: int, task: Any, tokenizer: Any,
                 examples: list[Example]) -> tuple[dict[str, list[int]], list[int], int]:
     """The token ids of the prompts the model can take, by uid; the lengths of those longer
-    than task.max_prompt_tokens, and how many encode to no token at all (both left out: an
-    empty prompt gives the model nothing to continue)."""
+    than ``limit`` (task.max_prompt_tokens), and how many encode to no token at all (both
+    left out: an empty prompt gives the model nothing to continue)."""
     kept: dict[str, list[int]] = {}
     long: list[int] = []
     empty = 0
@@ -80,7 +80,7 @@ def fit_prompts(cfg: RunConfig, task: Any, tokenizer: Any,
         ids = encode_prompt(tokenizer, task.render_prompt(ex, tokenizer))
         if not ids:
             empty += 1
-        elif len(ids) > cfg.task.max_prompt_tokens:
+        elif len(ids) > limit:
             long.append(len(ids))
         else:
             kept[ex.uid] = ids
@@ -111,7 +111,7 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
     """The training prompts' token ids; prompts the model cannot take (:func:`fit_prompts`)
     are dropped with one warning line (``enough``: refuse when fewer than a step's prompts
     remain)."""
-    prompt_ids, long, empty = fit_prompts(cfg, task, tokenizer, train_examples)
+    prompt_ids, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, train_examples)
     examples = {ex.uid: ex for ex in train_examples if ex.uid in prompt_ids}
     warn(left_out_line("training prompts", len(train_examples), long, empty, cfg.task.max_prompt_tokens))
     if enough and len(examples) < cfg.train.prompts_per_step:
@@ -141,7 +141,7 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any) -> dict[str, list[E
         label = name or cfg.task.name
         exs = task.eval_examples(name)
         exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
-        kept, long, empty = fit_prompts(cfg, task, tokenizer, exs)
+        kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs)
         warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
         sets[label] = [ex for ex in exs if ex.uid in kept]
         if not sets[label]:
