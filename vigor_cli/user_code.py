@@ -182,6 +182,8 @@ class _Guard:
     def exit(self, label: str) -> None:
         with self._lock:
             self._done.set()  # no stop is sent after this
+        if self._watchdog is not None:
+            self._watchdog.join()
         deadline = time.monotonic() + 2.0
         while self.pending and time.monotonic() < deadline:  # one in flight: let it land here
             time.sleep(0.005)
