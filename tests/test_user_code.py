@@ -330,3 +330,44 @@ def test_a_call_that_ignores_every_stop_ends_the_process_in_one_line(tmp_path):
     assert proc.returncode == 2 and time.monotonic() - t0 < 60
     assert proc.stderr.strip().splitlines() == [
         "error: f did not return within 0.5 s, and ignored being stopped for 1 s; exiting"], proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
+    """`vigor train` in its own process, with rewards that start a thread (of a default kind,
+    sleeping 10 minutes), start a short non-daemon one, and close stdout: the run prints its
+    summary, names the non-daemon thread, and exits 0 without waiting for the long one."""
+    import json
+
+    (tmp_path / "r.py").write_text(textwrap.dedent('''
+        import sys, threading, time
+
+        def background(prompts, completions, **kwargs):
+            threading.Thread(target=time.sleep, args=(600,), name="forever").start()
+            return [0.0] * len(completions)
+
+        def on_purpose(prompts, completions, **kwargs):
+            threading.Thread(target=time.sleep, args=(2,), name="two-seconds", daemon=False).start()
+            return [0.0] * len(completions)
+
+        def closes(prompts, completions, **kwargs):
+            sys.stdout.close()
+            return [0.0] * len(completions)
+    '''))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{w}=", "word": w}) + "\n" for w in ("ab", "abc", "a", "b", "cd")))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--data", str(data), "--steps", "1",
+                           "--prompts-per-step", "2", "--output-dir", str(tmp_path / "runs"),
+                           "--set", "train.eval_limit=2", "--set", "sampling.max_new_tokens=2",
+                           *(a for f in ("background", "on_purpose", "closes") for a in ("--reward", f"{tmp_path}/r.py:{f}"))],
+                          capture_output=True, text=True, cwd=ROOT, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - t0 < 400
+    assert "held-out reward" in proc.stdout  # printed after the reward closed stdout
+    import re
+
+    assert re.search(rf"warning: reward function {re.escape(str(tmp_path))}/r.py:on_purpose left \d+ threads running "
+                     r"\('two-seconds', started with daemon=False\)", proc.stderr), proc.stderr
+    assert "forever" not in proc.stderr
