@@ -430,6 +430,12 @@ def test_dry_run_says_what_the_run_would_leave_out(vigor, tmp_path, no_model):
     assert code == 0, err
     assert "warning: left out 1 of 4 training prompts: 1 longer than task.max_prompt_tokens=64" in err
     assert "warning: left out 2 of 3 held-out prompts of set custom: 2 longer than task.max_prompt_tokens=64" in err
+    # kept, but too long for the model's 256 positions: said as the training prompts' are
+    code, out, err = vigor("train", "--data", files["data"], "--eval-data", files["eval"], "--reward", files["reward"],
+                           "--prompts-per-step", "2", "--set", "task.max_prompt_tokens=1000", "--dry-run")
+    assert code == 0, err
+    assert ("warning: 2 of 3 held-out prompts of set custom plus sampling.max_new_tokens=16 exceed the model's "
+            "context (256 tokens): their completions will be cut") in err
 
 
 def test_a_prompt_that_encodes_to_no_token_is_left_out():

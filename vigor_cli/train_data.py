@@ -129,13 +129,27 @@ def fitted_sets(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[
     those training left out)."""
     examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, enough)
     task.leave_out_of_training({ex.uid for ex in train_examples} - set(examples))
-    return examples, prompt_ids, held_out_sets(cfg, task, tokenizer)
+    return examples, prompt_ids, held_out_sets(cfg, task, tokenizer, model_context(cfg))
 
 
-def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any) -> dict[str, list[Example]]:
+def model_context(cfg: RunConfig) -> int | None:
+    """The longest prompt + completion the engine takes, before the weights load:
+    engine.max_model_len, else the model's max_position_embeddings (None: not known)."""
+    from vigor_cli.memory_plan import model_shape
+
+    if cfg.engine.max_model_len:
+        return int(cfg.engine.max_model_len)
+    try:
+        return model_shape(cfg.model).max_positions
+    except UserError:  # no config.json to read here (the memory plan said so already)
+        return None
+
+
+def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None = None) -> dict[str, list[Example]]:
     """The run's evaluation sets (train.eval_limit examples of each), without the prompts
     the model cannot take (:func:`fit_prompts`: an evaluation never spends time on a prompt
-    training would drop), each set that loses some saying so in one warning line."""
+    training would drop), each set that loses some saying so in one warning line, as does
+    each whose prompts with sampling.max_new_tokens pass the model's ``context``."""
     sets: dict[str, list[Example]] = {}
     for name in cfg.task.eval_sets or [None]:
         label = name or cfg.task.name
@@ -143,6 +157,11 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any) -> dict[str, list[E
         exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
         kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs)
         warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
+        over = sum(len(ids) + cfg.sampling.max_new_tokens > context for ids in kept.values()) if context else 0
+        if over:
+            warn(f"{over} of {len(kept)} held-out prompts of set {label} plus sampling.max_new_tokens="
+                 f"{cfg.sampling.max_new_tokens} exceed the model's context ({context} tokens): their completions "
+                 "will be cut; lower sampling.max_new_tokens or task.max_prompt_tokens")
         sets[label] = [ex for ex in exs if ex.uid in kept]
         if not sets[label]:
             raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
@@ -156,7 +175,6 @@ def dry_run_health(cfg: RunConfig) -> list[str]:
     reference answers' lengths (vigor_cli/health.py)."""
     from vigor_cli import health
     from vigor_cli.hub import HubUnavailable
-    from vigor_cli.memory_plan import model_shape
     from vigor_cli.models import load_tokenizer
     from vigor_cli.tasks import get_task
 
@@ -172,7 +190,6 @@ def dry_run_health(cfg: RunConfig) -> list[str]:
         except HubUnavailable as e:  # a held-out set only the hub has
             return [f"the checks before the first step read the evaluation data, which is not here: {e}"]
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
-        context = cfg.engine.max_model_len or model_shape(cfg.model).max_positions
-        return health.run_preflight(cfg, task, tokenizer, examples, prompts, context)
+        return health.run_preflight(cfg, task, tokenizer, examples, prompts, model_context(cfg))
     finally:
         task.close()
