@@ -126,11 +126,15 @@ def _file_in_traceback(tb: Optional[TracebackType]) -> Optional[str]:
 
 
 def _shipped(path: Path) -> bool:
-    """A file of vigor's package (its bundled configs, data and model) or of Python's."""
+    """A file of vigor's package (its bundled configs, data and model) or of Python's. The
+    configs are found as vigor_cli/package_data.py finds them (this module imports nothing
+    of the package's)."""
+    import importlib.util
     import sys
 
-    from vigor_cli.package_data import CONFIGS_DIR, PACKAGE_DIR  # imports nothing of vigor_cli's
-
+    roots = {Path(__file__).resolve().parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    spec = importlib.util.find_spec("vigor_cli.configs")
+    if spec is not None:
+        roots.update(Path(p).resolve() for p in spec.submodule_search_locations or [])
     resolved = path.resolve()
-    roots = {PACKAGE_DIR, CONFIGS_DIR, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     return any(resolved.is_relative_to(root) for root in roots)
