@@ -278,8 +278,8 @@ class _Stream:
             if self.saved is not None:
                 os.close(self.saved)
         current = getattr(sys, self.name)
-        if current is self.obj and not _closed(current):
-            return
+        if self.obj is None or (current is self.obj and not _closed(current)):
+            return  # unchanged (or there was none: no console)
         replacement = self.obj if not _closed(self.obj) else self._reopened()
         setattr(sys, self.name, replacement)
         if _closed(getattr(sys, f"__{self.name}__", None)):
@@ -291,9 +291,12 @@ class _Stream:
         if real is not None and real is not self.obj and not _closed(real):
             return real
         obj = self.obj
-        return open(self.fd, "w", encoding=getattr(obj, "encoding", None) or "utf-8",
-                    errors=getattr(obj, "errors", None) or "strict", closefd=False,
-                    buffering=1 if getattr(obj, "line_buffering", False) else -1)
+        try:
+            return open(self.fd, "w", encoding=getattr(obj, "encoding", None) or "utf-8",
+                        errors=getattr(obj, "errors", None) or "strict", closefd=False,
+                        buffering=1 if getattr(obj, "line_buffering", False) else -1)
+        except OSError:  # the descriptor is gone too, and could not be put back
+            return open(os.devnull, "w")
 
 
 def _identity(fd: int) -> tuple[int, int] | None:
