@@ -129,6 +129,21 @@ def signal_number(name):
     return getattr(signal, name)
 
 
+def exits_hard(prompts, completions, **kwargs):
+    os._exit(0)
+
+
+def changes_settings(prompts, completions, **kwargs):
+    import warnings
+
+    import torch
+
+    torch.set_grad_enabled(False)
+    torch.set_default_dtype(torch.float64)
+    warnings.simplefilter("error")
+    return [0.0] * len(completions)
+
+
 def takes_the_handlers(prompts, completions, **kwargs):
     import signal
 
@@ -159,6 +174,7 @@ def score(reward, **columns):
     ("interrupts", "raised KeyboardInterrupt (raised by the code itself, not a Ctrl-C) (functions.py, line 25)"),
     ("generator_exit", "raised GeneratorExit (functions.py, line 29)"),
     ("pops", "returned 1 values for 2 completions"),
+    ("exits_hard", "raised os._exit(0) called (it would have ended the process) (functions.py, line"),
 ])
 def test_whatever_a_reward_raises_is_one_line_naming_it(spec, name, said):
     with pytest.raises(UserError) as e:
@@ -221,6 +237,20 @@ def test_a_closed_real_stdout_is_reopened_on_its_descriptor():
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout == "after\n", proc.stderr[-2000:]
+
+
+def test_settings_a_script_would_change_are_put_back(spec):
+    """What a reward file written as a script changes of the process (no gradients, float64,
+    warnings as errors) would break the update after it: put back."""
+    import warnings
+
+    import torch
+
+    filters = list(warnings.filters)
+    score(spec("changes_settings"))
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+    assert warnings.filters == filters
+    assert os._exit is user_code._REAL_EXIT
 
 
 def test_the_working_directory_and_signal_handlers_are_put_back(spec):

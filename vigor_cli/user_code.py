@@ -16,8 +16,9 @@ a call into it behave as a call across a process boundary would, without leaving
   ends the process in that line (exit 2; checkpoints are written atomically, so a resume is
   safe, as after a kill). Enforced on the main thread, where vigor and TRL call rewards.
 - **What it changes is put back**: ``sys.stdout``/``sys.stderr`` (closed or replaced) and
-  file descriptors 1 and 2, the working directory (the run's paths may be relative), and the
-  SIGINT/SIGTERM handlers.
+  file descriptors 1 and 2, the working directory (the run's paths may be relative), the
+  SIGINT/SIGTERM handlers, the warning filters and torch's grad mode and default dtype; an
+  ``os._exit`` it calls raises instead, becoming its one line.
 - **Threads it starts do not keep the process alive**: a thread started inside the call
   without ``daemon=`` is a daemon thread (it inherits the flag from the thread that starts
   it, and the call runs marked as one); a non-daemon thread it asked for and left running is
@@ -49,6 +50,18 @@ RESEND_S = 1.0
 
 class CallTimedOut(BaseException):
     """Raised inside a call that ran past its time limit."""
+
+
+class ExitCalled(BaseException):
+    """``os._exit(code)`` called by the user's code inside a call: raised instead of ending the
+    process (``sys.exit`` raises SystemExit itself)."""
+
+    def __init__(self, code: Any):
+        self.code = code
+        super().__init__(code)
+
+
+_REAL_EXIT = os._exit
 
 
 _LEFT: list[tuple[threading.Thread, str]] = []
@@ -96,6 +109,8 @@ def raised(e: BaseException) -> str:
     called``, ``KeyboardInterrupt (raised by the code itself, not a Ctrl-C)``."""
     if isinstance(e, SystemExit):
         return f"SystemExit: sys.exit({'' if e.code is None else repr(e.code)}) called"
+    if isinstance(e, ExitCalled):
+        return f"os._exit({e.code!r}) called (it would have ended the process)"
     if type(e) is KeyboardInterrupt:
         return "KeyboardInterrupt (raised by the code itself, not a Ctrl-C)"
     text = str(e).strip()
@@ -167,6 +182,7 @@ class _Guard:
     # ---- entering and leaving
     def enter(self) -> None:
         self.cwd = _cwd()
+        self.settings = _Settings()
         self.stdio = [_Stream("stdout", 1), _Stream("stderr", 2)]
         self.threads = set(threading.enumerate())
         self.daemonic = _mark_daemon(threading.current_thread(), True)
@@ -194,6 +210,7 @@ class _Guard:
         if self.cwd is not None and _cwd() != self.cwd:
             with contextlib.suppress(OSError):
                 os.chdir(self.cwd)
+        self.settings.restore()
         for stream in self.stdio:
             stream.restore()
         _LEFT.extend((t, label) for t in threading.enumerate()
@@ -235,7 +252,44 @@ class _Guard:
         line = self.timeout_line(self.timeout or 0.0, "")
         with contextlib.suppress(OSError):
             os.write(2, f"error: {line}, and ignored being stopped for {STOP_GRACE_S:g} s; exiting\n".encode())
-        os._exit(EXIT_USER)
+        _REAL_EXIT(EXIT_USER)
+
+
+class _Settings:
+    """Process-wide settings a reward file may change as a script would (at its top:
+    ``torch.set_grad_enabled(False)``, ``warnings.simplefilter("error")``) and that would
+    break the trainer after it: saved before the call, put back after; ``os._exit`` on the
+    calling thread raises :class:`ExitCalled` during the call (a child process it forks exits
+    as usual)."""
+
+    def __init__(self) -> None:
+        import warnings
+
+        self.filters = list(warnings.filters)
+        torch = sys.modules.get("torch")
+        self.torch = (torch.is_grad_enabled(), torch.get_default_dtype()) if torch is not None else (True, None)
+        pid, thread = os.getpid(), threading.get_ident()
+
+        def exit_called(code: int) -> None:
+            if os.getpid() != pid or threading.get_ident() != thread:
+                _REAL_EXIT(code)
+            raise ExitCalled(code)
+
+        os._exit = exit_called
+
+    def restore(self) -> None:
+        import warnings
+
+        os._exit = _REAL_EXIT
+        if warnings.filters != self.filters:
+            warnings.resetwarnings()  # (marks the filters changed, as warnings' own functions do)
+            warnings.filters[:] = self.filters
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            grad, dtype = self.torch
+            torch.set_grad_enabled(grad)
+            if dtype is not None and torch.get_default_dtype() != dtype:
+                torch.set_default_dtype(dtype)
 
 
 def _cwd() -> str | None:
