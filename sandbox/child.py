@@ -10,13 +10,17 @@ in-process harness grades wrong (``global`` in helpers, ``quit()``,
 last) behave here exactly as under ``python3 solution.py``.
 
 Before user code the child (forked by the worker's zygote, which never held a job's data):
+  0. where the slot has a memory cgroup (``sandbox.memory_cgroup``) it was born in it, as
+     the zygote lives there: everything it holds counts against the job's limit; it makes
+     itself the process the kernel kills first for memory (the zygote never is);
   1. starts a new session (its own process group);
   2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
      memfd, and closes every other descriptor but the Landlock ruleset and the *ready* pipe;
   3. enters its job directory (on a fresh capped tmpfs per job), scrubs the environment and
      points ``TMPDIR`` (and ``tempfile``, which the fork server had already asked) at the
      job's private temp folder;
-  4. sets rlimits: CPU, address space (own size + headroom), stack (the hard limit left open,
+  4. sets rlimits: CPU, address space (own size + headroom; in a memory cgroup, which counts
+     what is used, plus ``Limits.reserve_mb`` for what is only reserved), stack (the hard limit left open,
      as competitive programs raise it), file size, open files, processes (counted per uid:
      each pool slot has its own), queued signals (which bound POSIX timers), no core dumps;
      one malloc arena (threads do not each reserve 64 MiB of the address space);
@@ -80,6 +84,8 @@ holds a preallocated signal): the default (the machine's thread limit) let one j
 96 000 timers, 32 MiB of kernel memory no other limit counts."""
 _M_ARENA_MAX = -8
 """glibc's ``mallopt`` parameter for the number of malloc arenas."""
+_OOM_SCORE_ADJ_MAX = 1000
+"""The first process the kernel kills for memory: a program, never its zygote (-1000)."""
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 
@@ -128,7 +134,8 @@ def _own_address_space_bytes() -> int:
     return pages * resource.getpagesize()
 
 
-def _set_limits(limits: dict) -> None:
+def _set_limits(limits: dict, address_space: bool = True) -> None:
+    """The rlimits of step 4; ``address_space``: RLIMIT_AS is the memory limit (no cgroup)."""
     mb = 1024 * 1024
     cpu = int(limits["cpu_limit_s"])
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -144,8 +151,11 @@ def _set_limits(limits: dict) -> None:
     # common idiom of recursive solutions, and the address-space limit bounds the stack anyway.
     stack = limits["stack_mb"] * mb
     resource.setrlimit(resource.RLIMIT_STACK, (stack, resource.RLIM_INFINITY))
-    address_space = _own_address_space_bytes() + limits["memory_mb"] * mb
-    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    # Without a memory cgroup the address space is the memory limit (what is reserved counts,
+    # not what is used); with one it only bounds reservations, beyond the memory limit.
+    reserve = 0 if address_space else limits.get("reserve_mb", 0)
+    size = _own_address_space_bytes() + (limits["memory_mb"] + reserve) * mb
+    resource.setrlimit(resource.RLIMIT_AS, (size, size))
 
 
 def _drop_privileges(uid: int) -> None:
@@ -243,6 +253,13 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
     """Steps 1-6 above, in this (forked) process; returns the call arguments (or "") and the
     ready pipe's descriptor (or None). Raises on any failure: the caller must then exit
     without running anything."""
+    in_cgroup = bool(settings.get("memory_cgroup"))
+    if in_cgroup:  # born in the slot's cgroup (the zygote's): the process it kills first
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, str(_OOM_SCORE_ADJ_MAX).encode())
+        finally:
+            os.close(fd)
     os.setsid()
     libc = ctypes.CDLL(None, use_errno=True)
     args = ""
@@ -271,7 +288,7 @@ def confine(fds: dict, workdir: str, limits: dict, settings: dict,
     os.environ.update({"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir,
                        "TMPDIR": tmpdir, "LANG": "C.UTF-8", "PYTHONIOENCODING": "utf-8"})
     tempfile.tempdir = tmpdir  # the fork server asked tempfile before: it cached its own /tmp
-    _set_limits(limits)
+    _set_limits(limits, address_space=not in_cgroup)
     if settings.get("job_ipc"):  # still root: an IPC namespace of the job's own, sized to it
         from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
 

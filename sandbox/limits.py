@@ -18,9 +18,11 @@ running at once share one."""
 class Limits:
     """What one run of an untrusted program may use.
 
-    The memory limit is *headroom*: the child's address-space limit is its own
-    size right after the fork plus this many MiB, so a large fork server never
-    leaves the program with no room (the upstream harness's absolute limit did).
+    The memory limit is *headroom*: what the program may add to what it starts with, so a
+    large fork server never leaves the program with no room (the upstream harness's
+    absolute limit did). Where the slot has a memory cgroup (``sandbox.memory_cgroup``) it
+    counts everything the program holds (shared memory, tmpfs files, page tables); elsewhere
+    it is the address-space limit (RLIMIT_AS) over the child's size right after the fork.
     """
 
     timeout_s: float = 6.0
@@ -28,7 +30,12 @@ class Limits:
     cpu_s: float | None = None
     """CPU-time limit (RLIMIT_CPU); None: the wall-clock limit rounded up, plus one second."""
     memory_mb: int = 512
-    """Address space the program may add on top of the child's size at fork (RLIMIT_AS)."""
+    """Memory the program may add on top of the child's size at fork: counted by its memory
+    cgroup where there is one, else as address space (RLIMIT_AS)."""
+    reserve_mb: int = 1024
+    """With a memory cgroup: address space the program may reserve beyond ``memory_mb``
+    without using it (thread stacks, sparse arrays); past it an allocation fails at once
+    (MemoryError) instead of filling the cgroup until the kernel kills the program."""
     stack_mb: int = 256
     """Stack limit (RLIMIT_STACK) for deep recursion; counted inside the address space."""
     file_size_mb: int = 16

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import vigor_cli
 from vigor_cli.sandbox import protocol
 from vigor_cli.sandbox.limits import SANDBOX_UID_BASE, Limits
-from vigor_cli.sandbox.values import parse_json
+from vigor_cli.sandbox.values import encodable, parse_json
 
 # The folder that holds the vigor_cli package (a checkout or site-packages).
 _PACKAGE_PARENT = str(Path(vigor_cli.__file__).resolve().parents[1])
@@ -74,10 +74,22 @@ def claim_uid_block(base: int) -> tuple[int, int | None]:
     raise SandboxError(f"every block of sandbox uids from {base} is held by another pool")
 
 
+MEMORY_RLIMIT_ONLY = "memory: rlimit only"
+"""What the isolation level adds where no memory cgroup bounds a program (``sandbox.memory_cgroup``):
+its address-space limit does not count System V shared memory, tmpfs files or page tables."""
+
+
+def missing_layers(capabilities: dict) -> list[str]:
+    """The :data:`ISOLATION_LAYERS` a pool (or worker) lacks."""
+    return [layer for layer in ISOLATION_LAYERS if not capabilities.get(layer)]
+
+
 def isolation_level(capabilities: dict) -> str:
-    """'full', or 'weak (no landlock, no pid_namespace)' naming the missing layers."""
-    missing = [layer for layer in ISOLATION_LAYERS if not capabilities.get(layer)]
-    return "full" if not missing else "weak (no " + ", no ".join(missing) + ")"
+    """'full', or 'weak (no landlock, no pid_namespace)' naming the missing layers; either
+    followed by ', memory: rlimit only' where no memory cgroup bounds each program."""
+    missing = missing_layers(capabilities)
+    level = "full" if not missing else "weak (no " + ", no ".join(missing) + ")"
+    return level if capabilities.get("memory_cgroup") else f"{level}, {MEMORY_RLIMIT_ONLY}"
 
 
 def usable_cpus() -> int:
@@ -138,8 +150,9 @@ class RunResult:
 
     def clean(self, text: str) -> str:
         """``text`` the program produced (a line of its output, a returned value) as a
-        verdict may quote it: without the grader's paths (:func:`clean_text`)."""
-        return clean_text(text, self.base_dir)
+        verdict may quote it: without the grader's paths (:func:`clean_text`), encodable
+        (``values.encodable``)."""
+        return encodable(clean_text(text, self.base_dir))
 
     @property
     def stderr_head(self) -> str:
@@ -229,12 +242,16 @@ def _classify(reply: dict, limits: Limits, base_dir: str | None = None) -> RunRe
     )
     if "value" in status:
         result.value, result.has_value = status["value"], True
-    if "unserialisable" in status:
-        result.unserialisable = str(status["unserialisable"])[:100]
+    if "unserialisable" in status:  # a program can write this field: its text, made encodable
+        result.unserialisable = encodable(str(status["unserialisable"])[:100])
     tail = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
     cpu_limit = limits.cpu_limit_s()
     if not reply.get("confined"):  # the child never said it was confined: no program ran
         result.outcome, result.detail = "sandbox_error", "the child could not confine itself"
+    elif reply.get("oom_killed"):
+        result.outcome = "memory"
+        result.detail = (f"memory limit {limits.memory_mb} MiB (its memory cgroup counts shared "
+                         "memory, tmpfs files and page tables)")
     elif reply["timed_out"]:
         result.outcome, result.detail = "timeout", f"wall-clock limit {limits.timeout_s:g} s"
     elif reply["output_limited"]:
@@ -301,7 +318,8 @@ class SandboxPool:
     so nothing scoped to a uid (process counts, priorities, signals) is shared between
     programs running at the same time, in this pool or any other. ``disable``: layers to leave off
     (for tests and diagnosis: "landlock", "seccomp", "pid_namespace", "ipc_per_job",
-    "job_tmpfs"); the pool then reports a weak isolation level.
+    "job_tmpfs"; the pool then reports a weak isolation level; "memory_cgroup": memory bounded
+    by rlimits only, as where the host allows no cgroup).
     Not thread-safe by design beyond a lock: calls from several threads run one
     after another.
     """
@@ -324,15 +342,16 @@ class SandboxPool:
         self.capabilities = dict(self._workers[0].capabilities)
         self.capabilities["uids"] = [w.uid for w in self._workers]
         for worker in self._workers[1:]:  # the weakest slot sets the level
-            for layer in ISOLATION_LAYERS:
+            for layer in (*ISOLATION_LAYERS, "memory_cgroup"):
                 self.capabilities[layer] = self.capabilities.get(layer) and worker.capabilities.get(layer)
         self.isolation = isolation_level(self.capabilities)
         _warn_once_if_degraded(self.capabilities)
 
     @property
     def isolated(self) -> bool:
-        """True when every isolation layer is active (``isolation == "full"``)."""
-        return self.isolation == "full"
+        """True when every isolation layer is active (the level starts with "full"; memory
+        bounded by rlimits only is said, not refused)."""
+        return not missing_layers(self.capabilities)
 
     # ------------------------------------------------------------------ running
     def run_one(self, job: Job) -> RunResult:

@@ -27,6 +27,13 @@ action is ALLOW; the rules deny, with an errno the program sees as an
   port rules held 300 MiB of kernel memory). System V objects are bounded by the IPC
   namespace's limits instead (``namespace.limit_system_v``), POSIX timers by the child's
   ``RLIMIT_SIGPENDING``;
+* effects on the whole machine, and channels between programs graded at once: the AIO
+  family (``io_setup``, ``io_submit``, ``io_getevents``, ``io_pgetevents``, ``io_cancel``,
+  ``io_destroy``: ``io_setup`` takes from the machine-wide ``fs.aio-max-nr``), ``sync`` and
+  ``syncfs`` (writeback of every file system), and every file lock (``flock``; ``fcntl``
+  ``F_GETLK``/``F_SETLK``/``F_SETLKW``, their open-file-description forms, ``F_SETLEASE``): a
+  lock on a file two slots can open (a standard-library module, ``/dev/null``) is a bit
+  one program shows another;
 * the machine: ``mount`` and the new mount API (``fsopen``, ``fsconfig``, ``fsmount``,
   ``fspick``, ``move_mount``, ``open_tree``, ``mount_setattr``), ``umount2``, ``unshare``,
   ``setns``, ``reboot``,
@@ -101,6 +108,18 @@ _DENIED_OUTRIGHT = (
     "move_mount",
     "open_tree",
     "mount_setattr",
+    # machine-wide effects: the AIO family takes from one quota the whole machine shares
+    # (io_setup(65536) left the host none), sync/syncfs start writeback of every file system,
+    # and a lock on a file two programs can both open is a channel between them
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
+    "sync",
+    "syncfs",
+    "flock",
 )
 
 _UNIFIED_NUMBERS = {
@@ -127,6 +146,9 @@ _PRIO_PROCESS, _IOPRIO_WHO_PROCESS = 0, 1
 """...and whose first argument says what kind of target: only a process (never a process
 group or a whole uid, which ``who == 0`` would make every program of the same uid)."""
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ = 8, 10, 15, 1031
+_FCNTL_LOCKS = (5, 6, 7, 36, 37, 38, 1024)
+"""F_GETLK, F_SETLK, F_SETLKW (record locks: ``lockf``), F_OFD_GETLK, F_OFD_SETLK,
+F_OFD_SETLKW (open file description locks) and F_SETLEASE: with ``flock``, every lock."""
 _SOL_SOCKET = 1
 _SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
 """SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE."""
@@ -154,7 +176,7 @@ def build_filter(own_pid: int):
         filt.add_rule(deny, name, sc.Arg(1, sc.NE, 0))
     filt.add_rule(deny, "setpriority", sc.Arg(0, sc.NE, _PRIO_PROCESS))
     filt.add_rule(deny, "ioprio_set", sc.Arg(0, sc.NE, _IOPRIO_WHO_PROCESS))
-    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ):
+    for command in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ, *_FCNTL_LOCKS):
         filt.add_rule(deny, "fcntl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, command))
     for option in _SOCKET_BUFFER_OPTIONS:
         filt.add_rule(deny, "setsockopt", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, _SOL_SOCKET),

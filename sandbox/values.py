@@ -9,7 +9,9 @@ stack), and ``==`` between two nested lists recurses the same way. So:
   what is at most :data:`MAX_DEPTH` deep; it never raises: ``(value, None)`` or
   ``(None, why not)``;
 * :func:`json_equal` compares two JSON values with an explicit stack (Python's ``==`` on
-  every leaf, so ``1 == 1.0 == True`` as LiveCodeBench's ``==`` has it); it never raises.
+  every leaf, so ``1 == 1.0 == True`` as LiveCodeBench's ``==`` has it); it never raises;
+* :func:`encodable` is a program's text as a verdict may hold it: a lone surrogate (JSON's
+  ``"\\ud800"`` read back) is written as its escape, so no writer of verdicts fails on it.
 """
 
 from __future__ import annotations
@@ -91,3 +93,13 @@ def json_equal(a: object, b: object) -> bool:
             except Exception:  # noqa: BLE001 - a leaf that cannot be compared is unequal
                 return False
     return True
+
+
+def encodable(text: str) -> str:
+    """``text`` with each character UTF-8 cannot encode (a lone surrogate) written as its
+    escape (``\\ud800``); text without one is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

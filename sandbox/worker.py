@@ -14,25 +14,23 @@ Two processes per slot:
   attributes or its inode count, reaches the next job), removes the System V objects the
   job made, and answers with plain data. Whether the child confined itself it learns from
   one byte on a pipe the child closes before user code runs (never from an exit code).
-* the **zygote** is forked by the server before any job, so it never held a job's source,
-  input or output; it is the init (pid 1) of the slot's own PID namespace and mounts a
-  procfs there that shows each program only itself. Per job it receives descriptors and
-  limits (never data), forks the child (``sandbox.child``), passes its pidfd to the server,
-  reaps it and reports its exit status and resource usage. A program cannot signal it
-  (another uid, seccomp, Landlock's signal scope, and pid 1 ignores SIGKILL from inside).
+* the **zygote** (``sandbox.zygote``) is forked by the server before any job, so it never
+  held a job's source, input or output; the init of the slot's PID namespace, it forks one
+  child per job and reports its exit, every message naming the job. A program cannot
+  signal it (another uid, seccomp, Landlock's signal scope, and pid 1 ignores SIGKILL from
+  inside).
 
-Start-up cost is paid once per worker, not per test.
+Where the host allows it the slot has a memory cgroup (``sandbox.memory_cgroup``): the
+zygote joins it, so every job's child is born in it; the server sets its limit per job and
+reads whether the kernel killed the program for it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import fcntl
 import gc
 import importlib
 import json
-import mmap
 import os
 import select
 import signal
@@ -41,9 +39,11 @@ import sys
 import tempfile
 import time
 
-from vigor_cli.sandbox import protocol
-from vigor_cli.sandbox.child import READY_BYTE, confine, import_prelude_modules, run_child
+from vigor_cli.sandbox import protocol, zygote
+from vigor_cli.sandbox.capture import Capture
+from vigor_cli.sandbox.child import READY_BYTE, import_prelude_modules
 from vigor_cli.sandbox.limits import Limits
+from vigor_cli.sandbox.memory_cgroup import SlotCgroup, anonymous_bytes, find_parent
 
 PRELOADED_MODULES = (
     "array", "cmath", "dataclasses", "decimal", "encodings.idna", "enum", "fractions", "hashlib",
@@ -60,8 +60,6 @@ JOB_INODES = 4096
 """Files and directories a program may create in its job directory (a tmpfs per job)."""
 JOB_SUBDIRS = ("work", "tmp", "shm")
 """A job directory's folders: the program's own (cwd, HOME), its TMPDIR, its /dev/shm."""
-_READ_CHUNK = 1 << 16
-_ZYGOTE_REPORT_S = 10.0
 
 
 def _compile_filter() -> tuple[object | None, str]:
@@ -72,268 +70,6 @@ def _compile_filter() -> tuple[object | None, str]:
         return CompiledFilter(), ""
     except Exception as exc:  # ImportError (no pyseccomp/libseccomp), OSError
         return None, f"{type(exc).__name__}: {exc}"
-
-
-# --------------------------------------------------------------------------- capture buffers
-class _Capture:
-    """One output stream read into a fixed buffer: at most ``cap`` bytes are kept, one more
-    is read to know the cap was passed. The buffer (an anonymous mapping) is reused and
-    grows only to the largest cap asked for, so a program's output never grows the server
-    beyond the caps."""
-
-    def __init__(self) -> None:
-        self.buffer = mmap.mmap(-1, mmap.PAGESIZE)
-        self.cap = self.size = 0
-        self.over = False
-
-    def reset(self, cap: int) -> None:
-        if cap + 1 > len(self.buffer):
-            self.buffer.close()
-            self.buffer = mmap.mmap(-1, cap + 1)
-        self.cap, self.size, self.over = cap, 0, False
-
-    def read_from(self, fd: int) -> int:
-        """Read what is there: bytes read (0 at end of file), -1 if it would block."""
-        if self.size > self.cap:  # already over: read and drop
-            try:
-                return len(os.read(fd, _READ_CHUNK))
-            except BlockingIOError:
-                return -1
-        with memoryview(self.buffer) as view:
-            try:
-                got = os.readv(fd, [view[self.size:self.cap + 1]])
-            except BlockingIOError:
-                return -1
-        self.size += got
-        if self.size > self.cap:
-            self.over = True
-        return got
-
-    def view(self) -> memoryview:
-        return memoryview(self.buffer)[:min(self.size, self.cap)]
-
-
-# --------------------------------------------------------------------------- the zygote
-def _probe(settings: dict, workdir: str) -> dict:
-    """Fork a throw-away child, confine it as a job's child is confined, and check that each
-    layer bites. Runs in the zygote."""
-    report: dict = {"uid_switch": False, "seccomp": False, "landlock": False,
-                    "pid_namespace": False, "detail": []}
-    read_fd, write_fd = os.pipe()
-    null = os.open(os.devnull, os.O_RDWR)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            _probe_child(settings, workdir, null, write_fd)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.close(null)
-    data = b""
-    while chunk := os.read(read_fd, 4096):
-        data += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    try:
-        found = json.loads(data)
-    except ValueError:
-        found = {"detail": ["probe child crashed"]}
-    report["detail"] += found.pop("detail", [])
-    report.update(found)
-    return report
-
-
-def _probe_child(settings: dict, workdir: str, null: int, write_fd: int) -> None:
-    """The probe's child: confine, test each layer, write what it found (as JSON) to fd 3."""
-    found: dict = {"detail": []}
-    pipe_inode = os.fstat(write_fd).st_ino
-    fds = {"stdin": null, "stdout": null, "stderr": null, "status": write_fd}
-    limits = {"cpu_limit_s": 5, "file_size_mb": 1, "open_files": 64, "stack_mb": 64,
-              "memory_mb": 256}
-    try:
-        confine(fds, workdir, limits, settings)
-    except BaseException as exc:
-        found["detail"].append(f"confinement failed: {type(exc).__name__}: {exc}")
-        for fd in (3, write_fd):
-            try:
-                if os.fstat(fd).st_ino == pipe_inode:
-                    os.write(fd, json.dumps(found).encode())
-                    break
-            except OSError:
-                pass
-        return
-    if settings["drop_uid"]:
-        found["uid_switch"] = os.getuid() == settings["uid"] == os.geteuid()
-    found["stdlib_readable"] = os.access(os.path.dirname(os.__file__), os.R_OK | os.X_OK)
-    try:
-        pids = [p for p in os.listdir("/proc") if p.isdigit()]
-        found["pid_namespace"] = os.getppid() == 1 and pids == [str(os.getpid())]
-    except OSError as exc:
-        found["detail"].append(f"cannot list /proc: {exc}")
-    if settings.get("landlock_fd") is not None:
-        _probe_landlock(settings, workdir, found)
-    if settings["seccomp"]:
-        _probe_seccomp(found)
-    os.write(3, json.dumps(found).encode())
-
-
-def _probe_landlock(settings: dict, workdir: str, found: dict) -> None:
-    """Landlock must deny reading the project and writing outside the job, and allow the rest."""
-    denied = 0
-    for path, mode in ((settings["landlock_probe"], "rb"), (settings["landlock_probe_write"], "wb")):
-        try:
-            open(path, mode).close()
-            if mode == "wb":
-                os.unlink(path)
-        except PermissionError:
-            denied += 1
-        except OSError:
-            pass
-    try:
-        open(os.__file__, "rb").close()
-        open(os.path.join(workdir, "probe"), "wb").close()
-        readable = True
-    except OSError as exc:
-        readable = False
-        found["detail"].append(f"Landlock hides what programs need: {exc}")
-    found["landlock"] = denied == 2 and readable
-    if denied != 2:
-        found["detail"].append("Landlock loaded but did not deny a read or a write")
-
-
-def _probe_seccomp(found: dict) -> None:
-    """The seccomp filter must deny a socket and a fork."""
-    denied = 0
-    try:
-        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-    except PermissionError:
-        denied += 1
-    try:
-        child = os.fork()
-        if child == 0:
-            os._exit(0)
-        os.waitpid(child, 0)
-    except PermissionError:
-        denied += 1
-    found["seccomp"] = denied == 2
-    if denied != 2:
-        found["detail"].append("seccomp filter loaded but did not deny socket/fork")
-
-
-def _zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str) -> None:
-    """The zygote's life: set up /proc and Landlock, report, then fork one child per request."""
-    ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the server
-    sock = _high_fd_socket(sock)
-    settings = dict(settings, parent_pid=os.getpid())
-    detail: list[str] = []
-    pid_namespace = os.getpid() == 1
-    if pid_namespace:
-        try:
-            from vigor_cli.sandbox.namespace import mount_private_proc
-
-            mount_private_proc()
-        except OSError as exc:
-            detail.append(f"could not mount a private /proc: {exc}")
-    if settings.get("job_ipc"):
-        why = _job_ipc_fails()
-        if why:
-            settings["job_ipc"] = False
-            detail.append(f"no IPC namespace per job ({why}): System V objects are removed "
-                          "after each job instead")
-    ruleset = None
-    if rules:
-        try:
-            from vigor_cli.sandbox.landlock import build_ruleset
-
-            ruleset = build_ruleset(rules)
-            ruleset.fd = _to_high_fd(ruleset.fd)
-            settings["landlock_fd"] = ruleset.fd
-            settings["landlock_abi"] = ruleset.abi
-        except OSError as exc:
-            detail.append(f"Landlock unavailable: {exc}")
-    report = _probe(settings, probe_dir)
-    report["detail"] = detail + report["detail"]
-    report["landlock_abi"] = settings.get("landlock_abi", 0)
-    report["job_ipc_namespace"] = bool(settings.get("job_ipc"))
-    sock.send(json.dumps(report).encode())
-    gc.freeze()
-    while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(sock, 4096, 8)
-        except OSError:
-            break
-        if not message:
-            break
-        request = json.loads(message)
-        names = request["fds"]
-        fdmap = dict(zip(names, fds))
-        try:
-            pid = os.fork()
-        except OSError as exc:
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"error": f"fork: {exc}"}).encode())
-            continue
-        if pid == 0:
-            sock.close()
-            run_child(request, request["workdir"], fdmap, settings)
-            os._exit(125)  # unreachable: run_child never returns
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        socket.send_fds(sock, [b'{"started": true}'], [pidfd])
-        os.close(pidfd)
-        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        try:  # whatever is left of its group (only possible were seccomp missing)
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        _, status, usage = os.wait4(pid, 0)
-        while True:  # orphans re-parented to this init
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
-        sock.send(json.dumps({"status": status, "cpu_s": usage.ru_utime + usage.ru_stime,
-                              "max_rss_kb": usage.ru_maxrss}).encode())
-    if ruleset is not None:
-        ruleset.close()
-
-
-def _job_ipc_fails() -> str | None:
-    """Whether a child can enter an IPC namespace of its own and size it (a fork that
-    tries): None if it can, else why not. Runs in the zygote, after its procfs is mounted."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        try:
-            from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
-
-            enter_job_ipc_namespace(Limits().memory_mb)
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            os.write(write_fd, f"{type(exc).__name__}: {exc}".encode()[:500])
-        os._exit(0)
-    os.close(write_fd)
-    why = b""
-    while chunk := os.read(read_fd, 4096):
-        why += chunk
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    return why.decode("utf-8", "replace") or None
-
-
-def _to_high_fd(fd: int) -> int:
-    """Move ``fd`` to 64 or above, out of the way of the child's fds 0-4."""
-    high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
-    os.close(fd)
-    return high
-
-
-def _high_fd_socket(sock: socket.socket) -> socket.socket:
-    high = _to_high_fd(sock.detach())
-    return socket.socket(fileno=high)
 
 
 # --------------------------------------------------------------------------- the server
@@ -355,6 +91,7 @@ class ForkServer:
             "seccomp": seccomp_filter is not None and "seccomp" not in disable,
             "job_ipc": self.ipc_cleanup,  # the zygote checks it works before any job
         }
+        cgroup_detail = self._open_cgroup(settings, disable)
         rules: list = []
         import vigor_cli
 
@@ -394,6 +131,9 @@ class ForkServer:
         report["ipc_per_job"] = self.ipc_cleanup
         report["dev_shm"] = self.dev_shm
         report["zygote_pid"] = self.zygote_pid
+        if not report["memory_cgroup"]:
+            self._close_cgroup()
+            report["detail"].append(f"memory: rlimit only ({cgroup_detail or 'the probe found the child outside its cgroup'})")
         if not root:
             report["detail"].append(
                 f"not running as root (uid {os.getuid()}): programs keep this user's rights")
@@ -401,8 +141,44 @@ class ForkServer:
             report["detail"].append(f"seccomp unavailable: {filter_error}")
         self.capabilities = report
         self.sweep = not report.get("landlock") and report.get("uid_switch")
-        self.stdout, self.stderr, self.status = _Capture(), _Capture(), _Capture()
+        self.stdout, self.stderr, self.status = Capture(), Capture(), Capture()
         self.runs = 0
+        """Jobs run so far; the current job's id in the zygote's messages."""
+        self.late_job: int | None = None
+        """A job whose exit report did not come in time (the next job waits for it first)."""
+
+    def _open_cgroup(self, settings: dict, disable: set[str]) -> str:
+        """The slot's memory cgroup (``sandbox.memory_cgroup``), its limit set for a default
+        job, and what the zygote's children need to join it; or why there is none (then the
+        address-space limit stays). The limit counts what a program adds to what it starts
+        with: the anonymous memory it shares with the zygote (a fork of this server) and may
+        copy on write, as the address-space limit counted its own size."""
+        self.cgroup: SlotCgroup | None = None
+        self.oom_kills = 0
+        if "memory_cgroup" in disable:
+            return "turned off"
+        parent, why = find_parent()
+        if parent is None:
+            return why
+        try:
+            self.cgroup = SlotCgroup(parent, f"slot-{self.uid}" if self.root else f"pid-{os.getpid()}")
+            self.inherited_bytes = anonymous_bytes()
+            self.cgroup.set_limit(self._cgroup_limit(Limits().memory_mb))
+            self.oom_kills = self.cgroup.oom_kills()
+        except (OSError, ValueError) as exc:
+            self._close_cgroup()
+            return f"no memory cgroup below {parent.path}: {exc}"
+        settings.update(cgroup_fd=self.cgroup.procs_fd, cgroup_version=self.cgroup.version,
+                        cgroup_name=os.path.basename(self.cgroup.path))
+        return ""
+
+    def _cgroup_limit(self, memory_mb: int) -> int:
+        return (memory_mb << 20) + self.inherited_bytes
+
+    def _close_cgroup(self) -> None:
+        if self.cgroup is not None:
+            self.cgroup.close()
+            self.cgroup = None
 
     def _make_dirs(self, root: bool, isolation: dict, disable: set[str]) -> None:
         """The worker's base folder and in it the job folder's mount point: per job a fresh
@@ -486,7 +262,7 @@ class ForkServer:
                 server_sock.close()
                 for fd in keep_fds:
                     os.close(fd)
-                _zygote_main(zygote_sock, settings, rules, os.path.join(self.job_dir, "work"))
+                zygote.zygote_main(zygote_sock, settings, rules, os.path.join(self.job_dir, "work"))
             finally:
                 os._exit(0)
         zygote_sock.close()
@@ -498,15 +274,16 @@ class ForkServer:
         return report
 
     def close(self) -> None:
-        """End the zygote (and with it any child) and remove the base folder. In a mount
-        namespace of its own the worker's mounts vanish with it; the folder is removed for
-        the case without one (the host's /dev/shm)."""
+        """End the zygote (and with it any child), remove the slot's memory cgroup and the
+        base folder. In a mount namespace of its own the worker's mounts vanish with it; the
+        folder is removed for the case without one (the host's /dev/shm)."""
         self.sock.close()
         try:
             os.kill(self.zygote_pid, signal.SIGKILL)
             os.waitpid(self.zygote_pid, 0)
         except (ChildProcessError, ProcessLookupError):
             pass
+        self._close_cgroup()
         from vigor_cli.sandbox.namespace import remove_tree
 
         try:
@@ -521,6 +298,8 @@ class ForkServer:
         memory_mb = int(job["limits"].get("memory_mb", 512))
         if self.ipc_fallback and memory_mb != self.memory_mb:
             self._limit_system_v(memory_mb)
+        if self.cgroup is not None:
+            self.cgroup.set_limit(self._cgroup_limit(memory_mb))
         self._open_job(int(job["limits"].get("disk_mb", 64)))  # closed again if it raises
         workdir = os.path.join(self.job_dir, "work")
         swept, started_ns = {}, time.time_ns()
@@ -563,11 +342,13 @@ class ForkServer:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        ready, _, _ = select.select([self.sock], [], [], _ZYGOTE_REPORT_S)
-        report = json.loads(self.sock.recv(4096) or b"{}") if ready else {}
-        if "status" not in report:
-            os.close(pidfd)
-            raise OSError(errno.ETIMEDOUT, "the zygote did not report the child's exit")
+        report, _ = zygote.await_reply(self.sock, self.runs, "exit", zygote.REPORT_WAIT_S)
+        if report is None:  # the next job waits for it first (:meth:`_catch_up`)
+            self.late_job = self.runs
+            for fd in (out_r, err_r, status_r, ready_r, pidfd):
+                os.close(fd)
+            raise OSError(errno.ETIMEDOUT, f"the zygote did not report the child's exit within "
+                                           f"{zygote.REPORT_WAIT_S:g} s")
         # The child is gone: drain what it wrote last (stopping at end of file, or when a
         # pipe would block because something outside it still holds its write end).
         for fd in list(open_fds):
@@ -591,14 +372,30 @@ class ForkServer:
             "wall_s": wall,
             "cpu_s": report["cpu_s"],
             "max_rss_kb": report["max_rss_kb"],
+            "oom_killed": self._oom_killed(),
         }
         sections = {"stdout": self.stdout.view(), "stderr": self.stderr.view(),
                     "status": self.status.view()}
         return reply, sections
 
+    def _catch_up(self) -> None:
+        """Before a job: if the last job's exit report came late, wait for it (the zygote
+        serves the next request only after sending it) and drop it. A zygote that never
+        sends it is stuck: it is killed, and the worker ends for the pool to replace."""
+        if self.late_job is None:
+            return
+        report, _ = zygote.await_reply(self.sock, self.late_job, "exit", zygote.LATE_REPORT_WAIT_S)
+        if report is None:
+            os.kill(self.zygote_pid, signal.SIGKILL)
+            os.waitpid(self.zygote_pid, 0)
+            raise OSError(errno.ETIMEDOUT, f"the zygote sent no report of job {self.late_job} "
+                                           f"within {zygote.LATE_REPORT_WAIT_S:g} s: it is stuck")
+        self.late_job = None
+
     def _start_child(self, job: dict, workdir: str) -> tuple[int, tuple[int, int, int, int]]:
         """Hand the job's fds to the zygote, which forks the child; (the child's pidfd,
         (stdout, stderr, status, ready) read ends)."""
+        self._catch_up()
         passed: dict[str, int] = {}
         stdin_fd = os.memfd_create("stdin")
         passed["stdin"] = stdin_fd
@@ -617,21 +414,34 @@ class ForkServer:
                 os.fchown(passed[name], self.uid, self.uid)
         status_r, passed["status"] = os.pipe()
         ready_r, passed["ready"] = os.pipe()
-        request = {"fds": list(passed), "workdir": workdir,
+        request = {"job": self.runs, "fds": list(passed), "workdir": workdir,
                    "tmpdir": os.path.join(self.job_dir, "tmp"),
                    "limits": job["limits"], "call": (job.get("call") or {}).get("func_name")}
         try:
-            socket.send_fds(self.sock, [json.dumps(request).encode()], list(passed.values()))
+            zygote.send_request(self.sock, request, list(passed.values()))
         finally:
             for fd in passed.values():
                 os.close(fd)
-        message, fds, _, _ = socket.recv_fds(self.sock, 4096, 1)
-        answer = json.loads(message) if message else {"error": "the zygote died"}
-        if "error" in answer or not fds:
-            for fd in (out_r, err_r, status_r, ready_r, *fds):
-                os.close(fd)
+        answer, fds = None, []
+        try:
+            answer, fds = zygote.await_reply(self.sock, self.runs, "started", zygote.REPORT_WAIT_S)
+        finally:
+            if answer is None or answer["kind"] != "started" or not fds:
+                for fd in (out_r, err_r, status_r, ready_r, *fds):
+                    os.close(fd)
+        if answer is None:
+            raise OSError(errno.ETIMEDOUT, f"the zygote did not start the child within "
+                                           f"{zygote.REPORT_WAIT_S:g} s")
+        if answer["kind"] != "started" or not fds:
             raise OSError(errno.ECHILD, answer.get("error", "no pidfd from the zygote"))
         return fds[0], (out_r, err_r, status_r, ready_r)
+
+    def _oom_killed(self) -> bool:
+        """Whether the kernel killed a program for the slot's memory cgroup since the last look."""
+        if self.cgroup is None:
+            return False
+        before, self.oom_kills = self.oom_kills, self.cgroup.oom_kills()
+        return self.oom_kills > before
 
     def _watch(self, pidfd: int, captures: dict, open_fds: set, deadline: float) -> bool:
         """Read the child's output until it exits, its output is over the cap, the deadline

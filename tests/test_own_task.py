@@ -363,6 +363,7 @@ def test_the_code_reward_runs_the_rows_tests_in_the_sandbox(tmp_path):
 def _unread_value(key: str):
     return {"split_seed": 3, "train_path": "x.jsonl", "data_dir": "d", "eval_sets": ["x"],
             "contest_date_start": "2024-01-01", "contest_date_end": "2024-02-01", "lcb_release": "v1",
+            "code_protocol": "same-problem", "contest_date_split": "2023-01-01",
             "allow_weak_sandbox": True, "code_reward": "fraction", "data": "x.jsonl", "eval_data": "y.jsonl",
             "fields": {"prompt": "q"}, "prompt_template": "{q}", "system_prompt": "s", "chat_template": True,
             "rewards": ["math"], "reward_weights": [1.0], "reward_timeout": 5.0}[key]

@@ -125,10 +125,11 @@ def test_tiny_code_records_are_lcb_format_and_reference_solutions_pass():
     assert bad[1].reason == "no code block"
 
 
-def test_tiny_code_eval_uses_all_tests_and_train_public():
+def test_tiny_code_trains_on_all_tests_and_evaluates_held_out_private_tests():
     train, held = tiny_code.split(0)
-    assert {e.meta["tests"] for e in train} == {"public"}
+    assert {e.meta["tests"] for e in train} == {"all"}
     assert {e.meta["tests"] for e in held} == {"private"}
+    assert not {e.answer["question_id"] for e in train} & {e.answer["question_id"] for e in held}
 
 
 # --------------------------------------------------------------------------- math
@@ -223,8 +224,8 @@ def test_hub_unreachable_offline_names_dataset_and_flag():
 
 
 # --------------------------------------------------------------------------- code (LiveCodeBench)
-def test_code_task_loads_lcb_jsonl_and_grades_public_vs_all():
-    cfg = TaskConfig(name="code", train_path=str(LCB_SAMPLE))
+def test_code_task_same_problem_protocol_grades_public_vs_private():
+    cfg = TaskConfig(name="code", train_path=str(LCB_SAMPLE), code_protocol="same-problem")
     task = get_task(cfg, workers=2)
     train = task.train_examples()
     evals = task.eval_examples()
@@ -249,7 +250,8 @@ def test_code_contest_date_window():
     rows = [json.loads(line) for line in LCB_SAMPLE.read_text().splitlines()]
     assert [r["question_id"] for r in filter_by_date(rows, "2025-01-01", None)] == ["9001", "2050A"]
     assert [r["question_id"] for r in filter_by_date(rows, None, "2025-03-01")] == ["abc900_a", "9001"]
-    cfg = TaskConfig(name="code", train_path=str(LCB_SAMPLE), contest_date_start="2025-03-01")
+    cfg = TaskConfig(name="code", train_path=str(LCB_SAMPLE), contest_date_start="2025-03-01",
+                     code_protocol="same-problem")
     assert [e.answer["question_id"] for e in get_task(cfg).train_examples()] == ["2050A"]
     with pytest.raises(UserError, match="task.contest_date_start: 'May 2025' is not an ISO date"):
         filter_by_date(rows, "May 2025", None)
@@ -269,7 +271,7 @@ def test_code_undecodable_tests_name_the_record(tmp_path):
     rows[0]["private_test_cases"] = "eJ-not-base64"
     bad = tmp_path / "lcb.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n")
-    task = get_task(TaskConfig(name="code", train_path=str(bad)))
+    task = get_task(TaskConfig(name="code", train_path=str(bad), code_protocol="same-problem"))
     ex = task.train_examples()[0]
     with pytest.raises(UserError, match="abc900_a"):
         task.score([ex], ["```python\nprint(1)\n```"])

@@ -199,6 +199,9 @@ def test_tiny_code_end_to_end_through_the_sandbox(tmp_path):
     train(cfg, out=quiet())
     rows = [r for r in RunDir(tmp_path / "code").metrics() if "reward/mean" in r]
     assert [r["step"] for r in rows] == [1, 2]
+    # the sandbox's isolation level and the hard-coding check's numbers, every step
+    assert all(r["sandbox/isolation"] == "full" and r["sandbox/memory_cgroup"] == 1.0 for r in rows)
+    assert all(0.0 <= r["health/hard_coding"] <= 1.0 for r in rows)
     comps = [json.loads(x) for x in (tmp_path / "code" / "completions.jsonl").read_text().splitlines()]
     # the sandboxed verifier's verdicts come back as reasons
     assert comps and all(c["reason"] for c in comps)

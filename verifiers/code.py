@@ -2,13 +2,15 @@
 
 Rewards: ``full`` is 1.0 iff every selected test passes (the paper's full pass
 rate); ``fraction`` is the share of tests that pass (the average test pass
-rate). Training uses the public tests; evaluation the private ones (the paper's
-protocol), or all of them on request.
+rate). Which tests: 'public', 'private' or 'all', as the caller's protocol says
+(vigor_cli/tasks/code_split.py: by default training problems are rewarded on all
+their tests and held-out problems evaluated on all theirs).
 
 Isolation: the verifier refuses to run programs on a pool weaker than full
 isolation (Landlock, seccomp, a uid per slot, PID/IPC/network/mount namespaces,
 a tmpfs per job) unless ``allow_weak_sandbox=True``; every verdict records the
-level it ran under. A test the sandbox itself failed on is ``sandbox_error``, and a
+level it ran under (``full``, plus ``memory: rlimit only`` where no memory cgroup
+bounds the programs, which is said, not refused). A test the sandbox itself failed on is ``sandbox_error``, and a
 test whose judging raised (a bug of the grader, never expected) is
 ``grading_error``: neither is a verdict on the program, and neither stops the others
 (callers that train on rewards score such a submission 0 and count it, and stop
@@ -278,7 +280,7 @@ class CodeVerifier:
         self._own_pool = pool is None
         self.pool = pool if pool is not None else SandboxPool(workers)
         self.isolation = self.pool.isolation
-        if self.isolation != "full" and not allow_weak_sandbox:
+        if not self.pool.isolated and not allow_weak_sandbox:
             self.close()
             raise WeakSandboxError(
                 f"the sandbox's isolation is {self.isolation}: refusing to run untrusted "

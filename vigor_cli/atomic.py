@@ -87,21 +87,36 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomic(path: Path, text: str | bytes) -> None:
-    """Write ``text`` to a temporary name, sync it and rename it over ``path``."""
+def replace_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary name beside ``path``, sync it and rename it over ``path``.
+    However it fails (a full disk, an interrupt), no temporary file is left and ``path`` is
+    as it was; the error is raised as it came."""
     tmp = path.with_name(f".{path.name}.tmp")
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    with disk_errors(path):
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str | bytes) -> None:
+    """:func:`replace_atomic` of ``text`` (UTF-8), a full disk as one line."""
+    data = text.encode("utf-8", "backslashreplace") if isinstance(text, str) else text
+    with disk_errors(path):
+        replace_atomic(path, data)
+
+
+def json_bytes(obj: Any, indent: int | None = 1) -> bytes:
+    """``obj`` as UTF-8 JSON text that any text can reach: a lone surrogate (which UTF-8
+    cannot encode, and which a program's output can carry) becomes its JSON escape
+    (``\\ud800``), so the file is valid JSON and reads back to the same strings."""
+    return json.dumps(obj, indent=indent, ensure_ascii=False).encode("utf-8", "backslashreplace")
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=1))
+    write_text_atomic(path, json_bytes(obj))

@@ -242,10 +242,29 @@ class TaskConfig(_Section):
         1024, ge=8, le=TOKENS_MAX, description="Prompts longer than this (in tokens) are dropped with a warning."
     )
     contest_date_start: Optional[str] = Field(
-        None, description="Code task: keep problems with contest_date >= this ISO date."
+        None, description="Code task: keep problems with contest_date >= this ISO date (before the split)."
     )
     contest_date_end: Optional[str] = Field(
-        None, description="Code task: keep problems with contest_date <= this ISO date."
+        None, description="Code task: keep problems with contest_date <= this ISO date (before the split)."
+    )
+    code_protocol: str = Field(
+        "disjoint",
+        description="Code task: which problems train and which evaluate (vigor_cli/tasks/code_split.py). "
+        "'disjoint': problems with contest_date before task.contest_date_split train, rewarded on "
+        "all their tests (public and private); evaluation is on the problems from that date on, "
+        "all their tests, as LiveCodeBench intends against contamination. 'same-problem' (the "
+        "paper's): the same problems train on their public tests and evaluate on their private "
+        "tests. It risks rewarding hard-coding (the public tests are the statement's samples: a "
+        "program that prints them from a table scores 1.0 in training and 0 on the private tests) "
+        "and evaluates problems the model was trained on (contaminated by design); the hard_coding "
+        "health check also grades the private tests of a training program that passes every "
+        "public one (its reward stays the public tests').",
+    )
+    contest_date_split: str = Field(
+        "2024-08-01",
+        description="Code task, task.code_protocol=disjoint: problems with contest_date before this "
+        "ISO date train, those from it on evaluate (LiveCodeBench release_v6 spans May 2023 to "
+        "April 2025). `vigor train` prints the split.",
     )
     lcb_release: str = Field(
         "release_v6",
@@ -327,6 +346,11 @@ class TaskConfig(_Section):
     @classmethod
     def _registered_task(cls, name: str, info: ValidationInfo) -> str:
         return _check_name(info, "task.name", name)
+
+    @field_validator("code_protocol")
+    @classmethod
+    def _registered_protocol(cls, name: str, info: ValidationInfo) -> str:
+        return _check_name(info, "task.code_protocol", name)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -829,6 +853,7 @@ HEALTH_DEFAULTS: dict[str, dict[str, float]] = {
     "prompt_cut": {"threshold": 0.1, "steps": 1},
     "chat_template": {"threshold": 0.5, "steps": 1},
     "unscored": {"threshold": 1.0, "steps": 1},
+    "hard_coding": {"threshold": 0.3, "steps": 3},
     "kl_jump": {"threshold": 10.0, "steps": 1, "floor": 0.01},
     "clip_jump": {"threshold": 5.0, "steps": 1, "floor": 0.05},
 }
@@ -865,6 +890,10 @@ class HealthConfig(_Section):
     unscored: HealthRule = _rule(
         "unscored", "Share of the step's rollouts a reward function returned None for (the largest over "
         "the functions and their sum): no reward, no gradient.")
+    hard_coding: HealthRule = _rule(
+        "hard_coding", "Code tasks: share of the step's graded programs that look hard-coded: they pass "
+        "every public test but fail most private ones, or their source holds the public tests' "
+        "expected outputs (vigor_cli/verifiers/hard_coding.py).")
     kl_jump: JumpRule = _rule("kl_jump", "losses/kl over the median of the previous (up to 10) steps' losses/kl.")
     clip_jump: JumpRule = _rule(
         "clip_jump", "The clipped share of tokens over the median of the previous (up to 10) steps'.")

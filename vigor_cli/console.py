@@ -15,9 +15,14 @@ from __future__ import annotations
 
 import re
 
+from typing import Any
+
 from rich.console import Console
+from rich.highlighter import JSONHighlighter
 from rich.markup import escape
 from rich.text import Text
+
+from vigor_cli.atomic import json_bytes
 
 console = Console(emoji=False)
 err_console = Console(stderr=True, emoji=False)
@@ -45,3 +50,13 @@ def literal(text: object, style: str = "") -> Text:
 def shown(text: object) -> str:
     """``text`` for a line that holds markup of its own: markup escaped, controls visible."""
     return escape(visible(text))
+
+
+def print_json(data: Any, out: Console | None = None) -> None:
+    """``data`` as indented JSON on ``out`` (default the stdout console), whatever text it
+    holds: a lone surrogate (from a program's output) is written as its JSON escape
+    (``\\ud800``), so the line always encodes and reads back to the same strings; colour
+    as rich's own JSON printing, never wrapped."""
+    rendered = JSONHighlighter()(Text(json_bytes(data, indent=2).decode("utf-8")))
+    rendered.no_wrap, rendered.overflow = True, None
+    (out or console).print(rendered, soft_wrap=True)

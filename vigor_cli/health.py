@@ -3,7 +3,8 @@
 A GRPO run can train for hours and learn nothing without an error: completions cut at the
 length limit, every group all right or all wrong (every advantage zero), rollouts of a prompt
 all the same text, a reward that never varies, empty completions, prompts that leave no room
-for an answer, a chat template never applied, a KL or clip fraction that jumps. Each check
+for an answer, a chat template never applied, a KL or clip fraction that jumps; or learn the
+wrong thing: code programs that hard-code the statement's samples. Each check
 here reads numbers the step already has (:func:`measure`), holds when its value passes the
 threshold in ``health.<check>`` for that many consecutive steps, and then speaks once, one
 line naming the cause and the key to change, until it clears (:class:`HealthMonitor`).
@@ -95,6 +96,7 @@ def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_ne
                          if context else 0.0)
     out["chat_template"] = _share(not p.templated for p in step_prompts)
     out.update(_unscored(samples))
+    out.update(hard_coding(samples))
     update = update or {}
     out["kl"] = float(update.get("losses/kl", 0.0))
     out["clipfrac"] = float(update.get("losses/clipfrac_low", 0.0)) + float(update.get("losses/clipfrac_high", 0.0))
@@ -114,6 +116,18 @@ def _unscored(samples: list[Any]) -> dict[str, float]:
     return out
 
 
+def hard_coding(samples: Sequence[Any]) -> dict[str, float]:
+    """Over the step's graded programs (rollouts whose details carry a code verdict's signs,
+    vigor_cli/verifiers/hard_coding.py): the share that looks hard-coded by either sign
+    (``hard_coding``), that passes every public test but fails most private ones
+    (``hard_coded``), and whose source holds the public tests' expected outputs
+    (``quoted_outputs``). All 0 where nothing was graded that way."""
+    graded = [d for d in (getattr(s, "details", None) or {} for s in samples) if "hard_coded" in d]
+    return {"hard_coding": _share(d["hard_coded"] or d["quotes_outputs"] for d in graded),
+            "hard_coded": _share(d["hard_coded"] for d in graded),
+            "quoted_outputs": _share(d["quotes_outputs"] for d in graded)}
+
+
 def _share(flags: Iterable[bool]) -> float:
     flags = list(flags)
     return sum(map(bool, flags)) / len(flags) if flags else 0.0
@@ -130,6 +144,8 @@ class Check:
     message: Callable[[str, float, Mapping[str, float], Any], str]
     summary: str
     """One line for the README and --help: what it watches."""
+    parts: tuple[str, ...] = ()
+    """Measured numbers its value is made of, logged beside it as ``health/<part>``."""
 
 
 CHECKS: dict[str, Check] = {}
@@ -137,12 +153,13 @@ CHECKS: dict[str, Check] = {}
 
 
 def register_check(name: str, summary: str,
-                   value: Callable[[Mapping[str, float], list[Mapping[str, float]], Any], float] | None = None):
+                   value: Callable[[Mapping[str, float], list[Mapping[str, float]], Any], float] | None = None,
+                   parts: tuple[str, ...] = ()):
     """Decorator on a check's message function; ``value`` defaults to the measured number of
-    the same name."""
+    the same name; ``parts`` are measured numbers logged beside it."""
 
     def add(message: Callable[[str, float, Mapping[str, float], Any], str]):
-        CHECKS[name] = Check(name, value or (lambda m, h, rule: m[name]), message, summary)
+        CHECKS[name] = Check(name, value or (lambda m, h, rule: m[name]), message, summary, parts)
         return message
 
     return add
@@ -205,7 +222,8 @@ def _chat_template(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str
             "(`prompt: [{role: user, content: ...}]`) or use a base model")
 
 
-@register_check("unscored", "share of rollouts a reward function returned None for (no reward, no gradient)")
+@register_check("unscored", "share of rollouts a reward function returned None for (no reward, no gradient)",
+                value=lambda m, h, rule: m.get("unscored", 0.0))
 def _unscored_line(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
     names = [k.removeprefix("unscored/") for k in m if k.startswith("unscored/") and k != "unscored/all"]
     if m.get("unscored/all") == v:
@@ -214,6 +232,22 @@ def _unscored_line(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str
         who = f"reward function {next(n for n in names if m[f'unscored/{n}'] == v)} returned"
     return (f"{span}: {who} None for {_pct(v)} of rollouts (None: 'cannot score this one'): they carry no "
             "reward and no gradient; check what the function returns for this data (task.rewards)")
+
+
+@register_check("hard_coding", "code tasks: share of graded programs that pass every public test but fail "
+                "most private ones, or hold the public tests' expected outputs in their source",
+                value=lambda m, h, rule: m.get("hard_coding", 0.0),  # 0 for a task that grades no code
+                parts=("hard_coded", "quoted_outputs"))
+def _hard_coding(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
+    signs = (f"{_pct(m.get('hard_coded', 0.0))} pass every public test but fail most private ones, "
+             f"{_pct(m.get('quoted_outputs', 0.0))} hold the public tests' expected outputs in their source")
+    if getattr(cfg.task, "code_protocol", "disjoint") == "same-problem":
+        fix = ("task.code_protocol=same-problem rewards the public tests, the statement's samples, "
+               "so printing them pays: train with task.code_protocol=disjoint (all tests rewarded)")
+    else:
+        fix = ("they earn little, as every test is rewarded; if it persists the programs are learning "
+               "the samples, or are too slow for the large private tests")
+    return f"{span}: {_pct(v)} of graded programs look hard-coded ({signs}): {fix}"
 
 
 def _jump(key: str) -> Callable[[Mapping[str, float], list[Mapping[str, float]], Any], float]:
@@ -280,6 +314,7 @@ class HealthMonitor:
             rule = getattr(h, name)
             value = check.value(measured, self.history, rule)
             metrics[f"health/{name}"] = value if math.isfinite(value) else 1e9
+            metrics.update({f"health/{part}": float(measured.get(part, 0.0)) for part in check.parts})
             holds = h.enabled and rule.steps > 0 and value >= rule.threshold
             if holds:
                 self.streak[name] = self.streak.get(name, 0) + 1

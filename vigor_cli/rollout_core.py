@@ -22,6 +22,7 @@ import torch
 from vigor_cli import grpo
 from vigor_cli.allocation.base import Allocator, Request
 from vigor_cli.errors import UserError
+from vigor_cli.sandbox.pool import MEMORY_RLIMIT_ONLY
 from vigor_cli.tasks.base import Score
 
 
@@ -115,6 +116,8 @@ class Sample:
     tokens: int = -1
     """Completion tokens (-1: read from ``rollout.token_ids``)."""
     truncated: bool | None = None
+    details: dict = field(default_factory=dict)
+    """The score's details (a code task's: the isolation level, the signs of hard-coding)."""
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -193,7 +196,7 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
             reward = None if sc.reward is None else float(sc.reward)
             s = Sample(g.uid, g.rollout, reward, sc.reason, len(sizes), index=len(every[g.uid]),
                        components=sc.components, grading_error=sc.grading_error,
-                       tokens=g.tokens, truncated=g.truncated)
+                       tokens=g.tokens, truncated=g.truncated, details=sc.details)
             every[g.uid].append(s)
             if reward is not None:
                 if not low <= reward <= high:
@@ -262,7 +265,19 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int) ->
         "completions/mean_length": tokens / len(every) if every else 0.0,
         "completions/max_length": max(lengths, default=0),
         "completions/truncated_frac": sum(bool(s.truncated) for s in every) / len(every) if every else 0.0,
+        **sandbox_metrics(every),
     }
+
+
+def sandbox_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+    """For rollouts graded in the sandbox (a code task's): ``sandbox/isolation``, the level
+    the programs ran under (text, e.g. ``full`` or ``full, memory: rlimit only``), and
+    ``sandbox/memory_cgroup``, 1 when a memory cgroup bounded each program, 0 when rlimits
+    alone did. No keys for a step without one."""
+    level = next((s.details["isolation"] for s in samples if s.details.get("isolation")), None)
+    if level is None:
+        return {}
+    return {"sandbox/isolation": level, "sandbox/memory_cgroup": 0.0 if MEMORY_RLIMIT_ONLY in level else 1.0}
 
 
 def component_means(samples: Sequence[Sample]) -> dict[str, float]:

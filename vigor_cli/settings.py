@@ -38,6 +38,12 @@ def check_name(key: str, name: Any) -> None:
         if name not in TASKS:
             raise ValueError(f"task.name: unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
         return
+    if key == "task.code_protocol":
+        from vigor_cli.tasks.code_split import CODE_PROTOCOLS
+
+        if name not in CODE_PROTOCOLS:
+            raise ValueError(f"task.code_protocol: unknown protocol {name!r}; known: {', '.join(CODE_PROTOCOLS)}")
+        return
     if key == "engine.kind":
         from vigor_cli.rollout import ENGINES
 

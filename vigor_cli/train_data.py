@@ -60,7 +60,7 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
         examples, prompt_ids, eval_sets = fitted_sets(cfg, task, tokenizer, train_examples)
-        for line in task.data_lines():  # what --data and --eval-data read, as --dry-run says it
+        for line in task.describe_data():  # the code task's split; what --data and --eval-data read
             out.print(line, markup=False, highlight=False, soft_wrap=True)
     except BaseException:
         task.close()

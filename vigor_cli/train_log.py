@@ -37,6 +37,7 @@ class TrainLog:
         self.trackers = trackers
         """Dashboards (vigor_cli/tracking.py): every line metrics.jsonl gets, and the completions."""
         self._last_check_status = ""
+        self._isolation = ""
 
     def step(self, log: StepLog, weight_check: Any) -> None:
         """The step's lines, then the weight check's verdict (which may stop the run, the
@@ -47,6 +48,7 @@ class TrainLog:
             self.trackers.log_metrics(m)
         self.rundir.append("allocation.jsonl", log.record)
         self.weight_check(m["step"], weight_check)
+        self.isolation(m)
         self.out.print(
             f"step {m['step']:>4}  reward {m['reward/mean']:.3f}{reward_parts(m)}  zero-var {m['groups/zero_var_frac']:.2f}  "
             f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
@@ -66,6 +68,16 @@ class TrainLog:
             if self.trackers is not None:
                 self.trackers.log_completions(m["step"], rows)
             self.out.print(completions_table(m["step"], shown, self.examples))
+
+    def isolation(self, metrics: Mapping[str, Any]) -> None:
+        """The sandbox's isolation level (``sandbox/isolation``), said when first seen and
+        whenever it changes (a replaced worker may have less): ``full``, or what is missing,
+        such as ``memory: rlimit only``."""
+        level = metrics.get("sandbox/isolation")
+        if level and level != self._isolation:
+            style = "dim" if level == "full" else "bold yellow"
+            self.out.print(f"sandbox isolation: {level}", style=style, highlight=False, markup=False)
+            self._isolation = level
 
     def health_lines(self, lines: Sequence[str]) -> None:
         """Each health line (vigor_cli/health.py): on stderr, beside the progress bar (which

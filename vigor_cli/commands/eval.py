@@ -127,7 +127,7 @@ def evaluate(
     max_new_tokens: Annotated[Optional[int], opt.for_key("sampling.max_new_tokens", "--max-new-tokens", help="Longest completion (default sampling.max_new_tokens).")] = None,
     seed: Annotated[int, opt.seed(help="Sampling seed.")] = 0,
     limit: Annotated[Optional[int], opt.count("--limit", help="Evaluate the first N problems of each benchmark.")] = None,
-    contest_date_start: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems from this ISO date.")] = None,
+    contest_date_start: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems from this ISO date (default: the code task's held-out problems, from task.contest_date_split).")] = None,
     contest_date_end: Annotated[Optional[str], typer.Option(help="lcb-v6: keep problems up to this ISO date.")] = None,
     engine: Annotated[Optional[str], opt.engine()] = None,
     device: Annotated[Optional[str], opt.device()] = None,

@@ -7,14 +7,13 @@ last line is skipped with a note). Definitions of the summary figures are in
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console, err_console, shown
+from vigor_cli.console import console, err_console, print_json, shown
 from vigor_cli.errors import UserError
 
 
@@ -41,7 +40,7 @@ def inspect_allocation(
     held = health_by_step(run_path)
     summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]
     if as_json:
-        console.print_json(json.dumps(view.as_json(run_path, chosen, summaries, notes, held)))
+        print_json(view.as_json(run_path, chosen, summaries, notes, held))
         return
     for s in chosen:
         view.print_step(console, s, text_width, held.get(s.step, {}))

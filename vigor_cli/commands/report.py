@@ -6,14 +6,13 @@ seed groups) is documented in :mod:`vigor_cli.report.curves`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console, err_console, shown
+from vigor_cli.console import console, err_console, print_json, shown
 
 
 def report(
@@ -39,6 +38,6 @@ def report(
         target = default_target(curves)
     table = build_report(loaded, curves, target, base, metric, out)
     if as_json:
-        console.print_json(json.dumps(table))
+        print_json(table)
         return
     print_report(console, table, metric, target, out)

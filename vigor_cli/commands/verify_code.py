@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.console import console
+from vigor_cli.console import console, print_json
 from vigor_cli.errors import UserError
 
 def _read_record(path: Path, question_id: str | None) -> dict:
@@ -86,7 +85,6 @@ def verify_code(
     with verifier:
         verdict = verifier.grade(parsed, code, tests)
     if as_json:
-        console.print_json(json.dumps({"question_id": parsed.question_id, "tests_used": tests,
-                                       **verdict.to_dict()}))
+        print_json({"question_id": parsed.question_id, "tests_used": tests, **verdict.to_dict()})
         return
     print_code_verdict(console, parsed, tests, verdict)

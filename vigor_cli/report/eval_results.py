@@ -29,10 +29,9 @@ metrics the same way when read.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from pathlib import Path
+
 from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import overall, summarize_problems
 
@@ -75,18 +74,18 @@ def recompute(results: dict) -> dict:
 
 
 def write_results(results: dict, path: Path) -> Path:
-    """Write atomically (temp file + rename), so an interrupted write loses nothing; a
-    failure is one line naming ``path`` (the file asked for, never the temporary one)."""
+    """Write atomically (temp file + rename), so an interrupted write loses nothing and leaves
+    no temporary file; any text can be written (``atomic.json_bytes``: a program's lone
+    surrogate in a verdict is its JSON escape); a failure is one line naming ``path`` (the
+    file asked for, never the temporary one)."""
+    from vigor_cli.atomic import json_bytes, replace_atomic
     from vigor_cli.errors import os_error_message
 
-    tmp = path.with_name(f".{path.name}.tmp")
+    data = json_bytes(results) + b"\n"  # before any file is touched
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        replace_atomic(path, data)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise UserError(os_error_message(e, path)) from None
     return path
 

@@ -39,7 +39,7 @@ def print_code_verdict(console: Any, parsed: Any, tests: str, verdict: Any) -> N
         console.print(literal(f"flagged by LiveCodeBench's ERRATA: {verdict.flag}", style="yellow"))
     console.print(Text.assemble("reward: full = ", (f"{verdict.full:g}", "bold"), ", fraction = ",
                                 (f"{verdict.fraction:.3f}", "bold"), f" ({visible(verdict.reason)})"))
-    style = "green" if verdict.isolation == "full" else "bold red"
+    style = "green" if verdict.isolation == "full" else "bold red" if verdict.isolation.startswith("weak") else "yellow"
     console.print(Text.assemble("isolation: ", (visible(verdict.isolation), style)))
 
 

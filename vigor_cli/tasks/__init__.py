@@ -7,7 +7,8 @@
 - ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
 - ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
-- ``code``: LiveCodeBench v6, public tests for reward, private tests for evaluation;
+- ``code``: LiveCodeBench v6; by default problems before a contest date train (all tests),
+  later ones evaluate (``task.code_protocol``);
 - ``custom``: the user's own data (``task.data``, any format ``datasets`` holds) and reward
   functions (``task.rewards``: built-in verifiers by name, or ``file.py:func``).
 
@@ -144,9 +145,18 @@ def _math(cfg: Any, workers: int) -> Task:
     return MathTask(cfg)
 
 
-@register_task("code", kind="code", eval_sets={"lcb-v6": None},
+def _code_preview(cfg: Any) -> list[str]:
+    from vigor_cli.tasks.code_split import CODE_PROTOCOLS
+
+    protocol = CODE_PROTOCOLS[cfg.code_protocol]
+    date = f" (task.contest_date_split={cfg.contest_date_split})" if protocol.by_date else ""
+    return [f"code protocol {cfg.code_protocol}{date}: {protocol.summary}"]
+
+
+@register_task("code", kind="code", eval_sets={"lcb-v6": None}, preview=_code_preview,
                reads=("train_path", "data_dir", "eval_sets", "contest_date_start", "contest_date_end",
-                      "lcb_release", "allow_weak_sandbox", "code_reward"))
+                      "code_protocol", "contest_date_split", "lcb_release", "allow_weak_sandbox",
+                      "code_reward"))
 def _code(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.code_task import CodeTask
 
@@ -181,8 +191,10 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     from vigor_cli.config import TaskConfig
 
     entry = EVAL_SETS[benchmark]
+    # A window's start is where its held-out problems begin: the code task's split moves there
+    # (without one, evaluation is the default split's held-out side).
     given = {"data_dir": str(data_dir) if data_dir else None, "contest_date_start": date_start,
-             "contest_date_end": date_end}
+             "contest_date_end": date_end, "contest_date_split": date_start}
     # every given key is kept: one the task does not read is refused by its source check
     # (vigor_cli/preflight.py), never dropped
     cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if v is not None})

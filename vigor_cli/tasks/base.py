@@ -59,8 +59,9 @@ class Task(ABC):
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
 
-    def data_lines(self) -> list[str]:
-        """Lines saying what the task's data read, for the training output (none by default)."""
+    def describe_data(self) -> list[str]:
+        """Lines `vigor train` prints about the task's data once loaded (e.g. the code task's
+        split of problems into training and evaluation)."""
         return []
 
     def leave_out_of_training(self, uids: set[str]) -> None:

@@ -1,7 +1,11 @@
 """code: LiveCodeBench v6 problems, graded by the real code verifier in the sandbox.
 
-Training examples are rewarded on their public tests; evaluation examples
-are graded on their private tests, the paper's protocol. Programs run only in a
+Which problems train and which evaluate, and on which tests, is the protocol
+(``task.code_protocol``, vigor_cli/tasks/code_split.py): by default training problems
+(contest_date before ``task.contest_date_split``) are rewarded on all their tests and
+evaluation is on the later, held-out problems; the paper's same-problem protocol (public
+tests for reward, private tests for evaluation) stays available. Each code score's details
+carry the signs of hard-coding (vigor_cli/verifiers/hard_coding.py). Programs run only in a
 fully isolated sandbox unless ``task.allow_weak_sandbox`` is set.
 
 One completion never stops a run: a completion whose grading failed (a test the
@@ -15,12 +19,11 @@ downloaded as plain files with ``huggingface_hub`` and read as JSONL (the
 repository's dataset script is never run), or from local files: a folder
 holding those release files or a ``code.jsonl``, or one JSONL/Parquet file
 (``task.train_path`` for training, ``task.data_dir`` for evaluation). They
-can be cut to a contest-date window.
+can be cut to a contest-date window (``task.contest_date_start/end``) before the split.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -28,6 +31,7 @@ from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import loading
 from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.tasks.code_split import CodeSplit, empty_side, parse_date, split_problems
 from vigor_cli.tasks.prompts import render
 
 LCB_HUB_ID = "livecodebench/code_generation_lite"
@@ -129,8 +133,8 @@ class CodeTaskBase(Task):
                 f"{self.name}: could not grade {len(failed)} of {len(verdicts)} programs of the "
                 f"batch (first: {_grading_error(failed[0])}); stopping instead of training on "
                 f"zeros: the sandbox or the grader is broken, not the programs; {_CHECK}")
-        for i, v in zip(where, verdicts):
-            details = {"fraction": v.fraction, "tests": v.tests, "isolation": v.isolation}
+        for i, v, signs in zip(where, verdicts, self._hard_coding(jobs, verdicts)):
+            details = {"fraction": v.fraction, "tests": v.tests, "isolation": v.isolation, **signs}
             if v.grading_errors:
                 why = _grading_error(v)
                 scores[i] = Score(0.0, f"grading failed ({why})", details, grading_error=why)
@@ -138,6 +142,27 @@ class CodeTaskBase(Task):
             reward = float(v.full) if self.reward_kind == "full" else float(v.fraction)
             scores[i] = Score(reward, v.reason, details)
         return scores  # type: ignore[return-value]
+
+    def _hard_coding(self, jobs: list, verdicts: list) -> list[dict]:
+        """Each graded program's signs of hard-coding (vigor_cli/verifiers/hard_coding.py),
+        read from its verdict: a problem graded on all tests tells both halves; one graded on
+        its public tests alone (the same-problem protocol) has its private tests graded too,
+        without reward, when it passed every public one, the only case that needs them."""
+        from vigor_cli.verifiers.hard_coding import signals
+
+        halves: list[tuple[bool | None, float | None]] = []
+        probe: list[int] = []
+        for k, ((problem, _, tests), v) in enumerate(zip(jobs, verdicts)):
+            n, passed = len(problem.public_tests), [t.status == "pass" for t in v.tests]
+            private = passed[n:] if tests == "all" else []
+            public_passed = None if tests not in ("all", "public") or v.grading_errors else all(passed[:n])
+            halves.append((public_passed, sum(private) / len(private) if private else None))
+            if tests == "public" and public_passed and problem.private_tests:
+                probe.append(k)
+        extra = self._verifier.grade_many([(jobs[k][0], jobs[k][1], "private") for k in probe]) if probe else []
+        for k, v in zip(probe, extra):
+            halves[k] = (True, None if v.grading_errors else v.fraction)
+        return [signals(code, problem.public_tests, *half) for (problem, code, _), half in zip(jobs, halves)]
 
     def close(self) -> None:
         if self._verifier is not None:
@@ -154,13 +179,6 @@ def _grading_error(verdict: Any) -> str:
     return f"{test.status}: {test.detail or 'no detail'}"
 
 
-def _parse_date(text: str, where: str) -> datetime:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).replace(tzinfo=None)
-    except ValueError:
-        raise UserError(f"{where}: {text!r} is not an ISO date (e.g. 2024-08-01)") from None
-
-
 def check_record(record: dict, where: str) -> None:
     """Raise a one-line UserError naming the record and the first missing LCB field, or the
     first field of the wrong kind (vigor_cli/records.py: an object or NaN where text belongs)."""
@@ -175,11 +193,11 @@ def check_record(record: dict, where: str) -> None:
 
 def filter_by_date(records: list[dict], start: str | None, end: str | None) -> list[dict]:
     """Keep records with start <= contest_date <= end (either bound optional), as LCB does."""
-    lo = _parse_date(start, "task.contest_date_start") if start else None
-    hi = _parse_date(end, "task.contest_date_end") if end else None
+    lo = parse_date(start, "task.contest_date_start") if start else None
+    hi = parse_date(end, "task.contest_date_end") if end else None
     kept = []
     for r in records:
-        d = _parse_date(r["contest_date"], f"record {r.get('question_id')} contest_date")
+        d = parse_date(r["contest_date"], f"record {r.get('question_id')} contest_date")
         if (lo is None or d >= lo) and (hi is None or d <= hi):
             kept.append(r)
     return kept
@@ -273,8 +291,9 @@ def load_lcb(path: str | None, what: str, flag: str, release: str = LCB_VERSION)
 
 
 class CodeTask(CodeTaskBase):
-    """LiveCodeBench v6: the same problems serve training (public tests) and evaluation
-    (private tests)."""
+    """LiveCodeBench v6 under ``task.code_protocol``: by default problems before
+    ``task.contest_date_split`` train on all their tests and the later ones evaluate
+    (:meth:`split`)."""
 
     name = "code"
 
@@ -282,14 +301,39 @@ class CodeTask(CodeTaskBase):
         super().__init__(reward=cfg.code_reward, workers=workers,
                          allow_weak_sandbox=getattr(cfg, "allow_weak_sandbox", False))
         self.cfg = cfg
-        self._records: list[dict] | None = None
+        self._rows: dict[str | None, list[dict]] = {}
+        self._split: CodeSplit | None = None
+
+    _TRAIN_FLAG = "--set task.train_path=FILE.jsonl"
+    _EVAL_FLAG = ("--set task.data_dir=DIR (the release's test*.jsonl, or code.jsonl) or "
+                  "task.train_path=FILE.jsonl")
 
     def _eval_path(self) -> str | None:
-        return None if self.cfg.data_dir is None else str(self.cfg.data_dir)
+        path = self.cfg.data_dir if self.cfg.data_dir is not None else self.cfg.train_path
+        return None if path is None else str(path)
 
     def _load(self, path: str | None, flag: str) -> list[dict]:
-        rows = load_lcb(path, "LiveCodeBench problems", flag, getattr(self.cfg, "lcb_release", LCB_VERSION))
-        return filter_by_date(rows, self.cfg.contest_date_start, self.cfg.contest_date_end)
+        """The records of one source (a local path, or the hub for None), cut to the
+        contest-date window; read once per source."""
+        if path not in self._rows:
+            rows = load_lcb(path, "LiveCodeBench problems", flag, getattr(self.cfg, "lcb_release", LCB_VERSION))
+            self._rows[path] = filter_by_date(rows, self.cfg.contest_date_start, self.cfg.contest_date_end)
+        return self._rows[path]
+
+    def _train_path(self) -> str | None:
+        return None if self.cfg.train_path is None else str(self.cfg.train_path)
+
+    def split(self) -> CodeSplit:
+        """Which problems train and which evaluate, and on which tests (both sources read)."""
+        if self._split is None:
+            train_rows = self._load(self._train_path(), self._TRAIN_FLAG)
+            eval_rows = self._load(self._eval_path(), self._EVAL_FLAG)
+            self._split = split_problems(train_rows, eval_rows, self.cfg.code_protocol,
+                                         self.cfg.contest_date_split)
+        return self._split
+
+    def describe_data(self) -> list[str]:
+        return [self.split().describe()]
 
     def _examples(self, rows: list[dict], part: str, tests: str) -> list[Example]:
         return [
@@ -299,15 +343,20 @@ class CodeTask(CodeTaskBase):
         ]  # fmt: skip
 
     def train_examples(self) -> list[Example]:
-        rows = self._load(self.cfg.train_path, "--set task.train_path=FILE.jsonl")
-        return self._examples(rows, "train", "public")
+        split = self.split()
+        if not split.train:
+            raise empty_side(split, "training", self._load(self._train_path(), self._TRAIN_FLAG),
+                             self.cfg.train_path or LCB_HUB_ID)
+        return self._examples(split.train, "train", split.train_tests)
 
     def eval_examples(self, name: str | None = None) -> list[Example]:
         if name is not None and name not in EVAL_SET_NAMES:
             raise UserError(f"code has one evaluation set, 'livecodebench'; got {name!r}")
-        path = self._eval_path() or self.cfg.train_path
-        rows = self._load(path, "--set task.data_dir=DIR (the release's test*.jsonl, or code.jsonl) or task.train_path=FILE.jsonl")
-        return self._examples(rows, "test", "private")
+        rows = self._load(self._eval_path(), self._EVAL_FLAG)  # evaluation alone reads one source
+        split = self._split or split_problems(None, rows, self.cfg.code_protocol, self.cfg.contest_date_split)
+        if not split.eval:
+            raise empty_side(split, "evaluation", rows, self._eval_path() or LCB_HUB_ID)
+        return self._examples(split.eval, "test", split.eval_tests)
 
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         plain = code_instruction(example.answer) + "\n\n"

@@ -211,7 +211,7 @@ class CustomTask(Task):
             out.append(Score(total, reason, details, components=parts, grading_error=error))
         return out
 
-    def data_lines(self) -> list[str]:
+    def describe_data(self) -> list[str]:
         """What the data read: source, kind, split, a folder's files, rows and columns (the
         training output prints them, as `--dry-run` does)."""
         return [_source_line({"train": "data", "eval": "eval data"}[part], table)

@@ -4,10 +4,12 @@ Each problem is a family (add k, multiply by k, repeat a word k times, ...)
 with a parameter; its statement is short and its reference solution one line
 of Python. Records carry every LiveCodeBench field (tests as JSON lists of
 ``{"input", "output", "testtype": "stdin"}``), so the real code verifier
-grades them in the real sandbox exactly as it grades LiveCodeBench: public
-tests for the reward, private tests for evaluation.
+grades them in the real sandbox exactly as it grades LiveCodeBench.
 
-The split is deterministic in ``split_seed``, like tiny-math's.
+Training and held-out problems are disjoint (the split is deterministic in ``split_seed``,
+like tiny-math's). A training problem is rewarded on all its tests, public and private (a
+program that prints the public tests' outputs earns nothing); a held-out problem is graded
+on its private tests.
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def all_records() -> list[dict]:
 
 
 def split(split_seed: int) -> tuple[list[Example], list[Example]]:
-    """(train, held_out); train examples are rewarded on public tests, held-out graded on all."""
+    """(train, held_out): training problems rewarded on all their tests, held-out problems
+    graded on their private tests."""
     records = all_records()
     random.Random(split_seed).shuffle(records)
 
@@ -91,7 +94,7 @@ def split(split_seed: int) -> tuple[list[Example], list[Example]]:
             for i, r in enumerate(rows)
         ]
 
-    return make("train", records[HELD_OUT_SIZE:], "public"), make("test", records[:HELD_OUT_SIZE], "private")
+    return make("train", records[HELD_OUT_SIZE:], "all"), make("test", records[:HELD_OUT_SIZE], "private")
 
 
 def plain_prompt(question: str) -> str:
