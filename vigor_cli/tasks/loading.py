@@ -2,13 +2,11 @@
 
 :func:`read_table` reads what ``--data`` / ``--eval-data`` (and ``task.train_path``) name:
 
-- a JSONL file (``.jsonl``, ``.ndjson``; the project's one JSONL reader, vigor_cli/jsonl.py:
-  an error names ``file:line``) or a ``.json`` file holding JSON lines or one array of objects;
-- a CSV or TSV file (``.csv``, ``.tsv``), read by ``datasets`` with every column as text, so
-  ``007`` stays ``007`` and an empty cell is null;
-- a Parquet file, read by ``datasets``;
+- one file: JSONL, JSON, CSV/TSV (every column as text, so ``007`` stays ``007``, an empty
+  cell null) or Parquet, read by vigor_cli/tasks/data_files.py;
 - a folder written by ``datasets``' ``save_to_disk`` (a Dataset or a DatasetDict), or any local
-  folder ``datasets.load_dataset`` reads (``train.jsonl`` + ``test.jsonl``, ``data/*.parquet``);
+  folder ``datasets.load_dataset`` reads (``train.jsonl`` + ``test.jsonl``, ``data/*.parquet``),
+  the table naming the files it read and those it did not;
 - a hub dataset ``org/name`` with an optional ``:split``, through the offline probe
   (vigor_cli/hub.py), so an offline machine gets one line at once.
 
