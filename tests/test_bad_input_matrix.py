@@ -356,3 +356,204 @@ def test_a_flag_that_sets_a_key_has_that_keys_bounds(path, flag, key, value):
     assert (error is None) == key_ok, (key, value, error)
     if error is not None:
         assert key in error
+
+
+# --------------------------------------------------------------------------- your own task (issue 36)
+OWN_REWARDS = '''
+import os
+import sys
+import time
+
+
+class Halt(BaseException):
+    """Not an Exception: what except Exception does not catch."""
+
+
+def halts(prompts, completions, **kwargs):
+    raise Halt("stop here")
+
+
+def exits0(prompts, completions, **kwargs):
+    sys.exit(0)
+
+
+def exits3(prompts, completions, **kwargs):
+    sys.exit(3)
+
+
+def interrupts(prompts, completions, **kwargs):
+    raise KeyboardInterrupt
+
+
+def pops(prompts, completions, **kwargs):
+    completions.pop()
+    return [0.0] * len(completions)
+
+
+def sleeps(prompts, completions, **kwargs):
+    time.sleep(600)
+
+
+def spins(prompts, completions, **kwargs):
+    while True:
+        try:
+            time.sleep(0.05)
+        except Exception:  # what a careless function does: it cannot swallow the time limit
+            pass
+
+
+def length(prompts, completions, word, **kwargs):
+    return [float(str(len(w)) in c) for c, w in zip(completions, word)]
+'''
+
+TRAIN = ["train", "--steps", "1", "--prompts-per-step", "2", "--output-dir", "{tmp}/runs", "--run-name", "r",
+         "--set", "train.eval_limit=2", "--set", "sampling.max_new_tokens=4"]
+
+# (class, args, what the line must hold); the reward functions fail at their first call (the
+# evaluation at step 0), the data and values before any model loads
+OWN_CASES = [
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:halts"],
+     "step 0: evaluation of custom: reward function {rewards}:halts raised Halt: stop here (rewards.py, line"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:exits0"], "reward function {rewards}:exits0 raised "
+     "SystemExit: sys.exit(0) called (rewards.py, line"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:exits3"], "raised SystemExit: sys.exit(3) called"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:interrupts"],
+     "raised KeyboardInterrupt (raised by the code itself, not a Ctrl-C)"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:pops"], "reward function {rewards}:pops returned 1 "
+     "values for 2 completions"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:sleeps", "--set", "task.reward_timeout=0.5"],
+     "reward function {rewards}:sleeps did not return within task.reward_timeout=0.5 s and was stopped "
+     "(rewards.py, line"),
+    ("reward", ["--data", "{data}", "--reward", "{rewards}:spins", "--set", "task.reward_timeout=0.5"],
+     "{rewards}:spins did not return within task.reward_timeout=0.5 s"),
+    ("import", ["--data", "{data}", "--reward", "{tmp}/exits_at_import.py:f", "--dry-run"],
+     "--reward {tmp}/exits_at_import.py:f: importing {tmp}/exits_at_import.py failed (exits_at_import.py, "
+     "line 2): SystemExit: sys.exit(0) called"),
+    ("import", ["--data", "{data}", "--reward", "{tmp}/halts_at_import.py:f"],
+     "importing {tmp}/halts_at_import.py failed (halts_at_import.py, line 3): Halt"),
+    ("name", ["--data", "{data}", "--reward", "{tmp}/:ok:.py:nosuch", "--dry-run"],
+     "{tmp}/:ok:.py has no function 'nosuch'"),
+    ("name", ["--data", "{tmp}/:train:[b].jsonl", "--reward", "{rewards}:nosuch", "--dry-run"],
+     "has no function 'nosuch'"),
+    ("data", ["--data", "{tmp}/header.csv", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/header.csv: no rows (only the header line: prompt, word)"),
+    ("data", ["--data", "{tmp}/header.tsv", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/header.tsv: no rows (only the header line: prompt, word)"),
+    ("data", ["--data", "{tmp}/empty.parquet", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/empty.parquet: no rows (a Parquet file of 0 rows; columns: prompt, word)"),
+    ("data", ["--data", "{tmp}/ragged.csv", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/ragged.csv:5: 3 fields, but the header names 2 (prompt, word)"),
+    ("data", ["--data", "{tmp}/pretty.json", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/pretty.json: one JSON object written over 4 lines (keys: prompt, word), not rows"),
+    ("data", ["--data", "{tmp}/nested.json", "--reward", "{rewards}:length", "--dry-run"],
+     "its key 'rows' holds a list of 2 objects: save that list as the file"),
+    ("data", ["--data", "{tmp}/damaged", "--reward", "{rewards}:length", "--dry-run"],
+     "--data {tmp}/damaged: cannot read its rows (row 2)"),
+    ("prompt", ["--data", "{tmp}/empty-content.jsonl", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/empty-content.jsonl:2: the prompt ('prompt') is empty: every message's content is empty"),
+    ("prompt", ["--data", "{tmp}/empty-user.jsonl", "--reward", "{rewards}:length"],
+     "{tmp}/empty-user.jsonl:1: the prompt ('prompt') has an empty user message (message 2)"),
+    ("prompt", ["--data", "{tmp}/surrogate.jsonl", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/surrogate.jsonl:2: the prompt ('prompt') is text holding a lone surrogate \\ud800 at character 4"),
+    ("prompt", ["--data", "{data}", "--reward", "{rewards}:length", "--prompt-template", " {{blank}} ", "--dry-run"],
+     "{data}:1: the prompt task.prompt_template builds is empty"),
+    ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--set", "task.reward_weights=[true]", "--dry-run"],
+     "'task.reward_weights': expected numbers, not true (item 1)"),
+    ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--report-to", ",,", "--dry-run"],
+     "--report-to ,, (train.report_to): bad value for 'train.report_to': no backend named in ',,'"),
+    ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--strict", "--set", "health.enabled=false",
+               "--dry-run"], "health.strict stops a run when a health check holds, but health.enabled=false"),
+    ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--set", "health.empty.threshold=5", "--dry-run"],
+     "'health.empty.threshold': Input should be less than or equal to 1 (got 5)"),
+    ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--set", "task.reward_timeout=0", "--dry-run"],
+     "'task.reward_timeout': Input should be greater than 0"),
+]
+
+
+@pytest.fixture
+def own(tmp_path) -> dict:
+    """The user's files of the own-task cases: good data, reward functions, and bad files."""
+    import json
+
+    from datasets import Dataset
+
+    rows = [{"prompt": f"letters in {w}=", "word": w, "blank": ""} for w in ("ab", "abc", "x", "wxyz")]
+    data = tmp_path / "words.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rewards = tmp_path / "rewards.py"
+    rewards.write_text(OWN_REWARDS)
+    (tmp_path / "exits_at_import.py").write_text("import sys\nsys.exit(0)\n")
+    (tmp_path / "halts_at_import.py").write_text("class Halt(BaseException):\n    pass\nraise Halt()\n")
+    (tmp_path / ":ok:.py").write_text("def f(prompts, completions):\n    return [0.0] * len(completions)\n")
+    shutil.copyfile(data, tmp_path / ":train:[b].jsonl")
+    (tmp_path / "header.csv").write_text("prompt,word\n")
+    (tmp_path / "header.tsv").write_text("prompt\tword\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "word": pa.array([], pa.string())}),
+                   tmp_path / "empty.parquet")
+    (tmp_path / "ragged.csv").write_text('prompt,word\na=,a\n"b\n=",b\nc=,c,extra\n')  # line 5: a quoted field spans 3-4
+    (tmp_path / "pretty.json").write_text('{\n  "prompt": "ab=",\n  "word": "ab"\n}\n')
+    (tmp_path / "nested.json").write_text(json.dumps({"version": 1, "rows": rows[:2]}, indent=2))
+    Dataset.from_list(rows).save_to_disk(str(tmp_path / "damaged"))
+    arrow = next((tmp_path / "damaged").glob("*.arrow"))
+    blob = bytearray(arrow.read_bytes())
+    blob[blob.find(b"letters in abc=")] = 0xFF  # row 2's prompt: no longer UTF-8
+    arrow.write_bytes(bytes(blob))
+    (tmp_path / "empty-content.jsonl").write_text(
+        json.dumps(rows[0]) + "\n" + json.dumps({"prompt": [{"role": "user", "content": ""}], "word": "a"}) + "\n")
+    (tmp_path / "empty-user.jsonl").write_text(json.dumps(
+        {"prompt": [{"role": "system", "content": "Count."}, {"role": "user", "content": " "}], "word": "a"}) + "\n")
+    (tmp_path / "surrogate.jsonl").write_text(json.dumps(rows[0]) + "\n" + '{"prompt": "abc\\ud800=", "word": "abc"}\n')
+    return {"tmp": str(tmp_path), "data": str(data), "rewards": str(rewards)}
+
+
+SLOW_OWN = {"exits3", "interrupts", "pops", "spins"}
+"""Reward cases that load the model as the others do (a second or so each): in the slow suite."""
+
+
+def _own_params() -> list:
+    params = []
+    for i, (kind, args, needle) in enumerate(OWN_CASES):
+        slow = any(a.endswith(tuple(f":{f}" for f in SLOW_OWN)) for a in args)
+        params.append(pytest.param(kind, args, needle, id=f"own-{kind}-{i}",
+                                   marks=[pytest.mark.slow] if slow else []))
+    return params
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind, args, needle", _own_params())
+def test_own_task_bad_input_is_one_line_exit_2(vigor, own, tmp_path, kind, args, needle):
+    """The user's data, reward functions and values (issue 36): one line naming the file, row,
+    flag or function (and step), exit 2, no traceback; the user's files unchanged, and a run
+    stopped by its reward left resumable (its directory kept, nothing else written)."""
+    argv = [a.format(**own) for a in [*TRAIN, *args]]
+    before = _snapshot(tmp_path)
+    code, out, err = vigor(*argv)
+    assert code == 2, (code, err[-2000:])
+    assert "Traceback" not in err and "never awaited" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert needle.format(**own) in lines[0], lines[0]
+    after = _snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("runs/")} == before
+    if kind != "reward":
+        assert not (tmp_path / "runs").exists()  # refused before the run started
+    assert "🆗" not in out + err and "🚋" not in out + err
+
+
+def test_every_own_task_class_is_in_the_matrix():
+    assert {c[0] for c in OWN_CASES} == {"reward", "import", "name", "data", "prompt", "value"}
+
+
+def test_a_bad_wandb_mode_is_refused_before_the_run(vigor, own, tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    for extra in (["--dry-run"], []):
+        code, _, err = vigor(*[a.format(**own) for a in [*TRAIN, "--data", "{data}", "--reward", "{rewards}:length",
+                                                          "--report-to", "wandb", *extra]])
+        assert code == 2 and err.strip().splitlines() == [
+            "error: train.report_to=wandb: WANDB_MODE='bogus' is not a mode wandb takes (online, offline, disabled, "
+            "shared, dryrun, run); set one of them, or unset it"], err
+        assert not (tmp_path / "runs").exists()

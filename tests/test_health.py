@@ -135,20 +135,19 @@ def test_template_suffix_tells_templated_prompts_apart():
 
 def test_preflight_lines():
     c = cfg("sampling.max_new_tokens=16", "model.name_or_path=org/Some-7B-Instruct")
-    lines = health.preflight(c, [10, 200, 20], context=128, dropped=2, has_template=False,
+    lines = health.preflight(c, [10, 200, 20], context=128, has_template=False,
                              answer_lengths=[5] * 18 + [40, 50])
-    assert len(lines) == 4
-    assert lines[0].startswith("2 of 5 training prompts are longer than task.max_prompt_tokens")
-    assert "1 of 3 training prompts plus sampling.max_new_tokens=16 exceed the model's context (128 tokens)" in lines[1]
-    assert "no chat template" in lines[2]
-    assert "95th percentile" in lines[3] and "(40 tokens)" in lines[3]
+    assert len(lines) == 3  # prompts left out for their length: the data's own line (train_data.py)
+    assert "1 of 3 training prompts plus sampling.max_new_tokens=16 exceed the model's context (128 tokens)" in lines[0]
+    assert "no chat template" in lines[1]
+    assert "95th percentile" in lines[2] and "(40 tokens)" in lines[2]
     assert health.preflight(cfg(), [10, 20], context=2048, answer_lengths=[3, 4]) == []
 
 
 def _quiet() -> dict[str, float]:
     return {"truncated": 0.0, "empty": 0.0, "zero_variance": 0.0, "zero_variance_rollouts": 0.0,
             "identical": 0.0, "constant_reward": 0.0, "reward_value": 0.0, "prompt_cut": 0.0,
-            "chat_template": 0.0, "kl": 0.0, "clipfrac": 0.0}
+            "chat_template": 0.0, "unscored": 0.0, "kl": 0.0, "clipfrac": 0.0}
 
 
 def test_inf_ratio_is_logged_finite():

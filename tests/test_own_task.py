@@ -144,7 +144,8 @@ def test_bad_files_are_one_line_naming_file_and_line_or_row(tmp_path, reward_fil
         custom(bad, spec).train_examples()
     csv = tmp_path / "bad.csv"
     csv.write_text('prompt,answer\n"a=,1\n')
-    with pytest.raises(UserError, match=r"bad.csv: cannot read as CSV"):
+    with pytest.raises(UserError, match=r"bad.csv:2: not CSV this tool reads \(unexpected end of data\) "
+                                        r"\(a quote opened there is never closed\?\)"):
         custom(csv, "math").train_examples()
     csv.write_text("prompt,answer\na=,1\nb=,\n")  # an empty cell is null: the verifier has no gold
     with pytest.raises(UserError, match=r"bad.csv row 2: field 'answer' is null \(reward math grades against it\)"):
@@ -365,7 +366,7 @@ def _unread_value(key: str):
             "code_protocol": "same-problem", "contest_date_split": "2023-01-01",
             "allow_weak_sandbox": True, "code_reward": "fraction", "data": "x.jsonl", "eval_data": "y.jsonl",
             "fields": {"prompt": "q"}, "prompt_template": "{q}", "system_prompt": "s", "chat_template": True,
-            "rewards": ["math"], "reward_weights": [1.0]}[key]
+            "rewards": ["math"], "reward_weights": [1.0], "reward_timeout": 5.0}[key]
 
 
 @pytest.mark.parametrize("task", list(TASK_READS))

@@ -163,7 +163,7 @@ def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(UserError, match="unsupported file type '.txt'"):
         get_task(TaskConfig(name="math", train_path=str(tmp_path / "t.txt"))).train_examples()
     (tmp_path / "junk.parquet").write_text("not parquet")
-    with pytest.raises(UserError, match="junk.parquet: cannot read as Parquet"):
+    with pytest.raises(UserError, match="junk.parquet: not a Parquet file this tool reads"):
         get_task(TaskConfig(name="math", train_path=str(tmp_path / "junk.parquet"))).train_examples()
 
 

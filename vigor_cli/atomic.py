@@ -31,8 +31,13 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def disk_full(path: Path) -> DiskFullError:
-    """The one line for a full disk: the path written, the file system's mount point, free space."""
+RESUME_HINT = "continue with --resume (earlier checkpoints are intact)"
+"""What to do after a full disk stopped training."""
+
+
+def disk_full(path: Path, then: str = RESUME_HINT) -> DiskFullError:
+    """The one line for a full disk: the path written, the file system's mount point, free
+    space, and ``then``: what to do once space is freed."""
     mount = _existing(Path(path).absolute())
     while not os.path.ismount(mount) and mount != mount.parent:
         mount = mount.parent
@@ -40,10 +45,7 @@ def disk_full(path: Path) -> DiskFullError:
         free = f"{shutil.disk_usage(mount).free / 2**20:.0f} MiB free"
     except OSError:
         free = "free space unknown"
-    return DiskFullError(
-        f"{path}: no space left on the disk mounted at {mount} ({free}); free some space and "
-        "continue with --resume (earlier checkpoints are intact)"
-    )
+    return DiskFullError(f"{path}: no space left on the disk mounted at {mount} ({free}); free some space and {then}")
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from vigor_cli.commands import train as train_cmd
 from vigor_cli.commands import verify as verify_cmd
 from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
+from vigor_cli.user_code import left_running
 
 
 def _switches_take_no_type(params: list[Any]) -> list[Any]:
@@ -87,7 +88,16 @@ app.command("export", cls=Command)(export_cmd.export)
 def main(argv: list[str] | None = None) -> None:
     """Run one command. Every error the user can fix (a usage error, a bad value, key, file or
     path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
-    exit 130; anything else is a bug and keeps its traceback (exit 1)."""
+    exit 130; anything else is a bug and keeps its traceback (exit 1). A thread the user's
+    code left running, which the process waits for, is named at the end."""
+    try:
+        _run(argv)
+    finally:
+        for line in left_running():
+            err_console.print(f"warning: {shown(line)}", style="yellow", highlight=False, soft_wrap=True)
+
+
+def _run(argv: list[str] | None) -> None:
     try:
         code = app(args=argv, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:

@@ -71,6 +71,20 @@ def _scalar_types(annotation: Any) -> set:
     return {annotation}
 
 
+def _item_types(annotation: Any) -> set:
+    """The plain types the items of a list, tuple or mapping field accept (its values for a
+    mapping), through Optional and unions; empty for a field that holds no items."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _item_types(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_item_types(a) for a in typing.get_args(annotation)))
+    if origin in (list, tuple, dict):
+        args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
+        return _scalar_types(args[-1]) if args else set()
+    return set()
+
+
 class _Section(BaseModel):
     """Unknown keys are errors; floats must be finite; numbers and switches are strict:
     true is not a number (``--set train.steps=true`` used to run one step) and 1 is not a
@@ -88,6 +102,12 @@ class _Section(BaseModel):
         if switch_only and isinstance(value, (int, float, str)) and not isinstance(value, bool):
             if not (isinstance(value, str) and str in kinds):  # 'auto' where a Literal allows it
                 raise ValueError(f"expected true or false, not {value!r}")
+        items = _item_types(cls.model_fields[info.field_name].annotation)
+        if items & {int, float} and bool not in items and isinstance(value, (list, tuple, dict)):
+            values = value.values() if isinstance(value, dict) else value
+            for i, item in enumerate(values):  # [true] is not [1.0]: YAML's true is not a number
+                if isinstance(item, bool):
+                    raise ValueError(f"expected numbers, not {str(item).lower()} (item {i + 1})")
         return value
 
 
@@ -316,6 +336,14 @@ class TaskConfig(_Section):
         default_factory=list,
         description="custom: one weight per reward (--reward-weights 1,0.5); the reward is the "
         "weighted sum of the values that are not None (TRL's rule). Empty: every weight 1.",
+    )
+    reward_timeout: float = Field(
+        600.0,
+        gt=0,
+        le=7 * 24 * 3600,
+        description="custom: seconds one call of a reward function FILE.py:FUNC may take (a call "
+        "grades a round's completions); a call past it is stopped and the run ends in one line "
+        "naming the function and step. Raise it for slow functions (an LLM judge).",
     )
 
     pass_threshold: float = Field(
@@ -776,6 +804,8 @@ class TrainConfig(_Section):
         if not all(isinstance(i, str) for i in items):
             raise ValueError(f"expected backend names, not {v!r}")
         names = list(dict.fromkeys(n.strip() for i in items for n in i.split(",") if n.strip()))
+        if not names and any(i.strip() for i in items):  # ',,': a list of nothing, not 'none'
+            raise ValueError(f"no backend named in {v!r}; give names (comma-separated) or none")
         if "none" in names and len(names) > 1:
             raise ValueError("'none' turns dashboards off; it cannot be combined with other backends")
         names = [n for n in names if n != "none"]
@@ -810,7 +840,10 @@ class TrainConfig(_Section):
 
 # --------------------------------------------------------------------------- health checks
 class HealthRule(_Section):
-    threshold: float = Field(0.0, ge=0, le=1e9, description="The check holds when its value is at least this.")
+    """A check on a share (of completions, groups, prompts): its threshold is a share too."""
+
+    threshold: float = Field(0.5, ge=0, le=1, description="The check holds when its value (a share, "
+                             "0 to 1) is at least this.")
     steps: int = Field(
         1, ge=0, le=STEPS_MAX,
         description="Consecutive steps the check must hold before it speaks (0: the check is off).",
@@ -818,6 +851,10 @@ class HealthRule(_Section):
 
 
 class JumpRule(HealthRule):
+    """A check on a jump: the value over its recent median, so its threshold is a ratio of at least 1."""
+
+    threshold: float = Field(10.0, ge=1, le=1e9, description="The check holds when the value is at least this "
+                             "many times its recent median (a ratio, at least 1).")
     floor: float = Field(0.0, ge=0, le=1e9, description="Values below this never count as a jump.")
 
 
@@ -829,6 +866,7 @@ HEALTH_DEFAULTS: dict[str, dict[str, float]] = {
     "empty": {"threshold": 0.5, "steps": 2},
     "prompt_cut": {"threshold": 0.1, "steps": 1},
     "chat_template": {"threshold": 0.5, "steps": 1},
+    "unscored": {"threshold": 1.0, "steps": 1},
     "hard_coding": {"threshold": 0.3, "steps": 3},
     "kl_jump": {"threshold": 10.0, "steps": 1, "floor": 0.01},
     "clip_jump": {"threshold": 5.0, "steps": 1, "floor": 0.05},
@@ -863,6 +901,9 @@ class HealthConfig(_Section):
         "prompt_cut", "Share of the step's prompts whose length plus sampling.max_new_tokens exceeds the context.")
     chat_template: HealthRule = _rule(
         "chat_template", "Share of the step's prompts not rendered by the tokenizer's chat template (it has one).")
+    unscored: HealthRule = _rule(
+        "unscored", "Share of the step's rollouts a reward function returned None for (the largest over "
+        "the functions and their sum): no reward, no gradient.")
     hard_coding: HealthRule = _rule(
         "hard_coding", "Code tasks: share of the step's graded programs that look hard-coded: they pass "
         "every public test but fail most private ones, or their source holds the public tests' "
@@ -870,6 +911,13 @@ class HealthConfig(_Section):
     kl_jump: JumpRule = _rule("kl_jump", "losses/kl over the median of the previous (up to 10) steps' losses/kl.")
     clip_jump: JumpRule = _rule(
         "clip_jump", "The clipped share of tokens over the median of the previous (up to 10) steps'.")
+
+    @model_validator(mode="after")
+    def _strict_needs_checks(self) -> "HealthConfig":
+        if self.strict and not self.enabled:
+            raise ValueError("health.strict stops a run when a health check holds, but health.enabled=false "
+                             "turns the checks off; drop --strict (health.strict) or set health.enabled=true")
+        return self
 
     @model_validator(mode="before")
     @classmethod

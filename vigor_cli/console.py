@@ -6,8 +6,9 @@ value is printed *literally*: rich never reads it as markup (``[/]`` in a comple
 ``MarkupError`` and stopped training at its completions table; ``runs/[exp1]`` printed as
 ``runs/``), and control characters never reach the terminal: the escape sequences a
 program writes to stderr (clear the screen, set the clipboard, a hidden hyperlink) are shown
-as ``\\x1b``. Use :func:`literal` for a table cell or a whole line, :func:`shown` for a piece
-of a line that also holds markup.
+as ``\\x1b``. Nor are emoji codes: a file named ``:ok:.py`` printed as ``🆗.py``, so both
+consoles are built with ``emoji=False``. Use :func:`literal` for a table cell or a whole
+line, :func:`shown` for a piece of a line that also holds markup.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-console = _Console()
-err_console = _Console(stderr=True)
+console = _Console(emoji=False)
+err_console = _Console(stderr=True, emoji=False)
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 """Every control character but newline and tab (C0, DEL, C1), and lone surrogates (which

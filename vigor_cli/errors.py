@@ -106,7 +106,9 @@ def _one_line(text: str) -> str:
 
 def _file_in_traceback(tb: Optional[TracebackType]) -> Optional[str]:
     """The file a failed decode was reading: the innermost frame that holds an open file or
-    a path to an existing regular file (decoding errors do not carry the file's name)."""
+    a path to an existing regular file (decoding errors do not carry the file's name). A
+    file that ships with vigor or Python (a bundled config an outer frame holds) is never
+    the one: a decode of the user's data failed, and that file would be named instead."""
     frames = []
     while tb is not None:
         frames.append(tb.tb_frame)
@@ -116,8 +118,23 @@ def _file_in_traceback(tb: Optional[TracebackType]) -> Optional[str]:
             name = getattr(value, "name", None) if hasattr(value, "read") else value
             if isinstance(name, (str, os.PathLike)):
                 try:
-                    if Path(name).is_file():
+                    if Path(name).is_file() and not _shipped(Path(name)):
                         return str(name)
                 except (OSError, ValueError):
                     continue
     return None
+
+
+def _shipped(path: Path) -> bool:
+    """A file of vigor's package (its bundled configs, data and model) or of Python's. The
+    configs are found as vigor_cli/package_data.py finds them (this module imports nothing
+    of the package's)."""
+    import importlib.util
+    import sys
+
+    roots = {Path(__file__).resolve().parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    spec = importlib.util.find_spec("vigor_cli.configs")
+    if spec is not None:
+        roots.update(Path(p).resolve() for p in spec.submodule_search_locations or [])
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root) for root in roots)

@@ -309,13 +309,17 @@ def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mappi
                   n: int, sampling: SamplingParams, step: int, shard: Shard | None = None,
                   pass_threshold: float = 1.0) -> HeldOut:
     """Every held-out set of a training run at ``step`` (both trainers and `vigor eval --run`
-    call this)."""
-    if shard is None:
-        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name,
-                                                      pass_threshold=pass_threshold)
+    call this); a user's error (a reward function that failed) names the step."""
+    try:
+        if shard is None:
+            return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name,
+                                                          pass_threshold=pass_threshold)
+                                  for name, exs in sets.items()})
+        return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard,
+                                                   pass_threshold)
                               for name, exs in sets.items()})
-    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard, pass_threshold)
-                          for name, exs in sets.items()})
+    except UserError as e:
+        raise UserError(f"step {step}: {e}") from None
 
 
 def pass_rate_of(held: Mapping[str, Any]) -> float:

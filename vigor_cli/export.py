@@ -92,10 +92,19 @@ def export_dtype(cfg: Any, requested: str) -> str:
     return declared if declared in DTYPES[1:] else "float32"
 
 
-def check_out(out: Path) -> None:
-    """``--out`` must be a new or empty directory: an export never mixes with other files."""
+def check_out(out: Path, run: Any = None) -> None:
+    """``--out`` must be a new or empty directory: an export never mixes with other files;
+    and not inside the run's checkpoints, which the run rotates and a resume cleans (the
+    export would be deleted by them, or be taken for a damaged checkpoint)."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"--out {out}: exists and is not an empty directory; give a new one")
+    if run is not None:
+        checkpoints = run.checkpoints.resolve()
+        target = out.resolve()
+        if target == checkpoints or target.is_relative_to(checkpoints):
+            raise UserError(f"--out {out}: inside the run's checkpoints ({run.checkpoints}), which training "
+                            "rotates and a resume cleans; give a folder outside them (e.g. "
+                            f"{run.path / 'export'})")
 
 
 def load_checkpoint_policy(cfg: Any, checkpoint: Path, dtype: str) -> Any:
@@ -209,7 +218,7 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
         raise UserError(f"--merge-lora: {run.path} trained full weights (model.lora.enabled=false); "
                         "there is no adapter to merge, drop the flag")
     checkpoint = pick_checkpoint(run, step, warn)
-    check_out(out)
+    check_out(out, run)
     kind = "adapter" if lora and not merge_lora else "merged" if lora else "full"
     if kind == "merged" and cfg.model.load_in_4bit:
         import torch
@@ -225,32 +234,67 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
     how = card.set_run_template(cfg, tokenizer)  # after the stop tokens: those are the run's own
     base = card.portable_base(cfg, out)
     record = card.run_record(cfg, run, checkpoint, kind, how, base, out)
-    tmp = out.with_name(f".{out.name}.tmp-export")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        if kind == "adapter":
-            copy_adapter(checkpoint, tmp, base)
-        else:
-            plain = merged_model(load_checkpoint_policy(cfg, checkpoint, dtype), dtype)
-            plain.generation_config = gen
-            plain.save_pretrained(tmp)
-            del plain
-        tokenizer.save_pretrained(tmp)
-        gen.save_pretrained(tmp)  # the adapter folder gets it too
-        (tmp / card.RUN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        (tmp / "README.md").write_text(card.model_card(record), encoding="utf-8")
-        if out.exists():
-            out.rmdir()  # empty (check_out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    _write(out, lambda tmp: _fill(tmp, kind, cfg, checkpoint, dtype, tokenizer, gen, base, record))
     stops = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
     return {"run": str(run.path), "checkpoint": checkpoint.name, "out": str(out), "kind": kind,
             "dtype": dtype if kind != "adapter" else None, "stop_token_ids": stops,
             "base": resolve_model_path(cfg.model.name_or_path), "adapter_base": base["name_or_path"],
             "rendering": how, "files": sorted(p.name for p in out.iterdir())}
+
+
+def _fill(folder: Path, kind: str, cfg: Any, checkpoint: Path, dtype: str, tokenizer: Any, gen: Any,
+          base: dict[str, Any], record: dict[str, Any]) -> None:
+    """The export's files, written into ``folder``: the weights (or the adapter naming its
+    portable base), tokenizer, generation config, vigor_run.json and a model card."""
+    if kind == "adapter":
+        copy_adapter(checkpoint, folder, base)
+    else:
+        plain = merged_model(load_checkpoint_policy(cfg, checkpoint, dtype), dtype)
+        plain.generation_config = gen
+        plain.save_pretrained(folder)
+        del plain
+    tokenizer.save_pretrained(folder)
+    gen.save_pretrained(folder)  # the adapter folder gets it too
+    (folder / card.RUN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (folder / "README.md").write_text(card.model_card(record), encoding="utf-8")
+
+
+def _write(out: Path, fill: Callable[[Path], Any]) -> None:
+    """``fill`` a hidden folder beside ``out``, then rename it to ``out``: ``out`` appears whole
+    or not at all. A full disk is one line naming the disk; SIGINT/SIGTERM stop the export
+    with one line (:class:`~vigor_cli.interrupt.TrainingInterrupted`, its status saying
+    nothing was written); either way the hidden folder is removed."""
+    from vigor_cli.atomic import disk_full, is_disk_full
+    from vigor_cli.interrupt import StopSignals, TrainingInterrupted
+
+    tmp = out.with_name(f".{out.name}.tmp-export")
+    with StopSignals():
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)  # a copy a killed export left
+            tmp.mkdir(parents=True)
+            fill(tmp)
+            if out.exists():
+                out.rmdir()  # empty (check_out)
+            os.replace(tmp, out)
+        except BaseException as e:
+            _remove(tmp)
+            if isinstance(e, TrainingInterrupted):
+                e.status = f"export stopped by {e.signal_name}: nothing was written to --out {out}"
+                raise
+            if isinstance(e, Exception) and not isinstance(e, UserError) and is_disk_full(e, out.parent):
+                raise disk_full(out, then="export again (nothing was written to --out)") from None
+            raise
+
+
+def _remove(folder: Path) -> None:
+    """Remove ``folder`` whole: a second SIGINT/SIGTERM waits until it is gone."""
+    import signal
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def push_to_hub_check(repo: str) -> None:

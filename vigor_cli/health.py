@@ -95,10 +95,24 @@ def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_ne
     out["prompt_cut"] = (_share(p.tokens + max_new_tokens > context for p in step_prompts)
                          if context else 0.0)
     out["chat_template"] = _share(not p.templated for p in step_prompts)
+    out.update(_unscored(samples))
     out.update(hard_coding(samples))
     update = update or {}
     out["kl"] = float(update.get("losses/kl", 0.0))
     out["clipfrac"] = float(update.get("losses/clipfrac_low", 0.0)) + float(update.get("losses/clipfrac_high", 0.0))
+    return out
+
+
+def _unscored(samples: list[Any]) -> dict[str, float]:
+    """``unscored``: the largest share of rollouts left without a reward, by the reward as a
+    whole (``unscored/all``: every function returned None) or by one of several functions
+    (``unscored/<name>``)."""
+    out = {"unscored/all": _share(s.reward is None for s in samples)}
+    names = list(dict.fromkeys(n for s in samples for n in (getattr(s, "components", None) or {})))
+    for name in names:
+        out[f"unscored/{name}"] = _share((getattr(s, "components", None) or {}).get(name) is None
+                                         for s in samples)
+    out["unscored"] = max(out.values()) if samples else 0.0
     return out
 
 
@@ -206,6 +220,18 @@ def _chat_template(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str
     return (f"{span}: {_pct(v)} of prompts were not rendered with the tokenizer's chat template "
             "(plain-string prompts are passed as they are): give the prompts as message lists "
             "(`prompt: [{role: user, content: ...}]`) or use a base model")
+
+
+@register_check("unscored", "share of rollouts a reward function returned None for (no reward, no gradient)",
+                value=lambda m, h, rule: m.get("unscored", 0.0))
+def _unscored_line(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
+    names = [k.removeprefix("unscored/") for k in m if k.startswith("unscored/") and k != "unscored/all"]
+    if m.get("unscored/all") == v:
+        who = f"reward function {names[0]} returned" if len(names) == 1 else "every reward function returned"
+    else:
+        who = f"reward function {next(n for n in names if m[f'unscored/{n}'] == v)} returned"
+    return (f"{span}: {who} None for {_pct(v)} of rollouts (None: 'cannot score this one'): they carry no "
+            "reward and no gradient; check what the function returns for this data (task.rewards)")
 
 
 @register_check("hard_coding", "code tasks: share of graded programs that pass every public test but fail "
@@ -325,17 +351,13 @@ class HealthError(UserError):
 
 
 # --------------------------------------------------------------------------- before the first step
-def preflight(cfg: Any, prompt_lengths: Sequence[int], *, context: int | None, dropped: int = 0,
+def preflight(cfg: Any, prompt_lengths: Sequence[int], *, context: int | None,
               has_template: bool = True, answer_lengths: Sequence[int] = ()) -> list[str]:
     """What can be told before generating anything: prompts over the context, a chat model with
     no chat template, ``sampling.max_new_tokens`` below the 95th percentile of the reference
     answers' lengths (in tokens) where the data holds them. Returns the lines (empty: healthy)."""
     lines: list[str] = []
     s = cfg.sampling
-    total = len(prompt_lengths) + dropped
-    if dropped:
-        lines.append(f"{dropped} of {total} training prompts are longer than task.max_prompt_tokens="
-                     f"{cfg.task.max_prompt_tokens} and were dropped; raise it to train on them")
     if context:
         over = sum(1 for n in prompt_lengths if n + s.max_new_tokens > context)
         if over:
@@ -383,12 +405,12 @@ def answer_lengths(tokenizer: Any, examples: Iterable[Any], limit: int = 2000) -
 
 
 def run_preflight(cfg: Any, task: Any, tokenizer: Any, examples: Mapping[str, Any],
-                  prompts: Mapping[str, PromptInfo], dropped: int, context: int | None) -> list[str]:
+                  prompts: Mapping[str, PromptInfo], context: int | None) -> list[str]:
     """:func:`preflight` on a run's encoded training prompts (`vigor train` at its start, and
     `--dry-run`)."""
     if not cfg.health.enabled:
         return []
-    return preflight(cfg, [p.tokens for p in prompts.values()], context=context, dropped=dropped,
+    return preflight(cfg, [p.tokens for p in prompts.values()], context=context,
                      has_template=template_suffix(tokenizer) is not None,
                      answer_lengths=answer_lengths(tokenizer, examples.values()))
 

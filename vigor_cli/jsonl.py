@@ -15,7 +15,7 @@ The rule for a damaged line, once for every JSONL file this project reads:
 
 Files are opened by :mod:`vigor_cli.user_files` (a FIFO or a device is refused before it is
 opened), and a line over ``LINE_MAX_BYTES`` or nested past ``MAX_DEPTH`` levels is damage too.
-Blank lines are allowed and skipped. Every record keeps its byte span in the file, so a
+Blank lines are allowed and skipped, and so is a UTF-8 byte-order mark opening the file. Every record keeps its byte span in the file, so a
 writer can keep lines byte for byte (resume cuts logs without re-serialising them).
 """
 
@@ -44,6 +44,8 @@ class JsonlContent:
 
 
 def _parse(path: Path, number: int, raw: bytes, expected: str) -> dict:
+    if number == 1 and raw.startswith(codecs.BOM_UTF8):  # a byte-order mark some editors write first
+        raw = raw[len(codecs.BOM_UTF8):]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -41,12 +41,23 @@ def kind_of(value: Any) -> str:
     return type(value).__name__
 
 
+def unencodable(text: str) -> str | None:
+    """Why ``text`` cannot be encoded (and so tokenised): a lone surrogate, which a JSON
+    ``\\ud800`` escape without its pair decodes to; None when it can be."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return (f"text holding a lone surrogate \\u{ord(text[e.start]):04x} at character {e.start + 1} (half of "
+                "a character, which UTF-8 cannot encode: a \\ud800-style escape without its pair?)")
+    return None
+
+
 def _text_problem(value: Any) -> str | None:
     if not isinstance(value, str):
         return kind_of(value)
     if len(value) > MAX_TEXT_CHARS:
         return f"{len(value):,} characters long (the limit is {MAX_TEXT_CHARS:,})"
-    return None
+    return unencodable(value)
 
 
 def _answer_problem(value: Any, lists: bool) -> str | None:

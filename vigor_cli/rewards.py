@@ -27,10 +27,13 @@ refused. An ``async def`` function is awaited, as TRL awaits it.
 
 Each :class:`Reward` is itself a TRL reward function (``reward(prompts, completions,
 **kwargs)`` with a ``__name__``), so the same objects can be handed to TRL's
-``GRPOTrainer(reward_funcs=...)``. Values are checked on every call: a list as long as the
-completions of finite numbers or None (None: "cannot score this one"); anything else, or an
-exception in the function, is a :class:`UserError` naming the function (the trainer adds the
-step). :func:`combine` is TRL's weighted sum over the functions that scored a completion.
+``GRPOTrainer(reward_funcs=...)``. A user's function is called, and its file imported, behind
+vigor_cli/user_code.py's boundary: its own copies of the arguments, a time limit
+(``task.reward_timeout``), anything it raises (``sys.exit`` included) one line, stdout, stderr
+and the working directory put back. Values are checked on every call: a list as long as the
+completions passed of finite numbers or None (None: "cannot score this one"); anything else,
+or an exception in the function, is a :class:`UserError` naming the function (the trainer
+adds the step). :func:`combine` is TRL's weighted sum over the functions that scored a completion.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from vigor_cli import user_code
 from vigor_cli.errors import UserError
 
 PROMPT_ARGS = ("prompts", "completions")
@@ -167,11 +171,11 @@ def check_spec(spec: str, key: str = "task.rewards") -> None:
 
 # --------------------------------------------------------------------------- loading
 def load_rewards(specs: Sequence[str], *, workers: int = 0, code_reward: str = "full",
-                 allow_weak_sandbox: bool = False) -> list[Reward]:
+                 allow_weak_sandbox: bool = False, timeout: float | None = None) -> list[Reward]:
     """The rewards of ``specs``, user functions imported and their signatures checked; names
     made unique (``a.score``/``b.score`` when two files define ``score``)."""
-    rewards = [load_reward(s, workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox)
-               for s in specs]
+    rewards = [load_reward(s, workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox,
+                           timeout=timeout) for s in specs]
     counts: dict[str, int] = {}
     for r in rewards:
         counts[r.name] = counts.get(r.name, 0) + 1
@@ -185,14 +189,16 @@ def load_rewards(specs: Sequence[str], *, workers: int = 0, code_reward: str = "
     return rewards
 
 
-def load_reward(spec: str, *, workers: int = 0, code_reward: str = "full", allow_weak_sandbox: bool = False) -> Reward:
-    """One reward from its spec (see the module docstring)."""
+def load_reward(spec: str, *, workers: int = 0, code_reward: str = "full", allow_weak_sandbox: bool = False,
+                timeout: float | None = None) -> Reward:
+    """One reward from its spec (see the module docstring); ``timeout``: the seconds one call
+    of a user's function may take (``task.reward_timeout``; None: no limit)."""
     try:
         check_spec(spec, f"--reward {spec}")
     except ValueError as e:
         raise UserError(str(e)) from None
     if is_file_spec(spec):
-        return _user_reward(spec)
+        return _user_reward(spec, timeout)
     return BUILTINS[spec](workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox)
 
 
@@ -211,13 +217,13 @@ def import_function(spec: str) -> Callable:
             raise UserError(f"--reward {spec}: cannot import {path}")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module  # dataclasses and pickling inside the file look it up
-        try:
-            loader_spec.loader.exec_module(module)
-        except Exception as e:  # the user's file: any error while importing it
+        try:  # the user's file, behind the boundary: sys.exit or any BaseException is one line
+            user_code.call(lambda: loader_spec.loader.exec_module(module), label=f"--reward {spec} (its import)",
+                           describe=lambda e: f"--reward {spec}: importing {path} failed"
+                                              f"{user_code.user_frame(e, resolved)}: {user_code.raised(e)}")
+        except BaseException:
             sys.modules.pop(module_name, None)
-            where = _user_frame(e, resolved)
-            raise UserError(f"--reward {spec}: importing {path} failed{where}: {type(e).__name__}: "
-                            f"{_first_line(e)}") from None
+            raise
     func = getattr(module, func_name, None)
     if func is None:
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
@@ -259,7 +265,7 @@ def signature_columns(func: Callable, spec: str) -> tuple[tuple[str, ...], tuple
     return required, optional, takes_all
 
 
-def _user_reward(spec: str) -> Reward:
+def _user_reward(spec: str, timeout: float | None = None) -> Reward:
     func = import_function(spec)
     required, optional, takes_all = signature_columns(func, spec)
     label = f"reward function {spec}"
@@ -280,13 +286,20 @@ def _user_reward(spec: str) -> Reward:
         kwargs.update({k: v for k, v in context.arguments().items() if k in gets})  # TRL's, as TRL passes them
         # (completions, solution) takes no prompts: TRL's own rewards
         given = {k: v for k, v in (("prompts", prompts), ("completions", completions)) if k in gets}
-        try:
-            values = func(**given, **kwargs)
+
+        def run() -> Any:  # its own copies: no function changes what another grades
+            values = func(**{k: user_code.private_copy(v) for k, v in {**given, **kwargs}.items()})
             if inspect.isawaitable(values):  # an async def reward, awaited as TRL awaits it
                 values = _await(values)
-        except Exception as e:  # the user's function: any error stops the run in one line
-            raise UserError(f"{label} raised {type(e).__name__}: {_first_line(e)}{_user_frame(e, None)}") from None
+            return values
+
+        values = user_code.call(run, label=label, timeout=timeout, timeout_line=over_time,
+                                describe=lambda e: f"{label} raised {user_code.raised(e)}{user_code.user_frame(e)}")
         return [Score(v) for v in check_values(values, len(completions), label)]
+
+    def over_time(seconds: float, where: str) -> str:
+        return (f"{label} did not return within task.reward_timeout={seconds:g} s and was stopped{where}; "
+                "a slower function needs a higher limit (--set task.reward_timeout=SECONDS)")
 
     name = getattr(func, "__name__", spec.rpartition(":")[2])
     return Reward(name=str(name), spec=spec, needs=required, optional=optional, all_columns=takes_all, gets=gets,
@@ -315,6 +328,8 @@ def check_values(values: Any, n: int, label: str) -> list[float | None]:
     if hasattr(values, "tolist") and not isinstance(values, (list, tuple)):
         values = values.tolist()  # a numpy array or torch tensor
     if not isinstance(values, (list, tuple)):
+        if inspect.iscoroutine(values):
+            values.close()  # never awaited here: closed, so Python prints no warning at exit
         raise UserError(f"{label} returned a {type(values).__name__}; it must return a list with one "
                         "number (or None) per completion")
     if len(values) != n:
@@ -366,25 +381,5 @@ def combine(values: Sequence[Sequence[float | None]], weights: Sequence[float]) 
 
 
 # --------------------------------------------------------------------------- messages
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return (text.splitlines()[0] if text else "")[:300]
-
-
 def _params(sig: inspect.Signature) -> str:
     return ", ".join(str(p) for p in sig.parameters.values())
-
-
-def _user_frame(e: BaseException, path: Path | None) -> str:
-    """' (file.py, line N)' for the innermost frame of the traceback in a user's file."""
-    tb = e.__traceback__
-    found = None
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if (path is not None and Path(filename) == path) or (path is None and "vigor_cli" not in filename
-                                                            and "site-packages" not in filename):
-            found = (filename, tb.tb_lineno)
-        tb = tb.tb_next
-    if isinstance(e, SyntaxError) and e.lineno:
-        return f" ({Path(e.filename or '').name}, line {e.lineno})"
-    return f" ({Path(found[0]).name}, line {found[1]})" if found else ""

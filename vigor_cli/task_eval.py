@@ -236,12 +236,12 @@ def sampling_of(target: Target, n: int | None, temperature: float | None, top_p:
 def load_sets(target: Target, limit: int | None) -> tuple[Any, dict[str, list]]:
     """The task and its held-out sets (read before the model, so bad data fails first)."""
     from vigor_cli.tasks import get_task
-    from vigor_cli.train_data import held_out_sets
+    from vigor_cli.train_data import task_sets
 
     cfg = target.cfg
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:
-        sets = held_out_sets(cfg, task, limit if limit is not None else cfg.train.eval_limit if target.from_run else None)
+        sets = task_sets(cfg, task, limit if limit is not None else cfg.train.eval_limit if target.from_run else None)
         for name, exs in sets.items():
             if not exs:
                 raise UserError(f"set {name}: no problems to evaluate")
@@ -299,7 +299,7 @@ def rescore_task(results: dict) -> None:
     values and reasons are replaced."""
     from vigor_cli.settings import build_config
     from vigor_cli.tasks import get_task
-    from vigor_cli.train_data import held_out_sets
+    from vigor_cli.train_data import task_sets
 
     try:
         cfg = build_config(tree={"task": results["task"]})
@@ -307,7 +307,7 @@ def rescore_task(results: dict) -> None:
         raise UserError(f"--rescore: the file's task does not validate ({str(e).splitlines()[0]})") from None
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:
-        sets = held_out_sets(cfg, task, None)
+        sets = task_sets(cfg, task, None)
         for name, entry in results["sets"].items():
             by_uid = {ex.uid: ex for ex in sets.get(name, [])}
             samples = entry["samples"]

@@ -69,6 +69,11 @@ class Tracker:
     def close(self) -> None:
         raise NotImplementedError
 
+    @classmethod
+    def check_environment(cls) -> None:
+        """Refuse, in one line, a setting of the backend's own (an environment variable) it
+        would fail on once the run has started; nothing by default."""
+
 
 BACKENDS: dict[str, type[Tracker]] = {}
 """Backend name -> its Tracker class (``train.report_to`` accepts these and ``none``)."""
@@ -114,6 +119,7 @@ def require(report_to: Sequence[str]) -> None:
         if importlib.util.find_spec(package.split(".")[0]) is None:
             raise UserError(f"train.report_to={name}: the {package} package is not installed; "
                             f"pip install 'vigor[{name}]' (or drop {name} from --report-to)")
+        BACKENDS[name].check_environment()
 
 
 def scalars(row: dict[str, Any]) -> dict[str, float]:
@@ -265,6 +271,10 @@ def _wandb_api_key() -> bool:
         return False
 
 
+WANDB_MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
+"""The values wandb takes for ``$WANDB_MODE`` (its Settings refuse any other once a run starts)."""
+
+
 def wandb_mode() -> tuple[str, str]:
     """(mode, why): ``$WANDB_MODE`` when set (no probe); else online only with an API key and
     a W&B server that answers, offline otherwise."""
@@ -289,6 +299,13 @@ class WandbTracker(Tracker):
     name = "wandb"
     package = "wandb"
     tables = True
+
+    @classmethod
+    def check_environment(cls) -> None:
+        mode = os.environ.get("WANDB_MODE")
+        if mode and mode not in WANDB_MODES:
+            raise UserError(f"train.report_to=wandb: WANDB_MODE={mode!r} is not a mode wandb takes "
+                            f"({', '.join(WANDB_MODES)}); set one of them, or unset it")
 
     def start(self, first_step: int) -> None:
         import wandb

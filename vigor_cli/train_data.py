@@ -43,7 +43,9 @@ class TrainData:
 
 def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     """Every check that needs no download (vigor_cli/preflight.py), the memory plan, the
-    task's sets and the tokenizer; the task's reward workers are closed if any of it fails."""
+    task's sets and the tokenizer; the task's reward workers are closed if any of it fails.
+    Prompts the model cannot take are left out of training and evaluation alike
+    (:func:`fit_prompts`), each set with one warning line."""
     from vigor_cli.models import load_tokenizer
     from vigor_cli.preflight import check_static, check_tokenizer
     from vigor_cli.tasks import get_task
@@ -56,14 +58,13 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
     task = get_task(cfg.task, workers=t.reward_workers)
     try:
         train_examples = task.train_examples()
-        for line in task.describe_data():  # e.g. the code task's split of problems
-            out.print(line, highlight=False, soft_wrap=True)
         check_against_data(cfg, len(train_examples))  # the rules that need the training-set size
-        eval_sets = held_out_sets(cfg, task, t.eval_limit)
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
         texts: dict[str, str] = {}
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, texts=texts)
+        examples, prompt_ids, eval_sets = fitted_sets(cfg, task, tokenizer, train_examples, texts=texts)
+        for line in task.describe_data():  # the code task's split; what --data and --eval-data read
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
     except BaseException:
         task.close()
         raise
@@ -71,9 +72,10 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
                      texts)
 
 
-def held_out_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, list[Example]]:
-    """The task's held-out sets a run evaluates (``task.eval_sets``, or its default set, named
-    after the task), each cut to its first ``limit`` examples."""
+def task_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, list[Example]]:
+    """The task's held-out sets (``task.eval_sets``, or its default set, named after the
+    task), each cut to its first ``limit`` examples, as read (`vigor eval` on a task's own
+    sets; a run's evaluation leaves out what the model cannot take: :func:`held_out_sets`)."""
     sets: dict[str, list[Example]] = {}
     for name in cfg.task.eval_sets or [None]:
         exs = task.eval_examples(name)
@@ -81,27 +83,57 @@ def held_out_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, lis
     return sets
 
 
-def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
-                   out: Any, enough: bool = True,
-                   texts: dict[str, str] | None = None) -> tuple[dict[str, Example], dict[str, list[int]]]:
-    """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped
-    (``enough``: refuse when fewer than a step's prompts remain). ``texts`` gets each kept
+def fit_prompts(limit: int, task: Any, tokenizer: Any, examples: list[Example],
+                texts: dict[str, str] | None = None) -> tuple[dict[str, list[int]], list[int], int]:
+    """The token ids of the prompts the model can take, by uid; the lengths of those longer
+    than ``limit`` (task.max_prompt_tokens), and how many encode to no token at all (both
+    left out: an empty prompt gives the model nothing to continue). ``texts`` gets each kept
     prompt as rendered."""
-    examples: dict[str, Example] = {}
-    prompt_ids: dict[str, list[int]] = {}
-    dropped = 0
-    for ex in train_examples:
+    kept: dict[str, list[int]] = {}
+    long: list[int] = []
+    empty = 0
+    for ex in examples:
         text = task.render_prompt(ex, tokenizer)
         ids = encode_prompt(tokenizer, text)
-        if len(ids) > cfg.task.max_prompt_tokens:
-            dropped += 1
-            continue
-        examples[ex.uid] = ex
-        prompt_ids[ex.uid] = ids
-        if texts is not None:
-            texts[ex.uid] = text
-    if dropped:
-        out.print(f"[yellow]dropped {dropped} training prompts longer than task.max_prompt_tokens={cfg.task.max_prompt_tokens}[/]")
+        if not ids:
+            empty += 1
+        elif len(ids) > limit:
+            long.append(len(ids))
+        else:
+            kept[ex.uid] = ids
+            if texts is not None:
+                texts[ex.uid] = text
+    return kept, long, empty
+
+
+def warn(line: str | None) -> None:
+    """A warning line on stderr, as the health checks print theirs (nothing for None)."""
+    from vigor_cli.console import err_console
+
+    if line:
+        err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
+
+
+def left_out_line(what: str, total: int, long: list[int], empty: int, limit: int) -> str | None:
+    """The one warning line for the prompts of a set :func:`fit_prompts` left out (None: none)."""
+    parts = []
+    if long:
+        parts.append(f"{len(long)} longer than task.max_prompt_tokens={limit} (the longest {max(long):,} "
+                     "tokens; raise the key to keep them)")
+    if empty:
+        parts.append(f"{empty} that encode to no token")
+    return f"left out {len(long) + empty} of {total} {what}: {' and '.join(parts)}" if parts else None
+
+
+def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
+                   enough: bool = True, texts: dict[str, str] | None = None
+                   ) -> tuple[dict[str, Example], dict[str, list[int]]]:
+    """The training prompts' token ids; prompts the model cannot take (:func:`fit_prompts`)
+    are dropped with one warning line (``enough``: refuse when fewer than a step's prompts
+    remain). ``texts`` gets each kept prompt as rendered."""
+    prompt_ids, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, train_examples, texts)
+    examples = {ex.uid: ex for ex in train_examples if ex.uid in prompt_ids}
+    warn(left_out_line("training prompts", len(train_examples), long, empty, cfg.task.max_prompt_tokens))
     if enough and len(examples) < cfg.train.prompts_per_step:
         raise UserError(
             f"only {len(examples)} training prompts fit task.max_prompt_tokens="
@@ -110,13 +142,60 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
     return examples, prompt_ids
 
 
-def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
+def fitted_sets(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example], enough: bool = True,
+                texts: dict[str, str] | None = None
+                ) -> tuple[dict[str, Example], dict[str, list[int]], dict[str, list[Example]]]:
+    """The training prompts the model can take (:func:`encode_prompts`), then the held-out
+    sets without the prompts it cannot (:func:`held_out_sets`; drawn from training, without
+    those training left out)."""
+    examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, enough, texts)
+    task.leave_out_of_training({ex.uid for ex in train_examples} - set(examples))
+    return examples, prompt_ids, held_out_sets(cfg, task, tokenizer, model_context(cfg))
+
+
+def model_context(cfg: RunConfig) -> int | None:
+    """The longest prompt + completion the engine takes, before the weights load:
+    engine.max_model_len, else the model's max_position_embeddings (None: not known)."""
+    from vigor_cli.memory_plan import model_shape
+
+    if cfg.engine.max_model_len:
+        return int(cfg.engine.max_model_len)
+    try:
+        return model_shape(cfg.model).max_positions
+    except UserError:  # no config.json to read here (the memory plan said so already)
+        return None
+
+
+def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None = None) -> dict[str, list[Example]]:
+    """The run's evaluation sets (train.eval_limit examples of each), without the prompts
+    the model cannot take (:func:`fit_prompts`: an evaluation never spends time on a prompt
+    training would drop), each set that loses some saying so in one warning line, as does
+    each whose prompts with sampling.max_new_tokens pass the model's ``context``."""
+    sets: dict[str, list[Example]] = {}
+    for name in cfg.task.eval_sets or [None]:
+        label = name or cfg.task.name
+        exs = task.eval_examples(name)
+        exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
+        kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs)
+        warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
+        over = sum(len(ids) + cfg.sampling.max_new_tokens > context for ids in kept.values()) if context else 0
+        if over:
+            warn(f"{over} of {len(kept)} held-out prompts of set {label} plus sampling.max_new_tokens="
+                 f"{cfg.sampling.max_new_tokens} exceed the model's context ({context} tokens): their completions "
+                 "will be cut; lower sampling.max_new_tokens or task.max_prompt_tokens")
+        sets[label] = [ex for ex in exs if ex.uid in kept]
+        if not sets[label]:
+            raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
+                            f"{cfg.task.max_prompt_tokens}; raise it, or give held-out data the model can take")
+    return sets
+
+
+def dry_run_health(cfg: RunConfig) -> list[str]:
     """`vigor train --dry-run`'s health lines: the training prompts read, rendered and encoded
     as a run would (the tokenizer, no weights), checked against the model's context and the
     reference answers' lengths (vigor_cli/health.py)."""
     from vigor_cli import health
     from vigor_cli.hub import HubUnavailable
-    from vigor_cli.memory_plan import model_shape
     from vigor_cli.models import load_tokenizer
     from vigor_cli.tasks import get_task
 
@@ -127,10 +206,11 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
         except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
             return [f"the checks before the first step read the training data, which is not here: {e}"]
         tokenizer = load_tokenizer(cfg.model)
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
+        try:  # the prompts a run would leave out, said alike
+            examples, prompt_ids, _ = fitted_sets(cfg, task, tokenizer, train_examples, enough=False)
+        except HubUnavailable as e:  # a held-out set only the hub has
+            return [f"the checks before the first step read the evaluation data, which is not here: {e}"]
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
-        context = cfg.engine.max_model_len or model_shape(cfg.model).max_positions
-        return health.run_preflight(cfg, task, tokenizer, examples, prompts,
-                                    len(train_examples) - len(examples), context)
+        return health.run_preflight(cfg, task, tokenizer, examples, prompts, model_context(cfg))
     finally:
         task.close()

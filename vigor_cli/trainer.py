@@ -124,7 +124,7 @@ class Trainer:
         prompts = health.prompt_infos(self.task, self.tokenizer, self.examples, self.prompt_ids)
         self.health = health.RunHealth(self.cfg, prompts, context)
         self.log.health_lines(health.run_preflight(self.cfg, self.task, self.tokenizer, self.examples, prompts,
-                                                   self.dropped, context))
+                                                   context))
 
     def _load_data(self) -> None:
         """The task, its sets, the tokenizer and the encoded prompts (vigor_cli/train_data.py),

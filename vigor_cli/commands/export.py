@@ -32,7 +32,13 @@ def export(
     def warn(message: str) -> None:
         err_console.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
 
-    result = exporter.export(run, out, step=step, merge_lora=merge_lora, dtype=dtype, warn=warn)
+    from vigor_cli.interrupt import TrainingInterrupted
+
+    try:
+        result = exporter.export(run, out, step=step, merge_lora=merge_lora, dtype=dtype, warn=warn)
+    except TrainingInterrupted as stop:  # SIGINT/SIGTERM: one line, and no partial folder left
+        err_console.print(stop.status, markup=False, highlight=False, soft_wrap=True)
+        raise SystemExit(stop.exit_code) from None
     if push_to_hub is not None:
         result["pushed"] = exporter.push_to_hub(out, push_to_hub)
     if as_json:

@@ -92,9 +92,10 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
         examples = task.train_examples()
         if not examples:
             raise UserError(f"task {cfg.task.name!r} has no training prompts")
+        policy, tokenizer, _ = load_policy(cfg.model)
+        examples = _prompts_that_fit(cfg, task, tokenizer, examples)
         rng = random.Random(f"probe/{cfg.train.seed}")
         chosen = rng.sample(examples, min(prompts, len(examples)))
-        policy, tokenizer, _ = load_policy(cfg.model)
         policy.eval()
         for p in policy.parameters():
             p.requires_grad_(False)
@@ -134,6 +135,19 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
             "binary_rewards": rewards_seen <= {0.0, 1.0}, "unscored": unscored,
             "pass_threshold": cfg.task.pass_threshold}
     return counts, info
+
+
+def _prompts_that_fit(cfg: Any, task: Any, tokenizer: Any, examples: list) -> list:
+    """The training prompts a run would train on (vigor_cli/train_data.fit_prompts: none longer
+    than task.max_prompt_tokens, none empty), the others said in one warning line."""
+    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+
+    kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, examples)
+    warn(left_out_line("training prompts", len(examples), long, empty, cfg.task.max_prompt_tokens))
+    if not kept:
+        raise UserError(f"none of the {len(examples)} training prompts fits task.max_prompt_tokens="
+                        f"{cfg.task.max_prompt_tokens}; raise it")
+    return [ex for ex in examples if ex.uid in kept]
 
 
 TIE = 0.05

@@ -75,7 +75,8 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--log-completions-every", "train.log_completions_every", panel="Logging and checkpoints"),
     Flag("--output-dir", "train.output_dir", option=functools.partial(opt.output_dir, as_path=False), panel="Logging and checkpoints"),
     Flag("--run-name", "train.run_name", panel="Logging and checkpoints"),
-    Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints"),
+    Flag("--report-to", "train.report_to", names="tracker", panel="Logging and checkpoints",
+         parse=lambda text: text),  # names as typed, comma-separated (not YAML: ',,' is no value)
     Flag("--strict", "health.strict", panel="Logging and checkpoints"),
     *TASK_FLAGS,  # your own task (task 'custom'; README "Train on your own task"): shared, commands/flags.py
 )
@@ -151,6 +152,9 @@ def _dry_run(cfg, console) -> None:
     from vigor_cli.tasks import preview_task
     from vigor_cli.train_data import dry_run_health
 
+    from vigor_cli.tracking import require
+
+    require(cfg.train.report_to)  # a dashboard's missing package or bad setting, as the run refuses it
     for line in preview_task(cfg.task, _preview_tokenizer(cfg)):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
 
@@ -159,7 +163,7 @@ def _dry_run(cfg, console) -> None:
     for note in plan.notes:
         console.print(f"[yellow]{note}[/]")
     memory_plan.check(plan)  # exit 2 with the keys to change
-    for line in dry_run_health(cfg, console):  # what the health checks can tell before generating
+    for line in dry_run_health(cfg):  # what the health checks can tell before generating
         err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     if plan.available is not None:
         verdict = "fits" if plan.device == "cuda" else "CPU run (not refused)"

@@ -303,17 +303,16 @@ def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., 
 
 def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None) -> Any:
     """The task's training examples as a ``datasets.Dataset`` of (prompt, uid) rows, the
-    prompt rendered as ``vigor train`` renders it; longer prompts dropped as it does."""
+    prompt rendered as ``vigor train`` renders it; the prompts it leaves out left out as it
+    does (vigor_cli/train_data.fit_prompts: longer than ``max_prompt_tokens``, or no token)."""
     from datasets import Dataset
 
-    from vigor_cli.evaluation import encode_prompt
+    from vigor_cli.train_data import fit_prompts
 
-    rows = []
-    for ex in task.train_examples():
-        text = task.render_prompt(ex, tokenizer)
-        if max_prompt_tokens is None or len(encode_prompt(tokenizer, text)) <= max_prompt_tokens:
-            rows.append({"prompt": text, "uid": ex.uid})
-    return Dataset.from_list(rows)
+    examples = task.train_examples()
+    kept, _, _ = fit_prompts(max_prompt_tokens or 2**62, task, tokenizer, examples)
+    return Dataset.from_list([{"prompt": task.render_prompt(ex, tokenizer), "uid": ex.uid}
+                              for ex in examples if ex.uid in kept])
 
 
 # --------------------------------------------------------------------------- run directory
@@ -909,15 +908,18 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
 
     from vigor_cli.models import load_tokenizer, resolve_model_path, set_cpu_threads
     from vigor_cli.tasks import get_task
+    from vigor_cli.train_data import fitted_sets
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:  # the task's data and reward functions are read before the model: a bad one fails first
-        task.train_examples()
-        examples = task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
+        train_examples = task.train_examples()
+        task.eval_examples(cfg.task.eval_sets[0] if cfg.task.eval_sets else None)
         path = resolve_model_path(m.name_or_path)
         tok = load_tokenizer(m, path)  # vigor's: pad-token fallback, enable_thinking
+        # the prompts the model cannot take, left out of training and evaluation as vigor train does
+        examples = next(iter(fitted_sets(cfg, task, tok, train_examples, enough=False)[2].values()))
         device = _trl_device(overrides)
         model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, device))
         set_cpu_threads(model, m.cpu_threads, device)  # model.cpu_threads, as vigor train sets it
@@ -936,7 +938,7 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
     trainer = VigorGRPOTrainer(model=model, reward_funcs=funcs, args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
                                processing_class=tok, peft_config=peft_config)
-    held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
+    held_out = HeldOutEval(trainer, task, examples,  # train.eval_limit applied (fitted_sets)
                            max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
                            samples=cfg.train.eval_samples, temperature=cfg.train.eval_temperature,
                            top_p=cfg.sampling.top_p)

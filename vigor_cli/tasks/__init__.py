@@ -172,7 +172,7 @@ def _custom_preview(cfg: Any, tokenizer: Any) -> list[str]:
 
 @register_task("custom", grades=False, preview=_custom_preview,
                reads=("data", "eval_data", "fields", "prompt_template", "system_prompt", "chat_template",
-                      "rewards", "reward_weights", "allow_weak_sandbox", "code_reward"))
+                      "rewards", "reward_weights", "reward_timeout", "allow_weak_sandbox", "code_reward"))
 def _custom(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.custom import CustomTask
 

@@ -78,6 +78,10 @@ class Task(ABC):
         split of problems into training and evaluation)."""
         return []
 
+    def leave_out_of_training(self, uids: set[str]) -> None:
+        """The training prompts a run leaves out (longer than task.max_prompt_tokens): a task
+        whose held-out set is drawn from its training rows draws it from the others."""
+
     def close(self) -> None:
         """Release worker pools."""
 

@@ -36,7 +36,7 @@ from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
 ROLES = ("system", "user", "assistant")
 """Roles a chat-message prompt may use."""
 TRAIN_SAMPLE = 64
-"""Without task.eval_data, this many training rows (the first) are evaluated instead."""
+"""Without task.eval_data, this many training rows (the first the run trains on) are evaluated instead."""
 
 _SLOT = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
 
@@ -92,7 +92,7 @@ class CustomTask(Task):
 
         self.cfg = cfg
         self.rewards = rewards.load_rewards(cfg.rewards, workers=workers, code_reward=cfg.code_reward,
-                                            allow_weak_sandbox=cfg.allow_weak_sandbox)
+                                            allow_weak_sandbox=cfg.allow_weak_sandbox, timeout=cfg.reward_timeout)
         self.weights = list(cfg.reward_weights) or [1.0] * len(self.rewards)
         self.fields = dict(cfg.fields)
         self.tables: dict[str, loading.Table] = {}
@@ -100,6 +100,7 @@ class CustomTask(Task):
         self.reward_log = RewardLog()
         """What the reward functions log through TRL's log_metric and log_extra."""
         self.trainer_state = trainer_state(0, 0)
+        self._left_out: set[str] = set()
 
     # ---- data
     def train_examples(self) -> list[Example]:
@@ -119,7 +120,7 @@ class CustomTask(Task):
         else:  # the training source's own test (or validation) split, when it has one
             self.train_examples()
             if self.tables["train"].eval_split is None:
-                return self.train_examples()[:TRAIN_SAMPLE]
+                return [ex for ex in self.train_examples() if ex.uid not in self._left_out][:TRAIN_SAMPLE]
             table = loading.read_table(self.cfg.data, key="--data", purpose="eval",
                                        hub_flag="--data PATH (a local file or folder)")
         self.tables["eval"] = table
@@ -162,6 +163,7 @@ class CustomTask(Task):
             prompt = _prompt_of(row.get(prompt_column), prompt_column, where)
         if self.cfg.system_prompt is not None:
             prompt = _with_system(prompt, self.cfg.system_prompt, where)
+        _check_prompt_text(prompt, where, prompt_column)
         for reward in self.rewards:
             for col in reward.needs:
                 source = self.fields.get(col, col)
@@ -174,6 +176,9 @@ class CustomTask(Task):
                                          answers=(source,))
         return Example(uid=f"custom/{part}/{i}", question=_text_of(prompt), answer=columns.get("answer"),
                        meta={"prompt": prompt, "columns": columns, "where": where})
+
+    def leave_out_of_training(self, uids: set[str]) -> None:
+        self._left_out = set(uids)  # the training sample evaluated without --eval-data skips them
 
     # ---- prompt
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
@@ -227,6 +232,12 @@ class CustomTask(Task):
     def logged_metrics(self) -> dict[str, float]:
         return self.reward_log.drain()
 
+    def describe_data(self) -> list[str]:
+        """What the data read: source, kind, split, a folder's files, rows and columns (the
+        training output prints them, as `--dry-run` does)."""
+        return [f"{ {'train': 'data', 'eval': 'eval data'}[part]}: {table.describe()}"
+                for part, table in self.tables.items()]
+
     def reward_seconds(self) -> dict[str, float]:
         """Seconds spent in each reward function so far (a slow one shows here and in the
         step's reward time)."""
@@ -251,9 +262,27 @@ def _prompt_of(value: Any, column: str | None, where: str) -> Any:
                 raise UserError(f"{where}: the prompt ('{column}') is a list but not of chat messages "
                                 "({\"role\": \"system\"|\"user\"|\"assistant\", \"content\": text}); got "
                                 f"{str(m)[:80]}")
+        if not any(m["content"].strip() for m in value):
+            raise UserError(f"{where}: the prompt ('{column}') is empty: every message's content is empty")
+        blank = next((i for i, m in enumerate(value) if m["role"] == "user" and not m["content"].strip()), None)
+        if blank is not None:
+            raise UserError(f"{where}: the prompt ('{column}') has an empty user message (message {blank + 1})")
         return [{"role": m["role"], "content": m["content"]} for m in value]
     raise UserError(f"{where}: the prompt ('{column}') is {type(value).__name__} {str(value)[:40]!r}; "
                     "expected text or a list of chat messages")
+
+
+def _check_prompt_text(prompt: Any, where: str, column: str | None) -> None:
+    """The prompt as built (column, template, system message) holds text a tokenizer can take:
+    not empty, no lone surrogate."""
+    what = f"the prompt ('{column}')" if column else "the prompt task.prompt_template builds"
+    pieces = [prompt] if isinstance(prompt, str) else [m["content"] for m in prompt]
+    if not any(p.strip() for p in pieces):
+        raise UserError(f"{where}: {what} is empty")
+    for piece in pieces:
+        problem = records.unencodable(piece)
+        if problem is not None:
+            raise UserError(f"{where}: {what} is {problem}")
 
 
 def _with_system(prompt: Any, system: str, where: str) -> list[dict]:

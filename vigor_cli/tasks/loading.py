@@ -2,13 +2,11 @@
 
 :func:`read_table` reads what ``--data`` / ``--eval-data`` (and ``task.train_path``) name:
 
-- a JSONL file (``.jsonl``, ``.ndjson``; the project's one JSONL reader, vigor_cli/jsonl.py:
-  an error names ``file:line``) or a ``.json`` file holding JSON lines or one array of objects;
-- a CSV or TSV file (``.csv``, ``.tsv``), read by ``datasets`` with every column as text, so
-  ``007`` stays ``007`` and an empty cell is null;
-- a Parquet file, read by ``datasets``;
+- one file: JSONL, JSON, CSV/TSV (every column as text, so ``007`` stays ``007``, an empty
+  cell null) or Parquet, read by vigor_cli/tasks/data_files.py;
 - a folder written by ``datasets``' ``save_to_disk`` (a Dataset or a DatasetDict), or any local
-  folder ``datasets.load_dataset`` reads (``train.jsonl`` + ``test.jsonl``, ``data/*.parquet``);
+  folder ``datasets.load_dataset`` reads (``train.jsonl`` + ``test.jsonl``, ``data/*.parquet``),
+  the table naming the files it read and those it did not;
 - a hub dataset ``org/name`` with an optional ``:split``, through the offline probe
   (vigor_cli/hub.py), so an offline machine gets one line at once.
 
@@ -22,51 +20,20 @@ the hub, the local-path flag to use instead. No dataset script or pickled payloa
 
 from __future__ import annotations
 
-import csv
-import json
 import re
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.tasks.data_files import FILE_KINDS, Table, file_table
 from vigor_cli.user_files import regular_file
 
-FILE_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
-              ".parquet": "parquet"}
-"""File suffix -> format :func:`read_table` reads it as."""
 TRAIN_SPLITS = ("train",)
 """The split a multi-split folder or hub dataset gives for training (unless PATH:SPLIT)."""
 EVAL_SPLITS = ("test", "validation", "valid", "eval")
 """The splits tried, in order, for evaluation."""
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?$")
-
-
-@dataclass
-class Table:
-    """The rows of one data source, and how to name a row in a message."""
-
-    rows: list[dict]
-    source: str
-    """The source as the user gave it (a path, or ``org/name[:split]``)."""
-    kind: str
-    """'jsonl', 'json', 'csv', 'tsv', 'parquet', 'save_to_disk', 'folder' or 'hub'."""
-    lines: list[int] | None = None
-    """The file line of each row (JSONL); None where rows are numbered instead."""
-    split: str | None = None
-    columns: list[str] = field(default_factory=list)
-    """Every column, in first-seen order."""
-    eval_split: str | None = None
-    """Read for training from a source with several splits (no ``:SPLIT`` named): the split
-    evaluation reads from it (``test``, then ``validation``, ...), if it has one."""
-
-    def where(self, index: int) -> str:
-        """``file:LINE`` for a JSONL row, ``SOURCE row N`` (1-based) otherwise."""
-        if self.lines is not None:
-            return f"{self.source}:{self.lines[index]}"
-        return f"{self.source} row {index + 1}"
 
 
 def read_table(spec: str | Path, *, key: str, purpose: str = "train", hub_flag: str | None = None) -> Table:
@@ -87,7 +54,7 @@ def read_table(spec: str | Path, *, key: str, purpose: str = "train", hub_flag: 
         if split:
             raise UserError(f"{key} {text}: ':{split}' names a split, which only a folder or hub dataset has")
         regular_file(path)  # a FIFO or a device would block or never end: refused before it is opened
-        table = _file_table(path, key=key)
+        table = file_table(path)
     table.source = text
     if not table.rows:
         raise UserError(f"{key} {text}: no rows")
@@ -123,95 +90,23 @@ def _looks_local(text: str) -> bool:
             or not _HUB_ID.match(text))
 
 
-def _file_table(p: Path, *, key: str) -> Table:
-    kind = FILE_KINDS.get(p.suffix.lower())
-    if kind is None:
-        raise UserError(f"{p}: unsupported file type '{p.suffix}' (use {', '.join(FILE_KINDS)}, a "
-                        "save_to_disk folder, a folder of data files, or a hub dataset org/name)")
-    if kind == "jsonl":
-        numbered = list(iter_jsonl(p, "a JSON object per line"))
-        return Table([r for _, r in numbered], str(p), kind, lines=[n for n, _ in numbered])
-    if kind == "json":
-        return _json_table(p)
-    if kind in ("csv", "tsv"):
-        return _csv_table(p, kind)
-    return Table(_with_datasets(p, "parquet", {"data_files": str(p)}), str(p), kind)
-
-
-def _json_table(p: Path) -> Table:
-    """A ``.json`` file: one array of objects, or JSON lines."""
-    try:
-        head = p.read_text(encoding="utf-8").lstrip()[:1]
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: not UTF-8 text (a binary file?)") from None
-    except OSError as e:
-        raise UserError(f"{p}: cannot read ({e.strerror or e})") from None
-    if head != "[":
-        numbered = list(iter_jsonl(p, "a JSON object per line, or one JSON array of objects"))
-        return Table([r for _, r in numbered], str(p), "json", lines=[n for n, _ in numbered])
-    from vigor_cli.user_files import DuplicateKeyError, loads
-
-    try:
-        items = loads(p.read_text(encoding="utf-8"))
-    except DuplicateKeyError as e:
-        raise UserError(f"{p}: {e}") from None
-    except json.JSONDecodeError as e:
-        raise UserError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
-    except RecursionError:
-        raise UserError(f"{p}: nested too deep; not data this tool reads") from None
-    except ValueError as e:  # an integer past the 4300-digit limit
-        from vigor_cli.user_files import number_problem
-
-        raise UserError(f"{p}: not data this tool reads ({number_problem(e)})") from None
-    for i, item in enumerate(items):
-        if not isinstance(item, dict):
-            raise UserError(f"{p} row {i + 1}: expected a JSON object, got {type(item).__name__}")
-    return Table(items, str(p), "json")
-
-
-def _csv_table(p: Path, kind: str) -> Table:
-    """CSV/TSV through ``datasets``, every column as text (the header names them)."""
-    from datasets import Features, Value
-
-    sep = "\t" if kind == "tsv" else ","
-    try:
-        with p.open(encoding="utf-8", newline="") as f:
-            header = next(csv.reader(f, delimiter=sep), None)
-    except UnicodeDecodeError:
-        raise UserError(f"{p}: not UTF-8 text (a binary file?)") from None
-    except OSError as e:
-        raise UserError(f"{p}: cannot read ({e.strerror or e})") from None
-    except csv.Error as e:
-        raise UserError(f"{p}:1: cannot read the header ({e})") from None
-    if not header or not any(h.strip() for h in header):
-        raise UserError(f"{p}:1: no header line (the first line names the columns)")
-    if len(set(header)) != len(header) or any(not h.strip() for h in header):
-        raise UserError(f"{p}:1: the header has an empty or repeated column name ({sep.join(header)})")
-    features = Features({name: Value("string") for name in header})
-    return Table(_with_datasets(p, "csv", {"data_files": str(p), "sep": sep, "features": features}), str(p), kind)
-
-
 def _folder_table(p: Path, split: str | None, *, key: str, purpose: str) -> Table:
-    """A ``save_to_disk`` folder (Dataset or DatasetDict), else a folder ``load_dataset`` reads."""
+    """A ``save_to_disk`` folder (Dataset or DatasetDict), else a folder ``load_dataset`` reads
+    (its data files by ``datasets``' split patterns: the table names those it read and the
+    folder's other files)."""
     if (p / "dataset_dict.json").is_file() or (p / "state.json").is_file():
-        from datasets import load_from_disk
-
-        _quiet_datasets()
-        try:
-            loaded = load_from_disk(str(p))
-        except Exception as e:  # a damaged folder: datasets' errors vary by version
-            raise UserError(f"{key} {p}: cannot read as a save_to_disk folder ({_reason(e)})") from None
-        splits = dict(loaded.items()) if hasattr(loaded, "keys") else {"train": loaded}
-        named = split
-        ds, split = _pick_split(splits, split, f"{key} {p}", purpose)
-        return Table(ds.to_list(), str(p), "save_to_disk", split=split if hasattr(loaded, "keys") else None,
-                     eval_split=_eval_split(splits, named, split, purpose))
+        return _saved_table(p, split, key=key, purpose=purpose)
     if not any(p.iterdir()):
         raise UserError(f"{key} {p}: empty folder")
-    splits = _load_dataset_quietly(str(p), {}, f"{key} {p}", "a folder of data files")
+    splits, files = _load_folder(p, f"{key} {p}")
     named = split
     rows, split = _pick_split(splits, split, f"{key} {p}", purpose)
-    return Table(rows, str(p), "folder", split=split, eval_split=_eval_split(splits, named, split, purpose))
+    read = {name: [_relative(f, p) for f in fs] for name, fs in files.items()}
+    in_a_split = {f for fs in read.values() for f in fs}
+    unread = sorted(str(f.relative_to(p)) for f in p.rglob("*")
+                    if f.is_file() and str(f.relative_to(p)) not in in_a_split and not f.name.startswith("."))
+    return Table(rows, str(p), "folder", split=split, files=read.get(split or "", []), unread=unread,
+                 eval_split=_eval_split(splits, named, split, purpose))
 
 
 def _eval_split(splits: dict[str, Any], named: str | None, picked: str | None, purpose: str) -> str | None:
@@ -222,23 +117,61 @@ def _eval_split(splits: dict[str, Any], named: str | None, picked: str | None, p
     return next((s for s in EVAL_SPLITS if s in splits and s != picked), None)
 
 
-def _with_datasets(p: Path, builder: str, kwargs: dict) -> list[dict]:
-    splits = _load_dataset_quietly(builder, kwargs, str(p), "CSV" if builder == "csv" else builder.title())
-    return _pick_split(splits, None, str(p), "train")[0]
+def _saved_table(p: Path, split: str | None, *, key: str, purpose: str) -> Table:
+    """A folder ``save_to_disk`` wrote; a damaged one (a JSON file or Arrow data that does not
+    read) is one line naming the folder, and the row where it is known."""
+    from datasets import load_from_disk
+
+    _quiet_datasets()
+    try:
+        loaded = load_from_disk(str(p))
+    except Exception as e:  # a damaged folder: datasets' errors vary by version
+        raise UserError(f"{key} {p}: cannot read as a save_to_disk folder ({_reason(e)})") from None
+    splits = dict(loaded.items()) if hasattr(loaded, "keys") else {"train": loaded}
+    named = split
+    ds, split = _pick_split(splits, split, f"{key} {p}", purpose)
+    try:
+        rows = ds.to_list()
+    except Exception as e:  # Arrow data damaged after its header: text that is not UTF-8, ...
+        raise UserError(f"{key} {p}: cannot read its rows{_bad_row(ds)} ({_reason(e)}; a damaged "
+                        "save_to_disk folder?)") from None
+    return Table(rows, str(p), "save_to_disk", split=split if hasattr(loaded, "keys") else None,
+                 eval_split=_eval_split(splits, named, split, purpose))
 
 
-def _load_dataset_quietly(path: str, kwargs: dict, where: str, what: str) -> dict[str, list[dict]]:
-    """``datasets.load_dataset`` on local data as {split: rows}, prepared in a temporary cache
-    (nothing is left in the user's cache for a file that may change), without progress bars."""
-    from datasets import load_dataset
+def _bad_row(ds: Any) -> str:
+    """' (row N)': the first row of a dataset that does not read (found row by row)."""
+    for i in range(len(ds)):
+        try:
+            ds[i]
+        except Exception:  # the first one that fails, whatever the damage
+            return f" (row {i + 1})"
+    return ""
+
+
+def _load_folder(p: Path, where: str) -> tuple[dict[str, list[dict]], dict[str, list[str]]]:
+    """``datasets.load_dataset`` on a local folder as ({split: rows}, {split: data files}),
+    prepared in a temporary cache (nothing is left in the user's cache for files that may
+    change), without progress bars."""
+    from datasets import load_dataset_builder
 
     _quiet_datasets()
     with tempfile.TemporaryDirectory(prefix="vigor-data-") as cache:
         try:
-            loaded = load_dataset(path, cache_dir=cache, **kwargs)
-            return {name: d.to_list() for name, d in loaded.items()}  # read before the cache goes
+            builder = load_dataset_builder(str(p), cache_dir=cache)
+            files = {str(k): [str(f) for f in v] for k, v in (builder.config.data_files or {}).items()}
+            builder.download_and_prepare()
+            loaded = builder.as_dataset()
+            return {str(name): d.to_list() for name, d in loaded.items()}, files  # read before the cache goes
         except Exception as e:  # parse errors come as many types (pandas, pyarrow, datasets)
-            raise UserError(f"{where}: cannot read as {what} ({_reason(e)})") from None
+            raise UserError(f"{where}: cannot read as a folder of data files ({_reason(e)})") from None
+
+
+def _relative(path: str, folder: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(folder.resolve()))
+    except ValueError:
+        return path
 
 
 def _pick_split(splits: dict[str, Any], split: str | None, where: str, purpose: str) -> tuple[Any, str | None]:

@@ -1,0 +1,367 @@
+"""The boundary around the user's own code: a reward function's call, and the import of its file.
+
+A reward file is the user's code and runs in vigor's process, as in TRL. :func:`call` makes
+a call into it behave as a call across a process boundary would, without leaving the process:
+
+- **Whatever it raises is one line.** ``SystemExit`` (any code), a ``KeyboardInterrupt`` the
+  code raised itself and any other ``BaseException`` become one :class:`UserError` (the caller
+  names the function; the trainer adds the step). The user's own Ctrl-C (a real SIGINT) and
+  the trainer's stop signal (SIGTERM: :class:`~vigor_cli.interrupt.TrainingInterrupted`) pass
+  through unchanged.
+- **A time limit.** A call still running after ``timeout`` seconds is stopped: an exception
+  (:class:`CallTimedOut`, not an ``Exception``, so ``except Exception`` in the user's code
+  does not swallow it) is raised where it runs, by a SIGINT sent to the main thread (which
+  also wakes a blocking sleep, read or wait), and the call ends in one line naming the key
+  that sets the limit. A call that ignores the stop for :data:`STOP_GRACE_S` more seconds
+  ends the process in that line (exit 2; checkpoints are written atomically, so a resume is
+  safe, as after a kill). Enforced on the main thread, where vigor and TRL call rewards.
+- **What it changes is put back**: ``sys.stdout``/``sys.stderr`` (closed or replaced) and
+  file descriptors 1 and 2, the working directory (the run's paths may be relative), the
+  SIGINT/SIGTERM handlers, the warning filters and torch's grad mode and default dtype; an
+  ``os._exit`` it calls raises instead, becoming its one line.
+- **Threads it starts do not keep the process alive**: a thread started inside the call
+  without ``daemon=`` is a daemon thread (it inherits the flag from the thread that starts
+  it, and the call runs marked as one); a non-daemon thread it asked for and left running is
+  named at the end of the command (:func:`left_running`).
+
+:func:`private_copy` gives each function its own copy of the arguments, so no reward changes
+what another grades (or the prompts the trainer keeps).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+from vigor_cli.errors import EXIT_USER, UserError
+from vigor_cli.interrupt import TrainingInterrupted
+
+STOP_GRACE_S = 10.0
+"""Seconds a call past its time limit may ignore being stopped before the process exits."""
+RESEND_S = 1.0
+"""Seconds between stops sent to a call that caught the previous one."""
+
+
+class CallTimedOut(BaseException):
+    """Raised inside a call that ran past its time limit."""
+
+
+class ExitCalled(BaseException):
+    """``os._exit(code)`` called by the user's code inside a call: raised instead of ending the
+    process (``sys.exit`` raises SystemExit itself)."""
+
+    def __init__(self, code: Any):
+        self.code = code
+        super().__init__(code)
+
+
+_REAL_EXIT = os._exit
+
+
+_LEFT: list[tuple[threading.Thread, str]] = []
+"""Non-daemon threads the user's code started and left running, with who started them."""
+
+
+def private_copy(value: Any) -> Any:
+    """``value`` for one function alone: lists, tuples and dicts (prompts, completions,
+    columns) deep-copied; any other object (a callback, a state object) passed as it is."""
+    return copy.deepcopy(value) if isinstance(value, (list, tuple, dict)) else value
+
+
+def call(fn: Callable[[], Any], *, describe: Callable[[BaseException], str], timeout: float | None = None,
+         timeout_line: Callable[[float, str], str] | None = None, label: str = "the user's code") -> Any:
+    """``fn()`` behind the boundary (module docstring). ``describe(exc)`` is the line for what
+    it raised; ``timeout_line(seconds, where)`` the line for a call past ``timeout`` seconds
+    (``where``: the user's file and line it was stopped at); ``label`` names it in the
+    threads it leaves."""
+    guard = _Guard(timeout, timeout_line or _timeout_line)
+    guard.enter()
+    try:
+        try:
+            value, error = fn(), None
+        except BaseException as e:  # noqa: BLE001 (the boundary: every kind is decided below)
+            value, error = None, e
+        guard.leaving = True
+    except CallTimedOut as e:  # the stop landed just after fn returned or raised
+        value, error = None, e
+        guard.leaving = True
+    guard.exit(label)
+    if guard.timed_out:
+        where = user_frame(error) if error is not None else ""
+        raise UserError(guard.timeout_line(guard.timeout or 0.0, where)) from None
+    if error is None:
+        return value
+    if isinstance(error, TrainingInterrupted) or (isinstance(error, KeyboardInterrupt) and guard.user_sigint):
+        raise error  # the user's Ctrl-C, the trainer's stop signal
+    if isinstance(error, CallTimedOut):  # an outer call's limit (a call inside a call)
+        raise error
+    raise UserError(describe(error)) from None
+
+
+def raised(e: BaseException) -> str:
+    """What the user's code raised, in words: ``ValueError: bad``, ``SystemExit: sys.exit(3)
+    called``, ``KeyboardInterrupt (raised by the code itself, not a Ctrl-C)``."""
+    if isinstance(e, SystemExit):
+        return f"SystemExit: sys.exit({'' if e.code is None else repr(e.code)}) called"
+    if isinstance(e, ExitCalled):
+        return f"os._exit({e.code!r}) called (it would have ended the process)"
+    if type(e) is KeyboardInterrupt:
+        return "KeyboardInterrupt (raised by the code itself, not a Ctrl-C)"
+    text = str(e).strip()
+    first = (text.splitlines()[0] if text else "")[:300]
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+
+
+def user_frame(e: BaseException, path: Any = None) -> str:
+    """' (file.py, line N)' for the innermost traceback frame in the user's file ``path`` (or,
+    without one, in any file outside vigor and the installed packages); '' when none."""
+    from pathlib import Path
+
+    tb, found = e.__traceback__, None
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if (path is not None and Path(filename) == Path(path)) or (
+                path is None and not _library_file(filename)):
+            found = (filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if isinstance(e, SyntaxError) and e.lineno:
+        return f" ({Path(e.filename or '').name}, line {e.lineno})"
+    return f" ({Path(found[0]).name}, line {found[1]})" if found else ""
+
+
+def left_running() -> list[str]:
+    """One line per function whose non-daemon threads are still running (the process waits
+    for them at exit), naming them; each is said once."""
+    by_label: dict[str, list[str]] = {}
+    for thread, label in _LEFT:
+        if thread.is_alive():
+            by_label.setdefault(label, []).append(thread.name)
+    _LEFT.clear()
+    lines = []
+    for label, names in by_label.items():
+        shown = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
+        count = f"{len(names)} threads" if len(names) > 1 else "a thread"
+        lines.append(f"{label} left {count} running ({shown}, started with daemon=False): the process "
+                     "ends only when they do; join them before returning, or make them daemon threads")
+    return lines
+
+
+# --------------------------------------------------------------------------- internals
+def _timeout_line(seconds: float, where: str) -> str:
+    return f"the user's code did not return within {seconds:g} s{where}"
+
+
+def _library_file(filename: str) -> bool:
+    """A frame of vigor's own code, of an installed package or of Python itself."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return (filename.startswith(here) or "site-packages" in filename or "dist-packages" in filename
+            or filename.startswith("<") or filename.startswith(os.path.dirname(os.__file__)))
+
+
+class _Guard:
+    """One call's state: what to put back, the SIGINT handler, the watchdog."""
+
+    def __init__(self, timeout: float | None, timeout_line: Callable[[float, str], str]):
+        self.timeout, self.timeout_line = timeout, timeout_line
+        self.main = threading.current_thread() is threading.main_thread()
+        self.timed_out = False
+        self.user_sigint = False
+        self.leaving = False
+        self.pending = False
+        """A stop of ours was sent and its handler has not run yet."""
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._watchdog: threading.Thread | None = None
+
+    # ---- entering and leaving
+    def enter(self) -> None:
+        self.cwd = _cwd()
+        self.settings = _Settings()
+        self.stdio = [_Stream("stdout", 1), _Stream("stderr", 2)]
+        self.threads = set(threading.enumerate())
+        self.daemonic = _mark_daemon(threading.current_thread(), True)
+        self.handlers: dict[int, Any] = {}
+        if self.main:
+            self.handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            signal.signal(signal.SIGINT, self._on_sigint)
+            if self.timeout:
+                self._watchdog = threading.Thread(target=self._watch, args=(threading.main_thread().ident,),
+                                                  name="vigor-call-limit", daemon=True)
+                self._watchdog.start()
+
+    def exit(self, label: str) -> None:
+        with self._lock:
+            self._done.set()  # no stop is sent after this
+        if self._watchdog is not None:
+            self._watchdog.join()
+        deadline = time.monotonic() + 2.0
+        while self.pending and time.monotonic() < deadline:  # one in flight: let it land here
+            time.sleep(0.005)
+        for sig, handler in self.handlers.items():
+            with contextlib.suppress(TypeError, ValueError):  # a handler not installed from Python
+                signal.signal(sig, handler)
+        _mark_daemon(threading.current_thread(), self.daemonic)
+        if self.cwd is not None and _cwd() != self.cwd:
+            with contextlib.suppress(OSError):
+                os.chdir(self.cwd)
+        self.settings.restore()
+        for stream in self.stdio:
+            stream.restore()
+        _LEFT.extend((t, label) for t in threading.enumerate()
+                     if t not in self.threads and t.is_alive() and not t.daemon)
+
+    # ---- the stop
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.pending:  # ours (a Ctrl-C at the same moment is folded into it)
+            self.pending = False
+            if not (self.leaving or self._done.is_set()):
+                raise CallTimedOut()
+            return
+        self.user_sigint = True
+        previous = self.handlers.get(signal.SIGINT)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            signal.default_int_handler(signum, frame)
+
+    def _watch(self, main_ident: int) -> None:
+        if self._done.wait(self.timeout):
+            return
+        self.timed_out = True
+        deadline = time.monotonic() + STOP_GRACE_S
+        while True:
+            with self._lock:
+                if self._done.is_set():
+                    return
+                if not self.pending:
+                    self.pending = True
+                    signal.pthread_kill(main_ident, signal.SIGINT)
+            if self._done.wait(RESEND_S):
+                return
+            if time.monotonic() > deadline:
+                self._abandon()
+
+    def _abandon(self) -> None:
+        """The call ignored every stop: the one line, and the process ends (as a kill would)."""
+        line = self.timeout_line(self.timeout or 0.0, "")
+        with contextlib.suppress(OSError):
+            os.write(2, f"error: {line}, and ignored being stopped for {STOP_GRACE_S:g} s; exiting\n".encode())
+        _REAL_EXIT(EXIT_USER)
+
+
+class _Settings:
+    """Process-wide settings a reward file may change as a script would (at its top:
+    ``torch.set_grad_enabled(False)``, ``warnings.simplefilter("error")``) and that would
+    break the trainer after it: saved before the call, put back after; ``os._exit`` on the
+    calling thread raises :class:`ExitCalled` during the call (a child process it forks exits
+    as usual)."""
+
+    def __init__(self) -> None:
+        import warnings
+
+        self.filters = list(warnings.filters)
+        torch = sys.modules.get("torch")
+        self.torch = (torch.is_grad_enabled(), torch.get_default_dtype()) if torch is not None else (True, None)
+        pid, thread = os.getpid(), threading.get_ident()
+
+        def exit_called(code: int) -> None:
+            if os.getpid() != pid or threading.get_ident() != thread:
+                _REAL_EXIT(code)
+            raise ExitCalled(code)
+
+        os._exit = exit_called
+
+    def restore(self) -> None:
+        import warnings
+
+        os._exit = _REAL_EXIT
+        if warnings.filters != self.filters:
+            warnings.resetwarnings()  # (marks the filters changed, as warnings' own functions do)
+            warnings.filters[:] = self.filters
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            grad, dtype = self.torch
+            torch.set_grad_enabled(grad)
+            if dtype is not None and torch.get_default_dtype() != dtype:
+                torch.set_default_dtype(dtype)
+
+
+def _cwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # the working directory was removed
+        return None
+
+
+def _mark_daemon(thread: threading.Thread, daemon: bool) -> bool:
+    """Set the flag a thread started from ``thread`` inherits (``Thread(daemon=None)`` copies
+    ``current_thread().daemon``); returns the previous value. A private attribute of the
+    threading module, present in every supported Python; without it nothing changes."""
+    old = getattr(thread, "_daemonic", None)
+    if isinstance(old, bool):
+        thread._daemonic = daemon  # type: ignore[attr-defined]
+        return old
+    return daemon
+
+
+class _Stream:
+    """``sys.<name>`` and the file descriptor under it, as they were before the call."""
+
+    def __init__(self, name: str, fd: int):
+        self.name, self.fd = name, fd
+        self.obj = getattr(sys, name)
+        self.identity = _identity(fd)
+        self.saved = None
+        if self.identity is not None:
+            with contextlib.suppress(OSError):
+                self.saved = os.dup(fd)
+
+    def restore(self) -> None:
+        try:
+            if self.saved is not None and _identity(self.fd) != self.identity:  # closed or reused
+                os.dup2(self.saved, self.fd)
+        except OSError:
+            pass
+        finally:
+            if self.saved is not None:
+                os.close(self.saved)
+        current = getattr(sys, self.name)
+        if self.obj is None or (current is self.obj and not _closed(current)):
+            return  # unchanged (or there was none: no console)
+        replacement = self.obj if not _closed(self.obj) else self._reopened()
+        setattr(sys, self.name, replacement)
+        if _closed(getattr(sys, f"__{self.name}__", None)):
+            setattr(sys, f"__{self.name}__", replacement)
+
+    def _reopened(self) -> Any:
+        """A new text stream on the descriptor the closed one wrote to."""
+        real = getattr(sys, f"__{self.name}__", None)
+        if real is not None and real is not self.obj and not _closed(real):
+            return real
+        obj = self.obj
+        try:
+            return open(self.fd, "w", encoding=getattr(obj, "encoding", None) or "utf-8",
+                        errors=getattr(obj, "errors", None) or "strict", closefd=False,
+                        buffering=1 if getattr(obj, "line_buffering", False) else -1)
+        except OSError:  # the descriptor is gone too, and could not be put back
+            return open(os.devnull, "w")
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _closed(stream: Any) -> bool:
+    return stream is None or bool(getattr(stream, "closed", False))
+
+
