@@ -222,12 +222,17 @@ def _given_flags(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _train(config: Optional[Path] = None, resume: Optional[Path] = None, set_: Optional[List[str]] = None,
-           dry_run: bool = False, **values: Any) -> None:
+           dry_run: bool = False, rerun: Optional[Path] = None, allow_changed_files: bool = False,
+           **values: Any) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
     from vigor_cli.console import console
     from vigor_cli.report.train_summary import print_summary
     from vigor_cli.settings import build_config
 
+    if allow_changed_files and resume is None:
+        raise UserError("--allow-changed-files goes with --resume (a new run records its files as they are)")
+    if rerun is not None:
+        return _rerun(rerun, resume, config, set_, dry_run, values)
     if resume is not None:
         given = [name for name in _given_flags(values)
                  if not next(f for f in FLAGS if f.name == name).with_resume]
@@ -241,7 +246,8 @@ def _train(config: Optional[Path] = None, resume: Optional[Path] = None, set_: O
             run = RunDir.open_existing(resume)
             with run.in_launch_dir(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)):
                 return _dry_run(build_config(run.path.absolute() / "config.yaml"), console)
-        print_summary(_run_training(resume=resume, steps=values.get("steps"), out=console), console)
+        print_summary(_run_training(resume=resume, steps=values.get("steps"), out=console,
+                                    allow_changed_files=allow_changed_files), console)
         return
     overrides = {f.key: _flag_value(f, values.get(f.param)) for f in FLAGS}
     overrides.update(own_task_overrides(**values))
@@ -253,11 +259,35 @@ def _train(config: Optional[Path] = None, resume: Optional[Path] = None, set_: O
     print_summary(_run_training(cfg, out=console), console)
 
 
+RERUN_FLAGS = ("--steps", "--output-dir", "--run-name")
+"""The flags --rerun takes (how many steps to repeat, where the repeat goes)."""
+
+
+def _rerun(run: Path, resume: Optional[Path], config: Optional[Path], set_: Optional[List[str]], dry_run: bool,
+           values: dict[str, Any]) -> None:
+    """`--rerun RUN` (vigor_cli/rerun.py): exit 0 when the repeat is identical, 3 when it differs."""
+    from vigor_cli import rerun as repeat
+    from vigor_cli.console import console
+
+    given = [name for name in _given_flags(values) if name not in RERUN_FLAGS]
+    given = (["--resume"] if resume else []) + (["--config"] if config else []) + given
+    given += (["--set"] if set_ else []) + (["--dry-run"] if dry_run else [])
+    if given:
+        raise UserError(f"--rerun repeats the run's saved config; drop {', '.join(given)} (only "
+                        f"{', '.join(RERUN_FLAGS)} may be given)")
+    same = repeat.rerun(run, console, steps=values.get("steps"), output_dir=values.get("output_dir"),
+                        run_name=values.get("run_name"))
+    if not same:
+        raise SystemExit(repeat.EXIT_DIFFERS)
+
+
 def _fixed(
     config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor).", show_default="configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable; the value is read as YAML).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the task's data and import its reward functions (--data: schema, first rows, the columns each reward needs), print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming what to change if not.")] = False,
+    rerun: Annotated[Optional[Path], typer.Option("--rerun", help="Repeat this run from its config and record into a new directory (RUN-rerun beside it; --output-dir, --run-name) and compare: 'identical' (exit 0), or the first step and key that differ (exit 3), naming any recorded version or file that differs here. --steps N repeats the first N steps.")] = None,
+    allow_changed_files: Annotated[bool, typer.Option("--allow-changed-files", help="With --resume: continue although a data, reward or model file changed since the run started (its provenance.json records the change).")] = False,
 ) -> None:
     """The options of `vigor train` that set no single key (their order in --help: first)."""
 
