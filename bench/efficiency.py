@@ -58,6 +58,22 @@ sys.path.insert(0, str(ROOT))
 
 from vigor_cli.allocation import STRATEGIES  # noqa: E402 - after the sys.path line: every registered strategy
 
+
+def _sibling(name: str) -> Any:
+    """A module of bench/ beside this file, loaded by path (bench/ is not a package, and not on
+    sys.path when the tests load this file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+intervals = _sibling("intervals")
+"""bench/intervals.py: the paired intervals and the rule for a comparison on the line."""
+
 ISSUE7_ARMS = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
 """The strategies issue 7's study compared (every one registered then): a record of that study."""
 BASELINE = "grpo"
@@ -807,9 +823,9 @@ def add_ratios(arms: dict[str, dict], baseline: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------- statistics (issue 25)
+# --------------------------------------------------------------------------- statistics (issues 25, 33)
 BOOTSTRAP_REPS = 4000
-"""Resamples of the seeds for every 95 % interval (percentile bootstrap, seeds paired)."""
+"""Resamples for the compute axis's per-arm accuracy intervals (one arm's mean, not paired)."""
 
 
 def run_mean_accuracy(m: dict) -> float | None:
@@ -829,42 +845,52 @@ def speedup_of(reference: Sequence[float], arm: Sequence[float]) -> float:
     return math.inf if math.isinf(r) else r / a
 
 
-def verdict(lo: float | None, hi: float | None, null: float) -> str | None:
-    """'win' when the whole 95 % interval is above ``null``, 'loss' when below, else 'tie'."""
-    if lo is None or hi is None:
-        return None
-    return "win" if lo > null else ("loss" if hi < null else "tie")
+verdict = intervals.verdict
 
 
-def paired_intervals(arm_runs: list[dict], ref_runs: list[dict], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
+def paired_intervals(arm_runs: list[dict], ref_runs: list[dict]) -> dict:
     """The arm against a reference on the seeds both ran (paired by seed: the same data order
-    and sampling seeds): mean accuracy over the run, arm minus reference (points of accuracy
-    as a fraction), and the speed-up in rollouts to target (reference's median / the arm's),
-    each with its 95 % percentile-bootstrap interval over resampled seeds and a verdict."""
-    import numpy as np
-
+    and sampling seeds), by bench/intervals.py: the mean accuracy over the run, arm minus
+    reference (points of accuracy as a fraction), with its 95 % t interval, verdict and
+    printed label ('unsettled': on the line with fewer than 12 seeds); the speed-up in
+    rollouts to target, the reference's median over the arm's (as before) with the 95 %
+    order-statistic interval of the per-seed speed-ups (the reference's rollouts over the
+    arm's on each seed) and its verdict."""
     a = {m["seed"]: m for m in arm_runs}
     r = {m["seed"]: m for m in ref_runs}
     seeds = sorted(set(a) & set(r))
     if not seeds:
         return {"seeds": 0}
     inf = math.inf
-    delta = np.array([run_mean_accuracy(a[s]) - run_mean_accuracy(r[s]) for s in seeds])
-    at = np.array([inf if a[s]["rollouts_to_target"] is None else a[s]["rollouts_to_target"] for s in seeds])
-    rt = np.array([inf if r[s]["rollouts_to_target"] is None else r[s]["rollouts_to_target"] for s in seeds])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(seeds), size=(reps, len(seeds)))
-    boot_delta = delta[idx].mean(axis=1)
-    boot_speed = np.array([speedup_of(rt[i].tolist(), at[i].tolist()) for i in idx])
-    lo_d, hi_d = (float(v) for v in np.quantile(boot_delta, [0.025, 0.975], method="inverted_cdf"))
-    lo_s, hi_s = (float(v) for v in np.quantile(boot_speed, [0.025, 0.975], method="inverted_cdf"))
-    speed = speedup_of(rt.tolist(), at.tolist())
+    delta = [run_mean_accuracy(a[s]) - run_mean_accuracy(r[s]) for s in seeds]
+    at = [inf if a[s]["rollouts_to_target"] is None else a[s]["rollouts_to_target"] for s in seeds]
+    rt = [inf if r[s]["rollouts_to_target"] is None else r[s]["rollouts_to_target"] for s in seeds]
+    mean, lo_d, hi_d = intervals.t_interval(delta)
+    per_seed = [speedup_of([x], [y]) for x, y in zip(rt, at)]
+    _, lo_s, hi_s, held = intervals.median_interval(per_seed)
     return {
         "seeds": len(seeds),
-        "mean_accuracy_delta": float(delta.mean()), "mean_accuracy_delta_ci": [lo_d, hi_d],
-        "accuracy_verdict": verdict(lo_d, hi_d, 0.0),
-        "speedup": speed, "speedup_ci": [lo_s, hi_s], "speedup_verdict": verdict(lo_s, hi_s, 1.0),
+        "mean_accuracy_delta": mean, "mean_accuracy_delta_ci": [lo_d, hi_d],
+        "accuracy_verdict": verdict(lo_d, hi_d, 0.0), "accuracy_label": intervals.accuracy_label(delta),
+        "accuracy_t": intervals.t_statistic(delta), "on_the_line": intervals.on_the_line(delta),
+        "speedup": speedup_of(rt, at), "speedup_per_seed_median": statistics.median(per_seed),
+        "speedup_ci": [lo_s, hi_s], "speedup_ci_coverage": held, "speedup_verdict": verdict(lo_s, hi_s, 1.0),
     }
+
+
+def unsettled_arms(results: dict) -> dict[str, list[str]]:
+    """Cell -> arms whose mean-accuracy comparison with grpo sits on the line with fewer than
+    12 seeds (bench/intervals.py): the runs `--settle-from` adds seeds to."""
+    out: dict[str, list[str]] = {}
+    for key, cell in results.get("cells", {}).items():
+        base = cell.get("runs", {}).get(BASELINE)
+        if not base or "compute_axis" in cell:
+            continue
+        for arm, runs in cell["runs"].items():
+            vs = paired_intervals(runs, base) if arm != BASELINE else {"seeds": 0}
+            if vs["seeds"] and vs["seeds"] < intervals.SETTLED_SEEDS and vs["on_the_line"]:
+                out.setdefault(key, []).append(arm)
+    return out
 
 
 def evaluation_noise(start: float, items: int | None) -> float | None:
@@ -1642,6 +1668,63 @@ def machine() -> dict:
     return {"cpus": os.cpu_count(), "cpu_model": cpu, "load_average": list(os.getloadavg()), "python": sys.version.split()[0]}
 
 
+CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau")
+"""What --restat keeps of a cell as the results JSON says it (how its start was made and measured)."""
+
+
+def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any) -> int:
+    """`--restat JSON`: every cell of an earlier results JSON again, its statistics recomputed
+    (bench/intervals.py) from the JSON's per-seed curves and the finished runs under ``out``
+    for the seeds it lacks (``--settle-from`` made them); seeds 0..``seeds``-1 when given.
+    Writes the results, tables and the committed copy as a study does; builds no model."""
+    from vigor_cli import provenance
+
+    earlier = json.loads(source.read_text())
+    results = {k: earlier[k] for k in ("plan", "machine", "command", "kept_from") if k in earlier}
+    results.update(cells={}, failures=[], aggregated_only=True, study_seconds=None,
+                   restat={"from": _rel(source), "intervals": "bench/intervals.py", "seeds": seeds,
+                           "provenance": provenance.environment()})
+    for key, cell in earlier["cells"].items():
+        dirs = sorted((out / "runs" / key).glob("*-s*")) if (out / "runs" / key).is_dir() else []
+        dirs = [d for d in dirs if seeds is None or int(d.name.rsplit("-s", 1)[1]) < seeds]
+        kept = {arm: [m for m in ms if seeds is None or m["seed"] < seeds] for arm, ms in cell["runs"].items()}
+        new = aggregate_cell(dirs, list(cell["arms"]), gain, None, out / key, kept)
+        new.update({k: cell[k] for k in CELL_FACTS if k in cell})
+        new["records"] = run_records(dirs)
+        if "compute_axis" in new:
+            new["plot"] = _rel(plot_compute(key, new, out / key / "compute_axis.png"))
+        elif len(new["arms"]) > 1:
+            new["plot"] = _rel(plot_cell(key, new, out / key / "accuracy_vs_rollouts_panels.png"))
+        results["cells"][key] = new
+    results["summary_plot"] = _rel(plot_summary(results, out / "summary_rollouts.png"))
+    json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(render_markdown(results))
+    PUBLISHED.write_text(json.dumps(_rounded(results), separators=(",", ":")) + "\n")
+    print_tables(results, console)
+    console.print(f"results: {json_path}; tables: {md_path}; committed copy: {_rel(PUBLISHED)}")
+    return 0
+
+
+def run_records(dirs: Sequence[Path]) -> list[dict]:
+    """What made a cell's fresh runs (their provenance.json): each distinct version set, with
+    the runs that share it; runs kept from an earlier study have none."""
+    from vigor_cli import provenance
+
+    groups: dict[str, dict] = {}
+    for d in dirs:
+        record = provenance.read(d)
+        if record is None:
+            continue
+        made = {"vigor": record.get("vigor"), "python": record.get("python", {}).get("version"),
+                "libraries": {k: v for k, v in record.get("libraries", {}).items() if v},
+                "machine": {k: record.get("machine", {}).get(k) for k in ("cpu", "cpu_capability", "device")},
+                "torch_threads": record.get("threads", {}).get("torch_intra_op")}
+        group = groups.setdefault(json.dumps(made, sort_keys=True), {**made, "runs": []})
+        group["runs"].append(d.name)
+    return list(groups.values())
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     """The study's cells, filtered and resized by the command-line options."""
     study = QUICK_STUDY if args.quick else {"issue7": ISSUE7_STUDY, "issue11": ISSUE11_STUDY}.get(args.study, STUDY)
@@ -1719,6 +1802,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-skip", default=None, help="Arms whose kept runs are not used (their code changed since: auto).")
     p.add_argument("--compare-with", default=None, metavar="JSON",
                    help="An earlier study's results JSON: count the runs (same cell, arm, seed) whose evaluations this study reproduced exactly.")
+    p.add_argument("--settle-from", default=None, metavar="JSON",
+                   help="Only the runs that settle this results JSON's comparisons on the line (bench/intervals.py): "
+                   "seeds --first-seed..--seeds-1 of each such arm and of grpo in its cell (with --cells: those cells); "
+                   "then --restat recomputes the tables.")
+    p.add_argument("--restat", default=None, metavar="JSON",
+                   help="Recompute every cell's statistics from this results JSON's per-seed curves and the finished runs "
+                   "under --out (the seeds it lacks), keeping what the JSON says of each cell's model; builds no model.")
     p.add_argument("--make-plateau", default=None, metavar="REGIME",
                    help="Only build the plateau start of REGIME (plateau-math, plateau-facts, plateau-ladder; 'all': the three) and print where it is.")
     p.add_argument("--timing-steps", type=int, default=None, help="Steps per arm of the interleaved timing of grpo and vigor (default 12; --quick 2; 0 skips it).")
@@ -1754,8 +1844,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"{r}: {_rel(path)} after {info['steps']} grpo steps; held-out accuracy "
                           + " ".join(f"{e['accuracy']:.3f}" for e in info["evaluations"]), highlight=False)
         return 0
+    if args.restat:
+        return restat(Path(args.restat), out, args.seeds, args.target_gain, console)
     plan = make_plan(args)
     runs_dir = out / "runs"
+    if args.settle_from:
+        unsettled = unsettled_arms(json.loads(Path(args.settle_from).read_text()))
+        plan.cells = [c for c in plan.cells if c.key in unsettled]
+        for c in plan.cells:
+            c.arms = [BASELINE, *unsettled[c.key]]
+        console.print("settling: " + "; ".join(f"{c.key}: {', '.join(c.arms[1:])}" for c in plan.cells), highlight=False)
     regimes = list(dict.fromkeys(c.regime for c in plan.cells))
     models = {r: regime_model(r, out.parent / "efficiency-models") for r in regimes}
     if args.default_model:
@@ -1767,6 +1865,9 @@ def main(argv: list[str] | None = None) -> int:
     specs = make_specs(plan, runs_dir, models)
     started = time.time()
     failures = [] if args.aggregate_only else execute(specs, plan.jobs, out / "logs", console)
+    if args.settle_from:  # the tables come from --restat, with the seeds the JSON holds
+        console.print(f"{len(specs) - len(failures)} of {len(specs)} runs done in {time.time() - started:.0f} s")
+        return 1 if failures else 0
 
     results: dict[str, Any] = {
         "plan": asdict(plan), "machine": machine(), "command": " ".join(  # the study's command (tables recomputed later still name it)
