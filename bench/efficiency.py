@@ -545,9 +545,32 @@ def plateau_model(regime: str, models_dir: Path) -> str:
     return str(path)
 
 
+def published_differs(path: str) -> str | None:
+    """A warning when the committed results used a start model of this name with other weights
+    (a model built by make-tiny or a plateau run on another kind of machine differs: the
+    warm-up's float kernels follow the CPU's instruction set, BENCHMARKS.md), else None."""
+    if not PUBLISHED.is_file() or path == "tiny":
+        return None
+    mine = model_digest(path)
+    for cell in json.loads(PUBLISHED.read_text()).get("cells", {}).values():
+        theirs = cell.get("model_sha256")
+        if Path(str(cell.get("model"))).name == Path(path).name and theirs and mine and theirs != mine:
+            return (f"warning: {_rel(path)} (sha256 {mine[:12]}) is not the model the committed results used "
+                    f"(sha256 {theirs[:12]}): runs on it will not reproduce those results")
+    return None
+
+
 def regime_model(regime: str, models_dir: Path) -> str:
     """The starting model of ``regime``: 'tiny' (bundled), a make-tiny directory or a plateau
-    start (each built once)."""
+    start (each built once); a warning when it is not the one the committed results used."""
+    path = _regime_model(regime, models_dir)
+    warning = published_differs(path)
+    if warning:
+        print(warning, flush=True)
+    return path
+
+
+def _regime_model(regime: str, models_dir: Path) -> str:
     if REGIMES[regime].plateau_of:
         return plateau_model(regime, models_dir)
     if REGIMES[regime].recipe:
@@ -824,10 +847,6 @@ def add_ratios(arms: dict[str, dict], baseline: str) -> None:
 
 
 # --------------------------------------------------------------------------- statistics (issues 25, 33)
-BOOTSTRAP_REPS = 4000
-"""Resamples for the compute axis's per-arm accuracy intervals (one arm's mean, not paired)."""
-
-
 def run_mean_accuracy(m: dict) -> float | None:
     """The mean of a run's evaluations after the start: the whole curve in one number."""
     acc = m["curve"]["accuracy"]
@@ -923,20 +942,19 @@ def add_intervals(cell: dict) -> None:
             vs = paired_intervals(ms, runs["auto"])
             cell["arms"][arm]["vs_auto"] = vs
             speed_counts = cell.get("learned", True)
-            if vs.get("accuracy_verdict") == "win" or (speed_counts and vs.get("speedup_verdict") == "win"):
-                beaten[arm] = {"accuracy": vs.get("accuracy_verdict"), "speedup": vs.get("speedup_verdict")}
+            if accuracy_label(vs) == "win" or (speed_counts and vs.get("speedup_verdict") == "win"):
+                beaten[arm] = {"accuracy": accuracy_label(vs), "speedup": vs.get("speedup_verdict")}
         cell["auto_beaten_by"] = beaten
 
 
-def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) -> dict:
+def compute_axis(cell: dict, levels: Sequence[int]) -> dict:
     """The compute axis of one cell: per run length (rollouts), each arm's held-out accuracy
-    at that length (its evaluation there; mean over seeds with a 95 % bootstrap interval) and
-    its mean accuracy over the run up to it; the best arm per length and, paired by seed, how
-    much each other arm is below it (interval and verdict)."""
+    at that length (its evaluation there; mean over seeds with a 95 % t interval) and its mean
+    accuracy over the run up to it; the best arm per length and, paired by seed, how much each
+    other arm is below it (paired t interval and verdict)."""
     import numpy as np
 
     out: dict[str, Any] = {"levels": list(levels), "arms": {}, "best": {}}
-    rng = np.random.default_rng(0)
 
     def at(m: dict, c: int) -> tuple[float, float] | None:
         x, y = m["curve"]["rollouts"], m["curve"]["accuracy"]
@@ -952,10 +970,8 @@ def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) 
             vals = {s: v for s, v in vals.items() if v is not None}
             if not vals:
                 continue
-            acc = np.array([v[0] for v in vals.values()])
-            idx = rng.integers(0, len(acc), size=(reps, len(acc)))
-            lo, hi = np.quantile(acc[idx].mean(axis=1), [0.025, 0.975], method="inverted_cdf")
-            rows[str(c)] = {"seeds": len(acc), "accuracy_mean": float(acc.mean()), "accuracy_ci": [float(lo), float(hi)],
+            mean, lo, hi = intervals.t_interval([v[0] for v in vals.values()])
+            rows[str(c)] = {"seeds": len(vals), "accuracy_mean": mean, "accuracy_ci": [lo, hi],
                             "mean_accuracy_upto": float(np.mean([v[1] for v in vals.values()])),
                             "per_seed": {str(s): v[0] for s, v in vals.items()}}
         out["arms"][arm] = {"rollouts_per_prompt": rollouts_per_prompt(arm), "levels": rows}
@@ -969,10 +985,8 @@ def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) 
             if arm == best:
                 continue
             seeds = sorted(set(row["per_seed"]) & set(have[best]["per_seed"]))
-            d = np.array([row["per_seed"][s] - have[best]["per_seed"][s] for s in seeds])
-            idx = rng.integers(0, len(d), size=(reps, len(d)))
-            lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975], method="inverted_cdf")
-            gaps[arm] = {"delta": float(d.mean()), "ci": [float(lo), float(hi)], "verdict": verdict(float(lo), float(hi), 0.0)}
+            delta, lo, hi = intervals.t_interval([row["per_seed"][s] - have[best]["per_seed"][s] for s in seeds])
+            gaps[arm] = {"delta": delta, "ci": [lo, hi], "verdict": verdict(lo, hi, 0.0)}
         out["best"][str(c)] = {"arm": best, "rollouts_per_prompt": rollouts_per_prompt(best),
                                "tied_with": [a for a, g in gaps.items() if g["verdict"] == "tie"], "others": gaps}
     return out
@@ -1312,13 +1326,13 @@ def _finding(key: str, cell: dict) -> str:
     if any("vs_grpo" in a for a in arms.values()):
         scored = {a: x["vs_grpo"] for a, x in arms.items() if x.get("vs_grpo", {}).get("seeds")}
         best = max(scored, key=lambda a: scored[a]["mean_accuracy_delta"])
-        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({scored[best]['accuracy_verdict']})"]
+        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({accuracy_label(scored[best])})"]
         if "auto" in scored and best != "auto":
-            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({scored['auto']['accuracy_verdict']})")
+            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({accuracy_label(scored['auto'])})")
         variants = [a for a in VIGOR_VARIANTS if a in scored]
         if variants:
             v = max(variants, key=lambda a: scored[a]["mean_accuracy_delta"])
-            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({scored[v]['accuracy_verdict']})")
+            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({accuracy_label(scored[v])})")
         learned = "" if cell.get("learned", True) else "; grpo did not learn beyond the noise"
         return f"{key}: " + ", ".join(parts) + f" (mean accuracy vs grpo{learned})"
     ch = cell_checks(cell)
@@ -1457,14 +1471,15 @@ def plot_summary(results: dict, path: Path) -> Path:
     verdicts: dict[str, dict[str, int]] = {}  # arm -> win/tie/loss counts by interval (issue 25)
     for cell in cells.values():
         for arm, a in cell["arms"].items():
-            v = a.get("vs_grpo", {}).get("accuracy_verdict")
+            v = accuracy_label(a.get("vs_grpo", {}))
             if v:
                 verdicts.setdefault(arm, {}).setdefault(v, 0)
                 verdicts[arm][v] += 1
     if verdicts:
-        said = [f"{arm} " + "/".join(f"{verdicts[arm].get(v, 0)} {v}" for v in ("win", "tie", "loss"))
+        said = [f"{arm} " + "/".join(f"{verdicts[arm].get(v, 0)} {v}" for v in ("win", "tie", "loss", "unsettled")
+                                     if v != "unsettled" or verdicts[arm].get(v))
                 for arm in ("auto", "grpo-wide", "vigor") if arm in verdicts]
-        finding = "Against grpo by 95 % interval (mean accuracy over the run): " + ", ".join(said)
+        finding = "Against grpo by 95 % t interval (mean accuracy over the run): " + ", ".join(said)
     else:
         counts: dict[str, int] = {}
         for v in wins.values():
@@ -1484,7 +1499,19 @@ def _ci(d: dict, key: str, scale: float = 1.0, fmt: str = "{:+.1f}") -> str:
     return f"{fmt.format(d[key] * scale) if not math.isinf(d[key]) else 'inf'} [{show(lo)}, {show(hi)}]"
 
 
-VERDICT_MARK = {"win": "**win**", "tie": "tie", "loss": "*loss*", None: "-"}
+VERDICT_MARK = {"win": "**win**", "tie": "tie", "loss": "*loss*", "unsettled": "unsettled", None: "-"}
+
+
+def accuracy_label(vs: dict) -> str | None:
+    """A mean-accuracy comparison's printed label ('unsettled': on the line with fewer than 12
+    seeds, bench/intervals.py); results from before labels give the interval's verdict."""
+    return vs.get("accuracy_label", vs.get("accuracy_verdict"))
+
+
+def _accuracy_mark(vs: dict, seeds: int) -> str:
+    """The label, with the comparison's seeds when they are not the regime's."""
+    more = f" ({vs['seeds']} seeds)" if vs.get("seeds") != seeds else ""
+    return VERDICT_MARK[accuracy_label(vs)] + more
 
 
 def interval_tables(results: dict) -> str:
@@ -1508,7 +1535,7 @@ def interval_tables(results: dict) -> str:
                 acc.append("-")
                 speed.append("-")
                 continue
-            acc.append(f"{_ci(vs, 'mean_accuracy_delta', 100)} {VERDICT_MARK[vs['accuracy_verdict']]}")
+            acc.append(f"{_ci(vs, 'mean_accuracy_delta', 100)} {_accuracy_mark(vs, seeds)}")
             if cell.get("learned", True):
                 speed.append(f"{_ci(vs, 'speedup', 1.0, '{:.2f}x')} {VERDICT_MARK[vs['speedup_verdict']]}")
             else:
@@ -1534,8 +1561,9 @@ def auto_table(results: dict) -> str:
         beaten = cell.get("auto_beaten_by", {})
         who = ", ".join(f"{arm} ({'accuracy' if v['accuracy'] == 'win' else 'speed-up'})" for arm, v in beaten.items()) or "none"
         speed = f"{vs['speedup']:.2f}x {VERDICT_MARK[vs['speedup_verdict']]}" if cell.get("learned", True) else "no learning"
+        seeds = cell["arms"].get(BASELINE, {}).get("seeds", 0)
         lines.append(f"| {key} | {'-' if deep is None else f'{deep:.0%}'} | {_ci(vs, 'mean_accuracy_delta', 100)} "
-                     f"{VERDICT_MARK[vs['accuracy_verdict']]} | {speed} | {who} |")
+                     f"{_accuracy_mark(vs, seeds)} | {speed} | {who} |")
     return "\n".join(lines)
 
 
@@ -1563,7 +1591,7 @@ def compute_table(cell: dict) -> str:
 def render_markdown(results: dict) -> str:
     parts = []
     if any("vs_grpo" in a for c in results["cells"].values() for a in c["arms"].values()):
-        parts.append("### summary by interval (issue 25)\n\n" + interval_tables(results) + "\n\n#### auto\n\n"
+        parts.append("### summary by interval (issues 25, 33: paired t intervals)\n\n" + interval_tables(results) + "\n\n#### auto\n\n"
                      + auto_table(results) + "\n")
     for key, cell in results["cells"].items():
         if "compute_axis" in cell:
@@ -1657,15 +1685,10 @@ def _rounded(obj: Any) -> Any:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "load_average": list(os.getloadavg()), "python": sys.version.split()[0]}
+    from vigor_cli.provenance import cpu_model
+
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_average": list(os.getloadavg()),
+            "python": sys.version.split()[0]}
 
 
 CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau")
@@ -1830,6 +1853,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    from vigor_cli import provenance
+
     console = Console()
     name = "efficiency-quick" if args.quick else "efficiency"
     out = args.out or ROOT / "bench" / "results" / name
@@ -1877,6 +1902,7 @@ def main(argv: list[str] | None = None) -> int:
             ["python bench/efficiency.py", *(a for a in (sys.argv[1:] if argv is None else argv) if a != "--aggregate-only")]),
         "study_seconds": None if args.aggregate_only else time.time() - started,
         "aggregated_only": args.aggregate_only, "failures": failures, "cells": {},
+        "provenance": provenance.environment(),  # the code and machine that ran (or aggregated) it
     }
     timing_steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
     timing_path = out / "timing.json"
@@ -1917,6 +1943,7 @@ def main(argv: list[str] | None = None) -> int:
             cell["start_distribution"] = start_distribution(
                 c.task, models[c.regime], REGIMES[c.regime].temperature, out / c.key / "start_pass_rates.json"
             )
+            cell["records"] = run_records(dirs)  # what made the cell's runs (their provenance.json)
             made = model_dir(models[c.regime]) / "plateau.json"
             if made.is_file():  # how the plateau start was made
                 cell["plateau"] = json.loads(made.read_text())

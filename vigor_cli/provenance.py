@@ -216,10 +216,16 @@ def rows_read(cfg: Any, task: Any, train_rows: int) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------- the record
+TRL_SEED_RULES = {"trl": "the TRL path (vigor_cli/integrations/trl.py): transformers.set_seed(train.seed) seeds "
+                            "Python's, numpy's and torch's generators; TRL's generation (transformers' generate or "
+                            "vLLM) samples, seeded by torch's generator with the call's seed plus the rank"}
+"""The seed rules of a run trained through TRL (its sampling is TRL's, not vigor's sampler)."""
+
+
 def build(cfg: Any, device: str, train_examples: Iterable[Any], eval_sets: dict[str, list], dropped: int,
-          rows: dict[str, int] | None = None) -> dict:
+          rows: dict[str, int] | None = None, trainer: str = "vigor train") -> dict:
     """A new run's record. ``rows``: config key -> rows read from that data (None where the
-    task read no table from it)."""
+    task read no table from it); ``trainer``: 'vigor train' or 'trl' (whose seeds follow TRL)."""
     from vigor_cli.seeding import SEED_RULES
 
     files = named_files(cfg)
@@ -229,7 +235,8 @@ def build(cfg: Any, device: str, train_examples: Iterable[Any], eval_sets: dict[
         "format": FORMAT,
         "written": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         **environment(device),
-        "seeds": {"train.seed": cfg.train.seed, "rules": SEED_RULES},
+        "trainer": trainer,
+        "seeds": {"train.seed": cfg.train.seed, "rules": SEED_RULES if trainer == "vigor train" else TRL_SEED_RULES},
         "task": {"name": cfg.task.name, "train": {**examples_digest(train_examples), "dropped": dropped},
                  "eval": {name: examples_digest(exs) for name, exs in eval_sets.items()}},
         "files": files,
@@ -252,8 +259,10 @@ def read(run_path: str | Path) -> dict | None:
 
 
 def write(run_path: str | Path, record: dict) -> None:
-    from vigor_cli.atomic import write_text_atomic
+    from vigor_cli.atomic import disk_errors, write_text_atomic
 
+    with disk_errors(Path(run_path)):
+        Path(run_path).mkdir(parents=True, exist_ok=True)
     write_text_atomic(Path(run_path) / RECORD, json.dumps(record, indent=1) + "\n")
 
 

@@ -62,7 +62,7 @@ def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | N
             if found:
                 return found
         if len(a) != len(b):
-            return f"{path} (length)".lstrip("."), len(a), len(b)
+            return f"{path} (length)".lstrip(". "), len(a), len(b)
         return None
     same = a == b and type(a) is type(b) or (a != a and b != b)  # NaN equals NaN in a log
     return None if same else (path.lstrip(".") or "(value)", a, b)
