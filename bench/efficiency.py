@@ -1888,9 +1888,11 @@ def main(argv: list[str] | None = None) -> int:
     if "tiny" in models.values() and not (model_dir("tiny") / "config.json").is_file():
         raise SystemExit(f"the bundled tiny model is missing at {model_dir('tiny')}: rebuild it with `vigor make-tiny`")
     specs = make_specs(plan, runs_dir, models)
-    if args.settle_from:  # auto (the default strategy) and its reference first, then grpo-wide, then the rest
-        tier = {BASELINE: 0, "auto": 0, "grpo-wide": 1}
-        specs.sort(key=lambda s: (tier.get(s.arm, 2), s.seed))
+    if args.settle_from:  # auto (the default strategy) and its reference first, then grpo-wide, then the rest;
+        tier = {BASELINE: 0, "auto": 0, "grpo-wide": 1}  # a cell's seeds before the next cell's (--cells order)
+        order = {key: i for i, key in enumerate((args.cells or "").split(","))}
+        cell_of = {(c.task, c.regime): c.key for c in plan.cells}
+        specs.sort(key=lambda s: (tier.get(s.arm, 2), order.get(cell_of[(s.task, s.regime)], len(order)), s.seed))
     started = time.time()
     failures = [] if args.aggregate_only else execute(specs, plan.jobs, out / "logs", console)
     if args.settle_from:  # the tables come from --restat, with the seeds the JSON holds

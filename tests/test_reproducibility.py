@@ -294,7 +294,7 @@ def assert_same_run(a: Path, b: Path) -> None:
     """Byte-identical logs (metrics.jsonl but for its timing fields), eval files and final weights."""
     assert _strip(a / "metrics.jsonl") == _strip(b / "metrics.jsonl")
     for name in ("allocation.jsonl", "completions.jsonl"):
-        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+        assert (a / name).is_file() and (a / name).read_bytes() == (b / name).read_bytes(), name
     evals = sorted(p.name for p in (a / "eval").iterdir())
     assert evals and evals == sorted(p.name for p in (b / "eval").iterdir())
     for name in evals:
@@ -310,8 +310,8 @@ def assert_same_run(a: Path, b: Path) -> None:
 def test_the_default_config_twice_is_the_same_run(tmp_path, vigor):
     """The bundled default (configs/tiny-math.yaml: auto, 64 prompts x 8), three steps, twice."""
     for name in ("a", "b"):
-        code, _, err = vigor("train", "--steps", "3", "--eval-every", "2", "--output-dir", str(tmp_path),
-                             "--run-name", name, "--set", "train.eval_limit=64")
+        code, _, err = vigor("train", "--steps", "3", "--eval-every", "2", "--log-completions-every", "1",
+                             "--output-dir", str(tmp_path), "--run-name", name, "--set", "train.eval_limit=64")
         assert code == 0, err
     assert_same_run(tmp_path / "a", tmp_path / "b")
 
@@ -319,7 +319,7 @@ def test_the_default_config_twice_is_the_same_run(tmp_path, vigor):
 def _own_task_run(vigor, folder: Path, data: Path, reward: Path, name: str, *extra: str) -> tuple[int, str, str]:
     return vigor("train", "--data", str(data), "--reward", f"{reward}:noisy", "--prompts-per-step", "4",
                  "--max-new-tokens", "6", "--output-dir", str(folder), "--run-name", name,
-                 "--set", "train.eval_every=1", "--set", "train.save_every=1", *extra)
+                 "--set", "train.eval_every=1", "--set", "train.save_every=1", "--log-completions-every", "1", *extra)
 
 
 @pytest.mark.slow

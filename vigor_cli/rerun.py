@@ -144,6 +144,9 @@ def rerun(path: str | Path, out: Any, steps: int | None = None, output_dir: str 
 
     original = RunDir.open_existing(Path(os.path.abspath(path)))
     record = provenance.read(original.path)
+    if record is not None and record.get("trainer", "vigor train") != "vigor train":
+        raise UserError(f"--rerun {path}: the run was trained through TRL (python -m vigor_cli.integrations.trl); "
+                        "--rerun repeats `vigor train` runs")
     upto = last_step(original.path)
     if steps is not None and steps > upto:
         raise UserError(f"--steps {steps}: {original.path} logged steps up to {upto}; a rerun repeats at most those")
