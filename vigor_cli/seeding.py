@@ -7,8 +7,8 @@ seed itself (the allocator), so nothing else can move them. The global generator
 for the code a run imports, the user's reward files included: torch's, Python's ``random``
 and numpy's legacy global generator are seeded from ``train.seed`` before the task (and so
 any reward file) is imported and the model is built (:func:`seed_run`), and Python's and
-numpy's again before every step (:func:`seed_step`), as a function of the seed and the step
-only; checkpoints keep all their states (:func:`rng_state`) and a resume restores them. So
+numpy's again before every step and every evaluation (:func:`seed_step`), as a function of the
+seed and the step only; checkpoints keep all their states (:func:`rng_state`) and a resume restores them. So
 a reward that draws random numbers, or seeds them itself at import, gives the same values
 in two runs of one seed and in a resumed run as in the uninterrupted one.
 
@@ -41,8 +41,10 @@ SEED_RULES: dict[str, str] = {
     "rollouts": "round r of step t samples with derive_seed(seed, 'rollout', t, r) (vigor_cli/rollout/sampler.py)",
     "evaluation": "the evaluation at step t samples with derive_seed(seed, 'eval', t) (step 0: before training)",
     "allocator": "the strategy's own random.Random(seed) (its state in each checkpoint's allocator.json)",
-    "python_random": "random.seed(derive_seed(seed, 'python-random', t)) before step t",
-    "numpy": "numpy.random.seed(derive_seed(seed, 'numpy', t) mod 2^32) before step t",
+    "python_random": "random.seed(derive_seed(seed, 'python-random', t)) before step t, "
+                     "random.seed(derive_seed(seed, 'python-random', 'eval', t)) before the evaluation at step t",
+    "numpy": "numpy.random.seed(derive_seed(seed, 'numpy', t) mod 2^32) before step t, "
+             "numpy.random.seed(derive_seed(seed, 'numpy', 'eval', t) mod 2^32) before the evaluation at step t",
     "checkpoint": "torch's (CPU and CUDA), Python's and numpy's global states are saved and restored",
 }
 """How every seed of a run follows from ``train.seed`` (the run's record carries this)."""
@@ -55,10 +57,13 @@ def seed_run(seed: int) -> None:
     np.random.seed(seed % 2**32)
 
 
-def seed_step(seed: int, step: int) -> None:
-    """Seed Python's and numpy's global generators for ``step`` (a function of seed and step)."""
-    random.seed(derive_seed(seed, "python-random", step))
-    np.random.seed(derive_seed(seed, "numpy", step) % 2**32)
+def seed_step(seed: int, step: int, phase: str | None = None) -> None:
+    """Seed Python's and numpy's global generators for ``step`` (``phase`` 'eval': for its
+    evaluation), as a function of the seed, the phase and the step only: what a reward draws
+    does not depend on what ran before (a reward module imported once per process, a resume)."""
+    names = (phase, step) if phase else (step,)
+    random.seed(derive_seed(seed, "python-random", *names))
+    np.random.seed(derive_seed(seed, "numpy", *names) % 2**32)
 
 
 def rng_state() -> dict:

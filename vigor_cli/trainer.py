@@ -299,6 +299,7 @@ class Trainer:
         """Every held-out set (vigor_cli/evaluation.evaluate_sets), written to
         ``eval/step-<N>.json`` and metrics.jsonl; the mean accuracy."""
         t = self.cfg.train
+        seeding.seed_step(t.seed, step, "eval")  # what a reward draws while it grades depends on seed and step only
         params = held_out_sampling(t.seed, step, t.eval_temperature, self.cfg.sampling.top_p,
                                    self.cfg.sampling.max_new_tokens)
         held = evaluate_sets(self.engine, self.task, self.tokenizer, self.eval_sets, t.eval_samples, params, step)
