@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.intervals import median_interval, t_cdf, t_interval, t_quantile, verdict
+from vigor_cli.intervals import median_interval, prediction_interval, t_cdf, t_interval, t_quantile, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +46,24 @@ def test_the_t_interval_of_paired_differences():
     assert t_interval([0.02] * 8)[1:] == (0.02, 0.02)  # no spread: a point
     assert t_interval([0.5])[1:] == (-math.inf, math.inf)  # one seed says nothing about the spread
     assert verdict(0.1, 0.3, 0.0) == "win" and verdict(-0.3, -0.1, 0.0) == "loss" and verdict(-0.1, 0.1, 0.0) == "tie"
+
+
+def test_the_prediction_interval_holds_one_more_draw():
+    """Where one more value falls (the probe: another probe's estimate): wider than the mean's
+    interval by sqrt(n + 1), and it holds 95 % of new draws."""
+    import numpy as np
+
+    values = [1.0, 2.0, 3.0, 4.0]
+    mean, lo, hi = prediction_interval(values)
+    _, mlo, mhi = t_interval(values)
+    assert mean == 2.5 and (hi - lo) == pytest.approx((mhi - mlo) * math.sqrt(5))
+    rng = np.random.default_rng(1)
+    held = 0
+    for _ in range(2000):
+        x = rng.normal(0, 1, 9)
+        _, lo, hi = prediction_interval(x[:8].tolist())
+        held += lo <= x[8] <= hi
+    assert 0.93 <= held / 2000 <= 0.97
 
 
 def test_the_t_interval_holds_its_coverage_where_the_bootstrap_falls_short():

@@ -1,6 +1,7 @@
 """Confidence intervals that hold their level with a handful of repeats: Student's t interval
-of a mean (its quantile computed here, by bisection on the regularized incomplete beta
-function: no scipy) and the distribution-free order-statistic interval of a median.
+of a mean and the prediction interval of one more value (the t quantile computed here, by
+bisection on the regularized incomplete beta function: no scipy), and the distribution-free
+order-statistic interval of a median.
 
 `vigor probe` reads its simulation repeats with them; the efficiency study's paired
 comparisons (bench/intervals.py) too.
@@ -77,6 +78,18 @@ def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, fl
     if n < 2:
         return mean, -math.inf, math.inf
     half = t_quantile(0.5 + level / 2.0, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def prediction_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float]:
+    """(mean, low, high): where one more value of the same law falls with probability ``level``
+    (mean +- t x sd x sqrt(1 + 1/n)); over bootstrap replicates of an estimate, what another
+    sample would estimate."""
+    n = len(values)
+    mean = statistics.fmean(values)
+    if n < 2:
+        return mean, -math.inf, math.inf
+    half = t_quantile(0.5 + level / 2.0, n - 1) * statistics.stdev(values) * math.sqrt(1.0 + 1.0 / n)
     return mean, mean - half, mean + half
 
 

@@ -42,9 +42,10 @@ TIE = 0.05
 """Strategies whose simulated rollouts to target are within 5 % of each other tie: the
 simulation cannot tell them apart (one simulation's count moves in whole steps, 6-8 %)."""
 SIM_REPEATS = 8
-"""Simulations per strategy, each seeded from the probe's seed and its index: the mean of
-their interpolated rollouts to target, and the 95 % t interval of the speed-up over them,
-decide, so the answer does not hang on one simulation's luck."""
+"""Simulations per strategy, each seeded from the probe's seed and its index, each on its own
+resample of the probed prompts: the mean of their interpolated rollouts to target, and the
+95 % interval in which another probe's speed-up would fall, decide, so the answer hangs
+neither on one simulation's luck nor on which prompts the probe drew."""
 STUDY = {"regimes": 9, "vigor_losses": 4, "vigor_wins": 0, "auto_losses": 0}
 """What the tiny-model study in BENCHMARKS.md found (mean held-out accuracy against grpo, 95 %
 paired intervals): the numbers the recommendation quotes (a test holds them to the committed
@@ -152,7 +153,8 @@ def _x(s: float) -> str:
 
 def recommend(law: Any, sim: dict) -> tuple[str, str]:
     """(strategy or 'tie', why), from the simulation's repeats (:func:`simulate_on`): auto
-    against grpo by the 95 % interval of auto's speed-up: 'auto' when all of it is above
+    against grpo by the 95 % interval of auto's speed-up (where another probe's estimate
+    would fall): 'auto' when all of it is above
     1 + :data:`TIE`, 'grpo' when all of it is below 1 / (1 + TIE), else 'tie' (auto, vigor's
     default, is the one to run then). VIGOR's fixed schedule is never recommended: the
     simulation has no transfer between prompts, and in the study's real training it lost to
@@ -216,11 +218,14 @@ def _k(k: float) -> str:
 def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str, ...] = SIM_STRATEGIES,
                 repeats: int = SIM_REPEATS) -> dict:
     """`vigor simulate --learn` on the probed pass rates (a file: law), in process, ``repeats``
-    times with seeds derived from train.seed: per strategy the mean of its interpolated
-    rollouts to target over the repeats that reached it, how many did, and its speed-up over
-    grpo (geometric mean over the repeats both reached) with a 95 % t interval."""
+    times, each with its own seed and its own draw of the probed prompts (with replacement:
+    the interval then holds what another probe's prompts would say too, not only another
+    simulation's luck): per strategy the mean of its interpolated rollouts to target over the
+    repeats that reached it, how many did, and its speed-up over grpo (geometric mean over
+    the repeats both reached) with the 95 % interval in which another probe's estimate would
+    fall (a t prediction interval over the repeats, each a bootstrap replicate)."""
     from vigor_cli.allocation import STRATEGIES
-    from vigor_cli.intervals import t_interval
+    from vigor_cli.intervals import prediction_interval
     from vigor_cli.seeding import derive_seed
     from vigor_cli.simulate import SimSettings, simulate
 
@@ -228,9 +233,10 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "pass_rates.txt"
-        path.write_text("\n".join(f"{c / samples:.6f}" for c in counts) + "\n")
         prompts = max(1, min(cfg.train.prompts_per_step, len(counts) // 2))
         for r in range(repeats):
+            drawn = random.Random(derive_seed(cfg.train.seed, "probe-prompts", r)).choices(counts, k=len(counts))
+            path.write_text("\n".join(f"{c / samples:.6f}" for c in (drawn if repeats > 1 else counts)) + "\n")
             settings = SimSettings(law=f"file:{path}", strategies=names, prompts=prompts, learn=True, steps=SIM_STEPS,
                                    seed=derive_seed(cfg.train.seed, "probe-simulation", r))
             runs.append(simulate(settings, cfg.allocation))
@@ -243,7 +249,7 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
                "rollouts_to_target": round(sum(got) / len(got)) if got else None}
         pairs = [math.log(b / c) for b, c in zip(base, crossings[n]) if b and c]
         if pairs:
-            mean, lo, hi = t_interval(pairs) if len(pairs) > 1 else (pairs[0], pairs[0], pairs[0])
+            mean, lo, hi = prediction_interval(pairs) if len(pairs) > 1 else (pairs[0], pairs[0], pairs[0])
             row["speedup_vs_grpo"], row["speedup_ci"] = round(math.exp(mean), 3), [round(math.exp(lo), 3), round(math.exp(hi), 3)]
         else:
             row["speedup_vs_grpo"], row["speedup_ci"] = None, None
