@@ -1703,7 +1703,7 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
     from vigor_cli import provenance
 
     earlier = json.loads(source.read_text())
-    results = {k: earlier[k] for k in ("plan", "machine", "command", "kept_from") if k in earlier}
+    results = {k: earlier[k] for k in ("plan", "machine", "command", "kept_from", "reproduction") if k in earlier}
     results.update(cells={}, failures=[], aggregated_only=True, study_seconds=None,
                    restat={"from": _rel(source), "intervals": "bench/intervals.py", "seeds": seeds,
                            "provenance": provenance.environment()})
