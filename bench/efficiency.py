@@ -1731,12 +1731,13 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
 
 def run_records(dirs: Sequence[Path]) -> list[dict]:
     """What made a cell's fresh runs (their provenance.json): each distinct version set, with
-    the runs that share it; runs kept from an earlier study have none."""
+    the runs that share it; runs kept from an earlier study have none, and a run that did not
+    finish (no summary.json: not in the tables either) is left out."""
     from vigor_cli import provenance
 
     groups: dict[str, dict] = {}
     for d in dirs:
-        record = provenance.read(d)
+        record = provenance.read(d) if (d / "summary.json").is_file() else None
         if record is None:
             continue
         made = {"vigor": record.get("vigor"), "python": record.get("python", {}).get("version"),
