@@ -58,6 +58,22 @@ sys.path.insert(0, str(ROOT))
 
 from vigor_cli.allocation import STRATEGIES  # noqa: E402 - after the sys.path line: every registered strategy
 
+
+def _sibling(name: str) -> Any:
+    """A module of bench/ beside this file, loaded by path (bench/ is not a package, and not on
+    sys.path when the tests load this file)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+intervals = _sibling("intervals")
+"""bench/intervals.py: the paired intervals and the rule for a comparison on the line."""
+
 ISSUE7_ARMS = ["grpo", "vigor", "dapo", "greso", "pods", "random", "difficulty"]
 """The strategies issue 7's study compared (every one registered then): a record of that study."""
 BASELINE = "grpo"
@@ -529,9 +545,32 @@ def plateau_model(regime: str, models_dir: Path) -> str:
     return str(path)
 
 
+def published_differs(path: str) -> str | None:
+    """A warning when the committed results used a start model of this name with other weights
+    (a model built by make-tiny or a plateau run on another kind of machine differs: the
+    warm-up's float kernels follow the CPU's instruction set, BENCHMARKS.md), else None."""
+    if not PUBLISHED.is_file() or path == "tiny":
+        return None
+    mine = model_digest(path)
+    for cell in json.loads(PUBLISHED.read_text()).get("cells", {}).values():
+        theirs = cell.get("model_sha256")
+        if Path(str(cell.get("model"))).name == Path(path).name and theirs and mine and theirs != mine:
+            return (f"warning: {_rel(path)} (sha256 {mine[:12]}) is not the model the committed results used "
+                    f"(sha256 {theirs[:12]}): runs on it will not reproduce those results")
+    return None
+
+
 def regime_model(regime: str, models_dir: Path) -> str:
     """The starting model of ``regime``: 'tiny' (bundled), a make-tiny directory or a plateau
-    start (each built once)."""
+    start (each built once); a warning when it is not the one the committed results used."""
+    path = _regime_model(regime, models_dir)
+    warning = published_differs(path)
+    if warning:
+        print(warning, flush=True)
+    return path
+
+
+def _regime_model(regime: str, models_dir: Path) -> str:
     if REGIMES[regime].plateau_of:
         return plateau_model(regime, models_dir)
     if REGIMES[regime].recipe:
@@ -807,11 +846,7 @@ def add_ratios(arms: dict[str, dict], baseline: str) -> None:
         )
 
 
-# --------------------------------------------------------------------------- statistics (issue 25)
-BOOTSTRAP_REPS = 4000
-"""Resamples of the seeds for every 95 % interval (percentile bootstrap, seeds paired)."""
-
-
+# --------------------------------------------------------------------------- statistics (issues 25, 33)
 def run_mean_accuracy(m: dict) -> float | None:
     """The mean of a run's evaluations after the start: the whole curve in one number."""
     acc = m["curve"]["accuracy"]
@@ -829,42 +864,52 @@ def speedup_of(reference: Sequence[float], arm: Sequence[float]) -> float:
     return math.inf if math.isinf(r) else r / a
 
 
-def verdict(lo: float | None, hi: float | None, null: float) -> str | None:
-    """'win' when the whole 95 % interval is above ``null``, 'loss' when below, else 'tie'."""
-    if lo is None or hi is None:
-        return None
-    return "win" if lo > null else ("loss" if hi < null else "tie")
+verdict = intervals.verdict
 
 
-def paired_intervals(arm_runs: list[dict], ref_runs: list[dict], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> dict:
+def paired_intervals(arm_runs: list[dict], ref_runs: list[dict]) -> dict:
     """The arm against a reference on the seeds both ran (paired by seed: the same data order
-    and sampling seeds): mean accuracy over the run, arm minus reference (points of accuracy
-    as a fraction), and the speed-up in rollouts to target (reference's median / the arm's),
-    each with its 95 % percentile-bootstrap interval over resampled seeds and a verdict."""
-    import numpy as np
-
+    and sampling seeds), by bench/intervals.py: the mean accuracy over the run, arm minus
+    reference (points of accuracy as a fraction), with its 95 % t interval, verdict and
+    printed label ('unsettled': on the line with fewer than 12 seeds); the speed-up in
+    rollouts to target, the reference's median over the arm's (as before) with the 95 %
+    order-statistic interval of the per-seed speed-ups (the reference's rollouts over the
+    arm's on each seed) and its verdict."""
     a = {m["seed"]: m for m in arm_runs}
     r = {m["seed"]: m for m in ref_runs}
     seeds = sorted(set(a) & set(r))
     if not seeds:
         return {"seeds": 0}
     inf = math.inf
-    delta = np.array([run_mean_accuracy(a[s]) - run_mean_accuracy(r[s]) for s in seeds])
-    at = np.array([inf if a[s]["rollouts_to_target"] is None else a[s]["rollouts_to_target"] for s in seeds])
-    rt = np.array([inf if r[s]["rollouts_to_target"] is None else r[s]["rollouts_to_target"] for s in seeds])
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(seeds), size=(reps, len(seeds)))
-    boot_delta = delta[idx].mean(axis=1)
-    boot_speed = np.array([speedup_of(rt[i].tolist(), at[i].tolist()) for i in idx])
-    lo_d, hi_d = (float(v) for v in np.quantile(boot_delta, [0.025, 0.975], method="inverted_cdf"))
-    lo_s, hi_s = (float(v) for v in np.quantile(boot_speed, [0.025, 0.975], method="inverted_cdf"))
-    speed = speedup_of(rt.tolist(), at.tolist())
+    delta = [run_mean_accuracy(a[s]) - run_mean_accuracy(r[s]) for s in seeds]
+    at = [inf if a[s]["rollouts_to_target"] is None else a[s]["rollouts_to_target"] for s in seeds]
+    rt = [inf if r[s]["rollouts_to_target"] is None else r[s]["rollouts_to_target"] for s in seeds]
+    mean, lo_d, hi_d = intervals.t_interval(delta)
+    per_seed = [speedup_of([x], [y]) for x, y in zip(rt, at)]
+    _, lo_s, hi_s, held = intervals.median_interval(per_seed)
     return {
         "seeds": len(seeds),
-        "mean_accuracy_delta": float(delta.mean()), "mean_accuracy_delta_ci": [lo_d, hi_d],
-        "accuracy_verdict": verdict(lo_d, hi_d, 0.0),
-        "speedup": speed, "speedup_ci": [lo_s, hi_s], "speedup_verdict": verdict(lo_s, hi_s, 1.0),
+        "mean_accuracy_delta": mean, "mean_accuracy_delta_ci": [lo_d, hi_d],
+        "accuracy_verdict": verdict(lo_d, hi_d, 0.0), "accuracy_label": intervals.accuracy_label(delta),
+        "accuracy_t": intervals.t_statistic(delta), "on_the_line": intervals.on_the_line(delta),
+        "speedup": speedup_of(rt, at), "speedup_per_seed_median": statistics.median(per_seed),
+        "speedup_ci": [lo_s, hi_s], "speedup_ci_coverage": held, "speedup_verdict": verdict(lo_s, hi_s, 1.0),
     }
+
+
+def unsettled_arms(results: dict) -> dict[str, list[str]]:
+    """Cell -> arms whose mean-accuracy comparison with grpo sits on the line with fewer than
+    12 seeds (bench/intervals.py): the runs `--settle-from` adds seeds to."""
+    out: dict[str, list[str]] = {}
+    for key, cell in results.get("cells", {}).items():
+        base = cell.get("runs", {}).get(BASELINE)
+        if not base or "compute_axis" in cell:
+            continue
+        for arm, runs in cell["runs"].items():
+            vs = paired_intervals(runs, base) if arm != BASELINE else {"seeds": 0}
+            if vs["seeds"] and vs["seeds"] < intervals.SETTLED_SEEDS and vs["on_the_line"]:
+                out.setdefault(key, []).append(arm)
+    return out
 
 
 def evaluation_noise(start: float, items: int | None) -> float | None:
@@ -897,20 +942,19 @@ def add_intervals(cell: dict) -> None:
             vs = paired_intervals(ms, runs["auto"])
             cell["arms"][arm]["vs_auto"] = vs
             speed_counts = cell.get("learned", True)
-            if vs.get("accuracy_verdict") == "win" or (speed_counts and vs.get("speedup_verdict") == "win"):
-                beaten[arm] = {"accuracy": vs.get("accuracy_verdict"), "speedup": vs.get("speedup_verdict")}
+            if accuracy_label(vs) == "win" or (speed_counts and vs.get("speedup_verdict") == "win"):
+                beaten[arm] = {"accuracy": accuracy_label(vs), "speedup": vs.get("speedup_verdict")}
         cell["auto_beaten_by"] = beaten
 
 
-def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) -> dict:
+def compute_axis(cell: dict, levels: Sequence[int]) -> dict:
     """The compute axis of one cell: per run length (rollouts), each arm's held-out accuracy
-    at that length (its evaluation there; mean over seeds with a 95 % bootstrap interval) and
-    its mean accuracy over the run up to it; the best arm per length and, paired by seed, how
-    much each other arm is below it (interval and verdict)."""
+    at that length (its evaluation there; mean over seeds with a 95 % t interval) and its mean
+    accuracy over the run up to it; the best arm per length and, paired by seed, how much each
+    other arm is below it (paired t interval and verdict)."""
     import numpy as np
 
     out: dict[str, Any] = {"levels": list(levels), "arms": {}, "best": {}}
-    rng = np.random.default_rng(0)
 
     def at(m: dict, c: int) -> tuple[float, float] | None:
         x, y = m["curve"]["rollouts"], m["curve"]["accuracy"]
@@ -926,10 +970,8 @@ def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) 
             vals = {s: v for s, v in vals.items() if v is not None}
             if not vals:
                 continue
-            acc = np.array([v[0] for v in vals.values()])
-            idx = rng.integers(0, len(acc), size=(reps, len(acc)))
-            lo, hi = np.quantile(acc[idx].mean(axis=1), [0.025, 0.975], method="inverted_cdf")
-            rows[str(c)] = {"seeds": len(acc), "accuracy_mean": float(acc.mean()), "accuracy_ci": [float(lo), float(hi)],
+            mean, lo, hi = intervals.t_interval([v[0] for v in vals.values()])
+            rows[str(c)] = {"seeds": len(vals), "accuracy_mean": mean, "accuracy_ci": [lo, hi],
                             "mean_accuracy_upto": float(np.mean([v[1] for v in vals.values()])),
                             "per_seed": {str(s): v[0] for s, v in vals.items()}}
         out["arms"][arm] = {"rollouts_per_prompt": rollouts_per_prompt(arm), "levels": rows}
@@ -943,10 +985,8 @@ def compute_axis(cell: dict, levels: Sequence[int], reps: int = BOOTSTRAP_REPS) 
             if arm == best:
                 continue
             seeds = sorted(set(row["per_seed"]) & set(have[best]["per_seed"]))
-            d = np.array([row["per_seed"][s] - have[best]["per_seed"][s] for s in seeds])
-            idx = rng.integers(0, len(d), size=(reps, len(d)))
-            lo, hi = np.quantile(d[idx].mean(axis=1), [0.025, 0.975], method="inverted_cdf")
-            gaps[arm] = {"delta": float(d.mean()), "ci": [float(lo), float(hi)], "verdict": verdict(float(lo), float(hi), 0.0)}
+            delta, lo, hi = intervals.t_interval([row["per_seed"][s] - have[best]["per_seed"][s] for s in seeds])
+            gaps[arm] = {"delta": delta, "ci": [lo, hi], "verdict": verdict(lo, hi, 0.0)}
         out["best"][str(c)] = {"arm": best, "rollouts_per_prompt": rollouts_per_prompt(best),
                                "tied_with": [a for a, g in gaps.items() if g["verdict"] == "tie"], "others": gaps}
     return out
@@ -1286,13 +1326,13 @@ def _finding(key: str, cell: dict) -> str:
     if any("vs_grpo" in a for a in arms.values()):
         scored = {a: x["vs_grpo"] for a, x in arms.items() if x.get("vs_grpo", {}).get("seeds")}
         best = max(scored, key=lambda a: scored[a]["mean_accuracy_delta"])
-        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({scored[best]['accuracy_verdict']})"]
+        parts = [f"best {best} {scored[best]['mean_accuracy_delta'] * 100:+.1f} pts ({accuracy_label(scored[best])})"]
         if "auto" in scored and best != "auto":
-            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({scored['auto']['accuracy_verdict']})")
+            parts.append(f"auto {scored['auto']['mean_accuracy_delta'] * 100:+.1f} ({accuracy_label(scored['auto'])})")
         variants = [a for a in VIGOR_VARIANTS if a in scored]
         if variants:
             v = max(variants, key=lambda a: scored[a]["mean_accuracy_delta"])
-            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({scored[v]['accuracy_verdict']})")
+            parts.append(f"{v} {scored[v]['mean_accuracy_delta'] * 100:+.1f} ({accuracy_label(scored[v])})")
         learned = "" if cell.get("learned", True) else "; grpo did not learn beyond the noise"
         return f"{key}: " + ", ".join(parts) + f" (mean accuracy vs grpo{learned})"
     ch = cell_checks(cell)
@@ -1431,14 +1471,15 @@ def plot_summary(results: dict, path: Path) -> Path:
     verdicts: dict[str, dict[str, int]] = {}  # arm -> win/tie/loss counts by interval (issue 25)
     for cell in cells.values():
         for arm, a in cell["arms"].items():
-            v = a.get("vs_grpo", {}).get("accuracy_verdict")
+            v = accuracy_label(a.get("vs_grpo", {}))
             if v:
                 verdicts.setdefault(arm, {}).setdefault(v, 0)
                 verdicts[arm][v] += 1
     if verdicts:
-        said = [f"{arm} " + "/".join(f"{verdicts[arm].get(v, 0)} {v}" for v in ("win", "tie", "loss"))
+        said = [f"{arm} " + "/".join(f"{verdicts[arm].get(v, 0)} {v}" for v in ("win", "tie", "loss", "unsettled")
+                                     if v != "unsettled" or verdicts[arm].get(v))
                 for arm in ("auto", "grpo-wide", "vigor") if arm in verdicts]
-        finding = "Against grpo by 95 % interval (mean accuracy over the run): " + ", ".join(said)
+        finding = "Against grpo by 95 % t interval (mean accuracy over the run): " + ", ".join(said)
     else:
         counts: dict[str, int] = {}
         for v in wins.values():
@@ -1458,7 +1499,19 @@ def _ci(d: dict, key: str, scale: float = 1.0, fmt: str = "{:+.1f}") -> str:
     return f"{fmt.format(d[key] * scale) if not math.isinf(d[key]) else 'inf'} [{show(lo)}, {show(hi)}]"
 
 
-VERDICT_MARK = {"win": "**win**", "tie": "tie", "loss": "*loss*", None: "-"}
+VERDICT_MARK = {"win": "**win**", "tie": "tie", "loss": "*loss*", "unsettled": "unsettled", None: "-"}
+
+
+def accuracy_label(vs: dict) -> str | None:
+    """A mean-accuracy comparison's printed label ('unsettled': on the line with fewer than 12
+    seeds, bench/intervals.py); results from before labels give the interval's verdict."""
+    return vs.get("accuracy_label", vs.get("accuracy_verdict"))
+
+
+def _accuracy_mark(vs: dict, seeds: int) -> str:
+    """The label, with the comparison's seeds when they are not the regime's."""
+    more = f" ({vs['seeds']} seeds)" if vs.get("seeds") != seeds else ""
+    return VERDICT_MARK[accuracy_label(vs)] + more
 
 
 def interval_tables(results: dict) -> str:
@@ -1482,7 +1535,7 @@ def interval_tables(results: dict) -> str:
                 acc.append("-")
                 speed.append("-")
                 continue
-            acc.append(f"{_ci(vs, 'mean_accuracy_delta', 100)} {VERDICT_MARK[vs['accuracy_verdict']]}")
+            acc.append(f"{_ci(vs, 'mean_accuracy_delta', 100)} {_accuracy_mark(vs, seeds)}")
             if cell.get("learned", True):
                 speed.append(f"{_ci(vs, 'speedup', 1.0, '{:.2f}x')} {VERDICT_MARK[vs['speedup_verdict']]}")
             else:
@@ -1508,8 +1561,9 @@ def auto_table(results: dict) -> str:
         beaten = cell.get("auto_beaten_by", {})
         who = ", ".join(f"{arm} ({'accuracy' if v['accuracy'] == 'win' else 'speed-up'})" for arm, v in beaten.items()) or "none"
         speed = f"{vs['speedup']:.2f}x {VERDICT_MARK[vs['speedup_verdict']]}" if cell.get("learned", True) else "no learning"
+        seeds = cell["arms"].get(BASELINE, {}).get("seeds", 0)
         lines.append(f"| {key} | {'-' if deep is None else f'{deep:.0%}'} | {_ci(vs, 'mean_accuracy_delta', 100)} "
-                     f"{VERDICT_MARK[vs['accuracy_verdict']]} | {speed} | {who} |")
+                     f"{_accuracy_mark(vs, seeds)} | {speed} | {who} |")
     return "\n".join(lines)
 
 
@@ -1537,7 +1591,7 @@ def compute_table(cell: dict) -> str:
 def render_markdown(results: dict) -> str:
     parts = []
     if any("vs_grpo" in a for c in results["cells"].values() for a in c["arms"].values()):
-        parts.append("### summary by interval (issue 25)\n\n" + interval_tables(results) + "\n\n#### auto\n\n"
+        parts.append("### summary by interval (issues 25, 33: paired t intervals)\n\n" + interval_tables(results) + "\n\n#### auto\n\n"
                      + auto_table(results) + "\n")
     for key, cell in results["cells"].items():
         if "compute_axis" in cell:
@@ -1631,15 +1685,68 @@ def _rounded(obj: Any) -> Any:
 
 
 def machine() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpus": os.cpu_count(), "cpu_model": cpu, "load_average": list(os.getloadavg()), "python": sys.version.split()[0]}
+    from vigor_cli.provenance import cpu_model
+
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_average": list(os.getloadavg()),
+            "python": sys.version.split()[0]}
+
+
+CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau")
+"""What --restat keeps of a cell as the results JSON says it (how its start was made and measured)."""
+
+
+def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any) -> int:
+    """`--restat JSON`: every cell of an earlier results JSON again, its statistics recomputed
+    (bench/intervals.py) from the JSON's per-seed curves and the finished runs under ``out``
+    for the seeds it lacks (``--settle-from`` made them); seeds 0..``seeds``-1 when given.
+    Writes the results, tables and the committed copy as a study does; builds no model."""
+    from vigor_cli import provenance
+
+    earlier = json.loads(source.read_text())
+    results = {k: earlier[k] for k in ("plan", "machine", "command", "kept_from", "reproduction") if k in earlier}
+    results.update(cells={}, failures=[], aggregated_only=True, study_seconds=None,
+                   restat={"from": _rel(source), "intervals": "bench/intervals.py", "seeds": seeds,
+                           "provenance": provenance.environment()})
+    for key, cell in earlier["cells"].items():
+        dirs = sorted((out / "runs" / key).glob("*-s*")) if (out / "runs" / key).is_dir() else []
+        dirs = [d for d in dirs if seeds is None or int(d.name.rsplit("-s", 1)[1]) < seeds]
+        kept = {arm: [m for m in ms if seeds is None or m["seed"] < seeds] for arm, ms in cell["runs"].items()}
+        new = aggregate_cell(dirs, list(cell["arms"]), gain, None, out / key, kept)
+        new.update({k: cell[k] for k in CELL_FACTS if k in cell})
+        new["records"] = run_records(dirs)
+        if "compute_axis" in new:
+            new["plot"] = _rel(plot_compute(key, new, out / key / "compute_axis.png"))
+        elif len(new["arms"]) > 1:
+            new["plot"] = _rel(plot_cell(key, new, out / key / "accuracy_vs_rollouts_panels.png"))
+        results["cells"][key] = new
+    results["summary_plot"] = _rel(plot_summary(results, out / "summary_rollouts.png"))
+    json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(render_markdown(results))
+    PUBLISHED.write_text(json.dumps(_rounded(results), separators=(",", ":")) + "\n")
+    print_tables(results, console)
+    console.print(f"results: {json_path}; tables: {md_path}; committed copy: {_rel(PUBLISHED)}")
+    return 0
+
+
+def run_records(dirs: Sequence[Path]) -> list[dict]:
+    """What made a cell's fresh runs (their provenance.json): each distinct version set, with
+    the runs that share it; runs kept from an earlier study have none, and a run that did not
+    finish (no summary.json: not in the tables either) is left out."""
+    from vigor_cli import provenance
+
+    groups: dict[str, dict] = {}
+    for d in dirs:
+        record = provenance.read(d) if (d / "summary.json").is_file() else None
+        if record is None:
+            continue
+        made = {"vigor": record.get("vigor"), "python": record.get("python", {}).get("version"),
+                "libraries": {k: v for k, v in record.get("libraries", {}).items() if v},
+                "machine": {k: record.get("machine", {}).get(k) for k in ("cpu", "cpu_capability", "device")},
+                "torch_threads": record.get("threads", {}).get("torch_intra_op")}
+        group = groups.setdefault(json.dumps(made, sort_keys=True), {**made, "runs": []})
+        group["runs"].append(d.name)
+    return list(groups.values())
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -1719,6 +1826,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep-skip", default=None, help="Arms whose kept runs are not used (their code changed since: auto).")
     p.add_argument("--compare-with", default=None, metavar="JSON",
                    help="An earlier study's results JSON: count the runs (same cell, arm, seed) whose evaluations this study reproduced exactly.")
+    p.add_argument("--settle-from", default=None, metavar="JSON",
+                   help="Only the runs that settle this results JSON's comparisons on the line (bench/intervals.py): "
+                   "seeds --first-seed..--seeds-1 of each such arm and of grpo in its cell (with --cells: those cells); "
+                   "then --restat recomputes the tables.")
+    p.add_argument("--restat", default=None, metavar="JSON",
+                   help="Recompute every cell's statistics from this results JSON's per-seed curves and the finished runs "
+                   "under --out (the seeds it lacks), keeping what the JSON says of each cell's model; builds no model.")
     p.add_argument("--make-plateau", default=None, metavar="REGIME",
                    help="Only build the plateau start of REGIME (plateau-math, plateau-facts, plateau-ladder; 'all': the three) and print where it is.")
     p.add_argument("--timing-steps", type=int, default=None, help="Steps per arm of the interleaved timing of grpo and vigor (default 12; --quick 2; 0 skips it).")
@@ -1740,6 +1854,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
+    from vigor_cli import provenance
+
     console = Console()
     name = "efficiency-quick" if args.quick else "efficiency"
     out = args.out or ROOT / "bench" / "results" / name
@@ -1754,8 +1870,16 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"{r}: {_rel(path)} after {info['steps']} grpo steps; held-out accuracy "
                           + " ".join(f"{e['accuracy']:.3f}" for e in info["evaluations"]), highlight=False)
         return 0
+    if args.restat:
+        return restat(Path(args.restat), out, args.seeds, args.target_gain, console)
     plan = make_plan(args)
     runs_dir = out / "runs"
+    if args.settle_from:
+        unsettled = unsettled_arms(json.loads(Path(args.settle_from).read_text()))
+        plan.cells = [c for c in plan.cells if c.key in unsettled]
+        for c in plan.cells:
+            c.arms = [BASELINE, *unsettled[c.key]]
+        console.print("settling: " + "; ".join(f"{c.key}: {', '.join(c.arms[1:])}" for c in plan.cells), highlight=False)
     regimes = list(dict.fromkeys(c.regime for c in plan.cells))
     models = {r: regime_model(r, out.parent / "efficiency-models") for r in regimes}
     if args.default_model:
@@ -1765,14 +1889,23 @@ def main(argv: list[str] | None = None) -> int:
     if "tiny" in models.values() and not (model_dir("tiny") / "config.json").is_file():
         raise SystemExit(f"the bundled tiny model is missing at {model_dir('tiny')}: rebuild it with `vigor make-tiny`")
     specs = make_specs(plan, runs_dir, models)
+    if args.settle_from:  # auto (the default strategy) and its reference first, then grpo-wide, then the rest;
+        tier = {BASELINE: 0, "auto": 0, "grpo-wide": 1}  # a cell's seeds before the next cell's (--cells order)
+        order = {key: i for i, key in enumerate((args.cells or "").split(","))}
+        cell_of = {(c.task, c.regime): c.key for c in plan.cells}
+        specs.sort(key=lambda s: (tier.get(s.arm, 2), order.get(cell_of[(s.task, s.regime)], len(order)), s.seed))
     started = time.time()
     failures = [] if args.aggregate_only else execute(specs, plan.jobs, out / "logs", console)
+    if args.settle_from:  # the tables come from --restat, with the seeds the JSON holds
+        console.print(f"{len(specs) - len(failures)} of {len(specs)} runs done in {time.time() - started:.0f} s")
+        return 1 if failures else 0
 
     results: dict[str, Any] = {
         "plan": asdict(plan), "machine": machine(), "command": " ".join(  # the study's command (tables recomputed later still name it)
             ["python bench/efficiency.py", *(a for a in (sys.argv[1:] if argv is None else argv) if a != "--aggregate-only")]),
         "study_seconds": None if args.aggregate_only else time.time() - started,
         "aggregated_only": args.aggregate_only, "failures": failures, "cells": {},
+        "provenance": provenance.environment(),  # the code and machine that ran (or aggregated) it
     }
     timing_steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
     timing_path = out / "timing.json"
@@ -1813,6 +1946,7 @@ def main(argv: list[str] | None = None) -> int:
             cell["start_distribution"] = start_distribution(
                 c.task, models[c.regime], REGIMES[c.regime].temperature, out / c.key / "start_pass_rates.json"
             )
+            cell["records"] = run_records(dirs)  # what made the cell's runs (their provenance.json)
             made = model_dir(models[c.regime]) / "plateau.json"
             if made.is_file():  # how the plateau start was made
                 cell["plateau"] = json.loads(made.read_text())

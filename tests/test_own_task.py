@@ -500,11 +500,11 @@ def test_eval_data_is_scored_by_the_same_rewards_with_pass_at_k(tmp_path, tokeni
     examples = task.eval_examples()
     answers = {f"{w}=": f"\\boxed{{{len(w) if w != 'abcd' else 9}}}" for w in words}
     engine = ScriptedEngine(plain, answers)
-    monkeypatch.setattr(evaluation, "CHUNK_SAMPLES", 4)  # 2 samples each: two problems per chunk
+    monkeypatch.setattr(evaluation, "CHUNK_SAMPLES", 4)  # 2 samples each: two problems per graded chunk
     seen = []
     result = evaluation.evaluate_examples(engine, task, plain, examples, 2, SamplingParams(seed=7), "custom",
                                           progress=lambda done, total, s: seen.append((done, total)))
-    assert engine.calls == [(2, 7), (2, 8), (1, 9)] and seen == [(2, 5), (4, 5), (5, 5)]  # a seed per chunk
+    assert engine.calls == [(5, 7)] and seen == [(5, 5)]  # one call, one seed, however the set is graded
     # 'x' is unscored (None): out of the means, counted
     assert result.per_example == {"custom/eval/0": 1.0, "custom/eval/1": 1.0, "custom/eval/2": 0.0,
                                   "custom/eval/4": 1.0}

@@ -97,6 +97,9 @@ def test_the_worked_example_through_the_trl_path(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result["held_out"]) == {"0", "1", "2"} and result["rollouts"] > 0
     assert "rewards/custom_verifier/mean" in done.stdout + done.stderr
+    record = json.loads((tmp_path / "trl" / "provenance.json").read_text())  # what made the run (issue 33)
+    assert record["trainer"] == "trl" and record["libraries"]["trl"] and "trl" in record["seeds"]["rules"]
+    assert {f["key"] for f in record["files"]} >= {"task.data", "task.eval_data", "task.rewards"}
 
 
 def journey() -> tuple[list[list[str]], str]:

@@ -4,7 +4,8 @@ The trainer's periodic evaluation and `vigor eval` both call
 :func:`evaluate_examples`; the CLI and tables live with `vigor eval`. The JSON form
 (:meth:`EvalResult.to_json`) is what ``eval/step-<N>.json`` holds, with the same avg@n and
 pass@k (vigor_cli/report/metrics.py) `vigor eval` reports, for any set (a user's
-``--eval-data`` included). Generation runs in chunks of :data:`CHUNK_SAMPLES` samples; an
+``--eval-data`` included). A set is generated in one engine call (its draws are those of its
+seed, however large the set) and graded in chunks of :data:`CHUNK_SAMPLES` samples; an
 evaluation that runs longer than :data:`PROGRESS_EVERY_S` prints a progress line on stderr
 that often, whatever the set's size, so none runs silent for minutes (a quick one prints
 nothing). A reward of None (a completion the reward function cannot score) is left out of
@@ -23,8 +24,7 @@ from vigor_cli.rollout.base import RolloutEngine, SamplingParams
 from vigor_cli.tasks.base import Example, Task, grade
 
 CHUNK_SAMPLES = 256
-"""Samples generated per engine call (at least one example's n): a progress line after each.
-The bundled tiny-math held-out set (256 problems, n = 1) is one chunk, as before chunking."""
+"""Samples graded per task call (at least one example's n)."""
 
 PROGRESS_EVERY_S = 15.0
 """Seconds between progress lines of a running evaluation (none before the first)."""
@@ -170,9 +170,9 @@ def evaluate_examples(
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
 
     ``progress``: True prints a line on stderr every :data:`PROGRESS_EVERY_S` seconds while
-    it runs (:class:`ProgressLines`); a callable gets (problems done, total, seconds) after
-    each chunk of :data:`CHUNK_SAMPLES` samples instead; False is silent (a caller with its
-    own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
+    it runs (:class:`ProgressLines`); a callable gets (problems generated, total, seconds) as
+    the engine reports them and once all are generated instead; False is silent (a caller
+    with its own bar)."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [], pass_threshold)
     per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
@@ -196,27 +196,34 @@ def result_of(set_name: str, n: int, per_example: Sequence[tuple[str, list[Sampl
 
 def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
                      sampling: SamplingParams, set_name: str, progress: Progress | bool = True) -> list[list[SampleResult]]:
-    """Each example's n scored samples, generated and graded in chunks of :data:`CHUNK_SAMPLES`
-    samples, with ``progress`` reported after each (see :func:`evaluate_examples`)."""
+    """Each example's n scored samples. One engine call generates them all, so what a seed
+    draws does not depend on how the set would be split (the engine reports the completions
+    it finished as it goes: :attr:`RolloutEngine.progress`); the task grades them in chunks
+    of :data:`CHUNK_SAMPLES` samples. ``progress`` is told the problems generated (see
+    :func:`evaluate_examples`)."""
     if progress is True:
         with ProgressLines(set_name, len(examples), n) as lines:
             return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines)
-    per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
     start = time.time()
+    report = progress or None
+    prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in examples]
+    engine.progress = None if report is None else (
+        lambda rows: report(min(rows // max(1, n), len(examples)), len(examples), time.time() - start))
+    try:
+        outs = engine.generate(prompts, [n] * len(examples), sampling)
+    finally:
+        engine.progress = None
+    if report is not None:
+        report(len(examples), len(examples), time.time() - start)
+    per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
     out: list[list[SampleResult]] = []
-    for c, i in enumerate(range(0, len(examples), per_chunk)):
-        params = sampling if c == 0 or sampling.seed is None else SamplingParams(
-            sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed + c)
-        out += _evaluate_chunk(engine, task, tokenizer, examples[i:i + per_chunk], n, params, set_name)
-        if progress:
-            progress(len(out), len(examples), time.time() - start)
+    for i in range(0, len(examples), per_chunk):
+        out += _score_chunk(task, examples[i:i + per_chunk], outs[i:i + per_chunk], set_name)
     return out
 
 
-def _evaluate_chunk(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                    sampling: SamplingParams, set_name: str) -> list[list[SampleResult]]:
-    prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in examples]
-    outs = engine.generate(prompts, [n] * len(examples), sampling)
+def _score_chunk(task: Task, examples: Sequence[Example], outs: Sequence[Sequence[Any]],
+                 set_name: str) -> list[list[SampleResult]]:
     flat_examples = [ex for ex, rollouts in zip(examples, outs) for _ in rollouts]
     flat_rollouts = [r for rollouts in outs for r in rollouts]
     try:

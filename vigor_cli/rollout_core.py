@@ -10,7 +10,6 @@ step decides the same way on both.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from collections import defaultdict
@@ -24,13 +23,8 @@ from vigor_cli.allocation.base import Allocator, Request
 from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import reward_components
 from vigor_cli.sandbox.pool import MEMORY_RLIMIT_ONLY
+from vigor_cli.seeding import derive_seed
 from vigor_cli.tasks.base import Score
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from the base seed and names (step, round, ...): stable across runs."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 # --------------------------------------------------------------------------- data order

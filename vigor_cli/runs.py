@@ -36,12 +36,13 @@ from vigor_cli.checkpoints import COMPLETE, MANIFEST, RUN_ID, CheckpointStore, v
 from vigor_cli.config import RunConfig, dump_config, load_yaml
 from vigor_cli.errors import UserError
 from vigor_cli.jsonl import JsonlContent
+from vigor_cli.provenance import RECORD
 from vigor_cli.run_log import LOGS, RunLog, read_eval_line  # noqa: F401
 
 LOCK = "run.lock"
 LAUNCH_DIR = "launch-dir"
 """The folder the run was started in: a resume reads the config's relative paths from there."""
-_SETUP_WRITTEN = ("config.yaml", RUN_ID, LAUNCH_DIR)  # written atomically: each may leave its .<name>.tmp
+_SETUP_WRITTEN = ("config.yaml", RUN_ID, LAUNCH_DIR, RECORD)  # written atomically: each may leave its .<name>.tmp
 SETUP_FILES = frozenset({LOCK, "checkpoints", "eval", *_SETUP_WRITTEN, *(f".{n}.tmp" for n in _SETUP_WRITTEN)})
 """What a run's directory holds before its first step (and all a failed start may remove)."""
 

@@ -194,6 +194,9 @@ class StrategyOutcome:
     decisions: dict[str, int] = field(default_factory=dict)  # auto: steps per decision
     rollouts_to_target: int | None = None
     steps_to_target: int | None = None
+    crossing: float | None = None
+    """Rollouts at which the mean pass rate crossed the target, interpolated within the step
+    that crossed it (a step's rollouts make rollouts_to_target move in whole steps)."""
     final_mean_pass_rate: float | None = None
     error: str | None = None
 
@@ -301,9 +304,13 @@ def run_strategy(
         if vigor_family:
             _pareto_diagnostics(out, rec, rewards, p, index, cfg)
         if settings.learn:
+            before = float(p.mean())
             _learn(p, own, index, cfg.group_size, settings)
             if target is not None and out.rollouts_to_target is None and p.mean() >= target:
                 out.rollouts_to_target, out.steps_to_target = out.rollouts, out.steps
+                step_rollouts = rec["totals"]["rollouts"]
+                share = (target - before) / (p.mean() - before) if p.mean() > before else 1.0
+                out.crossing = out.rollouts - step_rollouts + min(1.0, max(0.0, share)) * step_rollouts
                 break
     out.final_mean_pass_rate = float(p.mean())
     return out
@@ -416,6 +423,7 @@ def _summarise(o: StrategyOutcome, law: PassRateLaw, cfg: AllocationConfig, s: S
         row["decisions"] = dict(sorted(o.decisions.items()))
     if s.learn:
         row["rollouts_to_target"] = o.rollouts_to_target
+        row["rollouts_to_target_interpolated"] = None if o.crossing is None else round(float(o.crossing), 1)
         row["steps_to_target"] = o.steps_to_target
         row["final_mean_pass_rate"] = round(o.final_mean_pass_rate, 4)
     if o.error:

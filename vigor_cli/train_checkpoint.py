@@ -1,7 +1,7 @@
 """A `vigor train` checkpoint: what is saved beside the policy's weights, and how it comes back.
 
-A checkpoint holds the policy (HF format), the learner's optimizer and schedule with torch's
-random state (``trainer_state.pt``), the allocator's state (``allocator.json``), the loop's
+A checkpoint holds the policy (HF format), the learner's optimizer and schedule with every
+global generator's state (``trainer_state.pt``: torch's, Python's and numpy's, vigor_cli/seeding.py), the allocator's state (``allocator.json``), the loop's
 position and counters (``data_state.json``) and the config; vigor_cli/runs.py publishes it
 under a manifest and rotates old ones. Restoring all of it makes a resumed run continue as
 if never stopped.
@@ -16,20 +16,7 @@ from typing import Any
 import torch
 
 from vigor_cli.errors import UserError
-
-
-def rng_state() -> dict:
-    """torch's global random state (CPU and every CUDA device), as checkpoints keep it."""
-    return {
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-    }
-
-
-def set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch_rng"])
-    if state["cuda_rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda_rng"])
+from vigor_cli.seeding import rng_state, set_rng_state
 
 
 def save(trainer: Any) -> Path:

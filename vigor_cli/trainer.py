@@ -8,7 +8,8 @@ vigor_cli/train_log.py, checkpoints in vigor_cli/train_checkpoint.py, what is re
 the weights load in vigor_cli/train_data.py.
 
 Reproducibility: every random choice is seeded from ``train.seed`` and the step (data order
-per epoch, each generate call, allocation), and the model, optimizer, scheduler, RNG,
+per epoch, each generate call, allocation; the global generators a reward file may draw
+from: vigor_cli/seeding.py), and the model, optimizer, scheduler, every generator's state,
 allocator and data position are checkpointed, so a resumed run continues exactly as if
 never stopped.
 """
@@ -20,9 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
-
-from vigor_cli import health, train_checkpoint
+from vigor_cli import health, provenance, seeding, train_checkpoint
 from vigor_cli.allocation.base import Request
 from vigor_cli.config import RunConfig
 from vigor_cli.console import console as default_console, shown
@@ -97,7 +96,7 @@ class Trainer:
         self.last_accuracy: float | None = None
         self.last_pass_rate: float | None = None
         """The last evaluation's pass rate (this session's; the progress line shows it)."""
-        torch.manual_seed(cfg.train.seed)  # LoRA init and anything else that draws at setup
+        seeding.seed_run(cfg.train.seed)  # before the reward files import and LoRA initialises
         self.trackers = Trackers(cfg.train.report_to, run.path, run.name, cfg.model_dump(mode="json"),
                                  announce=out.print)  # dashboards (vigor_cli/tracking.py)
         try:
@@ -110,12 +109,24 @@ class Trainer:
             self.allocator = self._make_allocator()
             if resume_from is not None:
                 train_checkpoint.load(self, resume_from)
+            self._record(resume_from)
         except BaseException as e:
             self.close()  # reward workers already started
             if isinstance(e, TrainingInterrupted):
                 e.status = self.stop_status(e.signal_name, loading=True)
             raise
         self.session_start = time.time()
+
+    def _record(self, resume_from: Path | None) -> None:
+        """The run's record of what made it (vigor_cli/provenance.py), written once the data
+        and the model are loaded; a resume keeps the start's (and appends to it)."""
+        if resume_from is not None and provenance.read(self.rundir.path) is not None:
+            return
+        record = provenance.build(self.cfg, str(self.learner.device), self.examples.values(), self.eval_sets,
+                                  self.dropped, provenance.rows_read(self.cfg, self.task, len(self.examples) + self.dropped))
+        if resume_from is not None:
+            record["note"] = f"written when the run resumed from step {self.step}: it has no record of its start"
+        provenance.write(self.rundir.path, record)
 
     def _start_health(self) -> None:
         """The health checks (vigor_cli/health.py): what can be told before generating is said
@@ -261,6 +272,7 @@ class Trainer:
         engine; the step's metrics line and allocation record."""
         t0 = time.time()
         self.task.trainer_state = self.trainer_state(step - 1)  # TRL's: the updates done before this step's
+        seeding.seed_step(self.cfg.train.seed, step)  # what a reward draws depends on the seed and step only
         batch = self.rollout_phase(step)
         t1 = time.time()
         update_metrics = self.learner.update(batch.samples)
@@ -307,6 +319,7 @@ class Trainer:
         """Every held-out set (vigor_cli/evaluation.evaluate_sets), written to
         ``eval/step-<N>.json`` and metrics.jsonl; the mean accuracy."""
         t = self.cfg.train
+        seeding.seed_step(t.seed, step, "eval")  # what a reward draws while it grades depends on seed and step only
         params = held_out_sampling(t.seed, step, t.eval_temperature, self.cfg.sampling.top_p,
                                    self.cfg.sampling.max_new_tokens)
         self.task.trainer_state = self.trainer_state(step)
@@ -384,7 +397,7 @@ class Trainer:
 
 # --------------------------------------------------------------------------- entry point
 def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: Any = None,
-          steps: int | None = None) -> dict:
+          steps: int | None = None, allow_changed_files: bool = False) -> dict:
     """Run (or resume) training; returns the summary (also in ``summary.json``).
 
     ``resume`` is a run directory: its saved config is used (``steps`` may extend it)
@@ -392,7 +405,8 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     claimed (and its lock held) before anything slow, and released when training ends.
     SIGINT and SIGTERM stop the run after the current step with
     :class:`~vigor_cli.interrupt.TrainingInterrupted`, whose ``status`` says where the run
-    stands and how to resume it.
+    stands and how to resume it. A resume refuses a data, reward or model file that changed
+    since the run started (its record, vigor_cli/provenance.py) unless ``allow_changed_files``.
     """
     out = out or default_console
     if resume is None:
@@ -401,13 +415,13 @@ def train(cfg: RunConfig | None = None, resume: str | Path | None = None, out: A
     path = Path(os.path.abspath(resume))  # before the move to the run's launch folder
     note = lambda line: out.print(shown(line), highlight=False, soft_wrap=True)  # noqa: E731
     with RunDir(path).in_launch_dir(note), StopSignals() as signals:  # relative paths as at its start
-        return _train(cfg, path, out, steps, signals)
+        return _train(cfg, path, out, steps, signals, allow_changed_files)
 
 
 def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: int | None,
-           signals: StopSignals) -> dict:
+           signals: StopSignals, allow_changed_files: bool = False) -> dict:
     if resume is not None:
-        run, trainer = _resume(Path(resume), steps, out, signals)
+        run, trainer = _resume(Path(resume), steps, out, signals, allow_changed_files)
     else:
         assert cfg is not None
         run = RunDir.planned(cfg, announce=out.print)  # claims a fresh directory and its lock
@@ -424,9 +438,10 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
         run.release()
 
 
-def _resume(path: Path, steps: int | None, out: Any,
-            signals: StopSignals | None = None) -> tuple[RunDir, "Trainer"]:
-    """Lock the run, check it (vigor_cli/resume.py: checkpoint, config, logs), then load."""
+def _resume(path: Path, steps: int | None, out: Any, signals: StopSignals | None = None,
+            allow_changed_files: bool = False) -> tuple[RunDir, "Trainer"]:
+    """Lock the run, check it (vigor_cli/resume.py: checkpoint, config, logs; its record's
+    files and versions, vigor_cli/provenance.py), then load."""
     from vigor_cli import resume
 
     def warn(message: str) -> None:
@@ -435,8 +450,10 @@ def _resume(path: Path, steps: int | None, out: Any,
     run = RunDir.open_existing(path).acquire()  # refuses a run another process has
     try:
         plan = resume.prepare(run, steps, warn)  # reads only: a refusal changes nothing
+        changes = provenance.check_resume(run.path, allow_changed_files, warn)  # so does a changed file
         trainer = Trainer(plan.cfg, run, plan.checkpoint, out, signals)
         plan.apply(run, warn, trainer.relog_eval)
+        provenance.add_resume(run.path, max(plan.step, 0), changes)
     except BaseException:
         run.release()
         raise

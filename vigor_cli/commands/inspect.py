@@ -26,7 +26,9 @@ def inspect_allocation(
     overview_rows: Annotated[int, opt.count("--overview-rows", help="Rows of the across-steps overview (steps are sampled evenly beyond this).")] = 20,
 ) -> None:
     """Per-step tables of prompts and their rollouts per round, and an overview across steps."""
+    from vigor_cli import provenance
     from vigor_cli.report import allocation_view as view
+    from vigor_cli.report.provenance_view import print_records
     from vigor_cli.report.allocation import load_allocation, summarize_step
     from vigor_cli.runs import check_run_dir, read_config
 
@@ -39,9 +41,11 @@ def inspect_allocation(
     chosen = choose_steps(steps, step, last)
     held = health_by_step(run_path)
     summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]
+    record = provenance.read(run_path)
     if as_json:
-        print_json(view.as_json(run_path, chosen, summaries, notes, held))
+        print_json({**view.as_json(run_path, chosen, summaries, notes, held), "provenance": record})
         return
+    print_records(console, {run_path.name: record})
     for s in chosen:
         view.print_step(console, s, text_width, held.get(s.step, {}))
     view.print_overview(console, summaries, overview_rows)

@@ -24,7 +24,9 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
 ) -> None:
     """Plot a metric (accuracy, mean reward, pass rate) against cumulative rollouts and tokens; tabulate rollouts to a target."""
+    from vigor_cli import provenance
     from vigor_cli.report.curves import default_target, run_curve
+    from vigor_cli.report.provenance_view import print_records
     from vigor_cli.report.run_report import baseline_index, build_report, check_target, print_report
     from vigor_cli.runs import load_run
 
@@ -39,7 +41,9 @@ def report(
     if target is None:
         target = default_target(curves)
     table = build_report(loaded, curves, target, base, metric, out)
+    records = {r.name: provenance.read(r.path) for r in loaded}
     if as_json:
-        print_json(table)
+        print_json({**table, "provenance": records})
         return
     print_report(console, table, metric, target, out)
+    print_records(console, records)

@@ -91,6 +91,8 @@ def _train(
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable; the value is read as YAML).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the task's data and import its reward functions (--data: schema, first rows rendered, the columns and arguments each reward gets), print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming what to change if not.")] = False,
+    rerun: Annotated[Optional[Path], typer.Option("--rerun", help="Repeat this run from its config and record into a new directory (RUN-rerun beside it; --output-dir, --run-name) and compare: 'identical' (exit 0), or the first step and key that differ (exit 3), naming any recorded version or file that differs here. --steps N repeats the first N steps.")] = None,
+    allow_changed_files: Annotated[bool, typer.Option("--allow-changed-files", help="With --resume: continue although a data, reward or model file changed since the run started (its provenance.json records the change).")] = False,
     **values: Any,
 ) -> None:
     """Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers)."""
@@ -98,6 +100,10 @@ def _train(
     from vigor_cli.report.train_summary import print_summary
     from vigor_cli.settings import build_config
 
+    if allow_changed_files and resume is None:
+        raise UserError("--allow-changed-files goes with --resume (a new run records its files as they are)")
+    if rerun is not None:
+        return _rerun(rerun, resume, config, set_, dry_run, values)
     if resume is not None:
         named = [name for name in given(FLAGS, values) if not next(f for f in FLAGS if f.name == name).with_resume]
         named = (["--config"] if config is not None else []) + named + (["--set"] if set_ else [])
@@ -110,7 +116,8 @@ def _train(
             run = RunDir.open_existing(resume)
             with run.in_launch_dir(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)):
                 return _dry_run(build_config(run.path.absolute() / "config.yaml"), console)
-        print_summary(_run_training(resume=resume, steps=values.get("steps"), out=console), console)
+        print_summary(_run_training(resume=resume, steps=values.get("steps"), out=console,
+                                    allow_changed_files=allow_changed_files), console)
         return
     overrides = {f.key: flag_value(f, values.get(f.param)) for f in FLAGS}
     overrides.update(task_overrides(values))
@@ -122,8 +129,31 @@ def _train(
     print_summary(_run_training(cfg, out=console), console)
 
 
+RERUN_FLAGS = ("--steps", "--output-dir", "--run-name")
+"""The flags --rerun takes (how many steps to repeat, where the repeat goes)."""
+
+
+def _rerun(run: Path, resume: Optional[Path], config: Optional[Path], set_: Optional[List[str]], dry_run: bool,
+           values: dict[str, Any]) -> None:
+    """`--rerun RUN` (vigor_cli/rerun.py): exit 0 when the repeat is identical, 3 when it differs."""
+    from vigor_cli import rerun as repeat
+    from vigor_cli.console import console
+
+    named = [name for name in given(FLAGS, values) if name not in RERUN_FLAGS]
+    named = (["--resume"] if resume else []) + (["--config"] if config else []) + named
+    named += (["--set"] if set_ else []) + (["--dry-run"] if dry_run else [])
+    if named:
+        raise UserError(f"--rerun repeats the run's saved config; drop {', '.join(named)} (only "
+                        f"{', '.join(RERUN_FLAGS)} may be given)")
+    same = repeat.rerun(run, console, steps=values.get("steps"), output_dir=values.get("output_dir"),
+                        run_name=values.get("run_name"))
+    if not same:
+        raise SystemExit(repeat.EXIT_DIFFERS)
+
+
 train = command(_train, FLAGS, at=1)
-"""`vigor train`: --config, then one option per FLAGS entry, then --resume, --set, --dry-run."""
+"""`vigor train`: --config, then one option per FLAGS entry, then --resume, --set, --dry-run, --rerun,
+--allow-changed-files."""
 train.__name__ = "train"
 
 _value_type, _default_text, _flag_value = value_type, default_text, flag_value  # the names tests and callers used

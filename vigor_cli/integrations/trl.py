@@ -1005,6 +1005,13 @@ def _train(a: argparse.Namespace) -> int:
             extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
         _check_output_dirs(a.output_dir, extra)
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
+        if trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/provenance.py)
+            from vigor_cli import provenance
+
+            train = task.train_examples()
+            provenance.write(a.output_dir, provenance.build(
+                cfg, str(trainer.accelerator.device), train, {"held-out": held_out.examples}, 0,
+                provenance.rows_read(cfg, task, len(train)), trainer="trl"))
     except (ValueError, TypeError) as e:  # ConfigError is a ValueError; a bad --trl key a TypeError
         raise UserError(user_message(e) or str(e).splitlines()[0]) from None
     try:

@@ -25,13 +25,17 @@ def print_result(result: dict) -> None:
     console.print(t)
     sim = result["simulated"]
     s = Table(title=literal(f"simulated ({sim['model']}), {sim['prompts_per_step']} prompts/step, "
-                            f"target mean pass rate {sim['target_mean_pass_rate']}"), title_justify="left")
+                            f"target mean pass rate {sim['target_mean_pass_rate']}, {sim['repeats']} simulations"),
+              title_justify="left")
     s.add_column("strategy")
-    s.add_column("rollouts to target", justify="right")
-    s.add_column("speed-up vs grpo", justify="right")
+    s.add_column("rollouts to target (mean)", justify="right")
+    s.add_column("reached", justify="right")
+    s.add_column("speed-up vs grpo [95 % interval]", justify="right")
     for name, row in sim["strategies"].items():
+        ci = row.get("speedup_ci")
         s.add_row(name, f"{row['rollouts_to_target']:,}" if row["rollouts_to_target"] else "not reached",
-                  f"{row['speedup_vs_grpo']:.2f}x" if row["speedup_vs_grpo"] else "-")
+                  f"{row['reached']} of {sim['repeats']}",
+                  f"{row['speedup_vs_grpo']:.2f}x [{ci[0]:.2f}x, {ci[1]:.2f}x]" if row["speedup_vs_grpo"] else "-")
     console.print(s)
     if not result["binary_rewards"]:
         console.print(f"rewards are not all 0/1: a rollout counts as passed when its reward is at least "

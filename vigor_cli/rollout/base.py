@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,9 @@ class RolloutEngine(ABC):
     shares_policy: bool = False
     """True when the engine samples with the policy module itself (no copy of the weights that
     could go stale); the trainer's weight check then needs no base model of its own."""
+    progress: Callable[[int], None] | None = None
+    """Set by a caller that shows progress (an evaluation): told the completions finished so
+    far during a ``generate`` call, by an engine that can tell (hf: after each batch)."""
 
     @abstractmethod
     def generate(

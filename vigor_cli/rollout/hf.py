@@ -4,9 +4,10 @@ It shares the training model (no weight sync needed) and runs its own
 KV-cached decode loop instead of ``model.generate`` so that it controls the
 three things the trainer depends on:
 
-- randomness: one ``torch.Generator`` per call seeded from ``SamplingParams.seed``,
-  so a step's rollouts depend only on (weights, prompts, seed), which makes a
-  resumed run sample exactly what the uninterrupted run sampled;
+- randomness: vigor's own sampler (``rollout/sampler.py``), one per call, seeded from
+  ``SamplingParams.seed``, so a step's rollouts depend only on (weights, prompts, seed),
+  not on a library's sampling internals, which makes a resumed run sample exactly what
+  the uninterrupted run sampled;
 - log-probabilities of the sampled tokens under softmax(logits / temperature)
   (before top-p truncation), the same distribution the GRPO loss recomputes;
 - memory: rows are batched so that rows x (longest prompt + max_new_tokens)
@@ -27,6 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
+from vigor_cli.rollout.sampler import Sampler
 from vigor_cli.rollout.weights import stop_token_ids
 
 
@@ -35,17 +37,6 @@ def _cache_kwarg(model: Any) -> str:
     'past_key_values' before."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set logits outside the smallest set with cumulative probability >= top_p to -inf."""
-    if top_p >= 1.0:
-        return logits
-    sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    drop = probs.cumsum(-1) - probs >= top_p  # keep the token that crosses top_p
-    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 class HFEngine(RolloutEngine):
@@ -70,8 +61,7 @@ class HFEngine(RolloutEngine):
         sampling: SamplingParams,
     ) -> list[list[Rollout]]:
         rows = [i for i, c in enumerate(counts) for _ in range(c)]
-        generator = torch.Generator(device=self._device())
-        generator.manual_seed(int(sampling.seed) if sampling.seed is not None else 0)
+        sampler = Sampler(sampling.temperature, sampling.top_p, sampling.seed, self._device())
         # Longest prompts first so that a batch's padding is small; results go back in order.
         order = sorted(range(len(rows)), key=lambda k: -len(prompts[rows[k]]))
         results: list[Rollout | None] = [None] * len(rows)
@@ -81,9 +71,11 @@ class HFEngine(RolloutEngine):
             n_rows = max(1, self.gen_batch_tokens // width)
             chunk = order[start : start + n_rows]
             start += len(chunk)
-            outs = self._generate_rows([prompts[rows[k]] for k in chunk], sampling, generator)
+            outs = self._generate_rows([prompts[rows[k]] for k in chunk], sampling.max_new_tokens, sampler)
             for k, out in zip(chunk, outs):
                 results[k] = out
+            if self.progress is not None:
+                self.progress(start)
         grouped: list[list[Rollout]] = [[] for _ in counts]
         for k, prompt_index in enumerate(rows):
             grouped[prompt_index].append(results[k])  # type: ignore[arg-type]
@@ -93,9 +85,7 @@ class HFEngine(RolloutEngine):
         return next(self.model.parameters()).device
 
     @torch.no_grad()
-    def _generate_rows(
-        self, prompts: list[Sequence[int]], sampling: SamplingParams, generator: torch.Generator
-    ) -> list[Rollout]:
+    def _generate_rows(self, prompts: list[Sequence[int]], max_new_tokens: int, sampler: Sampler) -> list[Rollout]:
         device = self._device()
         was_training = self.model.training
         self.model.eval()
@@ -109,13 +99,12 @@ class HFEngine(RolloutEngine):
             ids, mask = ids.to(device), mask.to(device)
             positions = (mask.cumsum(-1) - 1).clamp(min=0)
             eos = torch.as_tensor(self.eos_ids or [-1], device=device)
-            temperature = sampling.temperature if sampling.temperature > 0 else 1.0
 
             tokens, logprobs = [], []
             done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
             past = None
             step_ids, step_pos = ids, positions
-            for _ in range(sampling.max_new_tokens):
+            for _ in range(max_new_tokens):
                 out = self.model(
                     input_ids=step_ids,
                     attention_mask=mask,
@@ -125,13 +114,9 @@ class HFEngine(RolloutEngine):
                     **({self.cache_kwarg: past} if past is not None else {}),
                 )
                 past = out[self.cache_kwarg]
-                logits = out.logits[:, -1, :].float() / temperature
+                logits = sampler.scale(out.logits[:, -1, :])
                 logp_all = torch.log_softmax(logits, dim=-1)
-                if sampling.temperature > 0:
-                    probs = torch.softmax(_top_p_filter(logits, sampling.top_p), dim=-1)
-                    nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                else:
-                    nxt = logits.argmax(-1)
+                nxt = sampler.draw(logits)
                 nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
                 tokens.append(nxt)
                 logprobs.append(logp_all.gather(-1, nxt.unsqueeze(-1)).squeeze(-1))
