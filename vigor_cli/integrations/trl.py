@@ -42,14 +42,12 @@ from vigor_cli.settings import build_config
 from vigor_cli.runs import RunDir
 from vigor_cli.rewards import _completion_text, _prompt_text
 from vigor_cli.tasks.base import Score, score_once
+from vigor_cli.integrations import trl_update
 
 ROLLOUT_INDEX = "rollout_index"
 """Column added to every row handed to reward functions: the rollout's index among its
 prompt's rollouts of the step (generation order across rounds)."""
 
-ROW_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
-"""TRL loss types normalised by the rank's row count; the rows outside the update are
-taken out of that count by rescaling (:meth:`VigorGRPOTrainer._compute_loss`)."""
 
 
 # --------------------------------------------------------------------------- config
@@ -98,6 +96,12 @@ class VigorGRPOConfig(GRPOConfig):
         metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
                   "windows, strict."},
     )
+    micro_batch_tokens: int = field(
+        default_factory=lambda: _grpo_default("micro_batch_tokens"),
+        metadata={"help": "Token budget of one forward/backward of the update (vigor's "
+                  "grpo.micro_batch_tokens): a rank's rows are cut into micro-batches of at most this many "
+                  "padded tokens (vigor_cli/integrations/trl_update.py)."},
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -111,8 +115,17 @@ class VigorGRPOConfig(GRPOConfig):
             self.prompts_per_step = self.generation_batch_size // self.num_generations
         if self.prompts_per_step < 1:
             raise ValueError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step})")
+        if self.micro_batch_tokens < 1:
+            raise ValueError(f"micro_batch_tokens must be >= 1 (got {self.micro_batch_tokens})")
         self.allocation = allocation_config(self.vigor, self.prompts_per_step)
         self.health_view = health_view(self)
+
+
+def _grpo_default(key: str) -> Any:
+    """A default of vigor's ``grpo`` section (the defaults live in the config classes only)."""
+    from vigor_cli.config import GRPOConfig as VigorGRPOSection
+
+    return VigorGRPOSection.model_fields[key].default
 
 
 def health_view(a: Any) -> Any:
@@ -446,11 +459,11 @@ class VigorGRPOTrainer(GRPOTrainer):
             raise TypeError("VigorGRPOTrainer needs args=VigorGRPOConfig(...)")
         if a.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("VigorGRPOTrainer needs multi_objective_aggregation='sum_then_normalize'")
-        if a.loss_type in ROW_MEAN_LOSSES and (self._entropy_bonus_enabled or self.aux_loss_enabled):
+        if self._entropy_bonus_enabled or self.aux_loss_enabled:
             raise ValueError(
-                f"loss_type={a.loss_type!r} with an entropy bonus or a router aux loss: VigorGRPOTrainer "
-                "rescales row-mean losses to the update's rows, which would rescale those terms too; "
-                "use loss_type='dapo'"
+                "an entropy bonus (entropy_coef, use_adaptive_entropy) or a router aux loss (router_aux_loss_coef): "
+                "VigorGRPOTrainer runs the update in micro-batches (micro_batch_tokens) and TRL adds those terms once "
+                "per forward, so they would count once per micro-batch; set them to 0"
             )
         data = self.train_dataset
         uids = [str(u) for u in data[uid_column]] if uid_column in data.column_names else [
@@ -469,7 +482,11 @@ class VigorGRPOTrainer(GRPOTrainer):
         self._all_completions = [0, 0]  # (sum, count) over the run: the estimate of an unseen prompt
         self._all_prompts = [0, 0]  # (sum, count) of _prompt_tokens: an unseen prompt's estimate
         self._replay: tuple | None = None
-        self._row_scale = 1.0
+        self._scoring_rows: list[int] | None = None
+        """During the replay's scoring pass: the rows whose old and reference log-probs the
+        update reads (trl_update.scoring_logps); None otherwise."""
+        self.vigor_update = trl_update.UpdateStats()
+        """The last optimizer step's update metrics under vigor's keys (trl_update)."""
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
         self._use_vigor_stops()
@@ -512,15 +529,16 @@ class VigorGRPOTrainer(GRPOTrainer):
                            reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
-        used = len(batch.samples)  # the update's rows over every rank
-        self._row_scale = len(advantages) * rounds.layout.ranks / max(used, 1)
         t0 = time.perf_counter()
         self._replay = (generated, per_func)
+        use = [m and any(mask) for m, mask in zip([a != 0 or self.beta != 0 for a in advantages], generated[2])]
+        self._scoring_rows = [i for i, u in enumerate(use) if u]
         try:
             with self._one_generation_per_row():
                 out = super()._generate_and_score_completions(rounds.rows)
         finally:
             self._replay = None
+            self._scoring_rows = None
         t1 = time.perf_counter()
         out["advantages"] = torch.tensor(advantages, dtype=out["advantages"].dtype, device=out["advantages"].device)
         self._completion_tokens.clear()
@@ -537,13 +555,24 @@ class VigorGRPOTrainer(GRPOTrainer):
             return self._replay[1].to(self.accelerator.device)
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    def _compute_loss(self, model: Any, inputs: dict) -> torch.Tensor:
-        """TRL's loss; a row-mean loss type rescaled so that it averages over the update's
-        rows only (TRL divides by every row of the rank, the zero-mask ones too)."""
-        loss = super()._compute_loss(model, inputs)
-        if self.loss_type in ROW_MEAN_LOSSES and self.model.training:
-            loss = loss * self._row_scale
-        return loss
+    def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> torch.Tensor:
+        """Training: TRL's loss in token-budgeted micro-batches over the rows that move it
+        (vigor_cli/integrations/trl_update.py); evaluation: TRL's."""
+        if not self.model.training or return_outputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return trl_update.micro_batched_loss(self, model, inputs, super()._compute_loss, self.args.micro_batch_tokens)
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                           logits_to_keep: int, batch_size: int | None = None, **kwargs: Any) -> tuple:
+        """In the replay's scoring pass: TRL's, on the rows the update reads only, in forwards
+        of at most micro_batch_tokens tokens (trl_update.scoring_logps); else TRL's."""
+        parent = super()._get_per_token_logps_and_entropies
+        rows = self._scoring_rows
+        if rows is None or any(v is not None for k, v in kwargs.items() if k not in ("compute_entropy", "compute_aux_loss")):
+            return parent(model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs)
+        return trl_update.scoring_logps(lambda *a, **k: parent(model, *a, **k), rows, input_ids, attention_mask,
+                                        logits_to_keep, self.args.micro_batch_tokens, **kwargs)
 
     @contextlib.contextmanager
     def _one_generation_per_row(self) -> Iterator[None]:
