@@ -95,6 +95,10 @@ def test_a_reward_of_none_is_unscored_not_zero(tmp_path):
     record = json.loads((tmp_path / "run" / "allocation.jsonl").read_text().splitlines()[0])
     assert record["totals"]["unscored"] == 2 and record["totals"]["rollouts"] == 8
     assert all(len(rd["rewards"]) == 3 for p in record["prompts"] for rd in p["rounds"])
+    from vigor_cli.integrations import trl_metrics
+
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()  # the step's line waits for its update
+    trl_metrics.finish_step(tr, {})
     metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
     scored = [s.reward for s in batch.generated if s.reward is not None]
     assert metrics["reward/unscored"] == 2 and metrics["reward/mean"] == pytest.approx(sum(scored) / 6)

@@ -39,10 +39,10 @@ from vigor_cli.config import AllocationConfig, ConfigError, parse_override
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
 from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds, step_metrics
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.rewards import _completion_text, _prompt_text
+from vigor_cli.rewards import _completion_text
 from vigor_cli.tasks.base import Score, score_once
-from vigor_cli.integrations import trl_update
+from vigor_cli.integrations import trl_checks, trl_metrics, trl_update
+from vigor_cli.integrations.trl_metrics import write_run_files
 
 ROLLOUT_INDEX = "rollout_index"
 """Column added to every row handed to reward functions: the rollout's index among its
@@ -95,6 +95,13 @@ class VigorGRPOConfig(GRPOConfig):
         default_factory=dict,
         metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
                   "windows, strict."},
+    )
+    vigor_optimizer: bool = field(
+        default=False,
+        metadata={"help": "vigor train's optimizer rules: warmup_steps counts rollout phases and the warm-up "
+                  "starts at 1/warmup_steps (Transformers' starts at 0), every num_iterations optimizer step of a "
+                  "phase at its phase's rate, constant after; weight decay on every trained parameter "
+                  "(Transformers exempts biases and norms). Set by build_trainer."},
     )
     micro_batch_tokens: int = field(
         default_factory=lambda: _grpo_default("micro_batch_tokens"),
@@ -320,29 +327,6 @@ def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None
     return Dataset.from_list(rows)
 
 
-# --------------------------------------------------------------------------- run directory
-def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics: dict | None = None,
-                    config: dict | None = None, evaluation: dict | None = None) -> None:
-    """The one place the TRL path writes vigor's run-directory files (docs/run-directory.md):
-    ``config.yaml`` (the allocation section and the step's prompts), one ``allocation.jsonl``
-    record, one ``metrics.jsonl`` line and an evaluation's ``eval/step-<N>.json``, so `vigor
-    inspect-allocation` and `vigor report` read the run."""
-    import yaml
-
-    from vigor_cli.runs import write_text_atomic
-
-    run = RunDir(Path(run_dir))
-    run.path.mkdir(parents=True, exist_ok=True)
-    if config is not None:
-        write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    if allocation is not None:
-        run.append("allocation.jsonl", allocation)
-    if evaluation is not None:
-        run.write_eval(evaluation["step"], evaluation)
-    if metrics is not None:
-        run.append("metrics.jsonl", metrics)
-
-
 # --------------------------------------------------------------------------- the step's rounds
 def _concat_generated(parts: list[tuple], loss_rows: Sequence[bool]) -> tuple:
     """Per-round ``GRPOTrainer._generate`` outputs concatenated along the rows, with a zero
@@ -452,11 +436,19 @@ class VigorGRPOTrainer(GRPOTrainer):
     None for a completion it cannot score (excluded as `vigor train` excludes it).
     """
 
-    def __init__(self, *args: Any, uid_column: str = "uid", **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        a = self.args
-        if not isinstance(a, VigorGRPOConfig):
+    def __init__(self, model: Any, reward_funcs: Any, args: VigorGRPOConfig | None = None, *rest: Any,
+                 uid_column: str = "uid", **kwargs: Any):
+        if not isinstance(args, VigorGRPOConfig):
             raise TypeError("VigorGRPOTrainer needs args=VigorGRPOConfig(...)")
+        from vigor_cli.integrations import trl_versions
+
+        trl_versions.check_installed()
+        problems = trl_checks.refusals(model, args, kwargs.get("peft_config"))
+        if problems:
+            raise ValueError(problems[0])
+        model = trl_checks.prepare_kbit(model, kwargs.get("peft_config"), args.gradient_checkpointing)
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("VigorGRPOTrainer needs multi_objective_aggregation='sum_then_normalize'")
         if self._entropy_bonus_enabled or self.aux_loss_enabled:
@@ -487,6 +479,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         update reads (trl_update.scoring_logps); None otherwise."""
         self.vigor_update = trl_update.UpdateStats()
         """The last optimizer step's update metrics under vigor's keys (trl_update)."""
+        self.vigor_pending: trl_metrics.PendingStep | None = None
+        """The step whose rollouts are logged and whose update line is not yet (trl_metrics)."""
+        self.add_callback(trl_metrics.PhaseEnd(self))
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
         self._use_vigor_stops()
@@ -525,10 +520,13 @@ class VigorGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         self.vigor_step += 1
         rounds = TRLRounds(self)
+        marks = trl_metrics.completion_marks(self)
         batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
                            reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
+        engine_logprobs, nonfinite = trl_checks.nonfinite_to_nan(generated[4])
+        generated = (*generated[:4], engine_logprobs, *generated[5:])
         t0 = time.perf_counter()
         self._replay = (generated, per_func)
         use = [m and any(mask) for m, mask in zip([a != 0 or self.beta != 0 for a in advantages], generated[2])]
@@ -542,7 +540,18 @@ class VigorGRPOTrainer(GRPOTrainer):
         t1 = time.perf_counter()
         out["advantages"] = torch.tensor(advantages, dtype=out["advantages"].dtype, device=out["advantages"].device)
         self._completion_tokens.clear()
-        self._log_step(batch, rounds.layout, t1 - t0)
+        extra = {}
+        if engine_logprobs is not None:  # the engine's log-probs exist (vLLM): say how many were garbage
+            nonfinite = int(self.accelerator.gather(torch.tensor([nonfinite], device=self.accelerator.device)).sum())
+            self._metrics["train"]["sampling/nonfinite_engine_logprobs"].append(nonfinite)
+            extra["sampling/nonfinite_engine_logprobs"] = nonfinite
+            if nonfinite and self.accelerator.is_main_process:
+                from vigor_cli.console import err_console
+
+                err_console.print(f"warning: step {self.vigor_step}: the engine returned {nonfinite} NaN or infinite "
+                                  "log-probs for tokens it sampled; they are left out of the importance correction",
+                                  style="yellow", markup=False, highlight=False, soft_wrap=True)
+        trl_metrics.start_step(self, batch, rounds.layout, t1 - t0, marks, extra)
         return out
 
     def _generate(self, prompts: list) -> tuple:
@@ -561,7 +570,35 @@ class VigorGRPOTrainer(GRPOTrainer):
         (vigor_cli/integrations/trl_update.py); evaluation: TRL's."""
         if not self.model.training or return_outputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        return trl_update.micro_batched_loss(self, model, inputs, super()._compute_loss, self.args.micro_batch_tokens)
+        loss = trl_update.micro_batched_loss(self, model, inputs, super()._compute_loss, self.args.micro_batch_tokens)
+        trl_metrics.note_update(self, float(loss.detach()))
+        return loss
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """At a rollout phase's end (trl_metrics.PhaseEnd), the step's metrics.jsonl line and
+        health checks, before TRL's log clears the metrics they read."""
+        pending = self.vigor_pending
+        if self.model.training and pending is not None and pending.done:
+            trl_metrics.finish_step(self, logs)
+        super().log(logs, start_time)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """vigor_optimizer: vigor train's warm-up (VigorGRPOConfig.vigor_optimizer); else TRL's."""
+        if not self.args.vigor_optimizer:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup, phases = int(self.args.warmup_steps), max(1, self.num_iterations)
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
+                optimizer if optimizer is not None else self.optimizer,
+                lambda s: min(1.0, (s // phases + 1) / warmup) if warmup else 1.0)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def get_decay_parameter_names(self, model: Any) -> list[str]:
+        """vigor_optimizer: weight decay on every trained parameter, as vigor train's AdamW."""
+        if not self.args.vigor_optimizer:
+            return super().get_decay_parameter_names(model)
+        return [name for name, p in model.named_parameters() if p.requires_grad]
 
     def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                                            logits_to_keep: int, batch_size: int | None = None, **kwargs: Any) -> tuple:
@@ -637,86 +674,6 @@ class VigorGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in rows]
         gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
         return gathered.float().cpu()
-
-    # ------------------------------------------------------------------ logs
-    def _log_step(self, batch: RolloutBatch, layout: StepLayout, scoring_seconds: float) -> None:
-        """TRL metrics (vigor/...) and, on the main process, vigor's run-directory lines (the
-        metrics `vigor train` logs, from the same rollout core)."""
-        n = len(batch.generated)
-        self.vigor_totals["rollouts"] += n
-        self.vigor_totals["tokens"] += batch.tokens
-        rows = sum(len(r) for r in layout.rows)
-        metrics = step_metrics(batch, self.vigor_totals["rollouts"], self.vigor_totals["tokens"])
-        m = self._metrics["train"]
-        m["vigor/rollouts_per_step"].append(n)
-        m["vigor/rollouts_cumulative"].append(self.vigor_totals["rollouts"])
-        m["vigor/rounds"].append(len(batch.round_sizes))
-        for t, size in enumerate(batch.round_sizes, start=1):
-            m[f"vigor/round_{t}_rollouts"].append(size)
-        m["vigor/zero_var_frac"].append(metrics["groups/zero_var_frac"])
-        m["frac_reward_zero_std"][-1] = metrics["groups/zero_var_frac"]
-        m["vigor/unscored"].append(metrics["reward/unscored"])
-        m["vigor/balance_duplicates"].append(rows - n)
-        m["vigor/loss_rows"].append(len(batch.samples))
-        m["vigor/rank_rollouts_spread"].append(max(layout.spent) - min(layout.spent))
-        m["vigor/rank_tokens_spread"].append(max(layout.tokens) - min(layout.tokens))
-        m["vigor/time/generate"].append(batch.generate_seconds)
-        m["vigor/time/reward"].append(batch.reward_seconds)
-        m["vigor/time/scoring_pass"].append(scoring_seconds)
-        self._fix_logged_advantages(batch, layout)
-        alerts, checks = self._health(batch)
-        for key, value in checks.items():
-            m[key].append(value)
-        # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does). A
-        # rank's checks see its own texts, so the ranks may differ: every rank stops together,
-        # none is left waiting in TRL's collectives.
-        fatal = next((a for a in alerts if a.fatal), None)
-        flag = torch.tensor([int(fatal is not None)], dtype=torch.int64, device=self.accelerator.device)
-        if int(self.accelerator.gather(flag).sum().item()):
-            line = fatal.line if fatal is not None else "a health check held on another rank"
-            raise health.HealthError(f"{line} (health.strict: stopped after step {self.vigor_step})")
-        if not self.accelerator.is_main_process:
-            return
-        from vigor_cli.console import err_console
-
-        for alert in alerts:
-            err_console.print(f"warning: {alert.line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-        record = {"step": self.vigor_step, **batch.record}
-        for entry in record.get("prompts", []):
-            entry["text"] = _prompt_text(self.train_dataset[self.vigor_index[entry["uid"]]]["prompt"])[:200]
-        write_run_files(self.vigor_run_dir, allocation=record, metrics={
-            "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
-            "tokens/per_rank": list(layout.tokens),
-            "time/generate": batch.generate_seconds, "time/reward": batch.reward_seconds,
-            "time/scoring_pass": scoring_seconds, **checks,
-        })
-
-    def _health(self, batch: RolloutBatch) -> tuple[list, dict[str, float]]:
-        """The health checks on this step's rollouts (the same as `vigor train`'s): each prompt's
-        length and whether the chat template renders it (TRL templates message lists, never
-        strings), and the previous update's KL and clip fraction."""
-        tok = self.processing_class
-        has_template = health.template_suffix(tok) is not None
-        prompts = self.vigor_health.prompts
-        for uid in {s.uid for s in batch.generated} - prompts.keys():
-            prompt = self.train_dataset[self.vigor_index[uid]]["prompt"]
-            prompts[uid] = health.PromptInfo(self._prompt_tokens.get(uid, 0),
-                                             templated=not has_template or not isinstance(prompt, str))
-        m = self._metrics["train"]
-        update = {"losses/kl": (m.get("kl") or [0.0])[-1],
-                  "losses/clipfrac_low": (m.get("clip_ratio/low_mean") or [0.0])[-1],
-                  "losses/clipfrac_high": (m.get("clip_ratio/high_mean") or [0.0])[-1]}
-        texts = self.last_rounds.texts if self.last_rounds is not None else {}
-        return self.vigor_health.step(self.vigor_step, batch.generated, update, text=lambda s: texts.get(s.rollout))
-
-    def _fix_logged_advantages(self, batch: RolloutBatch, layout: StepLayout) -> None:
-        """TRL logged its (zero) advantages for the completions table; put ours there."""
-        by_key = {(s.uid, s.index): s.advantage for s in batch.samples}
-        flat = [by_key.get(key, 0.0) if real else 0.0 for rank_rows in layout.rows for key, real in rank_rows]
-        logged = self._logs["advantages"]  # a deque of TRL's generation_batch_size, newest last
-        n = min(len(logged), len(flat))
-        for i in range(1, n + 1):
-            logged[-i] = flat[-i]
 
     # ------------------------------------------------------------------ evaluation's generation
     @contextlib.contextmanager
@@ -857,7 +814,7 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     from vigor_cli.tracking import require
 
     require(t.report_to)  # a missing dashboard package: one line, before anything loads
-    from vigor_cli.models import pick_dtype
+    from vigor_cli.models import master_weights_dtype, pick_dtype
 
     group = cfg.allocation.group_size
     device = _trl_device(overrides)
@@ -881,8 +838,22 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         # TRL applies on its vLLM path; 'auto' is on there (TRL's own default mode masks sequences)
         vllm_importance_sampling_correction=g.importance_sampling != "off",
         vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=g.importance_sampling_cap,
+        vllm_importance_sampling_clip_min=None,
+        # set, not left to TRL's defaults: a release that changes one (1.19 made sequence-level
+        # ratios its default) must not change what this config trains
+        importance_sampling_level=g.importance_sampling_level, multi_objective_aggregation="sum_then_normalize",
+        micro_batch_tokens=g.micro_batch_tokens, vigor_optimizer=True,
     )
     keys.update(overrides)
+    if g.importance_sampling == "on" and not keys.get("use_vllm"):
+        raise ConfigError(
+            "grpo.importance_sampling=on without TRL's vLLM (--vllm-mode): TRL's transformers generation returns "
+            "no log-probs to correct with; use auto (off there, as vigor train with the hf engine) or off")
+    if cfg.model.load_in_4bit and keys.get("use_vllm"):
+        raise ConfigError(trl_checks.FOUR_BIT_VLLM.format(key="model.load_in_4bit with --vllm-mode"))
+    if keys.get("use_transformers_continuous_batching") and (keys["bf16"] or keys["fp16"]) and (
+            cfg.model.lora.enabled or master_weights_dtype(cfg.model, dtype) is not None):
+        raise ConfigError(trl_checks.CONTINUOUS_FP32.format(key="--trl use_transformers_continuous_batching=true"))
     return VigorGRPOConfig(**keys)
 
 

@@ -32,10 +32,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-ROW_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
+from vigor_cli.integrations.trl_versions import LOSS_KINDS
+
+ROW_MEAN_LOSSES = tuple(name for name, kind in LOSS_KINDS.items() if kind == "row mean")
 """TRL loss types normalised by a batch's row count (rescaled per micro-batch)."""
 
-TOKEN_MEAN_PER_RANK = ("bnpo",)
+TOKEN_MEAN_PER_RANK = tuple(name for name, kind in LOSS_KINDS.items() if kind == "rank token mean")
 """TRL loss types normalised by the rank's own token count (TRL's choice, kept)."""
 
 TOKEN_METRICS = ("kl", "entropy")
