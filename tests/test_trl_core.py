@@ -50,10 +50,12 @@ def _trainer(tmp_path: Path, reward=keyed_reward, tokenizer=None, model=None, **
     args = dict(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=8, num_generations=8,
                 max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=0,
                 bf16=False, lr_scheduler_type="constant", prompts_per_step=2, beta=0.0)
+    peft_config = kw.pop("peft_config", None)
     args.update(kw)
     data = task_dataset(get_task(TaskConfig(name="tiny-math")), tok)
     trainer = VigorGRPOTrainer(model=model or AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[reward],
-                               args=VigorGRPOConfig(**args), train_dataset=data, processing_class=tok)
+                               args=VigorGRPOConfig(**args), train_dataset=data, processing_class=tok,
+                               peft_config=peft_config)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train's loop; the tests call TRL's hooks
     return trainer

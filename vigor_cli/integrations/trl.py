@@ -448,6 +448,7 @@ class VigorGRPOTrainer(GRPOTrainer):
             raise ValueError(problems[0])
         model = trl_checks.prepare_kbit(model, kwargs.get("peft_config"), args.gradient_checkpointing)
         super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        trl_checks.float32_adapters(self.model)
         a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("VigorGRPOTrainer needs multi_objective_aggregation='sum_then_normalize'")

@@ -9,10 +9,11 @@
   on). (:func:`vigor_cli.integrations.trl.trl_args` refuses vigor's engine correction,
   ``grpo.importance_sampling=on``, without TRL's vLLM: its transformers generation returns no
   log-probs to correct with.)
-- **Prepared** (:func:`prepare_kbit`): a 4- or 8-bit base gets peft's
-  ``prepare_model_for_kbit_training`` before TRL wraps it in LoRA, as `vigor train` does
-  (norms and embeddings in float32, inputs that carry gradients for checkpointing): the two
-  trainers train the same QLoRA model.
+- **Prepared** (:func:`prepare_kbit`, :func:`float32_adapters`): a 4- or 8-bit base gets
+  peft's ``prepare_model_for_kbit_training`` before TRL wraps it in LoRA, as `vigor train`
+  does (norms and embeddings in float32, inputs that carry gradients for checkpointing), and
+  its adapters stay float32 (TRL casts them to bf16): the two trainers train the same QLoRA
+  model.
 - **Guarded** (:func:`nonfinite_to_nan`): an engine log-prob that is NaN, infinite or
   missing becomes NaN, which TRL's importance correction leaves out (ratio 1; TRL only did
   so for NaN, an infinite one reached the ratio), and is counted.
@@ -87,6 +88,18 @@ def prepare_kbit(model: Any, peft_config: Any, gradient_checkpointing: bool) -> 
     model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
     model.vigor_kbit_prepared = True
     return model
+
+
+def float32_adapters(model: Any) -> None:
+    """After TRL's init: the trained parameters of a quantised base back in float32, as `vigor
+    train` trains them (TRL casts QLoRA adapters to bf16; the optimizer does not exist yet)."""
+    import torch
+
+    if not is_quantized(model):
+        return
+    for p in model.parameters():
+        if p.requires_grad and p.dtype in (torch.bfloat16, torch.float16):
+            p.data = p.data.float()
 
 
 def nonfinite_to_nan(logprobs: Sequence[Sequence[Any]] | None) -> tuple[list[list[float]] | None, int]:
