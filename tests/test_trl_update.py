@@ -189,3 +189,17 @@ def test_trls_per_forward_metrics_become_one_per_step_weighted_by_tokens():
     assert merged["entropy"] == pytest.approx(1.5)
     seq = trl_update.merge_metrics({"clip_ratio/low_mean": [0.5, 0.0], "kl": [1.0, 0.0]}, {}, plan, sequence_level=True)
     assert seq["clip_ratio/low_mean"] == pytest.approx(0.125) and seq["kl"] == pytest.approx(0.75)
+
+
+def test_the_row_normaliser_counts_rows_with_loss_tokens_not_rows_in_the_update(pods):
+    """grpo.mask_truncated zeroes a truncated row's loss mask (TRL's completion mask): vigor
+    train's grpo and dr_grpo count the rows left (StepTotals.sequences), and so does the TRL
+    path's rescale now (it counted every row of the update)."""
+    tr, out = pods
+    kept = _kept(out)
+    cut = dict(out)
+    cut["completion_mask"] = out["completion_mask"].clone()
+    cut["completion_mask"][kept[0]] = 0  # as TRL masks a truncated completion
+    plan = trl_update.plan_update(cut, 0.0, 10_000, lambda t: t.flatten(), 1)
+    assert plan.rows == len(kept) - 1 and kept[0] not in plan.batches[0]
+    assert trl_update.batch_scale("grpo", plan.batches[0], plan, cut, 1) == 1.0
