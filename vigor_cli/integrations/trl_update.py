@@ -202,6 +202,8 @@ class UpdateStats:
     """Micro-batches this rank ran (the same on every rank)."""
     forwarded: int = 0
     """Rows this rank forwarded (fillers not counted)."""
+    fillers: int = 0
+    """Filler micro-batches this rank ran to match the rank with most."""
 
 
 def merge_metrics(metrics: dict[str, list], before: dict[str, int], plan: Plan, sequence_level: bool) -> dict[str, float]:
@@ -252,7 +254,8 @@ def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable
             last = loss_fn(model, sub) * scale
     merged = merge_metrics(metrics, before, plan, trainer.importance_sampling_level == "sequence")
     trainer.vigor_update = UpdateStats({VIGOR_KEYS[k]: v for k, v in merged.items() if k in VIGOR_KEYS},
-                                       len(plan.batches), sum(len(rows) for rows in plan.batches))
+                                       len(plan.batches), sum(len(rows) for rows in plan.batches),
+                                       sum(1 for rows in plan.batches if not rows))
     return last + done
 
 
