@@ -50,7 +50,7 @@ SLICES = {
                           num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=32768,
                           tie_word_embeddings=True, rope_theta=1e6),
 }
-SHAPE = {"prompt": 256, "completion": 256, "new_tokens": 4, "gen_batch_tokens": 4096, "micro_batch_tokens": 4096,
+SHAPE = {"prompt": 256, "completion": 256, "new_tokens": 4, "gen_batch_tokens": 4096, "micro_batch_tokens": 2048,
          "logits_chunk_tokens": 512, "lora_r": 32}
 """Run sizes: prompt and completion tokens per row, generated tokens, the engine's and the
 update's token budgets, the output layer's chunk, the LoRA rank (the shipped GPU configs')."""
@@ -145,7 +145,8 @@ def worker(model_path: str, phase: str) -> dict:
         with tracker:
             backward()
         return {"phase": phase, "rows": rows, "measured": tracker.peak}
-    backward()  # the gradients exist before the step, as in the update
+    for p in trainable_parameters(model):  # the gradients exist before the step, as after the update
+        p.grad = torch.randn_like(p)
     optimizer = torch.optim.AdamW(trainable_parameters(model), lr=1e-5, foreach=True)
     with tracker:
         optimizer.step()

@@ -26,7 +26,10 @@ def test_the_trl_extra_is_the_range_the_seams_module_names():
     assert tv.EXTRA in extras["trl"] and tv.EXTRA in extras["test"]
     assert Version("1.19.0") in RANGE  # TRL's current release is admitted
     lower = min((s for s in RANGE if s.operator == ">="), key=lambda s: Version(s.version))
-    assert lower.version in {str(Version(v))[: len(lower.version)] for v in SUPPORTED}  # the oldest kept is recorded
+    assert Version(tv.OLDEST) == Version(lower.version) and tv.OLDEST in SUPPORTED  # the oldest kept is recorded
+    assert all((ROOT / t).is_file() for t in tv.TRL_TESTS)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "v.OLDEST" in ci and "v.TRL_TESTS" in ci  # CI runs the TRL tests on the oldest release too
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
@@ -37,10 +40,14 @@ def test_every_recorded_supported_release_has_the_seams_vigor_uses(version):
 
 
 @pytest.mark.parametrize("version, why", [
+    ("1.15.0", "its fused output layer needs Triton"),
     ("1.14.2", "GRPOTrainer._get_per_token_logps_and_entropies takes (self, model, *args"),
     ("1.12.0", "GRPOTrainer._generate_single_turn takes (self, prompt_ids, images, multimodal_fields, has_tool_images)"),
 ])
-def test_older_releases_fail_the_check_naming_the_hook_that_moved(version, why):
+def test_older_releases_fail_the_check_naming_the_seam_that_moved(version, why):
+    """1.15.0 has the hooks but its fused output layer imports Triton unconditionally: on this
+    CPU build of torch TRL's own GRPOTrainer cannot compute a loss (its 1.15.0 run here: every
+    update failed in TRL's kernel, the rest passed)."""
     assert Version(version) not in RANGE
     found = tv.problems(RECORDS[version])
     assert found and found[0].startswith(why)

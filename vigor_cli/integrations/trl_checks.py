@@ -119,3 +119,20 @@ def nonfinite_to_nan(logprobs: Sequence[Sequence[Any]] | None) -> tuple[list[lis
                 clean.append(float(x))
         out.append(clean)
     return out, bad
+
+
+def report_nonfinite(trainer: Any, count: int) -> dict[str, int]:
+    """The step's non-finite engine log-probs over every rank: in TRL's metrics, a warning line
+    on the main process when there are any, and the metrics.jsonl key (returned)."""
+    import torch
+
+    acc = trainer.accelerator
+    total = int(acc.gather(torch.tensor([count], device=acc.device)).sum())
+    trainer._metrics["train"]["sampling/nonfinite_engine_logprobs"].append(total)
+    if total and acc.is_main_process:
+        from vigor_cli.console import err_console
+
+        err_console.print(f"warning: step {trainer.vigor_step}: the engine returned {total} NaN or infinite log-probs "
+                          "for tokens it sampled; they are left out of the importance correction",
+                          style="yellow", markup=False, highlight=False, soft_wrap=True)
+    return {"sampling/nonfinite_engine_logprobs": total}

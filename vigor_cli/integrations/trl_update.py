@@ -286,3 +286,11 @@ def scoring_logps(call: Callable[..., tuple], rows: Sequence[int], input_ids: to
         full_entropy = torch.zeros(out_shape, dtype=entropies.dtype, device=entropies.device)
         full_entropy[index, :keep] = entropies
     return full, full_entropy, aux
+
+
+def vigor_schedule(optimizer: Any, warmup: int, phases: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """`vigor train`'s learning-rate schedule over TRL's optimizer steps: a linear warm-up over
+    ``warmup`` rollout phases starting at 1/warmup (not at 0), each phase's ``phases`` optimizer
+    steps at its phase's rate, then constant."""
+    per = max(1, phases)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s // per + 1) / warmup) if warmup else 1.0)

@@ -21,8 +21,15 @@ from typing import Any, Mapping
 
 from vigor_cli.errors import UserError
 
-EXTRA = "trl>=1.15,<1.20"
+EXTRA = "trl>=1.16,<1.20"
 """The ``trl`` extra's range (pyproject.toml; a test keeps the two equal)."""
+
+OLDEST = "1.16.0"
+"""The oldest release the range admits: .ci/run runs the TRL path's tests again on it."""
+
+TRL_TESTS = ("tests/test_trl_versions.py", "tests/test_trl_core.py", "tests/test_trl_update.py",
+             "tests/test_trl_checks.py", "tests/test_trl_integration.py", "tests/test_trl_cli.py")
+"""The TRL path's test files (.ci/run runs their fast tests on :data:`OLDEST` too)."""
 
 HOOKS: dict[str, tuple[str, ...]] = {
     "_generate_and_score_completions": ("self", "inputs"),
@@ -60,7 +67,7 @@ LOSS_KINDS = {"grpo": "row mean", "sapo": "row mean", "dr_grpo": "row mean", "lu
 """How each TRL loss type is normalised (vigor_cli/integrations/trl_update.py rescales by it):
 every loss type of a supported release must be here."""
 
-SOURCES = ("trainer/grpo_trainer.py", "trainer/grpo_config.py", "trainer/utils.py")
+SOURCES = ("trainer/grpo_trainer.py", "trainer/grpo_config.py", "trainer/utils.py", "kernels/chunked_logprob.py")
 
 
 class TRLVersionError(UserError):
@@ -154,6 +161,19 @@ def _reader(root: str | Path) -> Any:
     return lambda name: (root / name).read_text()
 
 
+def _imports_triton_unconditionally(source: str | None) -> bool:
+    """The fused head's kernel module imports Triton at its top level (no torch fallback: it
+    cannot run where Triton is missing, a CPU build of torch)."""
+    if source is None:
+        return True
+    for node in ast.parse(source).body:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+        if any(n.split(".")[0] == "triton" for n in names):
+            return True
+    return False
+
+
 def seams(root: str | Path) -> dict[str, Any]:
     """What vigor depends on, read (parsed, never imported) from a TRL package directory or a
     TRL wheel ``root``."""
@@ -161,6 +181,10 @@ def seams(root: str | Path) -> dict[str, Any]:
     trainer = ast.parse(read(SOURCES[0]))
     config = ast.parse(read(SOURCES[1]))
     utils = read(SOURCES[2])
+    try:
+        kernel = read(SOURCES[3])
+    except (OSError, KeyError):
+        kernel = None
     hooks = {}
     for name in HOOKS:
         fn = _function(trainer, "GRPOTrainer", name)
@@ -176,6 +200,7 @@ def seams(root: str | Path) -> dict[str, Any]:
         "config": {k: defaults[k] for k in CONFIG_FIELDS if k in defaults},
         "loss_types": [] if loss is None else _loss_types(loss),
         "fused_head": "def add_fused_lm_head(" in utils,
+        "fused_head_without_triton": not _imports_triton_unconditionally(kernel),
     }
 
 
@@ -201,6 +226,9 @@ def problems(record: Mapping[str, Any]) -> list[str]:
         out.append(f"loss types vigor does not know how TRL normalises: {', '.join(unknown)}")
     if not record.get("fused_head"):
         out.append("no fused output layer (trl.trainer.utils.add_fused_lm_head), which the micro-batched update uses")
+    elif not record.get("fused_head_without_triton"):
+        out.append("its fused output layer needs Triton (no torch fallback before 1.16): it cannot train on a "
+                   "torch build without Triton, a CPU one")
     return out
 
 
