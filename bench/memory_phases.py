@@ -13,10 +13,10 @@ says the same thing for the same config: what the phase adds to what is loaded.
   (vigor_cli/logprobs.py chunked log-probs, the clipped loss, backward) with gradient
   checkpointing and LoRA. Planned: the ``update`` items (gradients, activations, output-layer
   chunk).
-- ``optimizer``: the first AdamW step over the LoRA parameters, torch's multi-tensor
-  implementation (CUDA's default; forced here): its two states per parameter and the
-  parameter-sized temporary of the step. Planned: ``AdamW states`` plus the ``optimizer``
-  items.
+- ``optimizer``: the first AdamW step over the LoRA parameters (their gradients already
+  there), torch's multi-tensor implementation (CUDA's default; forced here): its two states
+  per parameter and the parameter-sized temporary of the step. Planned: ``AdamW states`` plus
+  the ``optimizer`` items other than the gradients.
 
 Models: Qwen2-architecture configs with random weights (no download) at the real widths of
 Qwen2.5-1.5B and Qwen2.5-3B (vocabulary 151936), 2 decoder layers, bfloat16 on CPU; the
@@ -95,10 +95,11 @@ def planned(model_path: str | Path) -> dict[str, float]:
     cfg = run_config(model_path)
     plan = memory_plan.make_plan(cfg, memory_plan.model_shape(cfg.model), "cpu", None, None, "bench")
     resident = plan.phase("resident")
-    states = sum(i.bytes for i in plan.items if i.name == "AdamW states")
+    items = {(i.phase, i.name): i.bytes for i in plan.items}
+    # the step creates AdamW's states and its temporary; the gradients are there before it
+    step = items["resident", "AdamW states"] + plan.phase("optimizer") - resident - items["optimizer", "gradients"]
     return {"generate": plan.phase("generate") - resident, "update": plan.phase("update") - resident,
-            "optimizer": plan.phase("optimizer") - resident + states,
-            "items": {f"{i.phase}/{i.name}": i.bytes for i in plan.items}}
+            "optimizer": step, "items": {f"{p}/{n}": b for (p, n), b in items.items()}}
 
 
 def worker(model_path: str, phase: str) -> dict:

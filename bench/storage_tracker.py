@@ -1,4 +1,5 @@
-"""Peak bytes of the tensor storages a block of PyTorch code allocates, on any device.
+"""Peak memory of a block of code: the tensor storages it allocates (any device), and the
+process's resident memory (:func:`rss`, :func:`reset_rss_peak`).
 
 :class:`StorageTracker` is a ``TorchDispatchMode``: every operator's result whose storage is
 new (not one of the operator's inputs' storages, so views and in-place results are not new)
@@ -16,7 +17,9 @@ it measures what a memory plan models, the tensors.
 
 from __future__ import annotations
 
+import re
 import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -57,3 +60,17 @@ class StorageTracker(TorchDispatchMode):
     def reset_peak(self) -> None:
         """Start a new peak from what is alive now."""
         self.peak = self.current
+
+
+def rss(key: str = "VmRSS") -> int:
+    """The process's resident memory in bytes (``VmHWM``: its peak since the last reset)."""
+    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def reset_rss_peak() -> bool:
+    """Reset ``VmHWM`` to the current resident memory; False where the kernel refuses."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False

@@ -36,31 +36,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from storage_tracker import reset_rss_peak, rss  # noqa: E402
 
 GIB = float(1 << 30)
 QWEN2_152K = dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                   tie_word_embeddings=True)
 SHAPES = {"tiny": (48, 16), "qwen2-152k": (128, 896)}  # prompt, completion tokens per row
-
-
-def _status(key: str) -> int:
-    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def model_dir(name: str, workdir: Path) -> str:
@@ -102,7 +92,7 @@ def worker(args: argparse.Namespace) -> dict:
     from vigor_cli.models import load_policy, trainable_parameters
 
     torch.set_num_threads(1)
-    rss_imports = _status("VmRSS")
+    rss_imports = rss("VmRSS")
     cfg = run_config(args.model_path, args.tokens, args.chunk, args.checkpointing, args.prompt, args.completion,
                      args.dtype)
     model, tokenizer, device = load_policy(cfg.model)
@@ -117,8 +107,8 @@ def worker(args: argparse.Namespace) -> dict:
     advantages = torch.tensor([rng.choice([-1.0, 1.0]) for _ in range(rows)])
     totals = grpo.StepTotals(tokens=int(batch.mask.sum()), sequences=rows, max_new_tokens=args.completion)
     gc.collect()
-    rss_before = _status("VmRSS")
-    exact = _reset_peak()
+    rss_before = rss("VmRSS")
+    exact = reset_rss_peak()
 
     if args.chunk > 0:
         lp, _ = logprobs.completion_logprobs(model, batch, device, 1.0, args.chunk)
@@ -130,7 +120,7 @@ def worker(args: argparse.Namespace) -> dict:
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
-    peak = _status("VmHWM")
+    peak = rss("VmHWM")
     return {
         "rows": rows, "padded_tokens": rows * (args.prompt + args.completion),
         "completion_tokens": int(batch.mask.sum()), "vocab": vocab,

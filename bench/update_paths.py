@@ -23,7 +23,6 @@ storage_tracker.py) and the peak resident memory over the resident memory before
 from __future__ import annotations
 
 import random
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -45,18 +44,6 @@ UNBATCHED_UP_TO = 2
 LORA_R = 32
 
 
-def _status(key: str) -> int:
-    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def _rows(vocab: int, n: int) -> tuple[list, list, list[float]]:
     """Random prompts and completions; the first half of the rows in the update (+-1)."""
     rng = random.Random(0)
@@ -69,15 +56,15 @@ def _rows(vocab: int, n: int) -> tuple[list, list, list[float]]:
 def _measure(run) -> dict:
     import gc
 
-    from storage_tracker import StorageTracker
+    from storage_tracker import StorageTracker, reset_rss_peak, rss
 
     gc.collect()
-    before = _status("VmRSS")
-    exact = _reset_peak()
+    before = rss()
+    exact = reset_rss_peak()
     tracker = StorageTracker()
     with tracker:
         run()
-    return {"tensor_peak": tracker.peak, "rss_peak_over_before": _status("VmHWM") - before, "peak_reset": exact}
+    return {"tensor_peak": tracker.peak, "rss_peak_over_before": rss("VmHWM") - before, "peak_reset": exact}
 
 
 def vigor_arm(model_path: str, rows: int) -> dict:

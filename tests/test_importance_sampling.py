@@ -25,11 +25,11 @@ from vigor_cli.models import load_tokenizer
 def test_truncated_weights_by_hand():
     policy = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
     engine = torch.tensor([[-1.0, -2.5, -2.0, -2.0]])  # log-ratios 0, 0.5, 1.5, -1
-    w, clipped, bad = grpo.truncated_importance_weights(policy.requires_grad_(), engine, cap=3.0)
+    w, clipped = grpo.truncated_importance_weights(policy.requires_grad_(), engine, cap=3.0)
     assert w.tolist()[0] == pytest.approx([1.0, math.exp(0.5), 3.0, math.exp(-1.0)])
-    assert clipped.tolist() == [[False, False, True, False]] and not bad.any()
+    assert clipped.tolist() == [[False, False, True, False]]
     assert not w.requires_grad  # a weight on the measure, not part of the objective
-    huge, _, _ = grpo.truncated_importance_weights(torch.tensor([0.0]), torch.tensor([-1e4]), cap=1000.0)
+    huge, _ = grpo.truncated_importance_weights(torch.tensor([0.0]), torch.tensor([-1e4]), cap=1000.0)
     assert huge.item() == 1000.0  # a garbage engine log-prob cannot overflow
 
 
@@ -141,10 +141,10 @@ def test_a_nonfinite_engine_logprob_is_left_out_of_the_correction_by_hand():
     neighbours keep their weights."""
     policy = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.0]])
     engine = torch.tensor([[float("nan"), -2.5, float("inf"), float("-inf"), -1.0]])
-    w, clipped, bad = grpo.truncated_importance_weights(policy, engine, cap=3.0)
+    w, clipped = grpo.truncated_importance_weights(policy, engine, cap=3.0)
     assert torch.isfinite(w).all()
     assert w.tolist()[0] == pytest.approx([1.0, math.exp(0.5), 1.0, 1.0, 1.0])
-    assert bad.tolist() == [[True, False, True, True, False]] and not clipped.any()
+    assert grpo.nonfinite(engine).tolist() == [[True, False, True, True, False]] and not clipped.any()
 
 
 @pytest.mark.parametrize("garbage", [float("nan"), float("inf"), float("-inf"), None])

@@ -36,13 +36,13 @@ TOLERANCE = 1e-4
 """|g_trl - g_vigor| / |g_vigor| over every parameter."""
 
 
-def _config(tmp_path, name: str, loss_agg: str, mask_truncated: bool):
+def _config(tmp_path, name: str, loss_agg: str, mask_truncated: bool, level: str = "token"):
     return build_config(sets=tiny_sets(
         tmp_path, name, "allocation.strategy=vigor", "allocation.m0=2", "allocation.gamma=2.0", "allocation.rounds=3",
         "train.prompts_per_step=4", "allocation.rollouts_per_prompt=4", "sampling.max_new_tokens=6",
         "sampling.temperature=2.0",
         f"grpo.loss_agg={loss_agg}", f"grpo.mask_truncated={str(mask_truncated).lower()}", "grpo.beta=0.04",
-        "grpo.max_grad_norm=1e6", "train.seed=3", "model.cpu_threads=1",
+        "grpo.max_grad_norm=1e6", "train.seed=3", "model.cpu_threads=1", f"grpo.importance_sampling_level={level}",
     ))
 
 
@@ -50,9 +50,9 @@ def _by_name(model) -> dict[str, torch.Tensor]:
     return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def run_both(tmp_path, monkeypatch, loss_agg: str, mask_truncated: bool):
+def run_both(tmp_path, monkeypatch, loss_agg: str, mask_truncated: bool, level: str = "token"):
     """(vigor's batch, TRL's batch, vigor's gradient, TRL's gradient) of step 1."""
-    cfg = _config(tmp_path, f"{loss_agg}-{mask_truncated}", loss_agg, mask_truncated)
+    cfg = _config(tmp_path, f"{loss_agg}-{mask_truncated}", loss_agg, mask_truncated, level)
     vt = Trainer(cfg, RunDir(tmp_path / "vigor"), None, quiet())
     try:
         batch = vt.rollout_phase(1)
@@ -98,8 +98,15 @@ def test_the_first_updates_gradients_agree(tmp_path, monkeypatch, loss_agg, mask
     _check(tmp_path, monkeypatch, loss_agg, mask_truncated)
 
 
-def _check(tmp_path, monkeypatch, loss_agg, mask_truncated):
-    mine, theirs, want, got = run_both(tmp_path, monkeypatch, loss_agg, mask_truncated)
+@pytest.mark.slow
+def test_sequence_level_ratios_agree_too(tmp_path, monkeypatch):
+    """grpo.importance_sampling_level=sequence (GSPO): vigor's sequence ratio and TRL's
+    importance_sampling_level='sequence' (set by trl_args) give the same first update."""
+    _check(tmp_path, monkeypatch, "grpo", True, "sequence")
+
+
+def _check(tmp_path, monkeypatch, loss_agg, mask_truncated, level="token"):
+    mine, theirs, want, got = run_both(tmp_path, monkeypatch, loss_agg, mask_truncated, level)
     # the same step decided the same way: rollouts, rewards, advantages, what the update uses
     key = lambda s: (s.uid, s.index)  # noqa: E731
     assert [key(s) for s in mine.generated] == [key(s) for s in theirs.generated]

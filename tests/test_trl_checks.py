@@ -215,3 +215,19 @@ def test_warmup_counts_rollout_phases_from_one_over_warmup_and_decay_covers_ever
                      learning_rate=1.0, weight_decay=0.1)
     plain.create_optimizer_and_scheduler(num_training_steps=10)
     assert plain.lr_scheduler.get_last_lr()[0] == 0.0  # Transformers' warm-up starts at 0: not vigor's
+
+
+@pytest.mark.slow
+def test_the_command_with_a_kl_coefficient_writes_the_updates_kl_to_metrics_jsonl(tmp_path, capsys):
+    """The TRL path from the command line, grpo.beta 0.04, two steps: each step's line has
+    losses/kl (0 at step 1, where the policy is its reference; above 0 after an update) and
+    the health checks' kl_jump; TRL's metrics agree."""
+    out = tmp_path / "out"
+    assert main(["--cpu", "--output-dir", str(out), "--set", "grpo.beta=0.04", "--set", "train.steps=2",
+                 "--set", "train.prompts_per_step=8", "--set", "train.eval_limit=4", "--set", "train.eval_every=0",
+                 "--set", "grpo.learning_rate=5e-3"]) == 0
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in lines if "losses/kl" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert steps[0]["losses/kl"] == 0.0 < steps[1]["losses/kl"]
+    assert all("health/kl_jump" in m and "losses/clipfrac_low" in m and m["losses/grad_norm"] is not None for m in steps)

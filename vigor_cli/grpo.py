@@ -158,7 +158,7 @@ def clipped_policy_loss(
 
 
 def truncated_importance_weights(policy_logp: torch.Tensor, engine_logp: torch.Tensor,
-                                 cap: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                                 cap: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token weights min(pi_policy / pi_engine, cap) of tokens the engine sampled, without
     gradient, and where the cap cut the ratio (TRL's and verl's token-level truncate mode).
 
@@ -172,14 +172,18 @@ def truncated_importance_weights(policy_logp: torch.Tensor, engine_logp: torch.T
     A non-finite engine log-prob (NaN, or infinite: a sampled token cannot have probability 0
     or above 1) says nothing about the gap: that token is left out of the correction (weight
     exactly 1, as TRL does with the NaN vLLM reports for a token it could not score) instead
-    of carrying NaN into the loss. Returns (weights, where the cap cut, where the engine's
-    log-prob was not finite).
+    of carrying NaN into the loss (:func:`nonfinite` marks those tokens).
     """
     engine = engine_logp.float()
-    bad = ~torch.isfinite(engine)
+    bad = nonfinite(engine)
     log_ratio = (policy_logp.detach().float() - engine.masked_fill(bad, 0.0)).clamp(-20.0, 20.0)
     ratio = torch.exp(log_ratio.masked_fill(bad, 0.0))
-    return ratio.clamp(max=cap), ratio > cap, bad
+    return ratio.clamp(max=cap), ratio > cap
+
+
+def nonfinite(engine_logp: torch.Tensor) -> torch.Tensor:
+    """Where an engine's log-probs are NaN or infinite (left out of the correction)."""
+    return ~torch.isfinite(engine_logp)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

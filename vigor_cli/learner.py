@@ -220,8 +220,8 @@ class Learner:
         for k, i in enumerate(rows):
             got = samples[i].rollout.logprobs
             engine_lp[k, : len(got)] = torch.tensor(nan_for_none(got), dtype=engine_lp.dtype)
-        weights, clipped, bad = grpo.truncated_importance_weights(policy_lp, engine_lp,
-                                                                  self.cfg.grpo.importance_sampling_cap)
+        weights, clipped = grpo.truncated_importance_weights(policy_lp, engine_lp, self.cfg.grpo.importance_sampling_cap)
+        bad = grpo.nonfinite(engine_lp)
         on = mask.bool()
         sums["is_nonfinite"] += float((bad & on).sum())
         on = on & ~bad  # the statistics of the gap are over the tokens the engine scored
