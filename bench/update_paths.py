@@ -2,7 +2,8 @@
 (``python bench/update_memory.py --section paths``).
 
 A rank holds 1x, 2x and 4x ``BASE_ROWS`` rows of a prompt and a completion (``ROW`` tokens),
-half of them outside the update (a PODS-like step: zero loss mask and advantage), on the
+half of them outside the update (a PODS-like step: zero loss mask and advantage; at 1x the
+update's rows fill one micro-batch of the budget), on the
 Qwen2.5-1.5B-width 2-layer slice of bench/memory_phases.py (random weights, vocabulary
 151936), LoRA r=32 on every linear layer, gradient checkpointing, float32 on CPU, one
 thread. Arms, each in a child process:
@@ -36,7 +37,8 @@ ROW = (64, 64)
 """Prompt and completion tokens of a row."""
 BUDGET = 1024
 """Token budget of a micro-batch (8 rows)."""
-BASE_ROWS = 8
+BASE_ROWS = 16
+"""1x: 16 rows per rank, 8 of them in the update: one full micro-batch."""
 MULTIPLES = (1, 2, 4)
 ARMS = ("vigor", "trl", "trl-unbatched")
 UNBATCHED_UP_TO = 2

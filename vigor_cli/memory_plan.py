@@ -452,6 +452,10 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
                                "16-bit casts of the float32 weights, kept until the forward ends"))
     plan.items.append(Item("update", "activations", activations + outside + transient,
                            f"{tokens} tokens (grpo.micro_batch_tokens), {how}"))
+    if p.lora and p.act < 4 and shape.lora_linears:  # peft's float32 copy of each adapted linear's input
+        kept = 1 if checkpointing else shape.layers
+        plan.items.append(Item("update", "LoRA float32 inputs", tokens * kept * 4 * sum(i for _, i, _ in shape.lora_linears),
+                               f"kept for the adapters' gradients, {kept} layer(s)"))
     chunk = cfg.grpo.logits_chunk_tokens
     if chunk > 0:
         plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), p.act),

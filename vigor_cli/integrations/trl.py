@@ -469,7 +469,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         health checks, before TRL's log clears the metrics they read."""
         pending = self.vigor_pending
         if self.model.training and pending is not None and pending.done:
-            trl_metrics.finish_step(self, logs)
+            logs = {**logs, **trl_metrics.finish_step(self, logs)}  # health/* on TRL's dashboards too
         super().log(logs, start_time)
 
     def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:

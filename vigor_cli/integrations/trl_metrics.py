@@ -148,13 +148,14 @@ def note_update(trainer: Any, loss: float) -> None:
         pending.loss = loss
 
 
-def finish_step(trainer: Any, logs: Mapping[str, Any]) -> None:
+def finish_step(trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
     """The update half of the pending step (module doc): health checks, metrics.jsonl line,
-    and health.strict's stop, on every rank together."""
+    and health.strict's stop, on every rank together. Returns the ``health/*`` values (for
+    TRL's own log)."""
     tr = trainer
     pending: PendingStep | None = getattr(tr, "vigor_pending", None)
     if pending is None:
-        return
+        return {}
     tr.vigor_pending = None
     update = {key: pending.update.get(key, 0.0) for key in UPDATE_KEYS}
     local = torch.tensor([pending.loss if pending.loss is not None else float("nan")],
@@ -179,6 +180,7 @@ def finish_step(trainer: Any, logs: Mapping[str, Any]) -> None:
     if stop:
         text = fatal.line if fatal is not None else "a health check held on another rank"
         raise health.HealthError(f"{text} (health.strict: stopped after step {pending.step})")
+    return checks
 
 
 def _number(value: Any) -> float | None:
