@@ -1,4 +1,5 @@
-"""Peak memory of one GRPO update, before and after completion-only chunked log-probs.
+"""Peak memory of one GRPO update: before and after completion-only chunked log-probs, and on
+each trainer's path as a rank's rows grow (``--section paths``).
 
 Each variant runs in a child process (one forward + backward + AdamW step on one
 micro-batch, the update's real code: vigor_cli.logprobs and vigor_cli.grpo) and reports
@@ -19,8 +20,14 @@ micro-batch is 16384 tokens; on this 24 GiB machine (shared) the 'before' arm of
 16384 (marked so); 'after' runs at 3072 and 16384. Each row also shows the memory plan's estimate
 for the same update (vigor_cli/memory_plan.py) and its ratio to the measurement.
 
-    python bench/update_memory.py            # the table; writes bench/results/update_memory.json
-    python bench/update_memory.py --quick    # tiny only
+    python bench/update_memory.py            # both tables; writes bench/results/update_memory.json
+    python bench/update_memory.py --quick    # tiny only (the chunks section)
+    python bench/update_memory.py --section paths   # the trainers' paths only
+
+The paths section (bench/update_paths.py): the TRL path's update (micro-batches of a token
+budget over the rows that move the loss) beside `vigor train`'s and TRL's own single forward,
+at 1x, 2x and 4x rows per rank under one budget, on the Qwen2.5-1.5B-width 2-layer slice;
+each arm's peak tensor bytes (bench/storage_tracker.py) and peak RSS over the RSS before it.
 
 bench/update_memory_results.json keeps a compact copy of one run (2 shared CPU cores).
 """
@@ -29,31 +36,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from storage_tracker import reset_rss_peak, rss  # noqa: E402
 
 GIB = float(1 << 30)
 QWEN2_152K = dict(vocab_size=151936, hidden_size=256, intermediate_size=768, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
                   tie_word_embeddings=True)
 SHAPES = {"tiny": (48, 16), "qwen2-152k": (128, 896)}  # prompt, completion tokens per row
-
-
-def _status(key: str) -> int:
-    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
-
-
-def _reset_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def model_dir(name: str, workdir: Path) -> str:
@@ -95,7 +92,7 @@ def worker(args: argparse.Namespace) -> dict:
     from vigor_cli.models import load_policy, trainable_parameters
 
     torch.set_num_threads(1)
-    rss_imports = _status("VmRSS")
+    rss_imports = rss("VmRSS")
     cfg = run_config(args.model_path, args.tokens, args.chunk, args.checkpointing, args.prompt, args.completion,
                      args.dtype)
     model, tokenizer, device = load_policy(cfg.model)
@@ -110,8 +107,8 @@ def worker(args: argparse.Namespace) -> dict:
     advantages = torch.tensor([rng.choice([-1.0, 1.0]) for _ in range(rows)])
     totals = grpo.StepTotals(tokens=int(batch.mask.sum()), sequences=rows, max_new_tokens=args.completion)
     gc.collect()
-    rss_before = _status("VmRSS")
-    exact = _reset_peak()
+    rss_before = rss("VmRSS")
+    exact = reset_rss_peak()
 
     if args.chunk > 0:
         lp, _ = logprobs.completion_logprobs(model, batch, device, 1.0, args.chunk)
@@ -123,7 +120,7 @@ def worker(args: argparse.Namespace) -> dict:
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
-    peak = _status("VmHWM")
+    peak = rss("VmHWM")
     return {
         "rows": rows, "padded_tokens": rows * (args.prompt + args.completion),
         "completion_tokens": int(batch.mask.sum()), "vocab": vocab,
@@ -174,11 +171,27 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="model.dtype of the worker's policy (bfloat16: float32 "
                     "master weights under bf16 autocast, as full fine-tuning on CUDA)")
     ap.add_argument("--quick", action="store_true", help="tiny model only")
+    ap.add_argument("--section", choices=("chunks", "paths", "all"), default="all",
+                    help="chunks: full vs chunked log-probs; paths: the trainers' paths as rows grow")
+    ap.add_argument("--path-worker", nargs=3, metavar=("ARM", "MODEL", "ROWS"), help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "update_memory.json"))
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
         return
+    if args.path_worker:
+        import update_paths
+
+        arm, model, rows = args.path_worker
+        print(json.dumps(update_paths.worker(arm, model, int(rows))))
+        return
+    if args.section == "paths" or (args.section == "all" and not args.quick):
+        paths = run_paths(args)
+        if args.section == "paths":
+            _write(args.out, {"paths": paths})
+            return
+    else:
+        paths = None
 
     from rich.console import Console
     from rich.table import Table
@@ -225,10 +238,54 @@ def main() -> None:
     Console(width=150).print(table)
     if extrapolated:
         print(f"before, growth per token: {extrapolated['bytes_per_token_per_vocab']:.1f} bytes per vocabulary entry")
-    out = Path(args.out)
+    result = {"rows": rows, "extrapolated_before_16384": extrapolated}
+    if paths is not None:
+        result["paths"] = paths
+    _write(args.out, result)
+
+
+def _write(path: str, result: dict) -> None:
+    out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"rows": rows, "extrapolated_before_16384": extrapolated}, indent=1))
+    out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+
+
+def run_paths(args: argparse.Namespace) -> dict:
+    """The paths section (bench/update_paths.py): each (arm, rows) in a child; the table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    import memory_phases
+    import update_paths
+
+    workdir = ROOT / "bench" / "results" / "models"
+    workdir.mkdir(parents=True, exist_ok=True)
+    model = memory_phases.model_dir("qwen2.5-1.5b-2l", workdir)
+    results = []
+    for arm, n in update_paths.arms_and_rows():
+        proc = subprocess.run([sys.executable, __file__, "--path-worker", arm, str(model), str(n)],
+                              capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            results.append({"arm": arm, "rows": n, "error": proc.stderr.strip().splitlines()[-3:]})
+        else:
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), flush=True)
+    flat = update_paths.flatness(results)
+    table = Table(title=f"one update's peak as a rank's rows grow, budget {update_paths.BUDGET} tokens, half the rows "
+                  "outside the update (Qwen2.5-1.5B-width 2-layer slice, LoRA r=32, checkpointing, float32, CPU)")
+    for col in ("arm", "rows per rank", "tokens", "tensor peak MiB", "RSS peak MiB", "peak / 1x peak"):
+        table.add_column(col, justify="left" if col == "arm" else "right")
+    base = {r["arm"]: r["tensor_peak"] for r in results if r.get("rows") == update_paths.BASE_ROWS and "tensor_peak" in r}
+    for r in results:
+        if "error" in r:
+            table.add_row(r["arm"], str(r["rows"]), "", "error", "", "")
+            continue
+        table.add_row(r["arm"], str(r["rows"]), str(r["tokens"]), f"{r['tensor_peak'] / 2**20:.0f}",
+                      f"{r['rss_peak_over_before'] / 2**20:.0f}", f"{r['tensor_peak'] / base[r['arm']]:.2f}")
+    Console(width=150).print(table)
+    print("largest peak / smallest, per arm: " + ", ".join(f"{k} {v:.2f}" for k, v in flat.items()))
+    return {"budget": update_paths.BUDGET, "row_tokens": list(update_paths.ROW), "results": results, "flatness": flat}
 
 
 if __name__ == "__main__":

@@ -61,6 +61,51 @@ def test_clipped_loss_each_case():
     assert low_n[0].tolist() == [False, True, True, False] and not high_n.any()
 
 
+def test_sequence_level_ratio_by_hand():
+    """GSPO: one ratio per row, exp of the mean log-ratio over the row's loss tokens (padding
+    left out), clipped as a whole and repeated on every token of the row."""
+    old = torch.zeros(2, 3)
+    logp = torch.tensor([[math.log(2.0), 0.0, 0.0], [math.log(1.1), math.log(1.1), 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]])  # the 5.0 is padding
+    loss, low, high = grpo.clipped_policy_loss(logp, old, torch.tensor([1.0, 1.0]), 0.2, 0.28, "sequence", mask)
+    # row 0: mean log-ratio ln(2) / 2 -> ratio sqrt(2) = 1.414 > 1.28: clipped; row 1: 1.1
+    assert loss[0].tolist() == pytest.approx([-1.28] * 3, abs=1e-6)
+    assert loss[1].tolist() == pytest.approx([-1.1] * 3, abs=1e-6)
+    assert high.tolist() == [[True] * 3, [False] * 3] and not low.any()
+    token, _, _ = grpo.clipped_policy_loss(logp, old, torch.tensor([1.0, 1.0]), 0.2, 0.28, "token", mask)
+    assert token[0].tolist() == pytest.approx([-1.28, -1.0, -1.0], abs=1e-6)  # token by token
+    with pytest.raises(ValueError, match="importance_sampling_level"):
+        grpo.clipped_policy_loss(logp, old, torch.tensor([1.0, 1.0]), 0.2, 0.28, "prompt", mask)
+
+
+def test_sequence_level_gradient_equals_token_level_at_the_sampling_policy():
+    """At ratio 1 (mu = 1) the sequence ratio's gradient is the row's mean token gradient, so
+    the aggregated losses' gradients agree for every aggregation (the clip differs later)."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    adv = torch.tensor([0.7, -1.3])
+    totals = grpo.step_totals(["a", "a"], [3, 2], [1.0, 1.0], 4)
+    for agg in ("dapo", "grpo", "dr_grpo"):
+        grads = []
+        for level in ("token", "sequence"):
+            logp = torch.randn(2, 4).requires_grad_()
+            logp.data = torch.linspace(-2, -0.1, 8).view(2, 4)
+            tok, _, _ = grpo.clipped_policy_loss(logp, logp.detach(), adv, 0.2, 0.28, level, mask)
+            grpo.aggregate(tok, mask, totals, agg).backward()
+            grads.append(logp.grad)
+        assert torch.allclose(grads[0], grads[1], atol=1e-7), agg
+        assert grads[0].abs().sum() > 0
+
+
+def test_importance_sampling_level_is_a_registry_the_config_checks():
+    from vigor_cli.settings import build_config
+
+    assert list(grpo.RATIO_LEVELS) == ["token", "sequence"]
+    assert build_config(sets=["grpo.importance_sampling_level=sequence"]).grpo.importance_sampling_level == "sequence"
+    with pytest.raises(Exception, match="grpo.importance_sampling_level.*unknown name 'seq'; known: token, sequence"):
+        build_config(sets=["grpo.importance_sampling_level=seq"])
+
+
 def test_kl_k3():
     logp = torch.tensor([0.0, math.log(0.5)])
     ref = torch.tensor([math.log(2.0), math.log(0.5)])

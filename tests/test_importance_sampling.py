@@ -69,6 +69,7 @@ def test_update_weights_each_token_by_its_truncated_ratio(tmp_path):
     assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(
         sum(d * ni for d, ni in zip(diffs, n)) / tokens, rel=1e-5)
     assert metrics["sampling/sampling_logp_difference/max"] == pytest.approx(math.log(10.0), rel=1e-5)
+    assert metrics["sampling/nonfinite_engine_logprobs"] == 0
 
 
 def _grads(learner):
@@ -132,3 +133,35 @@ def test_auto_is_on_for_an_engine_with_its_own_weights_only(tmp_path, mode, shar
 ])
 def test_importance_sampling_accepts_yaml_spellings(text, want):
     assert build_config(sets=[f"grpo.importance_sampling={text}"]).grpo.importance_sampling == want
+
+
+# --------------------------------------------------------------------------- non-finite engine log-probs
+def test_a_nonfinite_engine_logprob_is_left_out_of_the_correction_by_hand():
+    """NaN, +inf, -inf: weight exactly 1 (no correction), no NaN out, flagged; the finite
+    neighbours keep their weights."""
+    policy = torch.tensor([[-1.0, -2.0, -0.5, -3.0, -1.0]])
+    engine = torch.tensor([[float("nan"), -2.5, float("inf"), float("-inf"), -1.0]])
+    w, clipped = grpo.truncated_importance_weights(policy, engine, cap=3.0)
+    assert torch.isfinite(w).all()
+    assert w.tolist()[0] == pytest.approx([1.0, math.exp(0.5), 1.0, 1.0, 1.0])
+    assert grpo.nonfinite(engine).tolist() == [[True, False, True, True, False]] and not clipped.any()
+
+
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf"), float("-inf"), None])
+def test_nonfinite_engine_logprobs_never_reach_the_loss_and_are_counted(tmp_path, garbage):
+    """The update with one garbage engine log-prob on a loss token equals the update whose
+    engine agreed on that token (weight 1 there): finite loss, equal gradients, counted."""
+    learner, samples = _learner(tmp_path, "grpo.importance_sampling=on")
+    _set_engine_logprobs(learner, samples, [math.log(2.0)] * 4)
+    reference, ref_samples = _learner(tmp_path, "grpo.importance_sampling=on")
+    _set_engine_logprobs(reference, ref_samples, [math.log(2.0)] * 4)
+    with torch.no_grad():
+        lp, _, _ = reference.logprobs(reference.model, ref_samples, [0], 1.0)
+    samples[0].rollout.logprobs[1] = garbage
+    ref_samples[0].rollout.logprobs[1] = float(lp[0, 1])  # the engine agrees there: weight 1
+    m = learner.update(samples)
+    want = reference.update(ref_samples)
+    assert math.isfinite(m["losses/loss"]) and m["losses/loss"] == pytest.approx(want["losses/loss"], abs=1e-6)
+    assert m["sampling/nonfinite_engine_logprobs"] == 1 and want["sampling/nonfinite_engine_logprobs"] == 0
+    for a, b in zip(_grads(learner), _grads(reference)):
+        assert torch.isfinite(a).all() and float((a - b).norm()) <= 1e-5 * max(float(b.norm()), 1e-12)

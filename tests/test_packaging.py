@@ -316,18 +316,19 @@ failed = []
 for info in pkgutil.walk_packages(vigor_cli.__path__, "vigor_cli."):
     if info.name == "vigor_cli.__main__":
         continue  # runs the command line
-    if info.name == "vigor_cli.integrations.trl":
-        continue  # the trl extra's own module: it says which extra to install (checked below)
+    if info.name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config"):
+        continue  # the trl extra's own modules: they say which extra to install (checked below)
     try:
         importlib.import_module(info.name)
     except Exception as e:
         failed.append(f"{info.name}: {type(e).__name__}: {e}")
-try:
-    importlib.import_module("vigor_cli.integrations.trl")
-    failed.append("vigor_cli.integrations.trl imported without trl")
-except ImportError as e:
-    if "vigor[trl]" not in str(e):
-        failed.append(f"vigor_cli.integrations.trl: {e}")
+for name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config"):
+    try:
+        importlib.import_module(name)
+        failed.append(f"{name} imported without trl")
+    except ImportError as e:
+        if "vigor[trl]" not in str(e):
+            failed.append(f"{name}: {e}")
 print("\\n".join(failed))
 """
 

@@ -329,6 +329,16 @@ def test_two_processes_select_globally_like_one(tmp_path):
     assert ranks[0]["held_out"] == ranks[1]["held_out"] and sorted(ranks[0]["held_out"]) == ["0", "2"]
     evals = [m for m in metrics if "eval/accuracy" in m]
     assert [m["step"] for m in evals] == [0, 2] and [m["eval/samples"] for m in evals] == [7, 7]
+    # the micro-batched update: every rank ran as many micro-batches, some rank padded with
+    # fillers, the ranks forwarded their own rows; TRL's completion metric is one value per step
+    # over the real rollouts (no balancing copy), the update's KL reached metrics.jsonl
+    updates = [r["updates"] for r in ranks]
+    assert [u["micro_batches"] for u in updates[0]] == [u["micro_batches"] for u in updates[1]]
+    assert any(u["fillers"] for rank in updates for u in rank)  # a rank with fewer rows ran fillers
+    assert all(u["micro_batches"] > 1 for u in updates[0])
+    for u, m in zip(updates[0], steps):
+        assert u["completions/mean_length"] == [pytest.approx(m["completions/mean_length"])]
+    assert steps[0]["losses/kl"] == 0.0 < steps[1]["losses/kl"]  # the policy is its reference at step 1
 
 
 @pytest.mark.slow

@@ -56,6 +56,44 @@ def test_rule():
     assert issubclass(EngineWeightsError, UserError)  # one line, exit code 2
 
 
+@pytest.mark.parametrize("garbage", [float("nan"), float("inf"), float("-inf"), None])
+def test_nonfinite_engine_logprobs_fail_the_check_instead_of_reading_not_discriminating(garbage):
+    """A NaN made every distance NaN, every comparison false, and the verdict 'not yet
+    discriminating': an engine returning garbage passed as a step-1 engine does."""
+    for base in ([-1.5, -2.5, -3.0], None):  # with a base model, and unchecked without one
+        sums = WeightCheckSums()
+        sums.add([-1.0, garbage, -3.0], [-1.0, -2.0, -3.0], base)
+        check = sums.result(0.1)
+        assert check.status == "nonfinite" and check.failed and check.code == -1
+        assert check.nonfinite == 1 and check.tokens == 2 and math.isfinite(check.engine_policy)
+        assert check.metrics()["engine/nonfinite_logprobs"] == 1
+        assert check.describe().startswith("the engine returned 1 NaN or infinite log-probs")
+
+
+@pytest.mark.slow
+def test_an_engine_returning_nan_logprobs_stops_training_loudly(tmp_path, monkeypatch):
+    """The real trainer on the stand-in vLLM engine, a NaN log-prob on each completion's first
+    token: the step's update stays finite (those tokens are out of the importance correction,
+    counted) and the weight check stops the run naming the NaN."""
+    _use_stand_in(monkeypatch)
+    real = VLLMEngine.generate
+
+    def generate(self, *args, **kwargs):
+        out = real(self, *args, **kwargs)
+        for r in (r for group in out for r in group if r.token_ids):
+            r.logprobs[0] = float("nan")  # every rollout: the update's rows carry one too
+        return out
+
+    monkeypatch.setattr(VLLMEngine, "generate", generate)
+    with pytest.raises(EngineWeightsError, match=r"^step 1: the engine returned \d+ NaN or infinite log-probs"):
+        train(_run(tmp_path, "nan", 2))
+    (line,) = _checks(tmp_path / "nan" / "metrics.jsonl")
+    assert line["engine/weight_check"] == -1 and line["engine/nonfinite_logprobs"] >= 1
+    assert math.isfinite(line["losses/loss"]) and math.isfinite(line["losses/grad_norm"])
+    assert line["sampling/nonfinite_engine_logprobs"] >= 1  # importance sampling is on (auto, vLLM)
+    assert math.isfinite(line["sampling/importance_sampling_ratio/mean"])
+
+
 # --------------------------------------------------------------------------- the trainer
 def _use_stand_in(monkeypatch):
     def make(cfg, model, tokenizer, announce=None):

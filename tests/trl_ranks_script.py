@@ -1,7 +1,8 @@
 """Two steps of VigorGRPOTrainer on the bundled tiny model with a reward that depends only on
 (uid, rollout index), so one process and two (`torchrun --nproc_per_node 2`, gloo on CPU)
 see the same rewards; held-out evaluation at the start and the end. Each rank writes what
-it generated, its layout per step, its allocator's state and its held-out results to
+it generated, its layout per step, its allocator's state, its micro-batches per update (a
+budget of 40 tokens: two or three rows each) and its held-out results to
 OUT/rank-<r>.json; rank 0 also writes the run directory OUT/run. With ``diverge``, rank 1
 draws its prompts in another order (its allocator asks for other rollouts than rank 0's).
 Used by tests/test_trl_integration.py."""
@@ -36,6 +37,16 @@ def main(out: Path, mode: str = "") -> None:
     class Recording(VigorGRPOTrainer):
         generated: list = []
         steps: list = []
+        updates: list = []
+
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            loss = super().compute_loss(model, inputs, *args, **kwargs)
+            if self.model.training:
+                self.updates.append({"micro_batches": self.vigor_update.micro_batches,
+                                     "forwarded": self.vigor_update.forwarded,
+                                     "fillers": self.vigor_update.fillers,
+                                     "completions/mean_length": self._metrics["train"]["completions/mean_length"]})
+            return loss
 
         def _generate_round(self, rows):
             self.generated.append(len(rows))
@@ -55,7 +66,8 @@ def main(out: Path, mode: str = "") -> None:
     args = VigorGRPOConfig(
         output_dir=str(out / "run"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
         max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
-        seed=3, lr_scheduler_type="constant", prompts_per_step=5,
+        seed=3, lr_scheduler_type="constant", prompts_per_step=5, beta=0.04, learning_rate=1e-3,
+        micro_batch_tokens=40,  # two or three rows per micro-batch: the ranks' counts differ
         vigor={"strategy": "vigor", "m0": 1, "gamma": 3.0},
     )
     trainer = Recording(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[keyed_reward],
@@ -73,6 +85,7 @@ def main(out: Path, mode: str = "") -> None:
         "ranks": trainer.accelerator.num_processes, "generated": trainer.generated,
         "steps": trainer.steps, "allocator": trainer.allocator.state_dict(),
         "held_out": held_out.results, "max_prompt_tokens": max(trainer._prompt_tokens.values()),
+        "updates": trainer.updates,
     }))
 
 

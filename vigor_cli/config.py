@@ -740,13 +740,20 @@ class GRPOConfig(_Section):
         description="Upper bound of the importance-sampling ratio (its truncation, as TRL's "
         "vllm_importance_sampling_cap).",
     )
+    importance_sampling_level: str = Field(
+        "token",
+        description="The PPO ratio pi / pi_old of the clipped loss, a name in vigor_cli/grpo.py's "
+        "RATIO_LEVELS (TRL's importance_sampling_level, the same names): 'token' one ratio per "
+        "token (GRPO, DAPO); 'sequence' one per completion, exp of the mean log-ratio over its "
+        "tokens, clipped as a whole (GSPO). Not the engine correction (grpo.importance_sampling).",
+    )
 
     @field_validator("importance_sampling", mode="before")
     @classmethod
     def _importance_sampling_word(cls, value: Any) -> Any:
         return mode_word(value, ("auto", "on", "off"), true="on")
 
-    @field_validator("loss_agg", "scale_rewards")
+    @field_validator("loss_agg", "scale_rewards", "importance_sampling_level")
     @classmethod
     def _registered_function(cls, name: str, info: ValidationInfo) -> str:
         return _check_name(info, f"grpo.{info.field_name}", name)

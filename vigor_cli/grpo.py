@@ -14,9 +14,11 @@ Conventions (docs/algorithms.md, "GRPO update"):
   GRPO), the std of every reward in the batch ('batch'), or no scaling
   ('none', Dr. GRPO: A = r - group mean).
 - Per-token loss: -min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) with
-  rho = exp(logp - logp_old), times w = min(exp(logp_old - logp_engine), cap) when
-  importance sampling corrects for the engine (grpo.importance_sampling), plus beta * k3
-  KL to the reference.
+  rho = exp(logp - logp_old) per token, or per sequence as the exponential of the mean
+  log-ratio over the sequence's loss tokens (GSPO; ``grpo.importance_sampling_level``,
+  registered in :data:`RATIO_LEVELS`), times w = min(exp(logp_old - logp_engine), cap) when
+  importance sampling corrects for the engine (grpo.importance_sampling; a non-finite engine
+  log-prob gets w = 1 and is counted), plus beta * k3 KL to the reference.
 - Aggregations take step-wide normalisers (:class:`StepTotals`, built by
   :func:`step_totals` before micro-batching) and the micro-batch's row indices in
   the step, so a loss summed over micro-batches equals the loss of the whole step
@@ -94,22 +96,59 @@ def compute_advantages(rewards: Sequence[float], uids: Sequence[str], scale: str
 
 
 # --------------------------------------------------------------------------- per-token terms
+RatioFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+RATIO_LEVELS: dict[str, RatioFn] = {}
+"""``grpo.importance_sampling_level``: how the PPO log-ratio log(pi / pi_old) of a row is
+formed from its per-token log-ratios [rows, tokens] and its loss mask (TRL's
+``importance_sampling_level``, the same names)."""
+
+
+def register_ratio_level(name: str) -> Callable[[RatioFn], RatioFn]:
+    def wrap(fn: RatioFn) -> RatioFn:
+        RATIO_LEVELS[name] = fn
+        return fn
+
+    return wrap
+
+
+@register_ratio_level("token")
+def token_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GRPO, DAPO: every token its own ratio."""
+    return log_ratio
+
+
+@register_ratio_level("sequence")
+def sequence_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GSPO (Zheng et al. 2025): one ratio per sequence, the exponential of the mean log-ratio
+    over its loss tokens, repeated on every token of the row (each token's loss is then the
+    row's, and the aggregation weighs rows as it weighs tokens)."""
+    m = mask.to(log_ratio.dtype)
+    mean = (log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1.0)
+    return mean.expand_as(log_ratio)
+
+
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
     advantages: torch.Tensor,
     epsilon: float,
     epsilon_high: float,
+    level: str = "token",
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token PPO/DAPO loss and where the clip was active.
 
-    ``logp`` and ``old_logp`` are [rows, tokens]; ``advantages`` is [rows].
+    ``logp`` and ``old_logp`` are [rows, tokens]; ``advantages`` is [rows]; ``level`` a name in
+    :data:`RATIO_LEVELS` (``mask``, the loss mask, is read by the sequence level).
     Returns (loss, clipped_low, clipped_high): the masks mark tokens whose
     gradient the clip removed (ratio below 1 - eps with A < 0, above
     1 + eps_high with A > 0).
     """
+    if level not in RATIO_LEVELS:
+        raise ValueError(f"unknown importance_sampling_level {level!r}; known: {sorted(RATIO_LEVELS)}")
     adv = advantages.unsqueeze(-1)
-    ratio = torch.exp(logp - old_logp)
+    ones = torch.ones_like(logp) if mask is None else mask
+    ratio = torch.exp(RATIO_LEVELS[level](logp - old_logp, ones))
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + epsilon_high) * adv
     loss = -torch.minimum(unclipped, clipped)
@@ -129,10 +168,22 @@ def truncated_importance_weights(policy_logp: torch.Tensor, engine_logp: torch.T
     by its weight: samples drawn from the engine then estimate the gradient under the policy,
     up to the truncation (which trades that bias for bounded variance). The log-ratio is
     clamped at +-20 before exp, as verl does, so a garbage engine log-prob cannot overflow.
+
+    A non-finite engine log-prob (NaN, or infinite: a sampled token cannot have probability 0
+    or above 1) says nothing about the gap: that token is left out of the correction (weight
+    exactly 1, as TRL does with the NaN vLLM reports for a token it could not score) instead
+    of carrying NaN into the loss (:func:`nonfinite` marks those tokens).
     """
-    log_ratio = (policy_logp.detach().float() - engine_logp.float()).clamp(-20.0, 20.0)
-    ratio = torch.exp(log_ratio)
+    engine = engine_logp.float()
+    bad = nonfinite(engine)
+    log_ratio = (policy_logp.detach().float() - engine.masked_fill(bad, 0.0)).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio.masked_fill(bad, 0.0))
     return ratio.clamp(max=cap), ratio > cap
+
+
+def nonfinite(engine_logp: torch.Tensor) -> torch.Tensor:
+    """Where an engine's log-probs are NaN or infinite (left out of the correction)."""
+    return ~torch.isfinite(engine_logp)
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -27,8 +27,11 @@ IMPORTANCE_METRICS = (
     "sampling/importance_sampling_ratio/mean", "sampling/importance_sampling_ratio/min",
     "sampling/importance_sampling_ratio/max", "sampling/importance_sampling_ratio/clipped_frac",
     "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+    "sampling/nonfinite_engine_logprobs",
 )
-"""What an update with importance sampling adds to metrics.jsonl (absent when it is off)."""
+"""What an update with importance sampling adds to metrics.jsonl (absent when it is off). The
+last counts the loss tokens whose engine log-prob was NaN or infinite (left out of the
+correction: weight 1)."""
 
 
 def loads_base_copy(cfg: RunConfig, shares_policy: bool) -> bool:
@@ -39,6 +42,12 @@ def loads_base_copy(cfg: RunConfig, shares_policy: bool) -> bool:
     m = cfg.model
     return (cfg.engine.weight_check != "off" and cfg.grpo.beta == 0 and not m.lora.enabled
             and not m.load_in_4bit and not shares_policy)
+
+
+def nan_for_none(logprobs: Sequence[Any]) -> list[float]:
+    """An engine's log-probs as floats, a missing one (None: vLLM's way of saying it could not
+    score a token) as NaN, so the correction leaves it out as it leaves out a NaN."""
+    return [float("nan") if x is None else float(x) for x in logprobs]
 
 
 def release_cached_memory() -> None:
@@ -143,9 +152,10 @@ class Learner:
     def _importance_metrics(sums: Mapping[str, float]) -> dict[str, float | None]:
         """The truncated ratio (as applied) and the log-prob gap over the update's loss tokens,
         under TRL's names; None when the update computed no token."""
-        n = sums.get("is_tokens", 0.0)
+        n, bad = sums.get("is_tokens", 0.0), sums.get("is_nonfinite", 0.0)
         if not n:
-            return {k: None for k in IMPORTANCE_METRICS}
+            return {**{k: None for k in IMPORTANCE_METRICS},
+                    "sampling/nonfinite_engine_logprobs": int(bad) if bad else None}
         return {
             "sampling/importance_sampling_ratio/mean": sums["is_sum"] / n,
             "sampling/importance_sampling_ratio/min": sums["is_min"],
@@ -153,6 +163,7 @@ class Learner:
             "sampling/importance_sampling_ratio/clipped_frac": sums["is_clipped"] / n,
             "sampling/sampling_logp_difference/mean": sums["is_diff_sum"] / n,
             "sampling/sampling_logp_difference/max": sums["is_diff_max"],
+            "sampling/nonfinite_engine_logprobs": int(sums["is_nonfinite"]),
         }
 
     def _passes(self, samples: Sequence[Any], batches: list[list[int]], totals: Any,
@@ -173,7 +184,8 @@ class Learner:
                 lp, ent, mask = self.logprobs(self.model, samples, b, temp)
                 adv = torch.tensor([samples[i].advantage for i in b], dtype=lp.dtype, device=lp.device)
                 old = old_cache.setdefault(bi, lp.detach())
-                tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high)
+                tok_loss, low, high = grpo.clipped_policy_loss(lp, old, adv, g.epsilon, g.epsilon_high,
+                                                               g.importance_sampling_level, mask)
                 if self.importance_sampling:
                     if bi not in is_cache:
                         is_cache[bi] = self._importance_weights(samples, b, old, mask, sums)
@@ -207,9 +219,12 @@ class Learner:
         engine_lp = torch.zeros_like(policy_lp)
         for k, i in enumerate(rows):
             got = samples[i].rollout.logprobs
-            engine_lp[k, : len(got)] = torch.tensor(got, dtype=engine_lp.dtype)
+            engine_lp[k, : len(got)] = torch.tensor(nan_for_none(got), dtype=engine_lp.dtype)
         weights, clipped = grpo.truncated_importance_weights(policy_lp, engine_lp, self.cfg.grpo.importance_sampling_cap)
+        bad = grpo.nonfinite(engine_lp)
         on = mask.bool()
+        sums["is_nonfinite"] += float((bad & on).sum())
+        on = on & ~bad  # the statistics of the gap are over the tokens the engine scored
         if bool(on.any()):
             w, diff = weights[on], (policy_lp.detach() - engine_lp)[on].abs()
             sums["is_tokens"] += float(on.sum())

@@ -6,7 +6,7 @@ PyTorch's ``meta`` device (shapes, no weights, no memory) to count parameters an
 the linear layers LoRA and 4-bit act on.
 
 One GPU holds the trainer and the colocated engine; the engine sleeps (weights and
-KV cache released) while the trainer updates. Three phases:
+KV cache released) while the trainer updates. Four phases:
 
 - ``resident``: what the trainer holds all run long: policy weights (16-bit, float32
   master weights for full fine-tuning, or NF4 for 4-bit, whose other tensors
@@ -27,6 +27,11 @@ KV cache released) while the trainer updates. Three phases:
   residual stream, so the layer inputs checkpointing keeps, is float32; each linear
   layer that reads a norm's output keeps its own 16-bit cast of it; and autocast's
   16-bit copies of the weights live until the forward ends.
+- ``optimizer``: resident + gradients + what AdamW's step allocates: torch's multi-tensor
+  implementation (CUDA's default) takes the square roots of the second moments into one
+  parameter-sized buffer of the states' dtype before it divides (``AdamW step temporary``).
+  AdamW's states have the trained parameters' dtype (``torch.zeros_like``): 2 bytes each for
+  16-bit parameters, 4 for float32 ones.
 
 Activation bytes per token per layer follow the tensors a Qwen2/Llama decoder
 layer saves for backward under transformers (RMSNorm's float32 copy and output,
@@ -91,6 +96,8 @@ class ModelShape:
     intermediate: int
     max_positions: int | None
     lora_targets: int  # adapted linear layers per decoder layer
+    lora_linears: tuple[tuple[str, int, int], ...] = ()
+    """(name, in_features, out_features) of each adapted linear layer of a decoder layer."""
 
 
 def _lora_matches(path: str, targets: str | list[str], head_path: str) -> bool:
@@ -125,13 +132,13 @@ def model_shape(model_cfg: Any) -> ModelShape:
     head_path = next((n for n, m in model.named_modules() if m is head), "")
     params = sum(p.numel() for p in model.parameters())
     quantizable = lora = 0
-    adapted: set[str] = set()
+    adapted: dict[str, tuple[int, int]] = {}
     for path_, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and path_ != head_path:
             quantizable += module.weight.numel()
             if model_cfg.lora.enabled and _lora_matches(path_, model_cfg.lora.target_modules, head_path):
                 lora += model_cfg.lora.r * (module.in_features + module.out_features)
-                adapted.add(path_.split(".")[-1])
+                adapted[path_.split(".")[-1]] = (module.in_features, module.out_features)
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     heads = int(text.num_attention_heads)
     hidden = int(text.hidden_size)
@@ -150,6 +157,7 @@ def model_shape(model_cfg: Any) -> ModelShape:
         intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
         max_positions=getattr(text, "max_position_embeddings", None),
         lora_targets=len(adapted),
+        lora_linears=tuple(sorted((name, i, o) for name, (i, o) in adapted.items())),
     )
 
 
@@ -180,6 +188,9 @@ def logits_chunk_bytes(vocab: int, chunk: int, head_bytes: int) -> float:
     copy, logsumexp's exponentials, the float32 gradient and its cast: about 18 bytes
     per vocabulary entry at 16-bit, 16 at float32 (measured on CPU: bench/update_memory.py)."""
     return chunk * vocab * (head_bytes + (4 if head_bytes < 4 else 0) + 12)
+
+
+PHASES = ("resident", "generate", "update", "optimizer")
 
 
 @dataclass
@@ -226,7 +237,7 @@ class Plan:
 
     @property
     def peak(self) -> float:
-        return max(self.phase("generate"), self.phase("update"))
+        return max(self.phase(p) for p in PHASES[1:])
 
     @property
     def fits(self) -> bool:
@@ -238,7 +249,7 @@ class Plan:
             "total_gib": _gib(self.total), "source": self.source, "engine": self.engine,
             "engine_gpu_memory_utilization": self.engine_utilization,
             "kv_cache_max_length_sequences": self.kv_sequences,
-            "phases_gib": {p: _gib(self.phase(p)) for p in ("resident", "generate", "update")},
+            "phases_gib": {p: _gib(self.phase(p)) for p in PHASES},
             "items": [{"phase": i.phase, "name": i.name, "gib": _gib(i.bytes), "note": i.note} for i in self.items],
             "margin_gib": _gib(self.margin), "fits": self.fits, "problems": self.problems, "notes": self.notes,
         }
@@ -292,6 +303,7 @@ def make_plan(cfg: Any, shape: ModelShape, device: str, available: float | None,
     else:
         _plan_hf_generate(plan, cfg, shape, p)
     checkpointing = _plan_update(plan, cfg, shape, p)
+    _plan_optimizer(plan, p)
     if available is None:
         plan.notes.append("no GPU memory to plan against: set --gpu-memory GIB (train.gpu_memory_gib)")
         return plan
@@ -381,8 +393,37 @@ def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) ->
     plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
     plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
     prefill = rows * cfg.task.max_prompt_tokens  # the prompts' forward: one layer's tensors at a time
-    plan.items.append(Item("generate", "hf generate prefill", prefill * (3 * shape.intermediate + 6 * shape.hidden) * p.act,
+    mlp = (3 * shape.intermediate + 6 * shape.hidden) * p.act
+    plan.items.append(Item("generate", "hf generate prefill", prefill * mlp,
                            f"{prefill} prompt tokens through one layer"))
+    extra = lora_float32_moment(shape, p, cfg.model.lora.r) - mlp
+    if extra > 0:
+        plan.items.append(Item("generate", "LoRA float32 branch", prefill * extra,
+                               "peft computes each adapter in float32 beside the 16-bit layer"))
+
+
+LORA_ALIVE = {"gate_proj": ("intermediate",), "up_proj": ("intermediate", "intermediate"),
+              "down_proj": ("intermediate", "hidden")}
+"""16-bit tensors of the layer alive beside an adapted linear's float32 branch, besides the
+residual stream and the layer's normalised input (the MLP's: the gate's activation while the
+up projection runs, the product while the down projection runs); other layers: its own output."""
+
+
+def lora_float32_moment(shape: ModelShape, p: _Precision, r: int) -> float:
+    """Bytes per prompt token at the widest moment of a layer's forward under LoRA on a 16-bit
+    base (0 otherwise): peft casts the linear's input to the adapters' float32 and keeps A's
+    output, B's output and its scaled copy (float32) beside the layer's 16-bit output, the
+    residual stream and the normalised input (measured with a tensor-storage tracker:
+    bench/memory_phases.py)."""
+    if not p.lora or p.act >= 4:
+        return 0.0
+    sizes = {"hidden": shape.hidden, "intermediate": shape.intermediate}
+    widest = 0.0
+    for name, fan_in, fan_out in shape.lora_linears:
+        alive = sum(sizes[k] for k in LORA_ALIVE.get(name, ())) or fan_out
+        sixteen = (alive + 2 * shape.hidden) * p.act
+        widest = max(widest, sixteen + 4 * fan_in + 4 * r + 8 * fan_out)
+    return widest
 
 
 def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool:
@@ -411,6 +452,10 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
                                "16-bit casts of the float32 weights, kept until the forward ends"))
     plan.items.append(Item("update", "activations", activations + outside + transient,
                            f"{tokens} tokens (grpo.micro_batch_tokens), {how}"))
+    if p.lora and p.act < 4 and shape.lora_linears:  # peft's float32 copy of each adapted linear's input
+        kept = 1 if checkpointing else shape.layers
+        plan.items.append(Item("update", "LoRA float32 inputs", tokens * kept * 4 * sum(i for _, i, _ in shape.lora_linears),
+                               f"kept for the adapters' gradients, {kept} layer(s)"))
     chunk = cfg.grpo.logits_chunk_tokens
     if chunk > 0:
         plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), p.act),
@@ -421,6 +466,16 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
     if plan.engine == "vllm":
         plan.items.append(Item("update", "vLLM asleep", VLLM_ASLEEP_BYTES, f"sleep level {cfg.engine.sleep_level}; assumed"))
     return checkpointing
+
+
+def _plan_optimizer(plan: Plan, p: _Precision) -> None:
+    """The optimizer step: the gradients and the multi-tensor AdamW temporary (and vLLM asleep);
+    the states are resident."""
+    plan.items.append(Item("optimizer", "gradients", p.trainable * p.train_bytes, ""))
+    plan.items.append(Item("optimizer", "AdamW step temporary", p.trainable * p.train_bytes,
+                           "one parameter-sized buffer of the multi-tensor step"))
+    if plan.engine == "vllm":
+        plan.items.append(Item("optimizer", "vLLM asleep", VLLM_ASLEEP_BYTES, "assumed"))
 
 
 def _verdict(plan: Plan, cfg: Any, p: _Precision, checkpointing: bool) -> None:
@@ -440,6 +495,12 @@ def _verdict(plan: Plan, cfg: Any, p: _Precision, checkpointing: bool) -> None:
         plan.problems.append(
             f"the update needs {plan.phase('update') / GIB:.1f} GiB of {room / GIB:.1f} GiB: change "
             + ", ".join(keys)
+        )
+    if plan.phase("optimizer") > room:
+        keys = ["model.lora.enabled=true"] if not p.lora else ["model.lora.r"]
+        plan.problems.append(
+            f"the optimizer step needs {plan.phase('optimizer') / GIB:.1f} GiB of {room / GIB:.1f} GiB "
+            f"(gradients and AdamW's step buffer beside the weights and states): change {', '.join(keys)}"
         )
     if plan.engine != "vllm" and plan.phase("generate") > room:
         plan.problems.append(
@@ -524,12 +585,12 @@ def engine_utilization(cfg: Any, model: Any, mem_get_info: Callable[[], tuple[in
 
 def to_come_after_engine(cfg: Any, model: Any) -> float:
     """Bytes the trainer allocates after the vLLM engine has started (:data:`AFTER_ENGINE_START`):
-    AdamW's two states per trained parameter (float32 for 16-bit ones) and, when the weight
+    AdamW's two states per trained parameter (in its dtype, as torch allocates them) and, when the weight
     check needs one, the frozen copy of the starting weights in the compute dtype."""
     from vigor_cli.learner import loads_base_copy
 
     trained = [p for p in model.parameters() if p.requires_grad]
-    total = float(sum(2 * p.numel() * (4 if p.element_size() < 4 else p.element_size()) for p in trained))
+    total = float(sum(2 * p.numel() * p.element_size() for p in trained))  # torch.zeros_like: the parameter's dtype
     if loads_base_copy(cfg, shares_policy=False):
         compute = getattr(model, "vigor_autocast_dtype", None)
         total += sum(p.numel() * (compute.itemsize if compute is not None else p.element_size())
@@ -550,7 +611,7 @@ def render(plan: Plan) -> Any:
     table.add_column("what")
     table.add_column("GiB", justify="right")
     table.add_column("note")
-    for phase in ("resident", "generate", "update"):
+    for phase in PHASES:
         for item in (i for i in plan.items if i.phase == phase):
             table.add_row(phase, item.name, f"{item.bytes / GIB:.2f}", item.note)
         if phase != "resident":

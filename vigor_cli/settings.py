@@ -50,10 +50,11 @@ def check_name(key: str, name: Any) -> None:
         if name != "auto" and name not in ENGINES:
             raise ValueError(f"engine.kind: unknown engine {name!r}; known: auto, {', '.join(ENGINES)}")
         return
-    if key in ("grpo.loss_agg", "grpo.scale_rewards"):
+    if key in ("grpo.loss_agg", "grpo.scale_rewards", "grpo.importance_sampling_level"):
         from vigor_cli import grpo
 
-        known = grpo.LOSS_AGGREGATIONS if key == "grpo.loss_agg" else grpo.ADVANTAGE_SCALINGS
+        known = {"grpo.loss_agg": grpo.LOSS_AGGREGATIONS, "grpo.scale_rewards": grpo.ADVANTAGE_SCALINGS,
+                 "grpo.importance_sampling_level": grpo.RATIO_LEVELS}[key]
         if name not in known:
             raise ValueError(f"{key}: unknown name {name!r}; known: {', '.join(known)}")
         return

@@ -26,7 +26,7 @@ import torch
 
 try:
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError(
         f"vigor_cli.integrations.trl needs TRL: pip install 'vigor[trl]' ({e})"
@@ -35,107 +35,22 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from vigor_cli import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
-from vigor_cli.config import AllocationConfig, ConfigError, parse_override
+from vigor_cli.config import parse_override
 from vigor_cli.rollout.base import Rollout, RolloutEngine, SamplingParams
-from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds, step_metrics
+from vigor_cli.rollout_core import DataOrder, Generated, RolloutBatch, reward_range, run_rounds
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.reward_log import add_logged, forward_logs
-from vigor_cli.rewards import _completion_text, _prompt_text
+from vigor_cli.reward_log import forward_logs
+from vigor_cli.rewards import _completion_text
 from vigor_cli.tasks.base import Score, score_once
+from vigor_cli.integrations import trl_checks, trl_metrics, trl_update
+from vigor_cli.integrations.trl_config import (VigorGRPOConfig, _trl_device, allocation_config, model_load_kwargs,
+                                               trl_args)
+from vigor_cli.integrations.trl_metrics import write_run_files
 
 ROLLOUT_INDEX = "rollout_index"
 """Column added to every row handed to reward functions: the rollout's index among its
 prompt's rollouts of the step (generation order across rounds)."""
 
-ROW_MEAN_LOSSES = ("grpo", "sapo", "dr_grpo", "luspo")
-"""TRL loss types normalised by the rank's row count; the rows outside the update are
-taken out of that count by rescaling (:meth:`VigorGRPOTrainer._compute_loss`)."""
-
-
-# --------------------------------------------------------------------------- config
-def allocation_config(section: Mapping[str, Any] | AllocationConfig | None,
-                      prompts_per_step: int | None = None) -> AllocationConfig:
-    """The ``vigor`` section (keys of vigor's ``allocation`` config) validated exactly as
-    ``vigor train`` validates it: a bad key or value raises ``ConfigError`` naming
-    ``allocation.<key>``. With ``prompts_per_step``, also the strategy's own rules (its first
-    round must fit the budget), which need the number of prompts a step starts from."""
-    from vigor_cli.allocation import registry
-    from vigor_cli.errors import UserError
-
-    if isinstance(section, AllocationConfig):
-        alloc = section
-    else:
-        tree = {f"allocation.{key}": value for key, value in dict(section or {}).items()}
-        alloc = build_config(overrides=tree, strategy_rules=False).allocation
-    if prompts_per_step is not None:
-        try:
-            registry.check(alloc, prompts_per_step)
-        except UserError as e:
-            raise ConfigError(str(e)) from None
-    return alloc
-
-
-@dataclass
-class VigorGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus the allocation: ``vigor`` holds the keys of vigor's
-    ``allocation`` section (``{"strategy": "vigor", "budget": 512}``)."""
-
-    vigor: dict = field(
-        default_factory=dict,
-        metadata={"help": "vigor's allocation keys (vigor_cli/config.py AllocationConfig)."},
-    )
-    prompts_per_step: int | None = field(
-        default=None,
-        metadata={"help": "Prompts the allocator starts a step from (vigor's train.prompts_per_step). "
-                  "Default: generation_batch_size // num_generations."},
-    )
-    vigor_run_dir: str | None = field(
-        default=None,
-        metadata={"help": "Where allocation.jsonl and metrics.jsonl go. Default: output_dir."},
-    )
-    vigor_health: dict = field(
-        default_factory=dict,
-        metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
-                  "windows, strict."},
-    )
-    pass_threshold: float = field(
-        default=1.0,
-        metadata={"help": "A rollout passes at reward >= this (vigor's task.pass_threshold): reward/pass_rate."},
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.gradient_accumulation_steps != 1 or self.steps_per_generation != 1:
-            raise ValueError(
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps}, steps_per_generation="
-                f"{self.steps_per_generation}: VigorGRPOTrainer needs 1 and 1 (a step's rollouts are one "
-                "variable-size batch of TRL's loss, generated once per optimizer step)"
-            )
-        if self.prompts_per_step is None:
-            self.prompts_per_step = self.generation_batch_size // self.num_generations
-        if self.prompts_per_step < 1:
-            raise ValueError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step})")
-        self.allocation = allocation_config(self.vigor, self.prompts_per_step)
-        self.health_view = health_view(self)
-
-
-def health_view(a: Any) -> Any:
-    """The config the health checks read (vigor_cli/health.py), from TRL's keys: the health
-    section, sampling (temperature, top_p, max_completion_length as max_new_tokens), the
-    learning rate and passes (num_iterations as grpo.mu)."""
-    from vigor_cli import config as vc
-
-    try:
-        return vc.RunConfig(
-            health=vc.HealthConfig.model_validate(a.vigor_health),
-            sampling=vc.SamplingConfig(temperature=a.temperature, top_p=a.top_p,
-                                       max_new_tokens=a.max_completion_length),
-            grpo=vc.GRPOConfig(learning_rate=a.learning_rate, mu=a.num_iterations,
-                               micro_batch_tokens=max(16384, a.max_completion_length)),
-        )
-    except vc.ValidationError as e:
-        raise ConfigError(f"vigor_health: {str(e).splitlines()[0]}: {e.errors()[0]['msg']}") from None
 
 
 # --------------------------------------------------------------------------- ranks
@@ -315,29 +230,6 @@ def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None
                               for ex in examples if ex.uid in kept])
 
 
-# --------------------------------------------------------------------------- run directory
-def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics: dict | None = None,
-                    config: dict | None = None, evaluation: dict | None = None) -> None:
-    """The one place the TRL path writes vigor's run-directory files (docs/run-directory.md):
-    ``config.yaml`` (the allocation section and the step's prompts), one ``allocation.jsonl``
-    record, one ``metrics.jsonl`` line and an evaluation's ``eval/step-<N>.json``, so `vigor
-    inspect-allocation` and `vigor report` read the run."""
-    import yaml
-
-    from vigor_cli.runs import write_text_atomic
-
-    run = RunDir(Path(run_dir))
-    run.path.mkdir(parents=True, exist_ok=True)
-    if config is not None:
-        write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
-    if allocation is not None:
-        run.append("allocation.jsonl", allocation)
-    if evaluation is not None:
-        run.write_eval(evaluation["step"], evaluation)
-    if metrics is not None:
-        run.append("metrics.jsonl", metrics)
-
-
 # --------------------------------------------------------------------------- the step's rounds
 def _concat_generated(parts: list[tuple], loss_rows: Sequence[bool]) -> tuple:
     """Per-round ``GRPOTrainer._generate`` outputs concatenated along the rows, with a zero
@@ -447,18 +339,27 @@ class VigorGRPOTrainer(GRPOTrainer):
     None for a completion it cannot score (excluded as `vigor train` excludes it).
     """
 
-    def __init__(self, *args: Any, uid_column: str = "uid", **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        a = self.args
-        if not isinstance(a, VigorGRPOConfig):
+    def __init__(self, model: Any, reward_funcs: Any, args: VigorGRPOConfig | None = None, *rest: Any,
+                 uid_column: str = "uid", **kwargs: Any):
+        if not isinstance(args, VigorGRPOConfig):
             raise TypeError("VigorGRPOTrainer needs args=VigorGRPOConfig(...)")
+        from vigor_cli.integrations import trl_versions
+
+        trl_versions.check_installed()
+        problems = trl_checks.refusals(model, args, kwargs.get("peft_config"))
+        if problems:
+            raise ValueError(problems[0])
+        model = trl_checks.prepare_kbit(model, kwargs.get("peft_config"), args.gradient_checkpointing)
+        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        trl_checks.float32_adapters(self.model)
+        a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError("VigorGRPOTrainer needs multi_objective_aggregation='sum_then_normalize'")
-        if a.loss_type in ROW_MEAN_LOSSES and (self._entropy_bonus_enabled or self.aux_loss_enabled):
+        if self._entropy_bonus_enabled or self.aux_loss_enabled:
             raise ValueError(
-                f"loss_type={a.loss_type!r} with an entropy bonus or a router aux loss: VigorGRPOTrainer "
-                "rescales row-mean losses to the update's rows, which would rescale those terms too; "
-                "use loss_type='dapo'"
+                "an entropy bonus (entropy_coef, use_adaptive_entropy) or a router aux loss (router_aux_loss_coef): "
+                "VigorGRPOTrainer runs the update in micro-batches (micro_batch_tokens) and TRL adds those terms once "
+                "per forward, so they would count once per micro-batch; set them to 0"
             )
         data = self.train_dataset
         uids = [str(u) for u in data[uid_column]] if uid_column in data.column_names else [
@@ -477,7 +378,14 @@ class VigorGRPOTrainer(GRPOTrainer):
         self._all_completions = [0, 0]  # (sum, count) over the run: the estimate of an unseen prompt
         self._all_prompts = [0, 0]  # (sum, count) of _prompt_tokens: an unseen prompt's estimate
         self._replay: tuple | None = None
-        self._row_scale = 1.0
+        self._scoring_rows: list[int] | None = None
+        """During the replay's scoring pass: the rows whose old and reference log-probs the
+        update reads (trl_update.scoring_logps); None otherwise."""
+        self.vigor_update = trl_update.UpdateStats()
+        """The last optimizer step's update metrics under vigor's keys (trl_update)."""
+        self.vigor_pending: trl_metrics.PendingStep | None = None
+        """The step whose rollouts are logged and whose update line is not yet (trl_metrics)."""
+        self.add_callback(trl_metrics.PhaseEnd(self))
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
         self._vigor_logged: dict[str, list[float]] = {}
@@ -496,6 +404,11 @@ class VigorGRPOTrainer(GRPOTrainer):
                 "trainer": {"kind": "trl", "loss_type": a.loss_type, "scale_rewards": a.scale_rewards,
                             "processes": self.accelerator.num_processes},
             })
+
+    def _log_metric(self, name: str, value: float) -> None:
+        """TRL's ``log_metric`` (a reward function's scalar), also kept for vigor's metrics.jsonl."""
+        super()._log_metric(name, value)
+        self._vigor_logged.setdefault(name, []).append(float(value))
 
     def _use_vigor_stops(self) -> None:
         """vigor's stop tokens (rollout/weights.py: EOS, the generation config's, the chat
@@ -518,23 +431,28 @@ class VigorGRPOTrainer(GRPOTrainer):
             return super()._generate_and_score_completions(inputs)
         self.vigor_step += 1
         rounds = TRLRounds(self)
+        marks = trl_metrics.completion_marks(self)
         batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
                            reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
-        used = len(batch.samples)  # the update's rows over every rank
-        self._row_scale = len(advantages) * rounds.layout.ranks / max(used, 1)
+        engine_logprobs, nonfinite = trl_checks.nonfinite_to_nan(generated[4])
+        generated = (*generated[:4], engine_logprobs, *generated[5:])
         t0 = time.perf_counter()
         self._replay = (generated, per_func)
+        use = [m and any(mask) for m, mask in zip([a != 0 or self.beta != 0 for a in advantages], generated[2])]
+        self._scoring_rows = [i for i, u in enumerate(use) if u]
         try:
             with self._one_generation_per_row():
                 out = super()._generate_and_score_completions(rounds.rows)
         finally:
             self._replay = None
+            self._scoring_rows = None
         t1 = time.perf_counter()
         out["advantages"] = torch.tensor(advantages, dtype=out["advantages"].dtype, device=out["advantages"].device)
         self._completion_tokens.clear()
-        self._log_step(batch, rounds.layout, t1 - t0)
+        extra = trl_checks.report_nonfinite(self, nonfinite) if engine_logprobs is not None else {}
+        trl_metrics.start_step(self, batch, rounds.layout, t1 - t0, marks, extra)
         return out
 
     def _generate(self, prompts: list) -> tuple:
@@ -547,13 +465,50 @@ class VigorGRPOTrainer(GRPOTrainer):
             return self._replay[1].to(self.accelerator.device)
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    def _compute_loss(self, model: Any, inputs: dict) -> torch.Tensor:
-        """TRL's loss; a row-mean loss type rescaled so that it averages over the update's
-        rows only (TRL divides by every row of the rank, the zero-mask ones too)."""
-        loss = super()._compute_loss(model, inputs)
-        if self.loss_type in ROW_MEAN_LOSSES and self.model.training:
-            loss = loss * self._row_scale
+    def compute_loss(self, model: Any, inputs: dict, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> torch.Tensor:
+        """Training: TRL's loss in token-budgeted micro-batches over the rows that move it
+        (vigor_cli/integrations/trl_update.py); evaluation: TRL's."""
+        if not self.model.training or return_outputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        loss = trl_update.micro_batched_loss(self, model, inputs, super()._compute_loss, self.args.micro_batch_tokens)
+        trl_metrics.note_update(self, float(loss.detach()))
         return loss
+
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """At a rollout phase's end (trl_metrics.PhaseEnd), the step's metrics.jsonl line and
+        health checks, before TRL's log clears the metrics they read."""
+        pending = self.vigor_pending
+        if self.model.training and pending is not None and pending.done:
+            logs = {**logs, **trl_metrics.finish_step(self, logs)}  # health/* on TRL's dashboards too
+        super().log(logs, start_time)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: Any = None) -> Any:
+        """vigor_optimizer: vigor train's warm-up (VigorGRPOConfig.vigor_optimizer); else TRL's."""
+        if not self.args.vigor_optimizer:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            self.lr_scheduler = trl_update.vigor_schedule(optimizer if optimizer is not None else self.optimizer,
+                                                          int(self.args.warmup_steps), self.num_iterations)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def get_decay_parameter_names(self, model: Any) -> list[str]:
+        """vigor_optimizer: weight decay on every trained parameter, as vigor train's AdamW."""
+        if not self.args.vigor_optimizer:
+            return super().get_decay_parameter_names(model)
+        return [name for name, p in model.named_parameters() if p.requires_grad]
+
+    def _get_per_token_logps_and_entropies(self, model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                                           logits_to_keep: int, batch_size: int | None = None, **kwargs: Any) -> tuple:
+        """In the replay's scoring pass: TRL's, on the rows the update reads only, in forwards
+        of at most micro_batch_tokens tokens (trl_update.scoring_logps); else TRL's."""
+        parent = super()._get_per_token_logps_and_entropies
+        rows = self._scoring_rows
+        if rows is None or any(v is not None for k, v in kwargs.items() if k not in ("compute_entropy", "compute_aux_loss")):
+            return parent(model, input_ids, attention_mask, logits_to_keep, batch_size, **kwargs)
+        return trl_update.scoring_logps(lambda *a, **k: parent(model, *a, **k), rows, input_ids, attention_mask,
+                                        logits_to_keep, self.args.micro_batch_tokens, **kwargs)
 
     @contextlib.contextmanager
     def _one_generation_per_row(self) -> Iterator[None]:
@@ -618,93 +573,6 @@ class VigorGRPOTrainer(GRPOTrainer):
         prompts = [row["prompt"] for row in rows]
         gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
         return gathered.float().cpu()
-
-    # ------------------------------------------------------------------ logs
-    def _log_step(self, batch: RolloutBatch, layout: StepLayout, scoring_seconds: float) -> None:
-        """TRL metrics (vigor/...) and, on the main process, vigor's run-directory lines (the
-        metrics `vigor train` logs, from the same rollout core)."""
-        n = len(batch.generated)
-        self.vigor_totals["rollouts"] += n
-        self.vigor_totals["tokens"] += batch.tokens
-        rows = sum(len(r) for r in layout.rows)
-        metrics = step_metrics(batch, self.vigor_totals["rollouts"], self.vigor_totals["tokens"], self.args.pass_threshold)
-        logged = {name: sum(v) / len(v) for name, v in self._vigor_logged.items() if v}  # log_metric, this step
-        self._vigor_logged.clear()
-        m = self._metrics["train"]
-        m["vigor/rollouts_per_step"].append(n)
-        m["vigor/rollouts_cumulative"].append(self.vigor_totals["rollouts"])
-        m["vigor/rounds"].append(len(batch.round_sizes))
-        for t, size in enumerate(batch.round_sizes, start=1):
-            m[f"vigor/round_{t}_rollouts"].append(size)
-        m["vigor/zero_var_frac"].append(metrics["groups/zero_var_frac"])
-        m["frac_reward_zero_std"][-1] = metrics["groups/zero_var_frac"]
-        m["vigor/unscored"].append(metrics["reward/unscored"])
-        m["vigor/balance_duplicates"].append(rows - n)
-        m["vigor/loss_rows"].append(len(batch.samples))
-        m["vigor/rank_rollouts_spread"].append(max(layout.spent) - min(layout.spent))
-        m["vigor/rank_tokens_spread"].append(max(layout.tokens) - min(layout.tokens))
-        m["vigor/time/generate"].append(batch.generate_seconds)
-        m["vigor/time/reward"].append(batch.reward_seconds)
-        m["vigor/time/scoring_pass"].append(scoring_seconds)
-        self._fix_logged_advantages(batch, layout)
-        alerts, checks = self._health(batch)
-        for key, value in checks.items():
-            m[key].append(value)
-        # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does). A
-        # rank's checks see its own texts, so the ranks may differ: every rank stops together,
-        # none is left waiting in TRL's collectives.
-        fatal = next((a for a in alerts if a.fatal), None)
-        flag = torch.tensor([int(fatal is not None)], dtype=torch.int64, device=self.accelerator.device)
-        if int(self.accelerator.gather(flag).sum().item()):
-            line = fatal.line if fatal is not None else "a health check held on another rank"
-            raise health.HealthError(f"{line} (health.strict: stopped after step {self.vigor_step})")
-        if not self.accelerator.is_main_process:
-            return
-        from vigor_cli.console import err_console
-
-        for alert in alerts:
-            err_console.print(f"warning: {alert.line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
-        record = {"step": self.vigor_step, **batch.record}
-        for entry in record.get("prompts", []):
-            entry["text"] = _prompt_text(self.train_dataset[self.vigor_index[entry["uid"]]]["prompt"])[:200]
-        write_run_files(self.vigor_run_dir, allocation=record, metrics={
-            "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
-            "tokens/per_rank": list(layout.tokens),
-            "time/generate": batch.generate_seconds, "time/reward": batch.reward_seconds,
-            "time/scoring_pass": scoring_seconds, **checks, **add_logged({}, logged, {}),
-        })
-
-    def _log_metric(self, name: str, value: float) -> None:
-        """TRL's ``log_metric`` (a reward function's scalar), also kept for vigor's metrics.jsonl."""
-        super()._log_metric(name, value)
-        self._vigor_logged.setdefault(name, []).append(float(value))
-
-    def _health(self, batch: RolloutBatch) -> tuple[list, dict[str, float]]:
-        """The health checks on this step's rollouts (the same as `vigor train`'s): each prompt's
-        length and whether the chat template renders it (TRL templates message lists, never
-        strings), and the previous update's KL and clip fraction."""
-        tok = self.processing_class
-        has_template = health.template_suffix(tok) is not None
-        prompts = self.vigor_health.prompts
-        for uid in {s.uid for s in batch.generated} - prompts.keys():
-            prompt = self.train_dataset[self.vigor_index[uid]]["prompt"]
-            prompts[uid] = health.PromptInfo(self._prompt_tokens.get(uid, 0),
-                                             templated=not has_template or not isinstance(prompt, str))
-        m = self._metrics["train"]
-        update = {"losses/kl": (m.get("kl") or [0.0])[-1],
-                  "losses/clipfrac_low": (m.get("clip_ratio/low_mean") or [0.0])[-1],
-                  "losses/clipfrac_high": (m.get("clip_ratio/high_mean") or [0.0])[-1]}
-        texts = self.last_rounds.texts if self.last_rounds is not None else {}
-        return self.vigor_health.step(self.vigor_step, batch.generated, update, text=lambda s: texts.get(s.rollout))
-
-    def _fix_logged_advantages(self, batch: RolloutBatch, layout: StepLayout) -> None:
-        """TRL logged its (zero) advantages for the completions table; put ours there."""
-        by_key = {(s.uid, s.index): s.advantage for s in batch.samples}
-        flat = [by_key.get(key, 0.0) if real else 0.0 for rank_rows in layout.rows for key, real in rank_rows]
-        logged = self._logs["advantages"]  # a deque of TRL's generation_batch_size, newest last
-        n = min(len(logged), len(flat))
-        for i in range(1, n + 1):
-            logged[-i] = flat[-i]
 
     # ------------------------------------------------------------------ evaluation's generation
     @contextlib.contextmanager
@@ -829,76 +697,6 @@ class HeldOutEval(TrainerCallback):
         due = self.every and step % self.every == 0
         if due or state.global_step == state.max_steps:
             self.evaluate(step)
-
-
-# --------------------------------------------------------------------------- from a vigor config
-LOSS_TYPES = {"dapo": "dapo", "grpo": "grpo", "dr_grpo": "dr_grpo"}
-"""vigor's grpo.loss_agg -> TRL's loss_type (prompt_mean has no TRL counterpart)."""
-
-
-def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOConfig:
-    """A :class:`VigorGRPOConfig` with a vigor ``RunConfig``'s allocation, prompts per step,
-    seed, steps, optimiser, clip range, KL, sampling and loss aggregation; ``overrides`` are
-    TRL keys set last (``use_vllm=True``, ``vllm_mode="server"``)."""
-    g, s, t = cfg.grpo, cfg.sampling, cfg.train
-    if g.loss_agg not in LOSS_TYPES:
-        raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
-    from vigor_cli.models import gradient_checkpointing_on
-    from vigor_cli.tracking import require
-
-    require(t.report_to)  # a missing dashboard package: one line, before anything loads
-    from vigor_cli.models import pick_dtype
-
-    group = cfg.allocation.group_size
-    device = _trl_device(overrides)
-    checkpointing = gradient_checkpointing_on(cfg.model, device)  # as vigor train decides it
-    dtype = pick_dtype(cfg.model, device)  # autocast to the 16-bit compute dtype, none in float32
-    keys = dict(
-        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
-        # TRL's optimizer steps per rollout phase are num_iterations (vigor's grpo.mu passes)
-        gradient_checkpointing=checkpointing, output_dir=str(output_dir), max_steps=t.steps * g.mu, seed=t.seed,
-        prompts_per_step=t.prompts_per_step,
-        vigor=cfg.allocation.model_dump(), vigor_health=cfg.health.model_dump(),
-        per_device_train_batch_size=group, num_generations=group,
-        learning_rate=g.learning_rate, lr_scheduler_type="constant_with_warmup", warmup_steps=g.warmup_steps,
-        weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
-        epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
-        scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
-        pass_threshold=cfg.task.pass_threshold,
-        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
-        logging_steps=1, save_strategy="no", disable_tqdm=True,
-        report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
-        # grpo.importance_sampling: vigor's token-level truncated ratio (the Learner's), which
-        # TRL applies on its vLLM path; 'auto' is on there (TRL's own default mode masks sequences)
-        vllm_importance_sampling_correction=g.importance_sampling != "off",
-        vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=g.importance_sampling_cap,
-    )
-    keys.update(overrides)
-    return VigorGRPOConfig(**keys)
-
-
-def _trl_device(overrides: dict) -> torch.device:
-    """Where TRL will train: the CPU when asked (``use_cpu``) or without CUDA, else the GPU."""
-    cpu = overrides.get("use_cpu", False) or not torch.cuda.is_available()
-    return torch.device("cpu" if cpu else "cuda")
-
-
-def model_load_kwargs(m: Any, device: torch.device) -> dict[str, Any]:
-    """``from_pretrained`` keys for a vigor ``model`` section, as `vigor train` loads it:
-    float32 master weights for a full fine-tune in a 16-bit dtype (trained under TRL's
-    autocast, :func:`trl_args`), the 16-bit dtype otherwise, and the base in 4-bit NF4 for
-    ``model.load_in_4bit`` (CUDA and bitsandbytes, else one line naming the key)."""
-    from accelerate import PartialState
-
-    from vigor_cli.models import _four_bit_config, master_weights_dtype, pick_dtype
-
-    dtype = pick_dtype(m, device)
-    kwargs: dict[str, Any] = {"revision": m.revision,
-                              "dtype": torch.float32 if master_weights_dtype(m, dtype) is not None else dtype}
-    if m.load_in_4bit:
-        kwargs["quantization_config"] = _four_bit_config(dtype)
-        kwargs["device_map"] = {"": PartialState().local_process_index}
-    return kwargs
 
 
 def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[VigorGRPOTrainer, HeldOutEval, Any]:

@@ -35,6 +35,11 @@ noise from the policy, a stale one at noise from the base). Then, in order:
    passing;
 5. otherwise ``ok``: ``err <= stale`` and so ``err <= gap / 2``.
 
+Before all of these, an engine that returned a NaN or infinite log-prob for a token it sampled
+fails as ``nonfinite``: no weights can produce one, and the mean distances above would be NaN,
+which compares false everywhere and read as ``not-discriminating``. Those tokens are left out of
+the distances and counted (``engine/nonfinite_logprobs``).
+
 An engine one step behind (sampling from the previous push) passes while
 the policy moved less in one step than the numerical noise; sampling from
 weights that close to the policy's is harmless, and once the staleness
@@ -49,7 +54,7 @@ from typing import Sequence
 
 from vigor_cli.errors import UserError
 
-STATUS_CODE = {"ok": 1, "not-discriminating": 0, "stale": -1, "disagree": -1}
+STATUS_CODE = {"ok": 1, "not-discriminating": 0, "stale": -1, "disagree": -1, "nonfinite": -1}
 """``engine/weight_check`` in metrics.jsonl: 1 passed, 0 cannot tell yet, -1 failed."""
 
 
@@ -68,10 +73,12 @@ class WeightCheck:
     engine_base: float
     """stale: mean |engine - base|."""
     limit: float
+    nonfinite: int = 0
+    """Sampled tokens whose engine log-prob was NaN or infinite (left out of the distances)."""
 
     @property
     def failed(self) -> bool:
-        return self.status in ("stale", "disagree")
+        return STATUS_CODE.get(self.status) == -1
 
     @property
     def code(self) -> int | None:
@@ -85,12 +92,17 @@ class WeightCheck:
             "engine/policy_base_diff": self.policy_base if based else None,
             "engine/engine_base_diff": self.engine_base if based else None,
             "engine/weight_check": self.code,
+            "engine/nonfinite_logprobs": self.nonfinite,
         }
 
     def describe(self) -> str:
         numbers = (f"mean |engine - policy| {self.engine_policy:.4g}, |engine - base| "
                    f"{self.engine_base:.4g}, |policy - base| {self.policy_base:.4g} nats/token "
                    f"over {self.tokens} tokens")
+        if self.status == "nonfinite":
+            return (f"the engine returned {self.nonfinite} NaN or infinite log-probs for tokens it sampled "
+                    f"(of {self.tokens + self.nonfinite} checked): its weights or kernels are broken; the "
+                    "update left those tokens out of the importance correction")
         if self.status == "stale":
             return ("the engine samples from stale weights: its log-probs are closer to the base "
                     f"model's than to the policy's ({numbers}); the policy's weights are not "
@@ -136,6 +148,7 @@ class WeightCheckSums:
     def __init__(self) -> None:
         self.err = self.gap = self.stale = 0.0
         self.tokens = 0
+        self.nonfinite = 0
         self.has_base = True
 
     def add(self, engine: Sequence[float], policy: Sequence[float], base: Sequence[float] | None) -> None:
@@ -145,14 +158,20 @@ class WeightCheckSums:
         if base is None:
             self.has_base = False
         for i, (e, p) in enumerate(zip(engine, policy)):
+            if e is None or not math.isfinite(e):
+                self.nonfinite += 1
+                continue
             self.err += abs(e - p)
             if base is not None:
                 self.gap += abs(p - base[i])
                 self.stale += abs(e - base[i])
-        self.tokens += len(engine)
+            self.tokens += 1
 
     def result(self, threshold: float, top_p: float = 1.0) -> WeightCheck:
         n = max(self.tokens, 1)
+        if self.nonfinite:
+            return WeightCheck("nonfinite", self.tokens, self.err / n, self.gap / n, self.stale / n,
+                               threshold, self.nonfinite)
         if not self.has_base:
             return WeightCheck("unchecked" if self.tokens else "no-tokens", self.tokens,
                                self.err / n, 0.0, 0.0, threshold)

@@ -1,0 +1,76 @@
+"""Peak memory of a block of code: the tensor storages it allocates (any device), and the
+process's resident memory (:func:`rss`, :func:`reset_rss_peak`).
+
+:class:`StorageTracker` is a ``TorchDispatchMode``: every operator's result whose storage is
+new (not one of the operator's inputs' storages, so views and in-place results are not new)
+is counted at its size until the storage is freed (a weak reference's callback). Storages that
+existed before the block (loaded weights) are never counted, even when the block makes views
+of them. Backward passes and checkpoint recomputation run through the dispatcher too, so their
+tensors count. ``peak`` is the most bytes alive at once; ``current`` what is alive now.
+Unlike the process's resident memory it ignores the allocator's caching and fragmentation:
+it measures what a memory plan models, the tensors.
+
+    with StorageTracker() as t:
+        loss = model(ids).logits.sum(); loss.backward()
+    print(t.peak)
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+class StorageTracker(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.current = 0
+        self.peak = 0
+        self._refs: dict[int, Any] = {}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0]
+                  if isinstance(t, torch.Tensor) and t.device.type != "meta"}
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                self._count(t.untyped_storage(), inputs)
+        return out
+
+    def _count(self, storage: torch.UntypedStorage, inputs: set[int]) -> None:
+        key = id(storage)
+        if key in self._refs or storage.data_ptr() in inputs or storage.nbytes() == 0:
+            return
+        size = storage.nbytes()
+        self.current += size
+        self.peak = max(self.peak, self.current)
+
+        def freed(_ref: Any, key: int = key, size: int = size) -> None:
+            self.current -= size
+            self._refs.pop(key, None)
+
+        self._refs[key] = weakref.ref(storage, freed)
+
+    def reset_peak(self) -> None:
+        """Start a new peak from what is alive now."""
+        self.peak = self.current
+
+
+def rss(key: str = "VmRSS") -> int:
+    """The process's resident memory in bytes (``VmHWM``: its peak since the last reset)."""
+    return int(re.search(rf"{key}:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
+
+
+def reset_rss_peak() -> bool:
+    """Reset ``VmHWM`` to the current resident memory; False where the kernel refuses."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
