@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vigor_cli.verifiers import math as vmath  # noqa: E402
+from vigor_cli.verifiers import math_grade  # noqa: E402
 from vigor_cli.verifiers.math import MathVerifier, grade  # noqa: E402
 from vigor_cli.verifiers.math_answers import load_benchmark  # noqa: E402
 
@@ -175,7 +175,7 @@ def _clear_caches() -> None:
     """Forget parsed golds and Math-Verify's own parse caches, so runs over the same cases compare."""
     from math_verify import parser
 
-    vmath._gold_cache.clear()
+    math_grade._gold_cache.clear()
     for name in ("parse_latex_cached", "parse_expr_cached", "extract_latex"):
         cached = getattr(parser, name, None)
         if hasattr(cached, "cache_clear"):
@@ -207,11 +207,11 @@ def main() -> None:
     rows.append(("single process, in-line (no limit)", len(cases), t_single))
 
     _clear_caches()
-    fast_grade, vmath._fast_grade = vmath._fast_grade, lambda *a: None
+    fast_grade, math_grade.fast_grade = math_grade.fast_grade, lambda *a: None
     start = time.perf_counter()
     full = [grade(g, p) for g, p in cases]
     t_full = time.perf_counter() - start
-    vmath._fast_grade = fast_grade
+    math_grade.fast_grade = fast_grade
     rows.append(("single process, in-line, plain-number fast path off", len(cases), t_full))
     fast_equals_full = all(a.reward == b.reward for a, b in zip(single, full))
 
