@@ -189,6 +189,8 @@ def _function_rhs(expr):
     if not isinstance(expr, sympy.Eq):
         return None
     lhs, rhs = expr.lhs, expr.rhs
+    if isinstance(lhs, sympy.Pow) and lhs.exp == -1 and isinstance(lhs.base, AppliedUndef):
+        lhs = lhs.base  # f^{-1}(x) = ...: an inverse function's definition
     if isinstance(lhs, AppliedUndef) and not rhs.has(lhs.func):
         return rhs
     if isinstance(lhs, sympy.Symbol) and lhs.name == "y" and not rhs.has(lhs):

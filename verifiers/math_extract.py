@@ -91,6 +91,8 @@ def extract_answer(completion: str, several: bool = False) -> Answer:
                 return found
         found = parse_answer(spans[-1][2])
         if found.parsed:
+            if found.unit is None:  # "\\boxed{12}\\text{ cm}", "$\\boxed{12}$ cm": a unit after the box
+                found.unit = _unit_after(text, found.text, spans[-1][1])
             return found
     return find_in_prose(text)
 
@@ -128,7 +130,8 @@ def _locate(text: str) -> _Found | None:
                 fallback = _Found(None, shown, match.start(), match.end(), False)
             if value is None:
                 continue
-            plain = isinstance(target, mv.ExprExtractionConfig)
+            plain = isinstance(target, mv.ExprExtractionConfig) or bool(
+                match.groupdict().get("first_latexFraction"))  # "\\frac{7}{2}" found without delimiters
             start, end = _answer_span(match)
             return _Found(value, shown, start, end, plain)
     return fallback
@@ -288,9 +291,14 @@ def _sentence_words(text: str, end: int, count: int = 4) -> list[str]:
     return rest.split()[:count]
 
 
+_LEADING_CLOSERS = re.compile(r"(?:\s|\$|~|\\[,;:!)\] ])*")
+
+
 def _unit_after(text: str, value: str, end: int):
-    """A unit written right after a prose answer ("12 cm", "3.5 hours", "5 square feet")."""
-    words = _sentence_words(text, end)
+    """A unit written right after an answer ("12 cm", "3.5 hours", "\\boxed{12}\\text{ cm}",
+    "$\\boxed{12}$ cm")."""
+    start = _LEADING_CLOSERS.match(text, end).end()
+    words = _sentence_words(text, start)
     for k in range(len(words), 0, -1):
         cut, unit = split_unit(value + " " + " ".join(words[:k]))
         if unit is not None and cut.strip() == value.strip():
@@ -308,7 +316,7 @@ def _number_phrases(text: str) -> list[tuple[int, object]]:
         words = m.group(0).split()
         offset, i = 0, 0
         while i < len(words):
-            if words[i].lower().strip("-") in NUMBER_WORDS:
+            if words[i].lower().split("-")[0] in NUMBER_WORDS:
                 for j in range(len(words), i, -1):
                     value = words_value(" ".join(words[i:j]))
                     if value is not None:

@@ -52,13 +52,17 @@ _MIXED = re.compile(r"(?<![\w.\\/^_])(\d+)\s+(\d+)\s*/\s*(\d+)(?![\w./])")
 """``3128 1/2``: a whole number and a proper fraction."""
 _SQRT_PARENS = re.compile(r"\\sqrt\s*\(([^()]*)\)")
 """``\\sqrt(8)``: square-root brackets written as parentheses."""
+_PLAIN_SQRT = re.compile(r"(?<![\\A-Za-z])sqrt\s*(?:\(([^()]*)\)|\{([^{}]*)\})|√\s*(?:\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?|[A-Za-z]))")
+"""``sqrt(5)``, ``√5``, ``√(x+1)``: square roots written without LaTeX."""
+_REPEAT_PARENS = re.compile(r"(?<![\d.])(\d*)\.\((\d{1,12})\)")
+"""``0.(6)``: the repeating block in parentheses right after the point (``2.5(3)`` is a product)."""
 _E_NOTATION = re.compile(r"(?<![\w.{\\])(\d+\.\d+|\d+)[eE]([-+]?\d+)(?![\w.])")
 """``4.5e33``, ``1.25e-2``, ``3e+08``: scientific notation in e-form."""
 _TRIG_ARGUMENT = re.compile(
     r"(\\(?:sin|cos|tan|cot|sec|csc)\s*(?:\^\s*\{?[^{}\s]*\}?\s*)?)"
-    r"(\\left\s*\(([^()]*)\\right\s*\)|\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?\s*\^\s*\{?\s*\\circ\s*\}?))"
+    r"(\\left\s*\(([^()]*)\\right\s*\)|\(([^()]*)\)|\{([^{}]*)\}|(\d+(?:\.\d+)?\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)))"
 )
-_DEGREES = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?|(\d+(?:\.\d+)?)\s*°")
+_DEGREES = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*(?:\{\s*\\circ\s*\}|\\circ)|(\d+(?:\.\d+)?)\s*°")
 
 
 def _mixed(m: re.Match) -> str:
@@ -81,7 +85,15 @@ def _radians(m: re.Match) -> str:
 
 
 def _trig_degrees(m: re.Match) -> str:
-    return m.group(1) + _DEGREES.sub(_radians, m.group(2))
+    argument = _DEGREES.sub(_radians, m.group(2))
+    if m.group(6):  # "\\tan 45^\\circ": no brackets around the argument; give it some
+        argument = "(" + argument + ")"
+    return m.group(1) + argument
+
+
+def _plain_sqrt(m: re.Match) -> str:
+    inner = next(g for g in m.groups() if g is not None)
+    return "\\sqrt{" + inner + "}"
 
 
 def prepare(text: str) -> str:
@@ -98,10 +110,14 @@ def prepare(text: str) -> str:
         text = _MIXED.sub(_mixed, text)
     if "\\sqrt" in text:
         text = _SQRT_PARENS.sub(r"\\sqrt{\1}", text)
+    if "sqrt" in text or "√" in text:
+        text = _PLAIN_SQRT.sub(_plain_sqrt, text)
     if "e" in text or "E" in text:
         text = _E_NOTATION.sub(_e_notation, text)
     if "circ" in text or "°" in text:
         text = _TRIG_ARGUMENT.sub(_trig_degrees, text)
+    if ".(" in text:
+        text = _REPEAT_PARENS.sub(lambda m: f"{m.group(1)}.\\overline{{{m.group(2)}}}", text)
     return repeating_to_fraction(text)
 
 

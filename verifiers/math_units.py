@@ -129,13 +129,12 @@ for _unit, _spellings in _BASE.values():
         if len(_s) > 2 and _s.isalpha():
             _SPELLING_ANY_CASE[_s.lower()] = _unit
 
-_SHORT_WORDS_IN_MATH = frozenset({"cm", "mm", "km", "ft", "kg", "mg", "lb", "lbs", "mL", "hr", "hrs", "min",
-                                  "sec", "mph", "kmh", "kph", "oz", "yd", "mi", "gal", "ms"})
-"""Short unit symbols read outside ``\\text{}`` too (``12 cm``); single letters (``12 m``) count
-only inside ``\\text{}``/``\\mathrm{}``, where they cannot be a variable."""
+_TEXT_ONLY = frozenset({"in", "ha", "Pa", "am", "pm", "at"})
+"""Spellings that are also words ("12 in total"): units only inside ``\\text{}``/``\\mathrm{}``,
+as single letters are (``12 m`` may be 12 times m; ``12\\text{ m}`` is metres)."""
 
 _WRAPPER = re.compile(r"\\(?:text|mathrm|textrm|mbox|rm|textnormal|operatorname|mathit|textit)\s*\{([^{}]*)\}")
-_DEGREE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\textdegree\b")
+_DEGREE = re.compile(r"\^\s*(?:\{\s*\\circ\s*\}|\\circ)|°|\\degree\b|\\textdegree\b")
 _SPACES = re.compile(r"(?:\\[,;:!> ]|~|\\quad|\\qquad|\s)+")
 
 
@@ -168,13 +167,13 @@ def _read_unit(text: str, in_text: bool) -> Unit | None:
     text = text.strip().rstrip(".").strip()
     whole = unit_named(text) if text else None
     if whole is not None:
-        return whole if in_text or len(text) > 1 else None
+        return whole if in_text or (len(text) > 1 and text not in _TEXT_ONLY) else None
     m = _UNIT_EXPR.fullmatch(text)
     if not m:
         return None
     head = m.group("head").strip()
     unit = unit_named(head)
-    if unit is None or (len(head) == 1 and not in_text):
+    if unit is None or ((len(head) == 1 or head in _TEXT_ONLY) and not in_text):
         return None
     power, _ = _power(m.group("power") or "")
     if m.group("prefix"):

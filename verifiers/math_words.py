@@ -30,7 +30,11 @@ _ORDINALS = {
     "sixtieth": "sixty", "seventieth": "seventy", "eightieth": "eighty", "ninetieth": "ninety",
     "hundredth": "hundred", "thousandth": "thousand", "millionth": "million", "billionth": "billion",
 }
-NUMBER_WORDS = frozenset(_UNITS) | frozenset(_TENS) | frozenset(_SCALES) | frozenset(_ORDINALS)
+_DENOMINATORS = {"half": 2, "halves": 2, "thirds": 3, "quarter": 4, "quarters": 4, "fourths": 4, "fifths": 5,
+                 "sixths": 6, "sevenths": 7, "eighths": 8, "ninths": 9, "tenths": 10}
+"""Fractions in words: "one half", "three quarters", "two thirds" ("third" alone is an ordinal;
+"one third" is read below as well)."""
+NUMBER_WORDS = frozenset(_UNITS) | frozenset(_TENS) | frozenset(_SCALES) | frozenset(_ORDINALS) | frozenset(_DENOMINATORS)
 """Every word :func:`words_value` reads (besides "a", "and", "negative", "minus")."""
 SCALE_WORDS = frozenset(_SCALES)
 
@@ -47,6 +51,9 @@ def words_value(text: str) -> Fraction | None:
     sign = 1
     if words[0] in ("negative", "minus"):
         sign, words = -1, words[1:]
+    fraction = _fraction_words(words)
+    if fraction is not None:
+        return sign * fraction
     words = [_ORDINALS.get(w, w) for w in words if w != "and"]
     if words and words[0] == "a" and len(words) > 1 and words[1] in _SCALES:
         words[0] = "one"  # "a hundred", "a thousand"
@@ -83,6 +90,21 @@ def words_value(text: str) -> Fraction | None:
     if value.denominator != 1 and not any(w in _SCALES for w in words):
         return None  # "2.5" alone is not a word number
     return sign * value
+
+
+def _fraction_words(words: list[str]) -> Fraction | None:
+    """ "one half", "a quarter", "three quarters", "two thirds", "one third" -> the fraction."""
+    if len(words) != 2:
+        return None
+    numerator = 1 if words[0] in ("a", "an") else _UNITS.get(words[0])
+    if not numerator:
+        return None
+    denominator = _DENOMINATORS.get(words[1])
+    if denominator is None and numerator == 1 and words[1] in _ORDINALS and words[1] not in ("first", "second"):
+        denominator = words_value(words[1])  # "one third", "one fifth"
+    if denominator is None or (numerator > 1 and not words[1].endswith("s")):
+        return None
+    return Fraction(numerator, int(denominator))
 
 
 _ORDINAL_DIGITS = re.compile(
