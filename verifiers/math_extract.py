@@ -150,6 +150,8 @@ _COMMAND = re.compile(r"\\([A-Za-z]+|[{}|])")
 _PROSE_COMMANDS = frozenset({"text", "textbf", "textit", "mathrm", "mbox", "quad", "qquad", "hspace", "label",
                              "tag", "begin", "end", "item", "newline", "hline", "dots", "ldots", "cdots"})
 _DIGITS = frozenset("0123456789")
+_ARGUMENTS = {"sqrt": 1, "frac": 2, "dfrac": 2, "tfrac": 2, "binom": 2}
+"""Commands whose arguments may be single characters without braces (``\\sqrt5``, ``\\frac12``)."""
 _FUNCTION_WORDS = frozenset({"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "arcsin", "arccos",
                              "arctan", "sinh", "cosh", "tanh"})
 
@@ -184,8 +186,15 @@ def _operand_end(text: str, i: int) -> int | None:
         if not m or m.group(1) in _PROSE_COMMANDS:
             return None
         j = m.end()
-        while j < len(text) and text[j] in "{[":
-            j = _group_end(text, j)
+        wanted = _ARGUMENTS.get(m.group(1), 0)
+        while j < len(text) and (text[j] in "{[" or wanted > 0):
+            if text[j] in "{[":
+                j = _group_end(text, j)
+            elif text[j] in _DIGITS or text[j].isalpha():
+                j += 1  # "\\sqrt5", "\\frac12": one-character arguments
+            else:
+                break
+            wanted -= 1
         return j
     if c in "π√∞":
         return i + 1
@@ -350,9 +359,27 @@ def _words_answer(text: str, after: int | None) -> Answer | None:
     return Answer(parse_latex(latex), latex)
 
 
+def _after_answer_phrase(text: str, found: _Found | None) -> Answer | None:
+    """The expression right after the last "answer is" when Math-Verify's patterns found
+    nothing there ("The answer is \\sqrt{2}.", "the answer is -\\frac{\\pi}{3}"): read whole."""
+    phrases = list(_ANSWER_PHRASE.finditer(text))
+    if not phrases or (found is not None and found.value is not None and found.end > phrases[-1].end()):
+        return None
+    start = phrases[-1].end()
+    sign = 1 if text[start : start + 1] in "-+" else 0
+    first = _operand_end(text, start + sign)
+    if first is None or text[start + sign] in _DIGITS:
+        return None  # a number there is Math-Verify's to find
+    answer = parse_answer(text[start : _extend_right(text, first)])
+    return answer if answer.parsed and not isinstance(answer.parsed[0], str) else None
+
+
 def find_in_prose(text: str) -> Answer:
     """The answer of a completion without a box (``text`` is prepared)."""
     found = _locate(text)
+    phrase = _after_answer_phrase(text, found) if "nswer" in text else None
+    if phrase is not None:
+        return phrase
     if found is None or found.value is None:
         words = _words_answer(text, None)
         if words is not None:

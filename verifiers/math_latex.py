@@ -149,7 +149,11 @@ def parse_latex(answer: str) -> list:
     extraction stopping inside ``\\mathrm{...}``. ``answer`` is already prepared."""
     mv = math_verify()
     text = _TRAILING_BACKSLASH.sub("", answer)
-    latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0)]
+    if text.endswith(".") and not text.endswith(".."):
+        text = text[:-1]  # a sentence's period: "\\boxed{5.}"
+    # Only the box: with its default unanchored patterns Math-Verify would take a fraction
+    # out of a box it cannot parse ("\\frac{1}{2}x^" read as 1/2).
+    latex_only = [mv.LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)]
     parsed = mv.parse("\\boxed{" + text + "}", extraction_config=latex_only, parsing_timeout=None)
     if truncated(parsed) or (not parsed and "\\" in text):
         unwrapped = ROMAN_WRAPPER.sub(r"{\1}", text)

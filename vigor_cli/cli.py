@@ -1,37 +1,77 @@
 """The `vigor` command line: thin wrappers; each command lives in vigor_cli/commands/.
 
-Command modules import heavy libraries (torch, transformers) inside their
-functions, so `vigor --help` stays fast.
+Each command's module is imported only when that command runs (:data:`COMMANDS`), so a
+one-shot command such as ``vigor verify math`` does not pay for the imports of training and
+evaluation; ``vigor --help`` (and :data:`app`) loads them all. Command modules import heavy
+libraries (torch, transformers) inside their functions.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Callable
 
 import typer
 
-from vigor_cli.commands import eval as eval_cmd
-from vigor_cli.commands import export as export_cmd
-from vigor_cli.commands import inspect as inspect_cmd
-from vigor_cli.commands import make_tiny as make_tiny_cmd
-from vigor_cli.commands import probe as probe_cmd
-from vigor_cli.commands import report as report_cmd
-from vigor_cli.commands import simulate as simulate_cmd
-from vigor_cli.commands import train as train_cmd
-from vigor_cli.commands import verify as verify_cmd
 from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
 
-app = typer.Typer(
-    name="vigor",
-    help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"show_default": True},  # every option's default in --help
-    rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
-)
+
+def _train():
+    from vigor_cli.commands import train
+    return train.train
+
+
+def _eval():
+    from vigor_cli.commands import eval as eval_cmd
+    return eval_cmd.evaluate
+
+
+def _inspect():
+    from vigor_cli.commands import inspect
+    return inspect.inspect_allocation
+
+
+def _report():
+    from vigor_cli.commands import report
+    return report.report
+
+
+def _simulate():
+    from vigor_cli.commands import simulate
+    return simulate.simulate
+
+
+def _verify():
+    from vigor_cli.commands import verify
+    return verify.build_app
+
+
+def _make_tiny():
+    from vigor_cli.commands import make_tiny
+    return make_tiny.make_tiny
+
+
+def _probe():
+    from vigor_cli.commands import probe
+    return probe.probe
+
+
+def _export():
+    from vigor_cli.commands import export
+    return export.export
+
+
+COMMANDS: dict[str, Callable[[], Callable]] = {
+    "train": _train, "eval": _eval, "inspect-allocation": _inspect, "report": _report,
+    "simulate": _simulate, "verify": _verify, "make-tiny": _make_tiny, "probe": _probe,
+    "export": _export,
+}
+"""Command name -> a loader returning its function (or, for a group, a builder of its Typer
+app that takes the subcommand to load, None for all)."""
+
+GROUPS = frozenset({"verify"})
+
 
 def _version(value: bool) -> None:
     if value:
@@ -41,7 +81,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print vigor's version and exit.")] = False,
@@ -49,23 +88,51 @@ def _main(
     """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
 
 
-app.command("train")(train_cmd.train)
-app.command("eval")(eval_cmd.evaluate)
-app.command("inspect-allocation")(inspect_cmd.inspect_allocation)
-app.command("report")(report_cmd.report)
-app.command("simulate")(simulate_cmd.simulate)
-app.add_typer(verify_cmd.app, name="verify")
-app.command("make-tiny")(make_tiny_cmd.make_tiny)
-app.command("probe")(probe_cmd.probe)
-app.command("export")(export_cmd.export)
+def build_app(command: str | None = None, subcommand: str | None = None) -> typer.Typer:
+    """The Typer app with every command, or with only ``command`` (and, for a group, only its
+    ``subcommand``): what one run of ``vigor`` needs."""
+    built = typer.Typer(
+        name="vigor",
+        help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"show_default": True},  # every option's default in --help
+        rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
+    )
+    built.callback()(_main)
+    for name, load in COMMANDS.items():
+        if command is not None and name != command:
+            continue
+        if name in GROUPS:
+            built.add_typer(load()(subcommand), name=name)
+        else:
+            built.command(name)(load())
+    return built
+
+
+def __getattr__(name: str):
+    if name == "app":  # the whole app, built on first use (tests and tools that list commands)
+        globals()["app"] = build_app()
+        return globals()["app"]
+    raise AttributeError(name)
+
+
+def _selected(args: list[str]) -> tuple[str | None, str | None]:
+    """(command, subcommand) named at the front of ``args``, when known; else (None, None)."""
+    if not args or args[0] not in COMMANDS:
+        return None, None
+    sub = args[1] if args[0] in GROUPS and len(args) > 1 and not args[1].startswith("-") else None
+    return args[0], sub
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run one command. Every error the user can fix (a usage error, a bad value, key, file or
     path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
     exit 130; anything else is a bug and keeps its traceback (exit 1)."""
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        code = app(args=argv, prog_name="vigor", standalone_mode=False)
+        code = build_app(*_selected(args))(args=args, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
