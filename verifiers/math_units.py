@@ -206,7 +206,7 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     wrapped = re.search(r"\\(?:text|mathrm|textrm|mbox|rm|textnormal)\s*\{([^{}]*)\}((?:\s*\^\s*\{?\s*[23]\s*\}?)?)\s*$", body)
     if wrapped:
         in_text = True
-        tail = wrapped.group(1) + wrapped.group(2)
+        tail = re.sub(r"~|\\[,;: ]", " ", wrapped.group(1)) + wrapped.group(2)
         value = body[: wrapped.start()]
     else:
         m = re.search(r"(?:(?<=\d)|(?<=\d\s)|(?<=\}\s)|(?<=\})|(?<=\s))((?:square\s+|sq\.?\s+|cubic\s+|cu\.?\s+)?"
