@@ -108,6 +108,11 @@ class _Found:
     end: int
     plain: bool
     """Found by the plain number/expression patterns (not a LaTeX environment)."""
+    first_text: str = ""
+    """The text of the first match tried when it did not parse: Math-Verify keeps it beside the
+    answer (a gold it cannot parse either then still equals the same text)."""
+    unparsed_span: tuple[int, int] | None = None
+    """Where that first match lies when it was a LaTeX environment that did not parse."""
 
 
 def _locate(text: str) -> _Found | None:
@@ -128,12 +133,15 @@ def _locate(text: str) -> _Found | None:
             value, shown = from_parser.extract_match(match, target)
             if fallback is None and shown:
                 fallback = _Found(None, shown, match.start(), match.end(), False)
+                fallback.unparsed_span = match.span() if value is None and not isinstance(target, mv.ExprExtractionConfig) else None
             if value is None:
                 continue
             plain = isinstance(target, mv.ExprExtractionConfig) or bool(
                 match.groupdict().get("first_latexFraction"))  # "\\frac{7}{2}" found without delimiters
             start, end = _answer_span(match)
-            return _Found(value, shown, start, end, plain)
+            failed_first = fallback is not None and (fallback.start, fallback.end) != match.span()
+            return _Found(value, shown, start, end, plain, fallback.fallback if failed_first else "",
+                          fallback.unparsed_span if failed_first else None)
     return fallback
 
 
@@ -366,6 +374,8 @@ def _after_answer_phrase(text: str, found: _Found | None) -> Answer | None:
     if not phrases or (found is not None and found.value is not None and found.end > phrases[-1].end()):
         return None
     start = phrases[-1].end()
+    if text.startswith(("$", "\\(", "\\["), start) or text[start - 1 : start] == "$":
+        return None  # a LaTeX environment: Math-Verify's to read whole
     sign = 1 if text[start : start + 1] in "-+" else 0
     first = _operand_end(text, start + sign)
     if first is None or text[start + sign] in _DIGITS:
@@ -392,9 +402,15 @@ def find_in_prose(text: str) -> Answer:
     if not found.plain:
         answer = text[found.start : found.end]
         raw = found.fallback
-        unit = split_unit(answer)[1] or _unit_after(text, answer, found.end)
-        parsed = [found.value, raw]
-        return Answer([] if truncated(parsed) else parsed, raw, unit)
+        if split_unit(answer)[1] is not None:  # "$22.1cm^{2}$": the value without its unit
+            inner = parse_answer(answer)
+            if inner.parsed and not isinstance(inner.parsed[0], str):
+                return inner
+        parsed = [found.value, found.first_text or raw]
+        return Answer([] if truncated(parsed) else parsed, raw, _unit_after(text, answer, found.end))
+    span = found.unparsed_span
+    if span is not None and span[0] <= found.start < span[1]:
+        return Answer([found.first_text], found.first_text)  # a number inside LaTeX that did not parse
     start = _extend_left(text, found.start)
     end = found.end
     if start < found.start:  # a group opened on the left closes on the right
@@ -409,9 +425,10 @@ def find_in_prose(text: str) -> Answer:
             return Answer(parse_latex(latex), latex)
     unit = _unit_after(text, value, end)
     if (start, end) == (found.start, found.end):
-        return Answer([found.value, found.fallback], found.fallback, unit)
+        return Answer([found.value, found.first_text or found.fallback], found.fallback, unit)
     whole = parse_answer(value)  # the number was part of a longer expression: all of it, or nothing
     if whole.parsed and not isinstance(whole.parsed[0], str):
         whole.unit = whole.unit or unit
+        whole.parsed = [whole.parsed[0]] + ([found.first_text] if found.first_text else [])
         return whole
-    return Answer([], value)
+    return Answer([found.first_text] if found.first_text else [], value)
