@@ -18,7 +18,6 @@ the same limit, without starting a pool.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import select
 import signal
@@ -120,9 +119,87 @@ def _forked_child(conn, items: list, extra_memory: int, parent_pid: int | None =
             return
 
 
+def _plain_items(pairs: Sequence[tuple]) -> list[tuple]:
+    items = []
+    for i, pair in enumerate(pairs):
+        gold = tuple(str(g) for g in pair[0]) if isinstance(pair[0], (list, tuple)) else str(pair[0])
+        problem = pair[2] if len(pair) > 2 and pair[2] is not None else None
+        items.append((i, gold, str(pair[1]), None if problem is None else str(problem)))
+    return items
+
+
+_prestarted: tuple[Connection, int] | None = None
+"""A grading child started early by :func:`prestart` (its connection and pid), not yet used."""
+
+
+def prestart(extra_memory: int = WORKER_EXTRA_MEMORY) -> None:
+    """Fork the child that :func:`grade_forked` will use, now, so that it imports Math-Verify
+    while this process goes on starting (``vigor verify math`` calls this before loading its
+    command line framework: the two imports overlap). Does nothing where Math-Verify is already
+    imported (a fork then is as quick later). The child dies with this process, and leaves
+    when the connection closes unused."""
+    global _prestarted
+    if _prestarted is not None or "math_verify" in sys.modules:
+        return
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            _worker_main(Connection(theirs.detach()), extra_memory, parent_pid)
+        finally:
+            os._exit(0)
+    theirs.close()
+    _prestarted = (Connection(ours.detach()), pid)
+
+
+def _take_prestarted(timeout_s: float) -> tuple[Connection, int] | None:
+    """The prestarted child once it is ready (None when there is none, or it failed)."""
+    global _prestarted
+    started, _prestarted = _prestarted, None
+    if started is None:
+        return None
+    conn, pid = started
+    try:
+        if conn.poll(max(timeout_s, STARTUP_TIMEOUT_S)) and conn.recv() == "ready":
+            return started
+    except (EOFError, OSError):
+        pass
+    _end_child(started)
+    return None
+
+
+def _end_child(started: tuple[Connection, int]) -> None:
+    conn, pid = started
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+    conn.close()
+
+
+def _fork_child(items: list, extra_memory: int) -> tuple[Connection, int]:
+    """A child forked from this process (Math-Verify imported first) grading ``items``."""
+    math_verify()  # the child inherits it
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent_pid = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ours.close()
+            _forked_child(Connection(theirs.detach()), items, extra_memory, parent_pid)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return Connection(ours.detach()), pid
+
+
 def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: int = WORKER_EXTRA_MEMORY) -> list[MathVerdict]:
-    """Grade a few (gold, completion[, problem]) cases without a worker pool: Math-Verify is
-    imported here, and a child forked from this process grades the cases one after another.
+    """Grade a few (gold, completion[, problem]) cases without a worker pool: a child (the one
+    :func:`prestart` started, or one forked from this process after importing Math-Verify)
+    grades the cases one after another.
 
     The limit is enforced: a case that takes longer than ``timeout_s`` gets reason
     ``timeout``, its child is killed, and a fresh child goes on with the cases after it.
@@ -131,38 +208,34 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
     """
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
-    items = []
-    for i, pair in enumerate(pairs):
-        gold = tuple(str(g) for g in pair[0]) if isinstance(pair[0], (list, tuple)) else str(pair[0])
-        problem = pair[2] if len(pair) > 2 and pair[2] is not None else None
-        items.append((i, gold, str(pair[1]), None if problem is None else str(problem)))
+    items = _plain_items(pairs)
     quick = [fast_grade(gold, completion) if isinstance(gold, str) else None for _, gold, completion, _ in items]
     if all(v is not None for v in quick):
+        if _prestarted is not None:
+            _end_child(_prestarted)  # not needed: stop its import
+            globals()["_prestarted"] = None
         return quick  # type: ignore[return-value]  # plain numbers: no import, no child
-    math_verify()  # the children inherit it
-    ctx = mp.get_context("fork")
     results: list[MathVerdict] = []
+    started = _take_prestarted(timeout_s)
     while len(results) < len(items):
-        parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_forked_child,
-                           args=(child, items[len(results) :], extra_memory, os.getpid()), daemon=True)
-        proc.start()
-        child.close()
+        if started is not None:
+            child, started = started, None
+            child[0].send(items[len(results) :])
+        else:
+            child = _fork_child(items[len(results) :], extra_memory)
         try:
             while len(results) < len(items):
-                if not parent.poll(timeout_s):
+                if not child[0].poll(timeout_s):
                     results.append(MathVerdict(0.0, "timeout"))
                     break
                 try:
-                    _, reward, reason, gp, pp = parent.recv()
+                    _, reward, reason, gp, pp = child[0].recv()
                 except (EOFError, OSError):
                     results.append(MathVerdict(0.0, "error: worker process died"))
                     break
                 results.append(MathVerdict(reward, reason, gp, pp))
         finally:
-            proc.kill()
-            proc.join(timeout=5)
-            parent.close()
+            _end_child(child)
     return results
 
 

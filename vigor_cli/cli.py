@@ -2,19 +2,20 @@
 
 Each command's module is imported only when that command runs (:data:`COMMANDS`), so a
 one-shot command such as ``vigor verify math`` does not pay for the imports of training and
-evaluation; ``vigor --help`` (and :data:`app`) loads them all. Command modules import heavy
-libraries (torch, transformers) inside their functions.
+evaluation; ``vigor --help`` (and :data:`app`) loads them all. Typer itself is imported after
+a command's early start (:data:`EARLY_STARTS`) has had its chance to begin work in another
+process. Command modules import heavy libraries (torch, transformers) inside their functions.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Callable
+from typing import TYPE_CHECKING, Callable
 
-import typer
-
-from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
+
+if TYPE_CHECKING:
+    import typer
 
 
 def _train():
@@ -73,24 +74,37 @@ app that takes the subcommand to load, None for all)."""
 GROUPS = frozenset({"verify"})
 
 
+def _start_math_grader() -> None:
+    from vigor_cli.verifiers.math_pool import prestart
+    prestart()
+
+
+EARLY_STARTS: dict[tuple[str, str | None], Callable[[], None]] = {("verify", "math"): _start_math_grader}
+"""(command, subcommand) -> work to start before the command line framework loads: ``vigor
+verify math`` forks its grading child first, which imports Math-Verify while Typer loads."""
+
+
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         from vigor_cli import __version__
 
         typer.echo(f"vigor {__version__}")
         raise typer.Exit()
 
 
-def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print vigor's version and exit.")] = False,
-) -> None:
-    """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
-
-
-def build_app(command: str | None = None, subcommand: str | None = None) -> typer.Typer:
+def build_app(command: str | None = None, subcommand: str | None = None) -> "typer.Typer":
     """The Typer app with every command, or with only ``command`` (and, for a group, only its
     ``subcommand``): what one run of ``vigor`` needs."""
+    import typer
+
+    def _main(  # the default carries the option: an annotation naming typer would be resolved in this
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,  # module's globals
+                                     help="Print vigor's version and exit."),
+    ) -> None:
+        """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
+
     built = typer.Typer(
         name="vigor",
         help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
@@ -131,8 +145,16 @@ def main(argv: list[str] | None = None) -> None:
     path: :func:`vigor_cli.errors.user_message`) is one line on stderr and exit 2; Ctrl-C is
     exit 130; anything else is a bug and keeps its traceback (exit 1)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    selected = _selected(args)
+    early = EARLY_STARTS.get(selected)
+    if early is not None and "--help" not in args:
+        early()
+    import typer
+
+    from vigor_cli.console import err_console, shown
+
     try:
-        code = build_app(*_selected(args))(args=args, prog_name="vigor", standalone_mode=False)
+        code = build_app(*selected)(args=args, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
