@@ -79,7 +79,8 @@ def test_decimal_matches_an_exact_value_only_when_rounded_to_its_digits(exact, t
         ("0.0000001", "0.0000002", False),
         ("0.000004", "0.0000040", True),
         ("3.14", "3.1416", True),  # a rounded gold and a more precise answer
-        ("3.14", "3.1400001", False),  # far past the gold's digits: a near miss
+        ("3.14", "3.1400001", False),  # the gold plus noise: a near miss
+        ("4.12", "4.123105625617661", True),  # every digit of a value the gold rounds
         ("0.5", "0.5000001", False),  # a gold of one digit is not a rounding
         ("16386.17", "16386.169", True),
         ("0.3333", "0.333", True),

@@ -88,35 +88,27 @@ def exact_value(expr) -> Fraction | None:
         return None
 
 
-def _number_of(text: str, parsed: list):
-    """('exact', Fraction) or ('decimal', DecimalNumber) for a one-number answer; None otherwise."""
-    dec = read_decimal(text)
-    if dec is not None:
-        return "decimal", dec
+def _exact_of(text: str, parsed: list) -> Fraction | None:
+    """The exact value of a one-number answer that is not a decimal literal, or None."""
     value = plain_value(text)
-    if value is not None:
-        return "exact", value
-    if parsed and not isinstance(parsed[0], str):
+    if value is None and parsed and not isinstance(parsed[0], str):
         value = exact_value(parsed[0])
-        if value is not None:
-            return "exact", value
-    return None
+    return value
 
 
 def compare_numbers(gold_text: str, gold_parsed: list, pred_text: str, pred_parsed: list) -> bool | None:
-    """The verdict when both answers are single numbers, at least one a decimal; None when
-    the rule does not apply (Math-Verify decides)."""
-    gold = _number_of(gold_text, gold_parsed)
-    if gold is None:
+    """The verdict when both answers are single numbers, at least one a decimal literal; None
+    when the rule does not apply (Math-Verify decides)."""
+    gold_dec, pred_dec = read_decimal(gold_text), read_decimal(pred_text)
+    if gold_dec is None and pred_dec is None:
         return None
-    pred = _number_of(pred_text, pred_parsed)
-    if pred is None or (gold[0] == "exact" and pred[0] == "exact"):
-        return None
-    if gold[0] == "decimal" and pred[0] == "decimal":
-        return decimals_match(gold[1], pred[1])
-    if pred[0] == "decimal":
-        return decimal_matches(gold[1], pred[1])
-    return decimal_matches(pred[1], gold[1])  # a decimal gold is a rounding of the exact answer
+    if gold_dec is not None and pred_dec is not None:
+        return decimals_match(gold_dec, pred_dec)
+    if pred_dec is not None:
+        exact = _exact_of(gold_text, gold_parsed)
+        return None if exact is None else decimal_matches(exact, pred_dec)
+    exact = _exact_of(pred_text, pred_parsed)
+    return None if exact is None else decimal_matches(exact, gold_dec)  # a decimal gold rounds the exact answer
 
 
 def _numeric_eq(original, a, b, float_rounding, numeric_precision):

@@ -24,10 +24,11 @@ MIN_SIGNIFICANT = 3
 """A decimal that is not exactly the value must give at least this many significant digits
 (``0.333`` for 1/3 is an answer; ``0.3`` is not)."""
 
-MAX_EXTRA_DIGITS = 3
-"""A decimal gold of at least :data:`MIN_SIGNIFICANT` digits may be a rounded value: an answer
-that rounds to it counts when it gives at most this many digits more (``3.1416`` for ``3.14``;
-``3.1400001`` is a near miss, not a more precise answer)."""
+NEAR_MISS = Fraction(1, 1000)
+"""A decimal gold of at least :data:`MIN_SIGNIFICANT` digits may be a rounded value: a more
+precise answer that rounds to it counts (``3.1416`` for ``3.14``, all 16 digits of a computed
+value), unless it is closer to the gold than this fraction of the gold's last place without
+being equal: that is the gold plus noise (``3.1400001``), not a value the gold rounds."""
 
 _PLAIN_NUMBER = re.compile(
     r"(-?)(?:(\d{1,60})|(\d{0,60}\.\d{1,60})|(\d{1,60})\s*/\s*(\d{1,60})"
@@ -122,19 +123,15 @@ def decimal_matches(exact: Fraction, dec: DecimalNumber) -> bool:
 def decimals_match(gold: DecimalNumber, pred: DecimalNumber) -> bool:
     """Two decimals: equal, or one a rounding of the other. A less precise answer must be the
     gold rounded (:func:`decimal_matches`); a more precise one counts when the gold, having
-    MIN_SIGNIFICANT digits, may itself be rounded and the answer gives at most
-    MAX_EXTRA_DIGITS more (``16386.169`` for ``16386.17``; not ``0.5000001`` for ``0.5``)."""
+    MIN_SIGNIFICANT digits, may itself be rounded, the answer rounds to it, and it is no near
+    miss (see NEAR_MISS): ``16386.169`` for ``16386.17``; not ``0.5000001`` for ``0.5`` (one
+    digit: the gold is exact) nor ``3.1400001`` for ``3.14``."""
     if gold.value == pred.value:
         return True
     if pred.last_place >= gold.last_place:
         return decimal_matches(gold.value, pred)
-    extra = 0
-    place = pred.last_place
-    while place < gold.last_place and extra <= MAX_EXTRA_DIGITS:
-        place *= 10
-        extra += 1
-    return (gold.significant >= MIN_SIGNIFICANT and extra <= MAX_EXTRA_DIGITS
-            and abs(gold.value - pred.value) * 2 <= gold.last_place)
+    gap = abs(gold.value - pred.value)
+    return gold.significant >= MIN_SIGNIFICANT and gap * 2 <= gold.last_place and gap >= gold.last_place * NEAR_MISS
 
 
 # ----------------------------------------------------------------------- repeating decimals
