@@ -113,6 +113,8 @@ class _Found:
     answer (a gold it cannot parse either then still equals the same text)."""
     unparsed_span: tuple[int, int] | None = None
     """Where that first match lies when it was a LaTeX environment that did not parse."""
+    match_end: int = 0
+    """Where the whole match ends (after the environment's closing delimiter)."""
 
 
 def _locate(text: str) -> _Found | None:
@@ -141,7 +143,7 @@ def _locate(text: str) -> _Found | None:
             start, end = _answer_span(match)
             failed_first = fallback is not None and (fallback.start, fallback.end) != match.span()
             return _Found(value, shown, start, end, plain, fallback.fallback if failed_first else "",
-                          fallback.unparsed_span if failed_first else None)
+                          fallback.unparsed_span if failed_first else None, match.end())
     return fallback
 
 
@@ -212,7 +214,8 @@ def _operand_end(text: str, i: int) -> int | None:
     return None
 
 
-_BINARY = re.compile(r"[-+*/^_×÷·]|\\(?:cdot|times|div|pm|mp)(?![A-Za-z])")
+_BINARY = re.compile(r"[-+*/^_×÷·]|(?<=\d):(?=\d)|\\(?:cdot|times|div|pm|mp)(?![A-Za-z])")
+"""Binary operators; a colon between digits is a ratio or a time (``1:2``, ``12:30``)."""
 _LIST_SEPARATOR = re.compile(r",\s*(?:and\s+|or\s+)?|(?:and|or)\s+")
 
 
@@ -402,6 +405,8 @@ def find_in_prose(text: str) -> Answer:
     if not found.plain:
         answer = text[found.start : found.end]
         raw = found.fallback
+        if text.startswith("\\", found.match_end) and _operand_end(text, found.match_end) is not None:
+            return Answer([], answer)  # "$4$\\sqrt{3}": the expression goes on past the formula
         if split_unit(answer)[1] is not None:  # "$22.1cm^{2}$": the value without its unit
             inner = parse_answer(answer)
             if inner.parsed and not isinstance(inner.parsed[0], str):

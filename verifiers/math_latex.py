@@ -96,8 +96,14 @@ def _plain_sqrt(m: re.Match) -> str:
     return "\\sqrt{" + inner + "}"
 
 
+_UNICODE_OPERATORS = str.maketrans({"−": "-", "–": "-", "×": "\\times ", "·": "\\cdot ", "÷": "\\div "})
+"""Operators typed as Unicode (minus sign, en dash, times, middle dot, division sign)."""
+
+
 def prepare(text: str) -> str:
     """Rewrite what Math-Verify 0.9 misreads before it parses (see the module's docstring)."""
+    if any(c in text for c in "−–×·÷"):
+        text = text.translate(_UNICODE_OPERATORS)
     text = _ROMAN_CONSTANT.sub(r"\1", text)
     if text.rstrip().endswith("\\}") and not balanced(text):  # "\\boxed{185\\}": a stray backslash
         closed = text.rstrip()[:-2] + "}"
