@@ -141,17 +141,23 @@ def prestart(extra_memory: int = WORKER_EXTRA_MEMORY) -> None:
     global _prestarted
     if _prestarted is not None or "math_verify" in sys.modules:
         return
+    _prestarted = _fork(lambda conn, parent_pid: _worker_main(conn, extra_memory, parent_pid))
+
+
+def _fork(run) -> tuple[Connection, int]:
+    """(our end of a connection, pid) of a child forked from this process that calls
+    ``run(its end, our pid)`` and exits without running this process's exit handlers."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     parent_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
             ours.close()
-            _worker_main(Connection(theirs.detach()), extra_memory, parent_pid)
+            run(Connection(theirs.detach()), parent_pid)
         finally:
             os._exit(0)
     theirs.close()
-    _prestarted = (Connection(ours.detach()), pid)
+    return Connection(ours.detach()), pid
 
 
 def _take_prestarted(timeout_s: float) -> tuple[Connection, int] | None:
@@ -183,17 +189,7 @@ def _end_child(started: tuple[Connection, int]) -> None:
 def _fork_child(items: list, extra_memory: int) -> tuple[Connection, int]:
     """A child forked from this process (Math-Verify imported first) grading ``items``."""
     math_verify()  # the child inherits it
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    parent_pid = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            ours.close()
-            _forked_child(Connection(theirs.detach()), items, extra_memory, parent_pid)
-        finally:
-            os._exit(0)
-    theirs.close()
-    return Connection(ours.detach()), pid
+    return _fork(lambda conn, parent_pid: _forked_child(conn, items, extra_memory, parent_pid))
 
 
 def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: int = WORKER_EXTRA_MEMORY) -> list[MathVerdict]:
