@@ -13,7 +13,8 @@ item scores 0 with reason ``timeout``, and its unfinished items go to other work
 Exceptions (also MemoryError under the workers' address-space limit) score 0 with reason
 ``error: ...``. Nothing raises or hangs. For a few cases from a single-threaded program
 (``vigor verify math``), :func:`grade_forked` grades in a child forked from the caller under
-the same limit, without starting a pool.
+the same limit, without starting a pool; :func:`prestart` forks that child early, so that it
+imports Math-Verify while the caller is still starting.
 """
 
 from __future__ import annotations
