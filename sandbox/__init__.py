@@ -37,9 +37,18 @@ Layers, outermost first:
   harness's frames and paths from its stderr.
 """
 
-from vigor_cli.sandbox.limits import NOBODY_UID, SANDBOX_UID_BASE, Limits
-from vigor_cli.sandbox.pool import (Job, RunResult, SandboxError, SandboxPool, WeakSandboxError,
-                                    isolation_level)
+_FROM_POOL = ("Job", "RunResult", "SandboxError", "SandboxPool", "WeakSandboxError", "isolation_level")
+_FROM_LIMITS = ("Limits", "NOBODY_UID", "SANDBOX_UID_BASE")
+__all__ = sorted(_FROM_POOL + _FROM_LIMITS)
 
-__all__ = ["Job", "Limits", "NOBODY_UID", "RunResult", "SANDBOX_UID_BASE", "SandboxError",
-           "SandboxPool", "WeakSandboxError", "isolation_level"]
+
+def __getattr__(name: str):
+    """The package's names, imported on first use: a process that needs only
+    ``vigor_cli.sandbox.lifeline`` (a math grading child) does not load the pool."""
+    if name in _FROM_POOL:
+        from vigor_cli.sandbox import pool
+        return getattr(pool, name)
+    if name in _FROM_LIMITS:
+        from vigor_cli.sandbox import limits
+        return getattr(limits, name)
+    raise AttributeError(f"module 'vigor_cli.sandbox' has no attribute {name!r}")

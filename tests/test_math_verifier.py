@@ -120,14 +120,14 @@ def test_percent_guard_cost_is_known():
 
 
 def test_gold_parsed_once_per_process():
-    from vigor_cli.verifiers import math as vmath
+    from vigor_cli.verifiers import math_grade
 
-    vmath._gold_cache.clear()
+    math_grade._gold_cache.clear()
     gold = r"\frac{\sqrt{7}}{9}"  # not a plain number: the fast path does not take it
     grade(gold, r"\boxed{\sqrt7/9}")
-    first = vmath._gold_cache[gold]
+    first = math_grade._gold_cache[gold]
     grade(gold, r"\boxed{0.293972}")
-    assert vmath._gold_cache[gold] is first and len(vmath._gold_cache) == 1
+    assert math_grade._gold_cache[gold] is first and len(math_grade._gold_cache) == 1
 
 
 def test_base_guard_only_reads_numbers_with_a_base():
@@ -203,7 +203,7 @@ def test_dead_worker_is_an_error_verdict_not_a_crash():
 
 
 def test_worker_turns_exceptions_into_error_verdicts():
-    from vigor_cli.verifiers.math import _Zygote
+    from vigor_cli.verifiers.math_pool import _Zygote
 
     zygote = _Zygote(1 << 30)
     parent, proc = zygote.fork()
@@ -417,10 +417,10 @@ def test_problem_text_reaches_workers_and_multi_answer_grading():
     ],
 )
 def test_plain_number_fast_path_agrees_with_full_grading(gold, completion, monkeypatch):
-    from vigor_cli.verifiers import math as vmath
+    from vigor_cli.verifiers import math_grade
 
     quick = grade(gold, completion)
-    monkeypatch.setattr(vmath, "_fast_grade", lambda *a: None)
+    monkeypatch.setattr(math_grade, "fast_grade", lambda *a: None)
     full = grade(gold, completion)
     assert quick.reward == full.reward, (quick, full)
 
@@ -435,16 +435,16 @@ def test_grade_forked_enforces_the_limit_and_goes_on():
 def test_grade_forked_turns_a_dead_child_into_an_error_verdict(monkeypatch):
     """The child grading a case is killed (SIGKILL, as the kernel's OOM killer would): that
     case is an error verdict, and a fresh child grades the cases after it."""
-    from vigor_cli.verifiers import math as vmath
+    from vigor_cli.verifiers import math_pool
 
-    real = vmath.grade_any
+    real = math_pool.grade_any
 
     def dies_on_marker(gold, completion, problem=None):
         if completion == "die here":
             os.kill(os.getpid(), signal.SIGKILL)  # runs in the forked child, which inherits the patch
         return real(gold, completion, problem)
 
-    monkeypatch.setattr(vmath, "grade_any", dies_on_marker)
+    monkeypatch.setattr(math_pool, "grade_any", dies_on_marker)
     start = time.monotonic()
     verdicts = grade_forked([("2", r"\boxed{x^2}"), ("2", "die here"), ("2", r"\boxed{2+0}")], timeout_s=30)
     assert [(v.reward, v.reason) for v in verdicts] == [

@@ -1,29 +1,88 @@
 """The `vigor` command line: thin wrappers; each command lives in vigor_cli/commands/.
 
-Command modules import heavy libraries (torch, transformers) inside their
-functions, so `vigor --help` stays fast.
+Each command's module is imported only when that command runs (:data:`COMMANDS`), so a
+one-shot command such as ``vigor verify math`` does not pay for the imports of training and
+evaluation; ``vigor --help`` (and :data:`app`) loads them all. Typer itself is imported after
+a command's early start (:data:`EARLY_STARTS`) has had its chance to begin work in another
+process. Command modules import heavy libraries (torch, transformers) inside their functions.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-import typer
-import typer.core
-
-from vigor_cli.commands import eval as eval_cmd
-from vigor_cli.commands import export as export_cmd
-from vigor_cli.commands import inspect as inspect_cmd
-from vigor_cli.commands import make_tiny as make_tiny_cmd
-from vigor_cli.commands import probe as probe_cmd
-from vigor_cli.commands import report as report_cmd
-from vigor_cli.commands import simulate as simulate_cmd
-from vigor_cli.commands import train as train_cmd
-from vigor_cli.commands import verify as verify_cmd
-from vigor_cli.console import err_console, shown
 from vigor_cli.errors import EXIT_SIGINT, EXIT_USER, user_message
-from vigor_cli.user_code import left_running
+
+if TYPE_CHECKING:
+    import typer
+
+
+def _train():
+    from vigor_cli.commands import train
+    return train.train
+
+
+def _eval():
+    from vigor_cli.commands import eval as eval_cmd
+    return eval_cmd.evaluate
+
+
+def _inspect():
+    from vigor_cli.commands import inspect
+    return inspect.inspect_allocation
+
+
+def _report():
+    from vigor_cli.commands import report
+    return report.report
+
+
+def _simulate():
+    from vigor_cli.commands import simulate
+    return simulate.simulate
+
+
+def _verify():
+    from vigor_cli.commands import verify
+    return verify.build_app
+
+
+def _make_tiny():
+    from vigor_cli.commands import make_tiny
+    return make_tiny.make_tiny
+
+
+def _probe():
+    from vigor_cli.commands import probe
+    return probe.probe
+
+
+def _export():
+    from vigor_cli.commands import export
+    return export.export
+
+
+COMMANDS: dict[str, Callable[[], Callable]] = {
+    "train": _train, "eval": _eval, "inspect-allocation": _inspect, "report": _report,
+    "simulate": _simulate, "verify": _verify, "make-tiny": _make_tiny, "probe": _probe,
+    "export": _export,
+}
+"""Command name -> a loader returning its function (or, for a group, a builder of its Typer
+app that takes the subcommand to load, None for all)."""
+
+GROUPS = frozenset({"verify"})
+
+
+def _start_math_grader() -> None:
+    from vigor_cli.verifiers.math_pool import prestart
+    prestart()
+
+
+EARLY_STARTS: dict[tuple[str, str | None], Callable[[], None]] = {("verify", "math"): _start_math_grader}
+"""(command, subcommand) -> work to start before the command line framework loads: ``vigor
+verify math`` forks its grading child first, which imports Math-Verify while Typer loads."""
 
 
 def _switches_take_no_type(params: list[Any]) -> list[Any]:
@@ -35,54 +94,83 @@ def _switches_take_no_type(params: list[Any]) -> list[Any]:
     return params
 
 
-class Command(typer.core.TyperCommand):
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _switches_take_no_type(super().get_params(ctx))
+@functools.lru_cache(maxsize=1)
+def _classes() -> tuple[type, type]:
+    """(Command, Group): Typer's command and group classes whose --help shows no type beside a
+    switch; made on first use, so Typer loads only once a command needs it."""
+    import typer.core
 
+    class Command(typer.core.TyperCommand):
+        def get_params(self, ctx: Any) -> list[Any]:
+            return _switches_take_no_type(super().get_params(ctx))
 
-class Group(typer.core.TyperGroup):
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _switches_take_no_type(super().get_params(ctx))
+    class Group(typer.core.TyperGroup):
+        def get_params(self, ctx: Any) -> list[Any]:
+            return _switches_take_no_type(super().get_params(ctx))
 
+    return Command, Group
 
-app = typer.Typer(
-    name="vigor",
-    help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"show_default": True},  # every option's default in --help
-    rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
-    cls=Group,
-)
 
 def _version(value: bool) -> None:
     if value:
+        import typer
+
         from vigor_cli import __version__
 
         typer.echo(f"vigor {__version__}")
         raise typer.Exit()
 
 
-@app.callback()
-def _main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print vigor's version and exit.")] = False,
-) -> None:
-    """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
+def build_app(command: str | None = None, subcommand: str | None = None) -> "typer.Typer":
+    """The Typer app with every command, or with only ``command`` (and, for a group, only its
+    ``subcommand``): what one run of ``vigor`` needs."""
+    import typer
+
+    command_cls, group_cls = _classes()
+
+    def _main(  # the default carries the option: an annotation naming typer would be resolved in this
+        version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,  # module's globals
+                                     help="Print vigor's version and exit."),
+    ) -> None:
+        """GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR)."""
+
+    built = typer.Typer(
+        name="vigor",
+        help="GRPO post-training on one GPU with variance-guided rollout allocation (VIGOR).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"show_default": True},  # every option's default in --help
+        rich_markup_mode="rich",  # help text is rich markup whatever typer version is installed
+        cls=group_cls,
+    )
+    built.callback()(_main)
+    for name, load in COMMANDS.items():
+        if command is not None and name != command:
+            continue
+        if name in GROUPS:
+            group = load()(subcommand)
+            for sub in group.registered_commands:
+                sub.cls = command_cls
+            built.add_typer(group, name=name, cls=group_cls)
+        else:
+            built.command(name, cls=command_cls)(load())
+    return built
 
 
-app.command("train", cls=Command)(train_cmd.train)
-app.command("eval", cls=Command)(eval_cmd.evaluate)
-app.command("inspect-allocation", cls=Command)(inspect_cmd.inspect_allocation)
-app.command("report", cls=Command)(report_cmd.report)
-app.command("simulate", cls=Command)(simulate_cmd.simulate)
-for sub in verify_cmd.app.registered_commands:
-    sub.cls = Command
-app.add_typer(verify_cmd.app, name="verify", cls=Group)
-app.command("make-tiny", cls=Command)(make_tiny_cmd.make_tiny)
-app.command("probe", cls=Command)(probe_cmd.probe)
-app.command("export", cls=Command)(export_cmd.export)
+def __getattr__(name: str):
+    if name == "app":  # the whole app, built on first use (tests and tools that list commands)
+        globals()["app"] = build_app()
+        return globals()["app"]
+    raise AttributeError(name)
+
+
+def _selected(args: list[str]) -> tuple[str | None, str | None]:
+    """(command, subcommand) named at the front of ``args``, when known; else (None, None)."""
+    if not args or args[0] not in COMMANDS:
+        return None, None
+    sub = args[1] if args[0] in GROUPS and len(args) > 1 and not args[1].startswith("-") else None
+    return args[0], sub
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,13 +181,28 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _run(argv)
     finally:
-        for line in left_running():
-            err_console.print(f"warning: {shown(line)}", style="yellow", highlight=False, soft_wrap=True)
+        from vigor_cli.user_code import left_running
+
+        lines = left_running()
+        if lines:
+            from vigor_cli.console import err_console, shown
+
+            for line in lines:
+                err_console.print(f"warning: {shown(line)}", style="yellow", highlight=False, soft_wrap=True)
 
 
 def _run(argv: list[str] | None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    selected = _selected(args)
+    early = EARLY_STARTS.get(selected)
+    if early is not None and "--help" not in args:
+        early()
+    import typer
+
+    from vigor_cli.console import err_console, shown
+
     try:
-        code = app(args=argv, prog_name="vigor", standalone_mode=False)
+        code = build_app(*selected)(args=args, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
