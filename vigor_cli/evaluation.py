@@ -51,6 +51,22 @@ class SampleResult:
     reason: str
     truncated: bool
     tokens: int
+    first_reward: float | None = None
+    """An episode under an environment whose turns are attempts: its first attempt's reward."""
+    episode: dict | None = None
+    """An episode: its turns, how it ended and its messages (episodes.base.episode_record)."""
+
+    def to_json(self) -> dict:
+        """As a sample of ``eval/step-<N>.json``: the episode keys only for an episode."""
+        out = asdict(self)
+        for key in ("first_reward", "episode"):
+            if out[key] is None:
+                del out[key]
+        return out
+
+
+EPISODE_TEXT_CHARS = 2000
+"""Characters kept of each message of an episode in an evaluation's samples."""
 
 
 @dataclass
@@ -80,7 +96,25 @@ class EvalResult:
                 by_uid[s.uid].append(s.reward)
         out = summarize_problems(list(by_uid.values()))
         out["unscored"] = self.unscored
+        firsts = [s.first_reward for s in self.samples if s.first_reward is not None]
+        if firsts:  # an environment of attempts: the first attempt alone, beside after its answers
+            first_by_uid: dict[str, list[float]] = {}
+            for s in self.samples:
+                if s.first_reward is not None:
+                    first_by_uid.setdefault(s.uid, []).append(s.first_reward)
+            out["first_attempt"] = summarize_problems(list(first_by_uid.values()))
         return out
+
+    def first_attempt_accuracy(self) -> float | None:
+        """As :attr:`accuracy`, of the episodes' first attempts alone (None: not episodes of
+        attempts)."""
+        by_uid: dict[str, list[float]] = {}
+        for s in self.samples:
+            if s.first_reward is not None:
+                by_uid.setdefault(s.uid, []).append(s.first_reward)
+        if not by_uid:
+            return None
+        return sum(sum(r) / len(r) for r in by_uid.values()) / len(by_uid)
 
     def to_json(self) -> dict:
         return {
@@ -90,7 +124,7 @@ class EvalResult:
             "examples": len(self.per_example),
             "per_example": self.per_example,
             "metrics": self.metrics(),
-            "samples": [asdict(s) for s in self.samples],
+            "samples": [s.to_json() for s in self.samples],
         }
 
 
@@ -141,16 +175,18 @@ def evaluate_examples(
     sampling: SamplingParams,
     set_name: str = "default",
     progress: Progress | bool = True,
+    episodes: Any = None,
 ) -> EvalResult:
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
 
     ``progress``: True prints a line on stderr every :data:`PROGRESS_EVERY_S` seconds while
     it runs (:class:`ProgressLines`); a callable gets (problems done, total, seconds) after
     each chunk of :data:`CHUNK_SAMPLES` samples instead; False is silent (a caller with its
-    own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``."""
+    own bar). Chunk 0 samples with ``sampling.seed``, chunk c with ``seed + c``. ``episodes``
+    (a run's episode loop, vigor_cli/episodes/loop.py) makes each sample an episode."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [])
-    per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
+    per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress, episodes)
     samples: list[SampleResult] = []
     per_example: dict[str, float] = {}
     for ex, results in zip(examples, per_sample):
@@ -163,19 +199,22 @@ def evaluate_examples(
 
 
 def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                     sampling: SamplingParams, set_name: str, progress: Progress | bool = True) -> list[list[SampleResult]]:
+                     sampling: SamplingParams, set_name: str, progress: Progress | bool = True,
+                     episodes: Any = None) -> list[list[SampleResult]]:
     """Each example's n scored samples, generated and graded in chunks of :data:`CHUNK_SAMPLES`
     samples, with ``progress`` reported after each (see :func:`evaluate_examples`)."""
     if progress is True:
         with ProgressLines(set_name, len(examples), n) as lines:
-            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines)
+            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines, episodes)
     per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
     start = time.time()
     out: list[list[SampleResult]] = []
     for c, i in enumerate(range(0, len(examples), per_chunk)):
         params = sampling if c == 0 or sampling.seed is None else SamplingParams(
             sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed + c)
-        out += _evaluate_chunk(engine, task, tokenizer, examples[i:i + per_chunk], n, params, set_name)
+        chunk = examples[i:i + per_chunk]
+        out += (_evaluate_chunk(engine, task, tokenizer, chunk, n, params, set_name) if episodes is None
+                else _evaluate_episodes(episodes, task, chunk, n, params, set_name))
         if progress:
             progress(len(out), len(examples), time.time() - start)
     return out
@@ -203,6 +242,35 @@ def _evaluate_chunk(engine: RolloutEngine, task: Task, tokenizer: Any, examples:
     return out
 
 
+def _evaluate_episodes(runner: Any, task: Task, examples: Sequence[Example], n: int, sampling: SamplingParams,
+                       set_name: str) -> list[list[SampleResult]]:
+    """:func:`_evaluate_chunk` with episodes: each sample an episode of ``runner``, scored once
+    it ended; an environment of attempts also has each episode's first attempt graded alone."""
+    from vigor_cli.episodes.base import episode_record
+    from vigor_cli.episodes.scoring import EpisodeScorer
+
+    outs = runner.run(list(examples), [n] * len(examples), sampling)
+    flat_examples = [ex for ex, eps in zip(examples, outs) for _ in eps]
+    flat = [ep for eps in outs for ep in eps]
+    scorer = EpisodeScorer(task, runner.env)
+    try:
+        firsts = scorer.first_attempts(flat_examples, flat) if runner.env.attempts else [None] * len(flat)
+        scores = scorer.score(flat_examples, flat)
+    except UserError as e:
+        raise UserError(f"evaluation of {set_name}: {e}") from None
+    found = iter(zip(scores, firsts))
+    out = []
+    for ex, eps in zip(examples, outs):
+        results = []
+        for i, ep in enumerate(eps):
+            s, first = next(found)
+            reward = None if s.reward is None else float(s.reward)
+            results.append(SampleResult(ex.uid, i, ep.text, reward, s.reason, ep.truncated, ep.model_tokens,
+                                        first, episode_record(ep, EPISODE_TEXT_CHARS)))
+        out.append(results)
+    return out
+
+
 # --------------------------------------------------------------------------- over several processes
 @dataclass(frozen=True)
 class Shard:
@@ -215,7 +283,7 @@ class Shard:
 
 
 def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                   sampling: SamplingParams, set_name: str, shard: Shard) -> EvalResult:
+                   sampling: SamplingParams, set_name: str, shard: Shard, episodes: Any = None) -> EvalResult:
     """:func:`evaluate_examples` on this process's share, every share gathered: each process
     gets the whole result. Every process generates for the same number of prompts (a short
     share repeats an example and drops the copy): engines that shard their weights (ZeRO-3,
@@ -224,7 +292,7 @@ def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: 
     slots = -(-len(examples) // shard.world)
     padded = [examples[i] for i in indices]
     padded += [examples[indices[0] if indices else 0]] * (slots - len(padded))
-    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name).samples
+    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name, episodes=episodes).samples
     done = sorted(shard.gather([(i, local[k * n:(k + 1) * n]) for k, i in enumerate(indices)]), key=lambda p: p[0])
     samples = [s for _, results in done for s in results]
     per_example: dict[str, float] = {}
@@ -254,11 +322,21 @@ class HeldOut:
                 "sets": {name: r.to_json() for name, r in self.results.items()}}
 
     def line(self, rollouts: int, tokens: int) -> dict:
-        return eval_line(self.step, self.accuracy, {n: r.accuracy for n, r in self.results.items()},
+        line = eval_line(self.step, self.accuracy, {n: r.accuracy for n, r in self.results.items()},
                          sum(len(r.samples) for r in self.results.values()), rollouts, tokens)
+        for name, first in self.first_attempts().items():  # episodes of attempts: before the answers
+            line[f"eval/{name}/first_attempt"] = first
+        return line
+
+    def first_attempts(self) -> dict[str, float]:
+        """Set -> accuracy of the first attempts alone (sets of episodes of attempts only)."""
+        found = {n: r.first_attempt_accuracy() for n, r in self.results.items()}
+        return {n: a for n, a in found.items() if a is not None}
 
     def describe(self) -> str:
-        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in self.results.items())
+        firsts = self.first_attempts()
+        sets = "  ".join(f"{n} {r.accuracy:.3f}" + (f" (first attempt {firsts[n]:.3f})" if n in firsts else "")
+                         for n, r in self.results.items())
         if "custom" in self.results:  # your own rewards: a mean reward (weighted, partial credit), not a pass rate
             passed = self.results["custom"].metrics()["pass@k"].get("1")
             shown = "" if passed is None else f", pass@1 {passed:.3f}"
@@ -276,12 +354,14 @@ def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, ma
 
 
 def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
-                  n: int, sampling: SamplingParams, step: int, shard: Shard | None = None) -> HeldOut:
-    """Every held-out set of a training run at ``step`` (both trainers call this)."""
+                  n: int, sampling: SamplingParams, step: int, shard: Shard | None = None,
+                  episodes: Any = None) -> HeldOut:
+    """Every held-out set of a training run at ``step`` (both trainers call this); with
+    ``episodes`` (task.env's loop) each sample is an episode."""
     if shard is None:
-        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name)
+        return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name, episodes=episodes)
                               for name, exs in sets.items()})
-    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard)
+    return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard, episodes)
                           for name, exs in sets.items()})
 
 

@@ -163,19 +163,20 @@ def load_reward(spec: str, *, workers: int = 0, code_reward: str = "full", allow
     return BUILTINS[spec](workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox)
 
 
-def import_function(spec: str) -> Callable:
-    """The function ``func`` of ``path.py:func``, its file imported under a private module name."""
+def import_function(spec: str, flag: str = "--reward") -> Callable:
+    """The function ``func`` of ``path.py:func``, its file imported under a private module name
+    (errors name ``flag``: ``--reward``, or ``--env`` for an environment class)."""
     path_text, _, func_name = spec.rpartition(":")
     path = Path(path_text).expanduser()
     if not path.is_file():
-        raise UserError(f"--reward {spec}: {path} not found" if not path.exists() else f"--reward {spec}: {path} is not a file")
+        raise UserError(f"{flag} {spec}: {path} not found" if not path.exists() else f"{flag} {spec}: {path} is not a file")
     resolved = path.resolve()
     module_name = "vigor_user_reward_" + hashlib.sha1(str(resolved).encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)
     if module is None:
         loader_spec = importlib.util.spec_from_file_location(module_name, resolved)
         if loader_spec is None or loader_spec.loader is None:
-            raise UserError(f"--reward {spec}: cannot import {path}")
+            raise UserError(f"{flag} {spec}: cannot import {path}")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module  # dataclasses and pickling inside the file look it up
         try:
@@ -183,15 +184,15 @@ def import_function(spec: str) -> Callable:
         except Exception as e:  # the user's file: any error while importing it
             sys.modules.pop(module_name, None)
             where = _user_frame(e, resolved)
-            raise UserError(f"--reward {spec}: importing {path} failed{where}: {type(e).__name__}: "
+            raise UserError(f"{flag} {spec}: importing {path} failed{where}: {type(e).__name__}: "
                             f"{_first_line(e)}") from None
     func = getattr(module, func_name, None)
     if func is None:
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
                          and getattr(v, "__module__", None) == module_name)
-        raise UserError(f"--reward {spec}: {path} has no function '{func_name}' (functions: {', '.join(defined) or 'none'})")
+        raise UserError(f"{flag} {spec}: {path} has no function '{func_name}' (functions: {', '.join(defined) or 'none'})")
     if not callable(func):
-        raise UserError(f"--reward {spec}: '{func_name}' in {path} is a {type(func).__name__}, not a function")
+        raise UserError(f"{flag} {spec}: '{func_name}' in {path} is a {type(func).__name__}, not a function")
     return func
 
 

@@ -37,6 +37,8 @@ class TrainData:
     memory_plan: Any
     dropped: int = 0
     """Training prompts left out for being longer than task.max_prompt_tokens."""
+    env: Any = None
+    """task.env's environment (vigor_cli/episodes/), None without one."""
 
 
 def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
@@ -61,22 +63,36 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
             eval_sets[name or cfg.task.name] = exs[: t.eval_limit] if t.eval_limit else exs
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out)
+        env = make_env(cfg, task, tokenizer)
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, env=env)
     except BaseException:
         task.close()
         raise
-    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples))
+    return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples), env)
+
+
+def make_env(cfg: RunConfig, task: Any, tokenizer: Any) -> Any:
+    """task.env's environment (None without one), made before any weights load: a bad
+    environment file fails here."""
+    if cfg.task.env is None:
+        return None
+    from vigor_cli.episodes.registry import make_environment
+
+    return make_environment(cfg.task, task, tokenizer)
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
-                   out: Any, enough: bool = True) -> tuple[dict[str, Example], dict[str, list[int]]]:
-    """The training prompts' token ids; prompts over task.max_prompt_tokens are dropped
-    (``enough``: refuse when fewer than a step's prompts remain)."""
+                   out: Any, enough: bool = True, env: Any = None) -> tuple[dict[str, Example], dict[str, list[int]]]:
+    """The training prompts' token ids (as ``env`` shows them: its tools); prompts over
+    task.max_prompt_tokens are dropped (``enough``: refuse when fewer than a step's prompts remain)."""
+    from vigor_cli.episodes.messages import render_prompt
+
     examples: dict[str, Example] = {}
     prompt_ids: dict[str, list[int]] = {}
     dropped = 0
     for ex in train_examples:
-        ids = encode_prompt(tokenizer, task.render_prompt(ex, tokenizer))
+        text = task.render_prompt(ex, tokenizer) if env is None else render_prompt(task, ex, tokenizer, env)
+        ids = encode_prompt(tokenizer, text)
         if len(ids) > cfg.task.max_prompt_tokens:
             dropped += 1
             continue

@@ -10,12 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vigor_cli.episodes.base import Episode, episode_record
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.rollout_core import Sample
 from vigor_cli.tasks.base import Example
 
 COMPLETIONS_SHOWN = 4
 """Completions per console table and per completions.jsonl entry."""
+EPISODE_TEXT_CHARS = 2000
+"""Characters kept of each message of an episode in episodes.jsonl and completions.jsonl."""
 
 
 @dataclass
@@ -27,6 +30,8 @@ class StepLog:
     record: dict = field(default_factory=dict)
     alerts: list[Any] = field(default_factory=list)
     """Health conditions that speak after this step (vigor_cli/health.py)."""
+    episodes: list[dict] = field(default_factory=list)
+    """Every episode of the step, turn by turn (episodes.jsonl; empty without an environment)."""
 
 
 class TrainLog:
@@ -46,6 +51,8 @@ class TrainLog:
         if self.trackers is not None:
             self.trackers.log_metrics(m)
         self.rundir.append("allocation.jsonl", log.record)
+        if log.episodes:
+            self.rundir.append_many("episodes.jsonl", log.episodes)
         self.weight_check(m["step"], weight_check)
         self.out.print(
             f"step {m['step']:>4}  reward {m['reward/mean']:.3f}{reward_parts(m)}  zero-var {m['groups/zero_var_frac']:.2f}  "
@@ -59,7 +66,8 @@ class TrainLog:
             shown = log.samples[:: max(1, len(log.samples) // COMPLETIONS_SHOWN)][:COMPLETIONS_SHOWN]
             rows = [
                 {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
-                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage}
+                 "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage,
+                 **(episode_record(s.rollout, EPISODE_TEXT_CHARS) if isinstance(s.rollout, Episode) else {})}
                 for s in shown
             ]
             self.rundir.append_many("completions.jsonl", rows)
@@ -87,6 +95,15 @@ class TrainLog:
         elif wc.status != self._last_check_status and wc.status not in ("no-tokens", "unchecked"):
             self.out.print(f"[dim]weight check, step {step}: {wc.describe()}[/]", highlight=False)
         self._last_check_status = wc.status
+
+
+def episode_lines(step: int, samples: Sequence[Sample]) -> list[dict]:
+    """episodes.jsonl's lines of a step: every episode generated, in generation order, with
+    its prompt, round, reward and whether the update used it (docs/episodes.md)."""
+    return [{"step": step, "uid": s.uid, "index": s.index, "round": s.round + 1, "reward": s.reward,
+             "reason": s.reason, "in_update": s.in_update, "advantage": s.advantage,
+             **episode_record(s.rollout, EPISODE_TEXT_CHARS)}
+            for s in samples if isinstance(s.rollout, Episode)]
 
 
 def reward_parts(metrics: Mapping[str, Any]) -> str:

@@ -64,6 +64,8 @@ def resolve_config(path: Path) -> Path:
 
 OWN_TASK = "Your own task"
 """The help panel of the flags that describe the user's own task (task 'custom')."""
+EPISODES = "Episodes (an environment answers)"
+"""The help panel of the flags of multi-turn episodes (task.env)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,9 @@ FLAGS: tuple[Flag, ...] = (
     Flag("--prompt-template", "task.prompt_template", panel=OWN_TASK),
     Flag("--prompt-field", "task.fields.prompt", panel=OWN_TASK),
     Flag("--answer-field", "task.fields.answer", panel=OWN_TASK),
+    # an environment that answers the model's turns (docs/episodes.md)
+    Flag("--env", "task.env", panel=EPISODES),
+    Flag("--max-turns", "task.max_turns", panel=EPISODES),
 )
 """Every option of `vigor train` that sets a config key, in help order (the other options,
 --config, --set, --resume and --dry-run, are in ``train``'s own signature below)."""

@@ -59,6 +59,12 @@ class Task(ABC):
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         """Score ``completions[i]`` against ``examples[i]``; may run in parallel."""
 
+    def follow_up(self, text: str) -> str:
+        """A later user message (an environment's answer in an episode) as plain text, for a
+        tokenizer without a chat template: as the task writes its questions (default: the
+        text and a newline)."""
+        return f"{text}\n"
+
     def close(self) -> None:
         """Release worker pools."""
 

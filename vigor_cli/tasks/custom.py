@@ -184,14 +184,20 @@ class CustomTask(Task):
                                              **template_kwargs(tokenizer))
 
     # ---- reward
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+    def score(self, examples: Sequence[Example], completions: Sequence[Any],
+              columns: dict[str, list] | None = None) -> list[Score]:
+        """The weighted sum of the reward functions per completion. A completion is text, or
+        already a message list (an episode's exchange); ``columns`` are more keyword arguments
+        for the functions, one value per completion (an episode's ``environments``)."""
         from vigor_cli.rewards import combine
 
         prompts = [ex.meta["prompt"] for ex in examples]
-        shown = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c
+        shown = [c if isinstance(c, list) else [{"role": "assistant", "content": c}] if isinstance(p, list) else c
                  for p, c in zip(prompts, completions)]
+        extra = dict(columns or {})
         keys = list(dict.fromkeys(k for ex in examples for k in ex.meta["columns"]))
         columns = {k: [ex.meta["columns"].get(k) for ex in examples] for k in keys}
+        columns.update(extra)
         per = [reward.scores(prompts, shown, columns) for reward in self.rewards]
         totals = combine([[s.reward for s in scores] for scores in per], self.weights)
         out = []
