@@ -194,7 +194,7 @@ class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, math, code, and custom (your own data and rewards: "
+        "tiny-code, tiny-facts, tiny-ladder, tiny-guess, math, code, and custom (your own data and rewards: "
         "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
         "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
@@ -289,7 +289,7 @@ class TaskConfig(_Section):
     rewards: list[str] = Field(
         default_factory=list,
         description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
-        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder) or FILE.py:FUNC, a function "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder, tiny-guess) or FILE.py:FUNC, a function "
         "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
         "cannot score). User code runs in the trainer's process.",
     )

@@ -125,7 +125,11 @@ def dry_run_health(cfg: RunConfig, out: Any) -> list[str]:
         except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
             return [f"the checks before the first step read the training data, which is not here: {e}"]
         tokenizer = load_tokenizer(cfg.model)
-        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False)
+        env = make_env(cfg, task, tokenizer)  # a bad environment file fails here
+        if env is not None:
+            out.print(f"environment: {env.describe()}; at most {cfg.task.max_turns} model turns and "
+                      f"{cfg.completion_tokens()} tokens per episode", markup=False, highlight=False, soft_wrap=True)
+        examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, out, enough=False, env=env)
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)
         context = cfg.engine.max_model_len or model_shape(cfg.model).max_positions
         return health.run_preflight(cfg, task, tokenizer, examples, prompts,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from vigor_cli.episodes.base import Episode, episode_record
+from vigor_cli.episodes.base import episode_record, is_episode
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.rollout_core import Sample
 from vigor_cli.tasks.base import Example
@@ -67,7 +67,7 @@ class TrainLog:
             rows = [
                 {"step": m["step"], "uid": s.uid, "prompt": self.examples[s.uid].question,
                  "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage,
-                 **(episode_record(s.rollout, EPISODE_TEXT_CHARS) if isinstance(s.rollout, Episode) else {})}
+                 **(episode_record(s.rollout, EPISODE_TEXT_CHARS) if is_episode(s.rollout) else {})}
                 for s in shown
             ]
             self.rundir.append_many("completions.jsonl", rows)
@@ -100,10 +100,14 @@ class TrainLog:
 def episode_lines(step: int, samples: Sequence[Sample]) -> list[dict]:
     """episodes.jsonl's lines of a step: every episode generated, in generation order, with
     its prompt, round, reward and whether the update used it (docs/episodes.md)."""
-    return [{"step": step, "uid": s.uid, "index": s.index, "round": s.round + 1, "reward": s.reward,
-             "reason": s.reason, "in_update": s.in_update, "advantage": s.advantage,
-             **episode_record(s.rollout, EPISODE_TEXT_CHARS)}
-            for s in samples if isinstance(s.rollout, Episode)]
+    lines = []
+    for s in samples:
+        episode = s.episode if s.episode is not None else s.rollout  # the TRL path: a gathered summary
+        if is_episode(episode):
+            lines.append({"step": step, "uid": s.uid, "index": s.index, "round": s.round + 1, "reward": s.reward,
+                          "reason": s.reason, "in_update": s.in_update, "advantage": s.advantage,
+                          **episode_record(episode, EPISODE_TEXT_CHARS)})
+    return lines
 
 
 def reward_parts(metrics: Mapping[str, Any]) -> str:

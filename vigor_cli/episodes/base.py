@@ -80,6 +80,30 @@ class Episode(Rollout):
 
 
 @dataclass
+class EpisodeSummary:
+    """What the run's metrics and logs read of an episode (an :class:`Episode` has the same
+    attributes): the TRL path gathers these from every process."""
+
+    turns: int
+    model_tokens: int
+    env_tokens: int
+    ended: str
+    error: str | None = None
+    messages: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, episode: Episode, text_limit: int) -> "EpisodeSummary":
+        record = episode_record(episode, text_limit)
+        return cls(record["turns"], record["model_tokens"], record["env_tokens"], record["ended"],
+                   record["error"], record["messages"])
+
+
+def is_episode(rollout: Any) -> bool:
+    """An :class:`Episode` or an :class:`EpisodeSummary`."""
+    return isinstance(rollout, (Episode, EpisodeSummary))
+
+
+@dataclass
 class Reply:
     """An environment's answer to one episode's latest model turn."""
 
@@ -125,6 +149,13 @@ class Environment(ABC):
         """Answer each episode's latest model turn (``episode.text``); ``last``: no turn
         follows (answer with the end)."""
 
+    summary: str = ""
+    """What it does, in a few words (a built-in's registry entry)."""
+
+    def describe(self) -> str:
+        """One line on what the environment is (`vigor train --dry-run` prints it)."""
+        return f"{self.name} (built-in): {self.summary}" if self.summary else self.name
+
     def scoring_example(self, example: Any) -> Any:
         """The example the task grades the episode's final turn against (default: as is)."""
         return example
@@ -153,7 +184,7 @@ class Environment(ABC):
 def episode_metrics(rollouts: Sequence[Any]) -> dict[str, float]:
     """The episode half of a step's metrics.jsonl line (empty when no rollout is an episode):
     model turns per episode, model and environment tokens, and how many ended each way."""
-    episodes = [r for r in rollouts if isinstance(r, Episode)]
+    episodes = [r for r in rollouts if is_episode(r)]
     if not episodes:
         return {}
     n = len(episodes)
@@ -168,7 +199,7 @@ def episode_metrics(rollouts: Sequence[Any]) -> dict[str, float]:
     }
 
 
-def episode_record(episode: Episode, text_limit: int) -> dict:
+def episode_record(episode: Any, text_limit: int) -> dict:
     """An episode as its lines in the run's files show it: turns, tokens, how it ended, and
     its messages (each message's text cut at ``text_limit`` characters)."""
     def cut(message: dict) -> dict:

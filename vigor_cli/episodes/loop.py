@@ -42,8 +42,10 @@ class EpisodeRunner:
     episode's prompt ids (the example's own, or with the observation its reset returned)."""
 
     def __init__(self, engine: Any, env: Environment, fmt: MessageFormat, limits: EpisodeLimits,
-                 prompt_of: Callable[[Any, str | None], list[int]]):
+                 prompt_of: Callable[[Any, str | None], list[int]], keep_prompts: bool = False):
         self.engine, self.env, self.fmt, self.limits, self.prompt_of = engine, env, fmt, limits, prompt_of
+        self.keep_prompts = keep_prompts
+        """Every episode keeps its prompt ids (the TRL path hands them to TRL's loss)."""
 
     def run(self, examples: Sequence[Any], counts: Sequence[int], sampling: SamplingParams,
             prompt_ids: Sequence[Sequence[int]] | None = None) -> list[list[Episode]]:
@@ -61,6 +63,8 @@ class EpisodeRunner:
                 base = self.prompt_of(examples[i], start.observation)
                 if start.observation:
                     ep.prompt_ids = base
+            if self.keep_prompts:
+                ep.prompt_ids = base or []
             episodes.append(ep)
             prompts.append(base or [])
         turn = 0
@@ -68,6 +72,9 @@ class EpisodeRunner:
             turn += 1
             self._model_turn(episodes, prompts, active, sampling, turn)
             self._answer(episodes, [examples[owners[k]] for k in active], active, last=turn >= self.limits.max_turns)
+        finish = getattr(self.engine, "finish_turns", None)
+        if finish is not None:  # an engine whose processes generate in step (the TRL path's)
+            finish()
         self._check_systemic(episodes)
         grouped: list[list[Episode]] = [[] for _ in counts]
         for i, ep in zip(owners, episodes):

@@ -50,8 +50,8 @@ class MessageFormat:
                                                                          "arguments": {}}}]
         head = [{"role": "user", "content": "x"}, assistant]
         kwargs = template_kwargs(tok)
-        before = _ids(tok.apply_chat_template(head, tokenize=True, add_generation_prompt=False, **kwargs))
-        after = _ids(tok.apply_chat_template([*head, *messages], tokenize=True, add_generation_prompt=True, **kwargs))
+        before = token_ids(tok.apply_chat_template(head, tokenize=True, add_generation_prompt=False, **kwargs))
+        after = token_ids(tok.apply_chat_template([*head, *messages], tokenize=True, add_generation_prompt=True, **kwargs))
         ends = [i for i, t in enumerate(before) if t in self.stop_ids]
         if ends:
             before = before[: ends[-1] + 1]  # the turn ends at its stop token (what the model sampled)
@@ -61,7 +61,7 @@ class MessageFormat:
         return after[len(before):]
 
 
-def _ids(rendered: Any) -> list[int]:
+def token_ids(rendered: Any) -> list[int]:
     """``apply_chat_template(tokenize=True)``'s ids, whichever form it returns."""
     if hasattr(rendered, "keys") and "input_ids" in rendered:
         rendered = rendered["input_ids"]

@@ -113,7 +113,10 @@ def make_environment(task_cfg: Any, task: Any, tokenizer: Any) -> Environment:
     except ValueError as e:
         raise UserError(str(e)) from None
     if not is_file_spec(spec):
-        return ENVIRONMENTS[spec].build(task, task_cfg, tokenizer)
+        entry = ENVIRONMENTS[spec]
+        env = entry.build(task, task_cfg, tokenizer)
+        env.summary = entry.summary
+        return env
     from vigor_cli.episodes.tools import ToolEnvironment
     from vigor_cli.rewards import import_function
 

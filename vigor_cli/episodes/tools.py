@@ -48,9 +48,8 @@ RESERVED = ("reset", "get_reward")
 """Public methods that are not tools."""
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-PLAIN_TOOLS = ("You can call these tools, one JSON object per call: <tool_call>{{\"name\": NAME, "
-               "\"arguments\": {{...}}}}</tool_call>\n{schemas}\n\n")
-"""The tool list a prompt without chat template starts with."""
+PLAIN_TOOLS = "Tools (call one as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>):\n{tools}\n"
+"""The tool list a prompt without chat template starts with (a line per tool, :func:`tool_line`)."""
 
 
 class ToolCallError(ValueError):
@@ -133,6 +132,10 @@ class ToolEnvironment(Environment):
         self.schemas = tool_schemas(probe, spec)
         self.reward_name = self.name if callable(getattr(probe, "get_reward", None)) else None
         self.pool: list[Any] = [probe]
+
+    def describe(self) -> str:
+        own = f"; get_reward: its own reward, weight 1, logged as {self.reward_name}" if self.reward_name else ""
+        return f"{self.name} ({self.spec}): tools {', '.join(self.tools) or 'none'}{own}"
 
     def _make(self) -> Any:
         out = bounded_call(self.factory, self.timeout_s)
@@ -217,7 +220,15 @@ class ToolEnvironment(Environment):
     def prompt_text(self, text: str) -> str:
         if not self.schemas:
             return text
-        return PLAIN_TOOLS.format(schemas="\n".join(json.dumps(s) for s in self.schemas)) + text
+        return PLAIN_TOOLS.format(tools="\n".join(tool_line(s) for s in self.schemas)) + text
+
+
+def tool_line(schema: dict) -> str:
+    """A tool's schema as one line: ``guess(number: integer): Guess the hidden number.``"""
+    f = schema["function"]
+    props = f.get("parameters", {}).get("properties", {})
+    args = ", ".join(f"{name}: {p.get('type', 'any')}" for name, p in props.items())
+    return f"{f['name']}({args}): {f.get('description', '')}".rstrip(": ")
 
 
 def row_of(example: Any) -> dict:

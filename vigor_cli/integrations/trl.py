@@ -226,11 +226,13 @@ def check_agreement(digests: Sequence[int], step: int, round_index: int) -> None
 
 
 # --------------------------------------------------------------------------- verifiers
-def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
+def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[..., list[Any]]:
     """The task's Scores for a TRL reward call's completions: each distinct (uid, completion)
     of a training step graded once (a reward is a function of the two alone; repeats are
-    common, a sandbox run each for code), for every function of the task together."""
-    examples = {ex.uid: ex for ex in task.train_examples()}
+    common, a sandbox run each for code), for every function of the task together. Under an
+    environment an episode's final turn is graded against the example it names
+    (code-feedback: all of a training problem's tests)."""
+    examples = {ex.uid: ex if env is None else env.scoring_example(ex) for ex in task.train_examples()}
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
@@ -248,12 +250,12 @@ def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
     return scores
 
 
-def task_reward(task: Any, uid_column: str = "uid") -> Any:
+def task_reward(task: Any, uid_column: str = "uid", env: Any = None) -> Any:
     """A TRL reward function scoring with a vigor task's verifier (math, code: the real
     verifiers and sandbox): rows carry the example's uid in ``uid_column``; graded as `vigor
     train` grades (:func:`_graded_scores`). A completion the task cannot score gets None
     (TRL's convention)."""
-    scores = _graded_scores(task, uid_column)
+    scores = _graded_scores(task, uid_column, env)
 
     def reward(prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         return [None if s.reward is None else float(s.reward) for s in scores(prompts, completions, **kwargs)]
@@ -262,15 +264,15 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
     return reward
 
 
-def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable], list[float] | None]:
+def task_reward_funcs(task: Any, uid_column: str = "uid", env: Any = None) -> tuple[list[Callable], list[float] | None]:
     """The TRL reward functions of a task and their weights: one per reward function of a
     task that combines several (the custom task's ``--reward``s, each logged by TRL under its
     own name, weighted as ``--reward-weights``: TRL's weighted sum over the ones that scored
     is vigor's), else the task's verifier alone (:func:`task_reward`, weights None: TRL's)."""
     parts = [r.name for r in getattr(task, "rewards", [])]
     if len(parts) < 2:
-        return [task_reward(task, uid_column)], None
-    whole = task_reward_components(task, uid_column)
+        return [task_reward(task, uid_column, env)], None
+    whole = task_reward_components(task, uid_column, env)
     funcs = []
     for name in parts:
         def part(prompts: list, completions: list, _name: str = name, **kwargs: Any) -> list[float | None]:
@@ -281,10 +283,10 @@ def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable
     return funcs, list(task.weights)
 
 
-def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., list[dict]]:
+def task_reward_components(task: Any, uid_column: str = "uid", env: Any = None) -> Callable[..., list[dict]]:
     """Each completion's per-function values (``Score.components``), every distinct (uid,
     completion) of a step graded once for all the functions together."""
-    scores = _graded_scores(task, uid_column)
+    scores = _graded_scores(task, uid_column, env)
 
     def components(prompts: list, completions: list, **kwargs: Any) -> list[dict]:
         return [s.components for s in scores(prompts, completions, **kwargs)]
@@ -292,16 +294,18 @@ def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., 
     return components
 
 
-def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None) -> Any:
+def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None, env: Any = None) -> Any:
     """The task's training examples as a ``datasets.Dataset`` of (prompt, uid) rows, the
-    prompt rendered as ``vigor train`` renders it; longer prompts dropped as it does."""
+    prompt rendered as ``vigor train`` renders it (under an environment, with its tools);
+    longer prompts dropped as it does."""
     from datasets import Dataset
 
+    from vigor_cli.episodes.messages import render_prompt
     from vigor_cli.evaluation import encode_prompt
 
     rows = []
     for ex in task.train_examples():
-        text = task.render_prompt(ex, tokenizer)
+        text = task.render_prompt(ex, tokenizer) if env is None else render_prompt(task, ex, tokenizer, env)
         if max_prompt_tokens is None or len(encode_prompt(tokenizer, text)) <= max_prompt_tokens:
             rows.append({"prompt": text, "uid": ex.uid})
     return Dataset.from_list(rows)
@@ -367,6 +371,8 @@ class TRLRounds:
         """Per round, every rank's per-function rewards [ranks, width, functions], NaN for copies."""
         self._round: tuple | None = None
         self._where: tuple[int, int] = (0, 0)
+        self.failed = torch.zeros(0, dtype=torch.bool)
+        """Per rank and row of the round: an episode the environment failed (left unscored)."""
         self.texts: dict[Key, str] = {}
         """This rank's completion texts by row key."""
 
@@ -377,10 +383,11 @@ class TRLRounds:
         mine = [tr._row(key) for key, _ in chunks[self.rank]]
         out, measured = tr._generate_round(mine)
         width = len(chunks[0])
-        measured = measured.view(self.layout.ranks, width, 3).tolist()
+        measured = measured.view(self.layout.ranks, width, 4).tolist()
+        self.failed = torch.tensor([[bool(row[3]) for row in rank_rows] for rank_rows in measured])
         sizes: dict[Key, tuple[int, int, bool]] = {}
         for r, chunk in enumerate(chunks):
-            for (key, real), (prompt_len, completion_len, truncated) in zip(chunk, measured[r]):
+            for (key, real), (prompt_len, completion_len, truncated, _) in zip(chunk, measured[r]):
                 if real:
                     sizes[key] = (int(prompt_len), int(completion_len), bool(truncated))
                     self.layout.tokens[r] += int(prompt_len) + int(completion_len)
@@ -390,7 +397,8 @@ class TRLRounds:
         for (key, real), completion in zip(chunks[self.rank], out[3]):
             if real:  # this rank's completions, for the health checks that read text
                 self.texts[key] = _completion_text(completion)
-        return [Generated(key[0], key, sizes[key][1], sizes[key][2]) for key in keys]
+        episodes = tr.vigor_episodes.summaries(chunks, self.rank) if tr.vigor_episodes is not None else {}
+        return [Generated(key[0], key, sizes[key][1], sizes[key][2], episodes.get(key)) for key in keys]
 
     def score(self, generated: Sequence[Generated]) -> list[Score]:
         tr = self.tr
@@ -398,7 +406,8 @@ class TRLRounds:
         per_func = tr._score_round(mine, out)  # [ranks * width, functions], every rank's
         width = len(chunks[0])
         real = torch.tensor([[is_real for _, is_real in chunk] for chunk in chunks])
-        per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~real[..., None], float("nan"))
+        kept = real & ~self.failed  # an episode the environment failed is not scored
+        per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~kept[..., None], float("nan"))
         scores: dict[Key, Score] = {}
         names = tr.reward_func_names
         weights = tr.reward_weights.cpu()
@@ -439,7 +448,29 @@ class VigorGRPOTrainer(GRPOTrainer):
     None for a completion it cannot score (excluded as `vigor train` excludes it).
     """
 
-    def __init__(self, *args: Any, uid_column: str = "uid", **kwargs: Any):
+    def __init__(self, *args: Any, uid_column: str = "uid", environment_factory: Any = None,
+                 vigor_env: Any = None, vigor_task: Any = None, episode_limits: tuple | None = None,
+                 env_timeout_s: float | None = None, **kwargs: Any):
+        from vigor_cli.integrations import trl_episodes
+
+        self.vigor_episodes: Any = None
+        """The episodes' loop when an environment answers (vigor_cli/integrations/trl_episodes.py)."""
+        self.vigor_uid_column = uid_column
+        env = vigor_env
+        if environment_factory is not None:  # TRL's argument: a class in TRL's convention
+            env = trl_episodes.factory_environment(environment_factory, kwargs.get("processing_class"),
+                                                   env_timeout_s or _default_env_timeout())
+        if env is not None and env.reward_name:  # its get_reward: one more reward function, weight 1
+            funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+            funcs = list(funcs) if isinstance(funcs, (list, tuple)) else ([funcs] if funcs is not None else [])
+            funcs.append(trl_episodes.own_reward_function(lambda: self.vigor_episodes, env.reward_name))
+            if len(args) > 1:
+                args = (args[0], funcs, *args[2:])
+            else:
+                kwargs["reward_funcs"] = funcs
+            targs = kwargs.get("args", args[2] if len(args) > 2 else None)
+            if targs is not None and targs.reward_weights is not None:
+                targs.reward_weights = [*targs.reward_weights, 1.0]
         super().__init__(*args, **kwargs)
         a = self.args
         if not isinstance(a, VigorGRPOConfig):
@@ -473,6 +504,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.last_batch: RolloutBatch | None = None
         self.last_rounds: TRLRounds | None = None
         self._use_vigor_stops()
+        if env is not None:  # after the stop tokens: an environment's messages follow a turn's stop token
+            limits, turn_tokens = episode_limits or trl_episodes.limits_from_trl(a)
+            self.vigor_episodes = trl_episodes.TRLEpisodes(self, TRLEngine(self), env, limits, turn_tokens, vigor_task)
         config = getattr(self.model, "config", None)
         context = getattr(config, "max_position_embeddings", None) if config is not None else None
         self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context)
@@ -589,8 +623,12 @@ class VigorGRPOTrainer(GRPOTrainer):
         return {**self.train_dataset[self.vigor_index[uid]], ROLLOUT_INDEX: index}
 
     def _generate_round(self, rows: list[dict]) -> tuple[tuple, torch.Tensor]:
-        """This rank's rows through TRL's generation; every rank's (prompt tokens, completion
-        tokens, truncated) per row, gathered (the ranks' row counts are equal)."""
+        """This rank's rows through TRL's generation (episodes under an environment:
+        vigor_cli/integrations/trl_episodes.py); every rank's (prompt tokens, completion tokens,
+        truncated, failed) per row, gathered (the ranks' row counts are equal)."""
+        if self.vigor_episodes is not None:
+            out, sizes = self.vigor_episodes.generate_round(rows, self.vigor_uid_column)
+            return out, self.accelerator.gather(sizes).cpu()
         prompts = [row["prompt"] for row in rows]
         with self._one_generation_per_row():
             out = super()._generate(prompts)
@@ -599,15 +637,23 @@ class VigorGRPOTrainer(GRPOTrainer):
             for key, values in extra.items():
                 row[key] = values[i] if isinstance(values, list) else values
         stops = set(self.eos_token_ids)
-        sizes = torch.tensor([[len(p), len(c), int(len(c) >= self.max_completion_length and (not c or c[-1] not in stops))]
+        sizes = torch.tensor([[len(p), len(c), int(len(c) >= self.max_completion_length and (not c or c[-1] not in stops)), 0]
                               for p, c in zip(prompt_ids, completion_ids)], device=self.accelerator.device)
         return out, self.accelerator.gather(sizes).cpu()
 
     def _score_round(self, rows: list[dict], out: tuple) -> torch.Tensor:
-        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions]."""
+        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions].
+        Episodes: the functions get their environment instances (``environments=``), which
+        are released after."""
         prompts = [row["prompt"] for row in rows]
-        gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
-        return gathered.float().cpu()
+        if self.vigor_episodes is None:
+            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        self.environments = self.vigor_episodes.environments()
+        try:
+            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        finally:
+            self.environments = None
+            self.vigor_episodes.release()
 
     # ------------------------------------------------------------------ logs
     def _log_step(self, batch: RolloutBatch, layout: StepLayout, scoring_seconds: float) -> None:
@@ -655,6 +701,10 @@ class VigorGRPOTrainer(GRPOTrainer):
         record = {"step": self.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(self.train_dataset[self.vigor_index[entry["uid"]]]["prompt"])[:200]
+        if self.vigor_episodes is not None:
+            from vigor_cli.train_log import episode_lines
+
+            RunDir(self.vigor_run_dir).append_many("episodes.jsonl", episode_lines(self.vigor_step, batch.generated))
         write_run_files(self.vigor_run_dir, allocation=record, metrics={
             "step": self.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
             "tokens/per_rank": list(layout.tokens),
@@ -715,6 +765,12 @@ class VigorGRPOTrainer(GRPOTrainer):
             self.generation_config, self.generation_kwargs = saved
 
 
+def _default_env_timeout() -> float:
+    from vigor_cli.config import TaskConfig
+
+    return float(TaskConfig.model_fields["env_timeout_s"].default)
+
+
 def _scale(scale_rewards: Any) -> str:
     """TRL's scale_rewards as vigor's grpo.scale_rewards name (the same three names)."""
     if scale_rewards is True:
@@ -746,16 +802,18 @@ class TRLEngine(RolloutEngine):
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with tr.generation_settings(sampling), torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(sampling.seed or 0) + tr.accelerator.process_index)
-            completion_ids, _ = tr._generate_single_turn(rows, None, {}, 1)
+            completion_ids, logprobs = tr._generate_single_turn(rows, None, {}, 1)
         stops = set(tr.eos_token_ids)
         out: list[list[Rollout]] = [[] for _ in counts]
         owners = [i for i, c in enumerate(counts) for _ in range(c)]
-        for owner, ids in zip(owners, completion_ids):
+        for row, (owner, ids) in enumerate(zip(owners, completion_ids)):
             ids = [int(t) for t in ids]
             end = cut_at_stop(ids, stops)
             ids = ids[:end] if end else ids
             text = tr._tokenizer.decode(ids, skip_special_tokens=True)
-            out[owner].append(Rollout(ids, [], text, truncated=end is None))
+            # vLLM's log-probs of the sampled tokens (an episode hands them to TRL); transformers: none
+            lp = [float(x) for x in logprobs[row][: len(ids)]] if logprobs is not None else [0.0] * len(ids)
+            out[owner].append(Rollout(ids, lp, text, truncated=end is None))
         return out
 
 
@@ -786,9 +844,10 @@ class HeldOutEval(TrainerCallback):
         params = held_out_sampling(tr.args.seed, step, self.temperature, self.top_p, self.max_new_tokens)
         was_training = tr.model.training
         tr.model.eval()
+        episodes = tr.vigor_episodes.eval_runner(tr.processing_class) if tr.vigor_episodes is not None else None
         try:
             held = evaluate_sets(TRLEngine(tr), self.task, tr.processing_class, {self.task.name: self.examples},
-                                 self.samples, params, step, shard)
+                                 self.samples, params, step, shard, episodes=episodes)
         finally:
             tr.model.train(was_training)
         self.results[step] = held.accuracy
@@ -845,7 +904,8 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         weight_decay=g.weight_decay, max_grad_norm=g.max_grad_norm, epsilon=g.epsilon,
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
         scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
-        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
+        # an episode (task.env): the whole exchange, as TRL bounds a tool-calling completion
+        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=cfg.completion_tokens(),
         logging_steps=1, save_strategy="no", disable_tqdm=True,
         report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
         # grpo.importance_sampling: vigor's token-level truncated ratio (the Learner's), which
@@ -900,6 +960,11 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
         device = _trl_device(overrides)
         model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, device))
         set_cpu_threads(model, m.cpu_threads, device)  # model.cpu_threads, as vigor train sets it
+        env = None
+        if cfg.task.env is not None:  # task.env: episodes (vigor_cli/integrations/trl_episodes.py)
+            from vigor_cli.episodes.registry import make_environment
+
+            env = make_environment(cfg.task, task, tok)
     except BaseException:
         task.close()
         raise
@@ -909,12 +974,19 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
 
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-    funcs, weights = task_reward_funcs(task)
+    funcs, weights = task_reward_funcs(task, env=env)
     if weights is not None:
         args.reward_weights = weights  # read by GRPOTrainer when it is built
+    episodes = {}
+    if env is not None:
+        from vigor_cli.episodes.loop import EpisodeLimits
+
+        episodes = dict(vigor_env=env, vigor_task=task, env_timeout_s=cfg.task.env_timeout_s,
+                        episode_limits=(EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens()),
+                                        cfg.sampling.max_new_tokens))
     trainer = VigorGRPOTrainer(model=model, reward_funcs=funcs, args=args,
-                               train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
-                               processing_class=tok, peft_config=peft_config)
+                               train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens, env),
+                               processing_class=tok, peft_config=peft_config, **episodes)
     held_out = HeldOutEval(trainer, task, examples[: cfg.train.eval_limit] if cfg.train.eval_limit else examples,
                            max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
                            samples=cfg.train.eval_samples, temperature=cfg.train.eval_temperature,
