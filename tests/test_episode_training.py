@@ -19,7 +19,8 @@ from vigor_cli.tasks import get_task
 from vigor_cli.tasks.tiny_code import target_completion
 
 ROOT = Path(__file__).resolve().parents[1]
-GAME = ROOT / "tests" / "fixtures" / "envs" / "number_game.py"
+GAME = ROOT / "examples" / "number-game" / "env.py"
+REWARD = ROOT / "examples" / "number-game" / "reward.py"
 
 
 def guess_sets(tmp_path: Path, name: str, *extra: str) -> list[str]:
@@ -124,7 +125,7 @@ def test_vigor_train_runs_a_trl_environment_class_with_a_users_reward(tmp_path):
     data = tmp_path / "games.jsonl"
     data.write_text("".join(f'{{"prompt": "Guess my number (1-7)=", "answer": {k}}}\n' for k in range(1, 8)))
     sets = [s for s in guess_sets(tmp_path, "game") if not s.startswith(("task.name", "task.env"))]
-    cfg = build_config(sets=[*sets, "task.name=custom", f"task.data={data}", f"task.rewards=[{GAME}:few_guesses]",
+    cfg = build_config(sets=[*sets, "task.name=custom", f"task.data={data}", f"task.rewards=[{REWARD}:few_guesses]",
                              f"task.env={GAME}:NumberGame", "train.eval_limit=2", "train.steps=1",
                              "task.max_prompt_tokens=192"])
     summary = train(cfg, out=quiet())
@@ -210,7 +211,7 @@ def test_trl_environment_factory_argument_takes_a_trl_class(tmp_path):
     from test_trl_integration import _args
 
     game = import_function(f"{GAME}:NumberGame", flag="--env")
-    few = import_function(f"{GAME}:few_guesses")
+    few = import_function(f"{REWARD}:few_guesses")
     seen = []
 
     def record(completions, environments, **kwargs):
@@ -248,7 +249,7 @@ def test_trls_own_trainer_takes_the_same_class(tmp_path):
     tok.chat_template = qwen2_5_chat_template
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "Guess."}], "answer": 3}])
     trainer = trl.GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(TINY_DIR),
-                              reward_funcs=[import_function(f"{GAME}:few_guesses")],
+                              reward_funcs=[import_function(f"{REWARD}:few_guesses")],
                               args=trl.GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none",
                                                   per_device_train_batch_size=2, num_generations=2, max_steps=1),
                               train_dataset=data, processing_class=tok,

@@ -30,7 +30,9 @@ from vigor_cli.settings import build_config
 from vigor_cli.tasks import get_task
 
 ROOT = Path(__file__).resolve().parents[1]
-GAME = ROOT / "tests" / "fixtures" / "envs" / "number_game.py"
+GAME = ROOT / "examples" / "number-game" / "env.py"
+REWARD = ROOT / "examples" / "number-game" / "reward.py"
+BAD = ROOT / "tests" / "fixtures" / "envs" / "bad_envs.py"
 CHATML = ("{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.function.name }}{% endfor %}"
           "{{ eos_token }}\n{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
           "{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
@@ -64,11 +66,13 @@ class Scripted(RolloutEngine):
 
 
 def game_setup(tmp_path, policy, factory="NumberGame", *extra):
-    """The custom task over a two-row JSONL, the fixture's reward function and class."""
+    """The custom task over a two-row JSONL, the example's reward function and class (or one
+    of the fixtures' bad classes)."""
     data = tmp_path / "games.jsonl"
     data.write_text('{"prompt": "Guess my number.", "answer": 3}\n{"prompt": "Guess my number.", "answer": 6}\n')
     cfg = build_config(sets=["model.name_or_path=tiny", "task.name=custom", f"task.data={data}",
-                             f"task.rewards=[{GAME}:few_guesses]", f"task.env={GAME}:{factory}",
+                             f"task.rewards=[{REWARD}:few_guesses]",
+                             f"task.env={GAME if factory == 'NumberGame' else BAD}:{factory}",
                              "sampling.max_new_tokens=48", *extra])
     task = get_task(cfg.task, workers=1)
     env = make_environment(cfg.task, task, policy[1])
@@ -156,7 +160,7 @@ def test_a_raising_tool_ends_one_episode_unscored_and_counted(tmp_path, policy):
     examples = task.train_examples()
     raised, fine = [g[0] for g in runner.run(examples, [1, 1], SamplingParams(max_new_tokens=48))]
     assert raised.ended == ENV_ERROR and raised.turns == 1
-    assert re.fullmatch(r"guess: ValueError: numbers are not negative \(number_game\.py, line \d+\)", raised.error)
+    assert re.fullmatch(r"guess: ValueError: numbers are not negative \(env\.py, line \d+\)", raised.error)
     assert fine.ended == ANSWERED and fine.turns == 2
     scores = EpisodeScorer(task, env).score(examples, [raised, fine])
     assert scores[0].reward is None and "numbers are not negative" in scores[0].reason
@@ -209,7 +213,7 @@ def test_tool_calls_that_cannot_be_read(text, policy):
 def test_a_method_that_cannot_be_a_tool_is_one_line(tmp_path, policy):
     with pytest.raises(UserError, match=r"--env .*:Undocumented: method hint\(\) cannot be a tool"):
         game_setup(tmp_path, policy, "Undocumented")
-    with pytest.raises(UserError, match=r"--env .*number_game.py:Nothing: .* has no function 'Nothing'"):
+    with pytest.raises(UserError, match=r"--env .*bad_envs.py:Nothing: .* has no function 'Nothing'"):
         game_setup(tmp_path, policy, "Nothing")
 
 

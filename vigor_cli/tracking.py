@@ -130,6 +130,11 @@ def scalars(row: dict[str, Any]) -> dict[str, float]:
 COMPLETION_COLUMNS = ["step", "prompt", "completion", "reward", "advantage"]
 
 
+def _number(value: Any) -> float:
+    """A table cell's number; NaN for an unscored completion (reward None)."""
+    return float("nan") if value is None else float(value)
+
+
 class Trackers:
     """The configured backends, fed the same lines as metrics.jsonl.
 
@@ -180,7 +185,7 @@ class Trackers:
         if not shown:
             return
         table = [[step, str(r.get("prompt", ""))[-TEXT_CHARS:], str(r.get("text", ""))[:TEXT_CHARS],
-                  float(r.get("reward", 0.0)), float(r.get("advantage", 0.0))] for r in rows]
+                  _number(r.get("reward")), _number(r.get("advantage"))] for r in rows]
         if not table:
             return
         self._start({"step": step})
