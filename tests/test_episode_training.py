@@ -115,6 +115,10 @@ def test_vigor_train_with_an_environment_logs_episodes(trained, tmp_path, vigor)
     assert "episodes of step 2" in out and " model " in out and " env " in out
     code, out, err = vigor("inspect-allocation", str(run), "--step", "2", "--json")
     assert code == 0 and len(json.loads(out)["steps"][0]["episodes"]) == 4  # one per prompt
+    # vigor eval scores single completions: said, never silently
+    code, out, err = vigor("eval", "--run", str(run), "--benchmarks", "tiny-guess", "--limit", "2")
+    assert code == 0, err
+    assert "trained with an environment (task.env=higher-lower); vigor eval scores one completion" in err
 
 
 @pytest.mark.slow
@@ -371,3 +375,37 @@ def test_an_episodes_lines_and_eval_sample_format():
     assert len(line["messages"][1]["content"]) == 2003  # cut at 2000 characters, marked
     plain = SampleResult("u", 0, "t", 1.0, "ok", False, 3)
     assert "episode" not in plain.to_json() and "first_reward" not in plain.to_json()
+
+
+@pytest.mark.slow
+def test_a_resumed_run_with_an_environment_continues_as_if_never_stopped(tmp_path):
+    from vigor_cli.trainer import train
+    from test_trainer import quiet, strip_times
+
+    whole = Path(train(build_config(sets=guess_sets(tmp_path, "whole", "train.steps=4", "train.save_every=2")),
+                       out=quiet())["run_dir"])
+    part = Path(train(build_config(sets=guess_sets(tmp_path, "part", "train.steps=2", "train.save_every=2")),
+                      out=quiet())["run_dir"])
+    train(resume=part, steps=4, out=quiet())
+    read = lambda run, name: [json.loads(x) for x in (run / name).read_text().splitlines()]  # noqa: E731
+    steps = lambda run: [m for m in strip_times(read(run, "metrics.jsonl")) if "eval/accuracy" not in m]  # noqa: E731
+    assert steps(part) == steps(whole)  # (the finished part evaluated at its end, step 2, too)
+    assert read(part, "episodes.jsonl") == read(whole, "episodes.jsonl")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["vigor", "auto"])
+def test_multi_round_strategies_count_episodes_as_rollouts(tmp_path, strategy):
+    from vigor_cli.trainer import train
+    from test_trainer import quiet
+
+    sets = [s for s in guess_sets(tmp_path, strategy, "train.steps=1") if not s.startswith("allocation.")]
+    run = Path(train(build_config(sets=[*sets, f"allocation.strategy={strategy}", "allocation.rollouts_per_prompt=4",
+                                        "train.eval_limit=2"]), out=quiet())["run_dir"])
+    [record] = [json.loads(x) for x in (run / "allocation.jsonl").read_text().splitlines()]
+    episodes = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    assert record["totals"]["rollouts"] == len(episodes)
+    for p in record["prompts"]:  # each prompt's rewards per round are its episodes', in order
+        told = [r for rd in p["rounds"] for r in rd["rewards"]]
+        mine = [e for e in episodes if e["uid"] == p["uid"]]
+        assert [e["index"] for e in mine] == list(range(len(mine))) and len(told) == len(mine)

@@ -38,7 +38,7 @@ def default_config_file(model: str | None, task: str | None) -> Path | None:
     never a silent run on the built-in (GPU-sized) defaults."""
     if model not in (None, "tiny"):
         return None
-    path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code") else DEFAULT_CONFIG
+    path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code", "tiny-guess") else DEFAULT_CONFIG
     if not path.is_file():
         raise UserError(f"bundled config {path} is missing: reinstall vigor (the package ships configs/)")
     return path

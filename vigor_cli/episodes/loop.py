@@ -56,17 +56,16 @@ class EpisodeRunner:
         prompts: list[list[int]] = []
         for i, start in zip(owners, starts):
             ep = Episode(token_ids=[], logprobs=[], text="", truncated=False, session=start.session)
-            base = list(prompt_ids[i]) if prompt_ids is not None and not start.observation else None
-            if start.error is not None:
+            if start.error is not None:  # never generated; its prompt stays the example's
                 ep.ended, ep.error = start.ended or ENV_ERROR, start.error
-            elif base is None:
-                base = self.prompt_of(examples[i], start.observation)
-                if start.observation:
-                    ep.prompt_ids = base
+            if start.observation and start.error is None:  # reset changed the prompt: this episode's own
+                base = ep.prompt_ids = self.prompt_of(examples[i], start.observation)
+            else:
+                base = list(prompt_ids[i]) if prompt_ids is not None else self.prompt_of(examples[i], None)
             if self.keep_prompts:
-                ep.prompt_ids = base or []
+                ep.prompt_ids = base
             episodes.append(ep)
-            prompts.append(base or [])
+            prompts.append(base)
         turn = 0
         while active := [k for k, ep in enumerate(episodes) if not ep.ended]:
             turn += 1

@@ -446,6 +446,9 @@ class VigorGRPOTrainer(GRPOTrainer):
     ``uid_column`` (default ``uid``; the row index when the column is absent). Reward
     functions get every dataset column plus ``rollout_index``; a reward function may return
     None for a completion it cannot score (excluded as `vigor train` excludes it).
+    ``environment_factory`` (TRL's argument: a class in TRL's convention) or ``vigor_env`` (a
+    vigor environment, with its ``vigor_task`` and ``episode_limits``: :func:`build_trainer`
+    from ``task.env``) makes every rollout an episode (vigor_cli/integrations/trl_episodes.py).
     """
 
     def __init__(self, *args: Any, uid_column: str = "uid", environment_factory: Any = None,
@@ -456,21 +459,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_episodes: Any = None
         """The episodes' loop when an environment answers (vigor_cli/integrations/trl_episodes.py)."""
         self.vigor_uid_column = uid_column
-        env = vigor_env
-        if environment_factory is not None:  # TRL's argument: a class in TRL's convention
-            env = trl_episodes.factory_environment(environment_factory, kwargs.get("processing_class"),
-                                                   env_timeout_s or _default_env_timeout())
-        if env is not None and env.reward_name:  # its get_reward: one more reward function, weight 1
-            funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
-            funcs = list(funcs) if isinstance(funcs, (list, tuple)) else ([funcs] if funcs is not None else [])
-            funcs.append(trl_episodes.own_reward_function(lambda: self.vigor_episodes, env.reward_name))
-            if len(args) > 1:
-                args = (args[0], funcs, *args[2:])
-            else:
-                kwargs["reward_funcs"] = funcs
-            targs = kwargs.get("args", args[2] if len(args) > 2 else None)
-            if targs is not None and targs.reward_weights is not None:
-                targs.reward_weights = [*targs.reward_weights, 1.0]
+        env, args, kwargs = trl_episodes.environment_for(self, environment_factory, vigor_env, env_timeout_s, args, kwargs)
         super().__init__(*args, **kwargs)
         a = self.args
         if not isinstance(a, VigorGRPOConfig):
@@ -763,12 +752,6 @@ class VigorGRPOTrainer(GRPOTrainer):
             yield
         finally:
             self.generation_config, self.generation_kwargs = saved
-
-
-def _default_env_timeout() -> float:
-    from vigor_cli.config import TaskConfig
-
-    return float(TaskConfig.model_fields["env_timeout_s"].default)
 
 
 def _scale(scale_rewards: Any) -> str:

@@ -199,6 +199,32 @@ class TRLEpisodes:
         return EpisodeRunner(self.runner.engine, self.env, self.fmt, self.limits, prompt_of)
 
 
+def environment_for(trainer: Any, factory: Any, env: Any, timeout_s: float | None, args: tuple,
+                    kwargs: dict) -> tuple[Any, tuple, dict]:
+    """Before ``GRPOTrainer.__init__``: the trainer's environment (TRL's ``environment_factory``
+    made vigor's, or a vigor environment as given) and the trainer's arguments with the
+    environment's ``get_reward`` added as one more reward function (weight 1, appended to
+    ``reward_weights`` when those are set), as TRL adds it."""
+    if factory is not None:
+        from vigor_cli.config import TaskConfig
+
+        timeout_s = timeout_s or float(TaskConfig.model_fields["env_timeout_s"].default)
+        env = factory_environment(factory, kwargs.get("processing_class"), timeout_s)
+    if env is None or not env.reward_name:
+        return env, args, kwargs
+    funcs = kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+    funcs = list(funcs) if isinstance(funcs, (list, tuple)) else ([funcs] if funcs is not None else [])
+    funcs.append(own_reward_function(lambda: trainer.vigor_episodes, env.reward_name))
+    if len(args) > 1:
+        args = (args[0], funcs, *args[2:])
+    else:
+        kwargs = {**kwargs, "reward_funcs": funcs}
+    targs = kwargs.get("args", args[2] if len(args) > 2 else None)
+    if targs is not None and targs.reward_weights is not None:
+        targs.reward_weights = [*targs.reward_weights, 1.0]
+    return env, args, kwargs
+
+
 def own_reward_function(episodes_of: Any, name: str) -> Any:
     """The environment's ``get_reward`` as a TRL reward function (weight 1, named after its
     class): the values of the episodes being scored."""
