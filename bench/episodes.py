@@ -86,7 +86,41 @@ def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict
         "rollouts": summary["rollouts"], "model_tokens": summary["tokens"],
         "env_tokens": sum(r.get("episodes/env_tokens", 0) for r in train_lines),
         "turns_mean": statistics.mean(r.get("episodes/turns/mean", 1.0) for r in train_lines),
+        **({"answer_use": answer_use(run)} if ARMS[arm] is not None else {}),
     }
+
+
+def answer_use(run: Path) -> dict:
+    """How the policy uses the environment's answers, at the run's first and last evaluation
+    (the untrained model, then the trained one): of the next guesses after a wrong one, the
+    share that differ from it (``changed``) and, after "Higher"/"Lower", the share that move
+    that way (``followed_direction``; None for retry, whose answers give no direction)."""
+    evals = sorted((run / "eval").glob("step-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return {"start": guess_moves(evals[0]), "end": guess_moves(evals[-1])}
+
+
+def guess_moves(eval_file: Path) -> dict:
+    """``answer_use``'s counts over one evaluation's episodes of tiny-guess."""
+    import re
+
+    samples = json.loads(eval_file.read_text())["sets"]["tiny-guess"]["samples"]
+    moves = changed = directed = followed = 0
+    for sample in samples:
+        messages = (sample.get("episode") or {}).get("messages", [])
+        for before, said, after in zip(messages, messages[1:], messages[2:]):
+            if before["role"] != "assistant" or said["role"] != "user":
+                continue
+            a, b = (re.search(r"\\boxed\{(-?\d+)\}", m["content"]) for m in (before, after))
+            if a is None or b is None:
+                continue
+            a, b = int(a.group(1)), int(b.group(1))
+            moves += 1
+            changed += a != b
+            if said["content"].startswith(("Higher", "Lower")):
+                directed += 1
+                followed += (b > a) if said["content"].startswith("Higher") else (b < a)
+    return {"follow_ups": moves, "changed": changed / moves if moves else None,
+            "followed_direction": followed / directed if directed else None}
 
 
 def bootstrap(values: list[float], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> tuple[float, float]:
@@ -184,7 +218,12 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--quick", action="store_true", help="4 prompts, 1 evaluation sample: the plumbing only")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--answer-use", type=Path, metavar="RUN", help="only print how RUN's last evaluation "
+                    "follows the environment's answers")
     a = ap.parse_args()
+    if a.answer_use is not None:
+        print(json.dumps(answer_use(a.answer_use)))
+        return
     done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
     runs = [r for r in done if r["steps"] == a.steps]
     with tempfile.TemporaryDirectory() as tmp:
