@@ -135,7 +135,8 @@ def test_tensorboard_holds_every_line_and_a_resume_logs_each_step_once(tmp_path)
     t = Trackers(["tensorboard"], run, "run", {"train": {"seed": 0}})
     for row in lines(3):
         t.log_metrics(row)
-    t.log_completions(2, [{"prompt": "1+1", "text": "\\boxed{2} | ok", "reward": 1.0, "advantage": 0.5}])
+    t.log_completions(2, [{"prompt": "1+1", "text": "\\boxed{2} | ok", "reward": 1.0, "advantage": 0.5},
+                          {"prompt": "1+2", "text": "env failed", "reward": None, "advantage": 0.0}])  # unscored
     t.close()
     t.close()  # twice is safe
     got = tb_scalars(run / "tensorboard")
@@ -144,6 +145,7 @@ def test_tensorboard_holds_every_line_and_a_resume_logs_each_step_once(tmp_path)
     assert "engine/weight_check" not in got  # null values are left out, as in a plot of the JSONL
     table = tb_texts(run / "tensorboard", "completions")[2]
     assert "| step | prompt | completion | reward | advantage |" in table and "\\boxed{2} \\| ok" in table
+    assert "env failed | nan |" in table
 
     # a resumed session from a step-1 checkpoint re-runs steps 2..3: each appears once, new values
     t = Trackers(["tensorboard"], run, "run")

@@ -29,6 +29,8 @@ def sample(flag) -> tuple[str, object]:
         return "math", ["math"]
     if flag.key == "task.reward_weights":  # one per reward (NEEDS gives one)
         return "0.5", [0.5]
+    if flag.key == "task.env":  # a built-in environment of any task
+        return "retry", "retry"
     if flag.names:
         name = known_names(flag.names).split(", ")[-1 if flag.names != "engine" else 1]  # engine: hf
         return name, name
@@ -57,7 +59,8 @@ def test_every_flag_sets_a_documented_key_once():
 
 _DATA, _REWARD = ["--data", "d.jsonl"], ["--reward", "math"]
 NEEDS = {"model.load_in_4bit": ["--set", "model.lora.enabled=true"],
-         "task.name": _DATA + _REWARD, "task.data": _REWARD, "task.rewards": _DATA}
+         "task.name": _DATA + _REWARD, "task.data": _REWARD, "task.rewards": _DATA,
+         "task.max_turns": _DATA + _REWARD + ["--env", "retry"]}
 for _f in FLAGS:  # the custom task's other keys need its data and a reward (dry-run is stubbed)
     if _f.key.startswith("task.") and _f.key not in NEEDS:
         NEEDS[_f.key] = _DATA + _REWARD

@@ -342,6 +342,24 @@ def test_two_processes_select_globally_like_one(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_processes_run_episodes_in_step_and_select_like_one(tmp_path):
+    """Episodes (tiny-guess, higher-lower) over two torchrun processes: each rank's episodes
+    end at their own turns, yet every rank generates each turn together (none is left waiting),
+    and the selection is one process's (the reward depends on (uid, rollout index) only)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out, ranks in ((one, 1), (two, 2)):
+        done = _run_script(out, ranks, "episodes")
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert _records(two / "run") == _records(one / "run")
+    ranks = [json.loads((two / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["held_out"] == ranks[1]["held_out"]
+    episodes = [json.loads(x) for x in (two / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert len(episodes) == sum(rec["totals"]["rollouts"] for rec in _records(two / "run"))
+    metrics = [json.loads(x) for x in (two / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all("episodes/turns/mean" in m for m in metrics if "rollouts/per_rank" in m)
+
+
+@pytest.mark.slow
 def test_ranks_whose_allocators_disagree_stop_loudly(tmp_path):
     """Rank 1 draws its prompts in another order: the first round's request hashes differ and
     every rank stops with RankDisagreement (none is left waiting in a collective)."""

@@ -4,7 +4,9 @@ see the same rewards; held-out evaluation at the start and the end. Each rank wr
 it generated, its layout per step, its allocator's state, its micro-batches per update (a
 budget of 40 tokens: two or three rows each) and its held-out results to
 OUT/rank-<r>.json; rank 0 also writes the run directory OUT/run. With ``diverge``, rank 1
-draws its prompts in another order (its allocator asks for other rollouts than rank 0's).
+draws its prompts in another order (its allocator asks for other rollouts than rank 0's);
+with ``episodes``, every rollout is a tiny-guess episode with higher-lower (the ranks'
+episodes end at different turns, and every rank must still generate each turn together).
 Used by tests/test_trl_integration.py."""
 
 from __future__ import annotations
@@ -61,17 +63,26 @@ def main(out: Path, mode: str = "") -> None:
             return result
 
     tok = AutoTokenizer.from_pretrained(TINY_DIR)
-    task = get_task(TaskConfig(name="tiny-math"))
-    data = task_dataset(task, tok)
+    episodes = mode == "episodes"  # tiny-guess with higher-lower: the ranks' episodes end at different turns
+    task = get_task(TaskConfig(name="tiny-guess" if episodes else "tiny-math"))
+    extra: dict = {}
+    if episodes:
+        from vigor_cli.episodes.loop import EpisodeLimits
+        from vigor_cli.episodes.registry import make_environment
+
+        env = make_environment(TaskConfig(name="tiny-guess", env="higher-lower"), task, tok)
+        extra = dict(vigor_env=env, vigor_task=task, episode_limits=(EpisodeLimits(3, 48), 8))
+    data = task_dataset(task, tok, env=extra.get("vigor_env"))
     args = VigorGRPOConfig(
         output_dir=str(out / "run"), max_steps=2, per_device_train_batch_size=2, num_generations=2,
-        max_completion_length=8, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, bf16=False,
-        seed=3, lr_scheduler_type="constant", prompts_per_step=5, beta=0.04, learning_rate=1e-3,
-        micro_batch_tokens=40,  # two or three rows per micro-batch: the ranks' counts differ
+        max_completion_length=48 if episodes else 8, logging_steps=1, report_to=[], save_strategy="no",
+        use_cpu=True, bf16=False, seed=3, lr_scheduler_type="constant", prompts_per_step=5, beta=0.04,
+        learning_rate=1e-3,
+        micro_batch_tokens=160 if episodes else 40,  # two or three rows per micro-batch: the ranks' counts differ
         vigor={"strategy": "vigor", "m0": 1, "gamma": 3.0},
     )
     trainer = Recording(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[keyed_reward],
-                        args=args, train_dataset=data, processing_class=tok)
+                        args=args, train_dataset=data, processing_class=tok, **extra)
     held_out = HeldOutEval(trainer, task, task.eval_examples()[:7], max_new_tokens=8)
     trainer.add_callback(held_out)
     rank = trainer.accelerator.process_index

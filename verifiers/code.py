@@ -65,7 +65,7 @@ from vigor_cli.sandbox.values import json_equal
 from vigor_cli.verifiers.lcb import Problem, ProblemError, TestCase, load_problem
 
 __all__ = [
-    "CodeVerdict", "CodeVerifier", "Problem", "ProblemError", "TestCase", "TestVerdict",
+    "CodeVerdict", "CodeVerifier", "Problem", "ProblemError", "TestCase", "TestFailure", "TestVerdict",
     "extract_code", "load_problem", "outputs_match",
 ]
 
@@ -261,6 +261,31 @@ def _summarise(verdicts: list[TestVerdict]) -> CodeVerdict:
                        reason=reason)
 
 
+@dataclass
+class TestFailure:
+    """A program's first failing test (:meth:`CodeVerifier.first_failures`)."""
+
+    index: int
+    case: TestCase | None
+    verdict: TestVerdict | None
+    got: str = ""
+    """What the program printed (stdin tests) or returned (functional), cleaned of the
+    grader's paths; its standard error's last line when it printed nothing."""
+
+
+_NO_FAILURE = TestFailure(sys.maxsize, None, None)
+
+
+def _produced(case: TestCase, run: RunResult) -> str:
+    if case.testtype == "functional" and run.has_value:
+        return _describe(run.value, run.clean)
+    text = run.clean(run.stdout.decode("utf-8", "replace"))
+    if text.strip():
+        return text
+    lines = [line for line in run.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    return run.clean(lines[-1]) if lines else ""
+
+
 # --------------------------------------------------------------------------- verifier
 class CodeVerifier:
     """Grades programs against LiveCodeBench problems on a long-lived sandbox pool.
@@ -362,6 +387,33 @@ class CodeVerifier:
                 if self._references.get(problem.question_id) else None)
             verdicts[item_index].isolation = self.isolation
         return verdicts  # type: ignore[return-value]
+
+    def first_failures(self, items: Iterable[tuple[Problem, str, str]]) -> list[TestFailure | None]:
+        """For each (problem, code, tests), its first test that does not pass, in test order,
+        with what the program printed or returned (None: every test passed). The tests run in
+        parallel on the pool; a submission's tests after a failure are skipped."""
+        items = list(items)
+        jobs, owners = [], []
+        for item_index, (problem, code, which) in enumerate(items):
+            for test_index, case in enumerate(problem.tests(which)):
+                owners.append((item_index, test_index, case))
+                jobs.append(self._job(problem, code, case))
+        found: dict[int, TestFailure] = {}
+
+        def on_result(job_index: int, run: RunResult) -> None:
+            item_index, test_index, case = owners[job_index]
+            verdict = judge(case, run)
+            if verdict.status != "pass" and test_index < found.get(item_index, _NO_FAILURE).index:
+                found[item_index] = TestFailure(test_index, case, verdict, _produced(case, run))
+            run.stdout = run.stderr = b""
+
+        def skip(job_index: int) -> bool:
+            item_index, test_index, _ = owners[job_index]
+            return found.get(item_index, _NO_FAILURE).index < test_index
+
+        if jobs:
+            self.pool.run(jobs, skip=skip, on_result=on_result)
+        return [found.get(i) for i in range(len(items))]
 
     def _check_references(self, problems: list[Problem]) -> None:
         """Grade, once per problem, the reference solution its record carries (if any)."""

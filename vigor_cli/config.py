@@ -208,13 +208,15 @@ class ModelConfig(_Section):
 # --------------------------------------------------------------------------- task
 EVERY_TASK_KEYS = ("name", "max_prompt_tokens", "pass_threshold")
 """The task.* keys every task reads (the others are each task's own: vigor_cli/tasks/__init__.py)."""
+EPISODE_KEYS = ("env", "max_turns", "max_episode_tokens", "env_timeout_s")
+"""task.* keys of episodes: every task reads them (an environment works on any task)."""
 
 
 class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, math, code, and custom (your own data and rewards: "
+        "tiny-code, tiny-facts, tiny-ladder, tiny-guess, math, code, and custom (your own data and rewards: "
         "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
         "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
@@ -328,7 +330,7 @@ class TaskConfig(_Section):
     rewards: list[str] = Field(
         default_factory=list,
         description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
-        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder) or FILE.py:FUNC, a function "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder, tiny-guess) or FILE.py:FUNC, a function "
         "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
         "cannot score). User code runs in the trainer's process.",
     )
@@ -356,6 +358,34 @@ class TaskConfig(_Section):
         "built-in verifiers.",
     )
 
+    # ---- episodes: an environment answers the model's turns (vigor_cli/episodes/, docs/episodes.md)
+    env: Optional[str] = Field(
+        None,
+        description="An environment that answers the model's turns, so that each rollout is an "
+        "episode (--env): a built-in by name (vigor_cli/episodes/registry.py: code-feedback on the "
+        "code tasks, higher-lower on numeric answers, retry on any task) or FILE.py:Factory, an "
+        "environment class in TRL's environment_factory convention (reset, public methods as "
+        "tools, optional get_reward). Unset: one completion per rollout.",
+    )
+    max_turns: int = Field(
+        3, ge=1, le=64, description="With task.env: the model's turns per episode at most (--max-turns)."
+    )
+    max_episode_tokens: Optional[int] = Field(
+        None,
+        ge=2,
+        le=TOKENS_MAX,
+        description="With task.env: tokens after the prompt per episode, the model's and the "
+        "environment's together; unset: 2 x task.max_turns x sampling.max_new_tokens (each turn's "
+        "tokens, and as many again for the answers).",
+    )
+    env_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=86400,
+        description="With task.env FILE.py:Factory: seconds one call into the environment (making "
+        "it, reset, a tool, get_reward) may take; past it that episode ends unscored (env_timeout).",
+    )
+
     @field_validator("name")
     @classmethod
     def _registered_task(cls, name: str, info: ValidationInfo) -> str:
@@ -366,6 +396,15 @@ class TaskConfig(_Section):
     def _registered_protocol(cls, name: str, info: ValidationInfo) -> str:
         return _check_name(info, "task.code_protocol", name)
 
+    @field_validator("env")
+    @classmethod
+    def _known_env(cls, spec: Optional[str], info: ValidationInfo) -> Optional[str]:
+        return spec if spec is None else _check_name(info, "task.env", spec)
+
+    def episode_tokens(self, max_new_tokens: int) -> int:
+        """Tokens after the prompt an episode may hold (task.max_episode_tokens or its default)."""
+        return self.max_episode_tokens or 2 * self.max_turns * max_new_tokens
+
     @field_validator("*", mode="after")
     @classmethod
     def _read_by_the_task(cls, value: Any, info: ValidationInfo) -> Any:
@@ -374,7 +413,7 @@ class TaskConfig(_Section):
         (``task_rules`` in the validation context, from :mod:`vigor_cli.settings`)."""
         rules = (info.context or {}).get("task_rules")
         key, name = info.field_name, info.data.get("name")
-        if rules is None or key in EVERY_TASK_KEYS or name is None:
+        if rules is None or key in (*EVERY_TASK_KEYS, *EPISODE_KEYS) or name is None:
             return value
         changed = value != cls.model_fields[key].get_default(call_default_factory=True)
         try:
@@ -950,6 +989,18 @@ class RunConfig(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
 
+    def completion_tokens(self) -> int:
+        """Tokens a rollout may hold after its prompt: sampling.max_new_tokens, or with
+        task.env an episode's (task.max_episode_tokens or its default)."""
+        if self.task.env is None:
+            return self.sampling.max_new_tokens
+        return self.task.episode_tokens(self.sampling.max_new_tokens)
+
+    def _completion_key(self) -> str:
+        if self.task.env is None:
+            return "sampling.max_new_tokens"
+        return "task.max_episode_tokens" if self.task.max_episode_tokens else "the episode's tokens (task.max_episode_tokens)"
+
     @model_validator(mode="after")
     def _cross_checks(self, info: ValidationInfo) -> "RunConfig":
         """Rules across sections; the strategy's own rules come from its registry entry, through
@@ -958,21 +1009,26 @@ class RunConfig(_Section):
         s, g, e, t = self.sampling, self.grpo, self.engine, self.task
         if self.model.load_in_4bit and not self.model.lora.enabled:
             raise ValueError("model.load_in_4bit needs model.lora.enabled=true (QLoRA)")
+        if t.env is None:
+            given = [k for k in EPISODE_KEYS[1:] if getattr(t, k) != TaskConfig.model_fields[k].default]
+            if given:
+                raise ValueError(f"task.{given[0]} is read only with task.env (--env NAME or FILE.py:Factory)")
         if g.micro_batch_tokens < s.max_new_tokens:
             raise ValueError(
                 f"grpo.micro_batch_tokens ({g.micro_batch_tokens}) must be at least "
                 f"sampling.max_new_tokens ({s.max_new_tokens})"
             )
-        row = t.max_prompt_tokens + s.max_new_tokens
+        after, what = self.completion_tokens(), self._completion_key()
+        row = t.max_prompt_tokens + after
         if e.gen_batch_tokens < row:
             raise ValueError(
                 f"engine.gen_batch_tokens ({e.gen_batch_tokens}) must hold one row: "
-                f"task.max_prompt_tokens + sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
+                f"task.max_prompt_tokens + {what} ({t.max_prompt_tokens} + {after})"
             )
         if e.max_model_len is not None and e.max_model_len < row:
             raise ValueError(
                 f"engine.max_model_len ({e.max_model_len}) must hold task.max_prompt_tokens + "
-                f"sampling.max_new_tokens ({t.max_prompt_tokens} + {s.max_new_tokens})"
+                f"{what} ({t.max_prompt_tokens} + {after})"
             )
         strategy_rules = (info.context or {}).get("strategy_rules")
         if strategy_rules is not None:

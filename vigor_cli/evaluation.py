@@ -55,13 +55,26 @@ class SampleResult:
     """Each reward function's own value, when the task combines several (None: it could not score)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Columns a reward function logged for it (TRL's log_extra)."""
+    first_reward: float | None = None
+    """An episode under an environment whose turns are attempts: its first attempt's reward."""
+    episode: dict | None = None
+    """An episode: its turns, how it ended and its messages (episodes.base.episode_record)."""
 
     def to_json(self) -> dict:
+        """As a sample of ``eval/step-<N>.json``: per-function values and logged columns only
+        where a task has them, the episode keys only for an episode."""
         out = asdict(self)
-        for key in ("rewards", "extra"):  # only where a task has them
+        for key in ("rewards", "extra"):
             if not out[key]:
                 del out[key]
+        for key in ("first_reward", "episode"):
+            if out[key] is None:
+                del out[key]
         return out
+
+
+EPISODE_TEXT_CHARS = 2000
+"""Characters kept of each message of an episode in an evaluation's samples."""
 
 
 @dataclass
@@ -103,7 +116,25 @@ class EvalResult:
         parts = reward_components(s.rewards for s in self.samples)
         if parts:
             out["rewards"] = parts
+        firsts = [s.first_reward for s in self.samples if s.first_reward is not None]
+        if firsts:  # an environment of attempts: the first attempt alone, beside after its answers
+            first_by_uid: dict[str, list[float]] = {}
+            for s in self.samples:
+                if s.first_reward is not None:
+                    first_by_uid.setdefault(s.uid, []).append(s.first_reward)
+            out["first_attempt"] = summarize_problems(list(first_by_uid.values()), threshold=self.pass_threshold)
         return out
+
+    def first_attempt_accuracy(self) -> float | None:
+        """As :attr:`accuracy`, of the episodes' first attempts alone (None: not episodes of
+        attempts)."""
+        by_uid: dict[str, list[float]] = {}
+        for s in self.samples:
+            if s.first_reward is not None:
+                by_uid.setdefault(s.uid, []).append(s.first_reward)
+        if not by_uid:
+            return None
+        return sum(sum(r) / len(r) for r in by_uid.values()) / len(by_uid)
 
     def to_json(self) -> dict:
         return {
@@ -166,16 +197,18 @@ def evaluate_examples(
     set_name: str = "default",
     progress: Progress | bool = True,
     pass_threshold: float = 1.0,
+    episodes: Any = None,
 ) -> EvalResult:
     """Generate ``n`` completions per example with ``engine``, score them with ``task``.
 
     ``progress``: True prints a line on stderr every :data:`PROGRESS_EVERY_S` seconds while
     it runs (:class:`ProgressLines`); a callable gets (problems generated, total, seconds) as
     the engine reports them and once all are generated instead; False is silent (a caller
-    with its own bar)."""
+    with its own bar). ``episodes`` (a run's episode loop, vigor_cli/episodes/loop.py) makes
+    each sample an episode."""
     if not examples:
         return EvalResult(set_name, n, 0.0, {}, [], pass_threshold)
-    per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress)
+    per_sample = sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, progress, episodes)
     return result_of(set_name, n, [(ex.uid, results) for ex, results in zip(examples, per_sample)], pass_threshold)
 
 
@@ -195,15 +228,19 @@ def result_of(set_name: str, n: int, per_example: Sequence[tuple[str, list[Sampl
 
 
 def sample_and_score(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                     sampling: SamplingParams, set_name: str, progress: Progress | bool = True) -> list[list[SampleResult]]:
+                     sampling: SamplingParams, set_name: str, progress: Progress | bool = True,
+                     episodes: Any = None) -> list[list[SampleResult]]:
     """Each example's n scored samples. One engine call generates them all, so what a seed
     draws does not depend on how the set would be split (the engine reports the completions
     it finished as it goes: :attr:`RolloutEngine.progress`); the task grades them in chunks
     of :data:`CHUNK_SAMPLES` samples. ``progress`` is told the problems generated (see
-    :func:`evaluate_examples`)."""
+    :func:`evaluate_examples`). With ``episodes`` each sample is an episode, run and graded
+    chunk by chunk (chunk c samples with ``seed + c``)."""
     if progress is True:
         with ProgressLines(set_name, len(examples), n) as lines:
-            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines)
+            return sample_and_score(engine, task, tokenizer, examples, n, sampling, set_name, lines, episodes)
+    if episodes is not None:
+        return _episode_chunks(episodes, task, examples, n, sampling, set_name, progress)
     start = time.time()
     report = progress or None
     prompts = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in examples]
@@ -243,6 +280,52 @@ def _score_chunk(task: Task, examples: Sequence[Example], outs: Sequence[Sequenc
     return out
 
 
+def _episode_chunks(runner: Any, task: Task, examples: Sequence[Example], n: int, sampling: SamplingParams,
+                    set_name: str, progress: Any) -> list[list[SampleResult]]:
+    """Episodes of every example, run and graded in chunks of :data:`CHUNK_SAMPLES` samples
+    (chunk c samples with ``seed + c``), ``progress`` told after each."""
+    start = time.time()
+    per_chunk = max(1, CHUNK_SAMPLES // max(1, n))
+    out: list[list[SampleResult]] = []
+    for c, i in enumerate(range(0, len(examples), per_chunk)):
+        params = sampling if c == 0 or sampling.seed is None else SamplingParams(
+            sampling.temperature, sampling.top_p, sampling.max_new_tokens, sampling.seed + c)
+        out += _evaluate_episodes(runner, task, examples[i:i + per_chunk], n, params, set_name)
+        if progress:
+            progress(len(out), len(examples), time.time() - start)
+    return out
+
+
+def _evaluate_episodes(runner: Any, task: Task, examples: Sequence[Example], n: int, sampling: SamplingParams,
+                       set_name: str) -> list[list[SampleResult]]:
+    """:func:`_score_chunk` with episodes: each sample an episode of ``runner``, scored once
+    it ended; an environment of attempts also has each episode's first attempt graded alone."""
+    from vigor_cli.episodes.base import episode_record
+    from vigor_cli.episodes.scoring import EpisodeScorer
+
+    outs = runner.run(list(examples), [n] * len(examples), sampling)
+    flat_examples = [ex for ex, eps in zip(examples, outs) for _ in eps]
+    flat = [ep for eps in outs for ep in eps]
+    scorer = EpisodeScorer(task, runner.env)
+    try:
+        firsts = scorer.first_attempts(flat_examples, flat) if runner.env.attempts else [None] * len(flat)
+        scores = scorer.score(flat_examples, flat)
+    except UserError as e:
+        raise UserError(f"evaluation of {set_name}: {e}") from None
+    found = iter(zip(scores, firsts))
+    out = []
+    for ex, eps in zip(examples, outs):
+        results = []
+        for i, ep in enumerate(eps):
+            s, first = next(found)
+            reward = None if s.reward is None else float(s.reward)
+            results.append(SampleResult(ex.uid, i, ep.text, reward, s.reason, ep.truncated, ep.model_tokens,
+                                        dict(s.components), dict(s.extra), first_reward=first,
+                                        episode=episode_record(ep, EPISODE_TEXT_CHARS)))
+        out.append(results)
+    return out
+
+
 # --------------------------------------------------------------------------- over several processes
 @dataclass(frozen=True)
 class Shard:
@@ -255,7 +338,8 @@ class Shard:
 
 
 def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: Sequence[Example], n: int,
-                   sampling: SamplingParams, set_name: str, shard: Shard, pass_threshold: float = 1.0) -> EvalResult:
+                   sampling: SamplingParams, set_name: str, shard: Shard, pass_threshold: float = 1.0,
+                   episodes: Any = None) -> EvalResult:
     """:func:`evaluate_examples` on this process's share, every share gathered: each process
     gets the whole result. Every process generates for the same number of prompts (a short
     share repeats an example and drops the copy): engines that shard their weights (ZeRO-3,
@@ -264,7 +348,8 @@ def evaluate_shard(engine: RolloutEngine, task: Task, tokenizer: Any, examples: 
     slots = -(-len(examples) // shard.world)
     padded = [examples[i] for i in indices]
     padded += [examples[indices[0] if indices else 0]] * (slots - len(padded))
-    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name).samples
+    local = evaluate_examples(engine, task, tokenizer, padded, n, sampling, set_name, pass_threshold=pass_threshold,
+                              episodes=episodes).samples
     done = sorted(shard.gather([(i, local[k * n:(k + 1) * n]) for k, i in enumerate(indices)]), key=lambda p: p[0])
     return result_of(set_name, n, [(examples[i].uid, results) for i, results in done], pass_threshold)
 
@@ -292,10 +377,20 @@ class HeldOut:
                 "sets": {name: r.to_json() for name, r in self.results.items()}}
 
     def line(self, rollouts: int, tokens: int) -> dict:
-        return eval_line_of(self.to_json(), rollouts, tokens)
+        line = eval_line_of(self.to_json(), rollouts, tokens)
+        for name, first in self.first_attempts().items():  # episodes of attempts: before the answers
+            line[f"eval/{name}/first_attempt"] = first
+        return line
+
+    def first_attempts(self) -> dict[str, float]:
+        """Set -> accuracy of the first attempts alone (sets of episodes of attempts only)."""
+        found = {n: r.first_attempt_accuracy() for n, r in self.results.items()}
+        return {n: a for n, a in found.items() if a is not None}
 
     def describe(self) -> str:
-        sets = "  ".join(f"{n} {r.accuracy:.3f}" for n, r in self.results.items())
+        firsts = self.first_attempts()
+        sets = "  ".join(f"{n} {r.accuracy:.3f}" + (f" (first attempt {firsts[n]:.3f})" if n in firsts else "")
+                         for n, r in self.results.items())
         if "custom" in self.results:  # your own rewards: a mean reward (weighted, partial credit), not a pass rate
             r = self.results["custom"]
             at = "" if r.pass_threshold == 1 else f" (reward >= {r.pass_threshold:g})"
@@ -314,16 +409,17 @@ def held_out_sampling(seed: int, step: int, temperature: float, top_p: float, ma
 
 def evaluate_sets(engine: RolloutEngine, task: Task, tokenizer: Any, sets: Mapping[str, Sequence[Example]],
                   n: int, sampling: SamplingParams, step: int, shard: Shard | None = None,
-                  pass_threshold: float = 1.0) -> HeldOut:
+                  pass_threshold: float = 1.0, episodes: Any = None) -> HeldOut:
     """Every held-out set of a training run at ``step`` (both trainers and `vigor eval --run`
-    call this); a user's error (a reward function that failed) names the step."""
+    call this); a user's error (a reward function that failed) names the step; with
+    ``episodes`` (task.env's loop) each sample is an episode."""
     try:
         if shard is None:
             return HeldOut(step, {name: evaluate_examples(engine, task, tokenizer, exs, n, sampling, name,
-                                                          pass_threshold=pass_threshold)
+                                                          pass_threshold=pass_threshold, episodes=episodes)
                                   for name, exs in sets.items()})
         return HeldOut(step, {name: evaluate_shard(engine, task, tokenizer, exs, n, sampling, name, shard,
-                                                   pass_threshold)
+                                                   pass_threshold, episodes)
                               for name, exs in sets.items()})
     except UserError as e:
         raise UserError(f"step {step}: {e}") from None

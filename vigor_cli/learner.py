@@ -48,6 +48,18 @@ def nan_for_none(logprobs: Sequence[Any]) -> list[float]:
     """An engine's log-probs as floats, a missing one (None: vLLM's way of saying it could not
     score a token) as NaN, so the correction leaves it out as it leaves out a NaN."""
     return [float("nan") if x is None else float(x) for x in logprobs]
+def loss_tokens(rollout: Any) -> int:
+    """Tokens of a rollout the loss trains: all of a completion's, an episode's model tokens."""
+    mask = getattr(rollout, "mask", None)
+    return len(rollout.token_ids) if mask is None else int(sum(mask))
+
+
+def model_positions(rollout: Any) -> list[int]:
+    """Positions of a rollout's tokens that the model sampled (all but an episode's
+    environment tokens)."""
+    mask = getattr(rollout, "mask", None)
+    n = len(rollout.logprobs)
+    return list(range(n)) if mask is None else [j for j in range(n) if mask[j]]
 
 
 def release_cached_memory() -> None:
@@ -116,9 +128,9 @@ class Learner:
         :meth:`release_gradients`."""
         g, temp = self.cfg.grpo, self.cfg.sampling.temperature or 1.0
         masks = [0.0 if (g.mask_truncated and s.rollout.truncated) else 1.0 for s in samples]
-        totals = grpo.step_totals(
-            [s.uid for s in samples], [len(s.rollout.token_ids) for s in samples], masks,
-            self.cfg.sampling.max_new_tokens,
+        totals = grpo.step_totals(  # an episode's loss tokens are the model's own
+            [s.uid for s in samples], [loss_tokens(s.rollout) for s in samples], masks,
+            self.cfg.completion_tokens(),
         )
         # Rows with zero advantage (or masked out) add exactly zero loss and gradient when
         # there is no KL term: skip their forward pass but keep them in the normalisers.
@@ -126,7 +138,7 @@ class Learner:
             i for i, s in enumerate(samples)
             if masks[i] and s.rollout.token_ids and (s.advantage != 0.0 or g.beta > 0)
         ]
-        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
+        lengths = [len(self.prompt_of(samples[i])) + len(samples[i].rollout.token_ids) for i in rows]
         batches = [[rows[j] for j in b] for b in grpo.token_budget_batches(lengths, g.micro_batch_tokens)]
 
         # Before any optimizer step: do the engine's log-probs track these weights?
@@ -243,6 +255,12 @@ class Learner:
         release_cached_memory()
 
     # ------------------------------------------------------------------ log-probs
+    def prompt_of(self, sample: Any) -> Sequence[int]:
+        """A sample's prompt ids: an episode's own when its environment changed the prompt,
+        else its example's."""
+        own = getattr(sample.rollout, "prompt_ids", None)
+        return own if own is not None else self.prompt_ids[sample.uid]
+
     def logprobs(self, model: Any, samples: Sequence[Any], rows: list[int], temperature: float):
         """Per-token log-probs and entropies of the rows' completions under ``model``,
         plus the loss mask ([rows, longest completion]). Sequences are right-padded.
@@ -253,9 +271,10 @@ class Learner:
         from vigor_cli import logprobs
 
         batch = logprobs.make_batch(
-            [self.prompt_ids[samples[i].uid] for i in rows],
+            [self.prompt_of(samples[i]) for i in rows],
             [samples[i].rollout.token_ids for i in rows],
             self.pad_token_id,
+            [getattr(samples[i].rollout, "mask", None) for i in rows],
         )
         chunk = self.cfg.grpo.logits_chunk_tokens
         if chunk > 0:
@@ -303,7 +322,7 @@ class Learner:
         rows = [i for i, s in enumerate(samples) if s.rollout.token_ids][: e.weight_check_rows]
         if e.weight_check == "off" or not rows:
             return check.result(e.logprob_check_threshold, self.cfg.sampling.top_p)
-        lengths = [len(self.prompt_ids[samples[i].uid]) + len(samples[i].rollout.token_ids) for i in rows]
+        lengths = [len(self.prompt_of(samples[i])) + len(samples[i].rollout.token_ids) for i in rows]
         for batch in grpo.token_budget_batches(lengths, self.cfg.grpo.micro_batch_tokens):
             b = [rows[j] for j in batch]
             policy_lp = self.logprobs(self.model, samples, b, temp)[0].float().cpu()
@@ -312,7 +331,7 @@ class Learner:
                 with self.weight_base.model() as base:
                     base_lp = self.logprobs(base, samples, b, temp)[0].float().cpu()
             for k, i in enumerate(b):
-                engine = samples[i].rollout.logprobs
-                n = len(engine)
-                check.add(engine, policy_lp[k, :n].tolist(), None if base_lp is None else base_lp[k, :n].tolist())
+                keep = model_positions(samples[i].rollout)  # an episode: the model's tokens only
+                engine = [samples[i].rollout.logprobs[j] for j in keep]
+                check.add(engine, policy_lp[k, keep].tolist(), None if base_lp is None else base_lp[k, keep].tolist())
         return check.result(e.logprob_check_threshold, self.cfg.sampling.top_p)

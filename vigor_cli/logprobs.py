@@ -43,9 +43,12 @@ class Batch:
     targets: torch.Tensor  # [completion tokens] the completion tokens, row-major
 
 
-def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int) -> Batch:
+def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+               token_masks: Sequence[Sequence[int] | None] | None = None) -> Batch:
     """Right-pad ``prompt + completion`` rows; completion token j of a row with a p-token
-    prompt is predicted at position p - 1 + j."""
+    prompt is predicted at position p - 1 + j. ``token_masks[k]`` (an episode's: 1 on the
+    model's tokens, 0 on the environment's) leaves the 0 tokens out of the mask and out of
+    the positions that reach the output layer (None: every completion token counts)."""
     width = max(len(p) + len(c) for p, c in zip(prompts, completions))
     comp_width = max(len(c) for c in completions)
     rows = len(prompts)
@@ -57,9 +60,11 @@ def make_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[
         seq = list(p) + list(c)
         ids[k, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         attention[k, : len(seq)] = 1
-        mask[k, : len(c)] = 1.0
-        predict_at.append(torch.arange(len(p) - 1, len(p) - 1 + len(c)) + k * width)
-        targets.append(torch.tensor(list(c), dtype=torch.long))
+        keep = token_masks[k] if token_masks is not None else None
+        at = torch.arange(len(c)) if keep is None else torch.tensor([j for j, m in enumerate(keep) if m], dtype=torch.long)
+        mask[k, at] = 1.0
+        predict_at.append(at + (len(p) - 1 + k * width))
+        targets.append(torch.tensor(list(c), dtype=torch.long)[at])
     return Batch(ids, attention, mask, torch.cat(predict_at), torch.cat(targets))
 
 

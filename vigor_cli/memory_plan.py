@@ -336,7 +336,7 @@ def _plan_resident(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> No
 
 
 def _max_len(cfg: Any, shape: ModelShape) -> int:
-    max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    max_len = cfg.engine.max_model_len or cfg.task.max_prompt_tokens + cfg.completion_tokens()
     return min(max_len, int(shape.max_positions)) if shape.max_positions else max_len
 
 
@@ -388,7 +388,7 @@ def _plan_vllm(plan: Plan, cfg: Any, shape: ModelShape) -> None:
 def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> None:
     """transformers generation: a KV cache of engine.gen_batch_tokens and each row's logits."""
     gen_tokens = cfg.engine.gen_batch_tokens
-    rows = max(1, gen_tokens // (cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens))
+    rows = max(1, gen_tokens // (cfg.task.max_prompt_tokens + cfg.completion_tokens()))
     kv_hf = gen_tokens * _kv_per_token(shape) * p.act / 2
     plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
     plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
@@ -442,7 +442,7 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
     else:
         activations = tokens * shape.layers * per_layer
         how = f"{shape.layers} layers x {per_layer / 1024:.0f} KiB per token"
-    width = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    width = cfg.task.max_prompt_tokens + cfg.completion_tokens()
     outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + min(width, tokens))  # final norm, kept rows, mask
     transient = tokens * 4 * (stream * shape.hidden + p.act * shape.intermediate)  # one layer's gradients in flight
     plan.items.append(Item("update", "gradients", p.trainable * p.train_bytes, ""))

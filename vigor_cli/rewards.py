@@ -21,9 +21,10 @@ Besides the columns, a function gets TRL's keyword arguments, with TRL's meaning
 signature takes them (by name, or ``**kwargs``): ``completion_ids`` (each completion's token
 ids), ``trainer_state`` (a ``transformers.TrainerState``: ``global_step`` updates done so far,
 ``max_steps``, ``epoch``), ``log_metric(name, value)`` and ``log_extra(column, values)``
-(:class:`CallContext`, filled by the caller: vigor_cli/reward_log.py). ``environments`` exists
-only with TRL's ``environment_factory``: never passed, and a function that requires it is
-refused. An ``async def`` function is awaited, as TRL awaits it.
+(:class:`CallContext`, filled by the caller: vigor_cli/reward_log.py). ``environments`` (the
+episode's environment instances, live) is passed only in a run with an environment (task.env,
+docs/episodes.md), as TRL passes it only with its ``environment_factory``; elsewhere a
+function that requires it is refused. An ``async def`` function is awaited, as TRL awaits it.
 
 Each :class:`Reward` is itself a TRL reward function (``reward(prompts, completions,
 **kwargs)`` with a ``__name__``), so the same objects can be handed to TRL's
@@ -171,11 +172,13 @@ def check_spec(spec: str, key: str = "task.rewards") -> None:
 
 # --------------------------------------------------------------------------- loading
 def load_rewards(specs: Sequence[str], *, workers: int = 0, code_reward: str = "full",
-                 allow_weak_sandbox: bool = False, timeout: float | None = None) -> list[Reward]:
+                 allow_weak_sandbox: bool = False, timeout: float | None = None,
+                 environments: bool = False) -> list[Reward]:
     """The rewards of ``specs``, user functions imported and their signatures checked; names
-    made unique (``a.score``/``b.score`` when two files define ``score``)."""
+    made unique (``a.score``/``b.score`` when two files define ``score``). ``environments``:
+    the run's episodes have an environment (task.env), whose instances a function may take."""
     rewards = [load_reward(s, workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox,
-                           timeout=timeout) for s in specs]
+                           timeout=timeout, environments=environments) for s in specs]
     counts: dict[str, int] = {}
     for r in rewards:
         counts[r.name] = counts.get(r.name, 0) + 1
@@ -190,7 +193,7 @@ def load_rewards(specs: Sequence[str], *, workers: int = 0, code_reward: str = "
 
 
 def load_reward(spec: str, *, workers: int = 0, code_reward: str = "full", allow_weak_sandbox: bool = False,
-                timeout: float | None = None) -> Reward:
+                timeout: float | None = None, environments: bool = False) -> Reward:
     """One reward from its spec (see the module docstring); ``timeout``: the seconds one call
     of a user's function may take (``task.reward_timeout``; None: no limit)."""
     try:
@@ -198,28 +201,29 @@ def load_reward(spec: str, *, workers: int = 0, code_reward: str = "full", allow
     except ValueError as e:
         raise UserError(str(e)) from None
     if is_file_spec(spec):
-        return _user_reward(spec, timeout)
+        return _user_reward(spec, timeout, environments)
     return BUILTINS[spec](workers=workers, code_reward=code_reward, allow_weak_sandbox=allow_weak_sandbox)
 
 
-def import_function(spec: str) -> Callable:
-    """The function ``func`` of ``path.py:func``, its file imported under a private module name."""
+def import_function(spec: str, flag: str = "--reward") -> Callable:
+    """The function ``func`` of ``path.py:func``, its file imported under a private module name
+    (errors name ``flag``: ``--reward``, or ``--env`` for an environment class)."""
     path_text, _, func_name = spec.rpartition(":")
     path = Path(path_text).expanduser()
     if not path.is_file():
-        raise UserError(f"--reward {spec}: {path} not found" if not path.exists() else f"--reward {spec}: {path} is not a file")
+        raise UserError(f"{flag} {spec}: {path} not found" if not path.exists() else f"{flag} {spec}: {path} is not a file")
     resolved = path.resolve()
     module_name = "vigor_user_reward_" + hashlib.sha1(str(resolved).encode()).hexdigest()[:12]
     module = sys.modules.get(module_name)
     if module is None:
         loader_spec = importlib.util.spec_from_file_location(module_name, resolved)
         if loader_spec is None or loader_spec.loader is None:
-            raise UserError(f"--reward {spec}: cannot import {path}")
+            raise UserError(f"{flag} {spec}: cannot import {path}")
         module = importlib.util.module_from_spec(loader_spec)
         sys.modules[module_name] = module  # dataclasses and pickling inside the file look it up
         try:  # the user's file, behind the boundary: sys.exit or any BaseException is one line
-            user_code.call(lambda: loader_spec.loader.exec_module(module), label=f"--reward {spec} (its import)",
-                           describe=lambda e: f"--reward {spec}: importing {path} failed"
+            user_code.call(lambda: loader_spec.loader.exec_module(module), label=f"{flag} {spec} (its import)",
+                           describe=lambda e: f"{flag} {spec}: importing {path} failed"
                                               f"{user_code.user_frame(e, resolved)}: {user_code.raised(e)}")
         except BaseException:
             sys.modules.pop(module_name, None)
@@ -228,13 +232,14 @@ def import_function(spec: str) -> Callable:
     if func is None:
         defined = sorted(n for n, v in vars(module).items() if inspect.isfunction(v) and not n.startswith("_")
                          and getattr(v, "__module__", None) == module_name)
-        raise UserError(f"--reward {spec}: {path} has no function '{func_name}' (functions: {', '.join(defined) or 'none'})")
+        raise UserError(f"{flag} {spec}: {path} has no function '{func_name}' (functions: {', '.join(defined) or 'none'})")
     if not callable(func):
-        raise UserError(f"--reward {spec}: '{func_name}' in {path} is a {type(func).__name__}, not a function")
+        raise UserError(f"{flag} {spec}: '{func_name}' in {path} is a {type(func).__name__}, not a function")
     return func
 
 
-def signature_columns(func: Callable, spec: str) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+def signature_columns(func: Callable, spec: str,
+                      environments: bool = False) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
     """(columns required, columns optional, takes **kwargs) from a reward function's
     signature; refuses one that cannot be called as TRL calls it (by keyword: ``prompts=``,
     ``completions=``, the columns)."""
@@ -257,17 +262,18 @@ def signature_columns(func: Callable, spec: str) -> tuple[tuple[str, ...], tuple
             raise UserError(f"--reward {spec}: parameter '{p.name}' is positional-only; TRL and vigor pass "
                             "everything by name (prompts=, completions=, the columns)")
     named = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in PROMPT_ARGS]
-    if any(p.name == "environments" and p.default is p.empty for p in named):
+    if not environments and any(p.name == "environments" and p.default is p.empty for p in named):
         raise UserError(f"--reward {spec}: the function requires 'environments', which TRL passes only with "
-                        "its environment_factory (tool-calling environments); vigor has none: give it a default")
+                        "its environment_factory (tool-calling environments) and vigor only with an environment "
+                        "(--env, task.env); this run has none: give it a default")
     required = tuple(p.name for p in named if p.default is p.empty and p.name not in TRL_EXTRA_ARGS)
     optional = tuple(p.name for p in named if p.default is not p.empty and p.name not in TRL_EXTRA_ARGS)
     return required, optional, takes_all
 
 
-def _user_reward(spec: str, timeout: float | None = None) -> Reward:
+def _user_reward(spec: str, timeout: float | None = None, environments: bool = False) -> Reward:
     func = import_function(spec)
-    required, optional, takes_all = signature_columns(func, spec)
+    required, optional, takes_all = signature_columns(func, spec, environments)
     label = f"reward function {spec}"
     try:
         takes = set(inspect.signature(func).parameters)
@@ -286,9 +292,12 @@ def _user_reward(spec: str, timeout: float | None = None) -> Reward:
         kwargs.update({k: v for k, v in context.arguments().items() if k in gets})  # TRL's, as TRL passes them
         # (completions, solution) takes no prompts: TRL's own rewards
         given = {k: v for k, v in (("prompts", prompts), ("completions", completions)) if k in gets}
+        # an episode's environment instances, as TRL passes them: the live objects, never copies
+        live = ({"environments": columns["environments"]}
+                if "environments" in columns and (takes_all or "environments" in takes) else {})
 
         def run() -> Any:  # its own copies: no function changes what another grades
-            values = func(**{k: user_code.private_copy(v) for k, v in {**given, **kwargs}.items()})
+            values = func(**{k: user_code.private_copy(v) for k, v in {**given, **kwargs}.items()}, **live)
             if inspect.isawaitable(values):  # an async def reward, awaited as TRL awaits it
                 values = _await(values)
             return values

@@ -20,6 +20,7 @@ import torch
 
 from vigor_cli import grpo
 from vigor_cli.allocation.base import Allocator, Request
+from vigor_cli.episodes.base import episode_metrics
 from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import reward_components
 from vigor_cli.sandbox.pool import MEMORY_RLIMIT_ONLY
@@ -86,9 +87,13 @@ class Generated:
 
     uid: str
     rollout: Any
-    """The engine's :class:`~vigor_cli.rollout.base.Rollout` (`vigor train`) or a row key (TRL)."""
+    """The engine's :class:`~vigor_cli.rollout.base.Rollout` (`vigor train`; an
+    :class:`~vigor_cli.episodes.base.Episode` under an environment) or a row key (TRL)."""
     tokens: int
+    """Tokens the model generated (an episode's model tokens)."""
     truncated: bool
+    episode: Any = None
+    """The TRL path's episode behind a row key (None: not an episode, or ``rollout`` is it)."""
 
 
 @dataclass
@@ -115,6 +120,8 @@ class Sample:
     truncated: bool | None = None
     details: dict = field(default_factory=dict)
     """The score's details (a code task's: the isolation level, the signs of hard-coding)."""
+    episode: Any = None
+    """As :attr:`Generated.episode`."""
 
     def __post_init__(self) -> None:
         if self.tokens < 0:
@@ -193,7 +200,7 @@ def run_rounds(step: int, allocator: Allocator, data: DataOrder, runner: RoundRu
             reward = None if sc.reward is None else float(sc.reward)
             s = Sample(g.uid, g.rollout, reward, sc.reason, len(sizes), index=len(every[g.uid]),
                        components=sc.components, grading_error=sc.grading_error, extra=sc.extra,
-                       tokens=g.tokens, truncated=g.truncated, details=sc.details)
+                       tokens=g.tokens, truncated=g.truncated, details=sc.details, episode=g.episode)
             every[g.uid].append(s)
             if reward is not None:
                 if not low <= reward <= high:
@@ -268,6 +275,7 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
         "completions/max_length": max(lengths, default=0),
         "completions/truncated_frac": sum(bool(s.truncated) for s in every) / len(every) if every else 0.0,
         **sandbox_metrics(every),
+        **episode_metrics([s.episode if s.episode is not None else s.rollout for s in every]),
     }
 
 

@@ -23,7 +23,8 @@ from vigor_cli.jsonl import JsonlContent, read_jsonl
 from vigor_cli.records import kind_of
 from vigor_cli.user_files import loads
 
-LOGS = ("metrics.jsonl", "allocation.jsonl", "completions.jsonl")
+LOGS = ("metrics.jsonl", "allocation.jsonl", "completions.jsonl", "episodes.jsonl")
+"""The run logs of JSONL lines, each line with its step (episodes.jsonl: runs with task.env)."""
 _EVAL_FILE = re.compile(r"^step-(\d+)\.json$")
 
 # What each metrics key holds: (pattern, lowest, highest, NaN allowed, null allowed).

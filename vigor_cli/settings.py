@@ -21,7 +21,7 @@ from vigor_cli.errors import UserError
 
 
 NAMED_KEYS = ("task.name", "allocation.strategy", "engine.kind", "grpo.loss_agg", "grpo.scale_rewards",
-              "train.report_to")
+              "train.report_to", "task.env")
 """The keys whose values are names in a registry (checked by :func:`check_name`)."""
 
 
@@ -57,6 +57,11 @@ def check_name(key: str, name: Any) -> None:
                  "grpo.importance_sampling_level": grpo.RATIO_LEVELS}[key]
         if name not in known:
             raise ValueError(f"{key}: unknown name {name!r}; known: {', '.join(known)}")
+        return
+    if key == "task.env":
+        from vigor_cli.episodes.registry import check_spec
+
+        check_spec(name)  # ValueError naming the built-in environments
         return
     if key == "train.report_to":
         from vigor_cli import tracking
@@ -135,6 +140,10 @@ class TaskRules:
 
     @staticmethod
     def check_task(task: Any) -> None:
+        if task.env is not None:
+            from vigor_cli.episodes.registry import check_task
+
+            check_task(task.env, task.name)
         if task.name != "custom":
             return
         if not task.data:

@@ -121,6 +121,10 @@ def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], set
         cfg = build_config(tree=tree, overrides=keys, sets=sets, flags=flags)
     except ValueError as e:  # pydantic's message names the key
         raise UserError(f"--run {run}: {str(e).splitlines()[0]}") from None
+    if cfg.task.env is not None:  # never a silent change of what is measured
+        warn(f"the run trained with an environment (task.env={cfg.task.env}); vigor eval scores one "
+             "completion per sample (a first attempt); the run's eval/step-N.json has both, after the "
+             "environment's answers and at the first attempt (docs/episodes.md)")
     changed = [k for k, v in keys.items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
     source = f"the run's own settings, {run.name}/config.yaml" + (f"; changed: {', '.join(changed)}" if changed else "")
     desc = {"run": str(run), "checkpoint": ckpt.name, "name_or_path": cfg.model.name_or_path}

@@ -138,7 +138,7 @@ COMPLETION_COLUMNS = ["step", "prompt", "completion", "reward", "advantage"]
 
 
 def _number(value: Any) -> float:
-    """A table cell's number: NaN for a reward that was not scored."""
+    """A table cell's number; NaN for an unscored completion (reward None)."""
     return float("nan") if value is None else float(value)
 
 

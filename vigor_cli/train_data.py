@@ -39,6 +39,8 @@ class TrainData:
     """Training prompts left out for being longer than task.max_prompt_tokens."""
     prompt_texts: dict[str, str] = field(default_factory=dict)
     """uid -> the prompt as the model sees it (rendered): what the logs show."""
+    env: Any = None
+    """task.env's environment (vigor_cli/episodes/), None without one."""
 
 
 def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
@@ -61,15 +63,26 @@ def load_train_data(cfg: RunConfig, out: Any) -> TrainData:
         check_against_data(cfg, len(train_examples))  # the rules that need the training-set size
         tokenizer = load_tokenizer(cfg.model)
         check_tokenizer(cfg, tokenizer, warn=lambda m: out.print(m))
+        env = make_env(cfg, task, tokenizer)
         texts: dict[str, str] = {}
-        examples, prompt_ids, eval_sets = fitted_sets(cfg, task, tokenizer, train_examples, texts=texts)
+        examples, prompt_ids, eval_sets = fitted_sets(cfg, task, tokenizer, train_examples, texts=texts, env=env)
         for line in task.describe_data():  # the code task's split; what --data and --eval-data read
             out.print(line, markup=False, highlight=False, soft_wrap=True)
     except BaseException:
         task.close()
         raise
     return TrainData(task, tokenizer, examples, prompt_ids, eval_sets, plan, len(train_examples) - len(examples),
-                     texts)
+                     prompt_texts=texts, env=env)
+
+
+def make_env(cfg: RunConfig, task: Any, tokenizer: Any) -> Any:
+    """task.env's environment (None without one), made before any weights load: a bad
+    environment file fails here."""
+    if cfg.task.env is None:
+        return None
+    from vigor_cli.episodes.registry import make_environment
+
+    return make_environment(cfg.task, task, tokenizer)
 
 
 def task_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, list[Example]]:
@@ -84,16 +97,18 @@ def task_sets(cfg: RunConfig, task: Any, limit: int | None) -> dict[str, list[Ex
 
 
 def fit_prompts(limit: int, task: Any, tokenizer: Any, examples: list[Example],
-                texts: dict[str, str] | None = None) -> tuple[dict[str, list[int]], list[int], int]:
-    """The token ids of the prompts the model can take, by uid; the lengths of those longer
-    than ``limit`` (task.max_prompt_tokens), and how many encode to no token at all (both
-    left out: an empty prompt gives the model nothing to continue). ``texts`` gets each kept
-    prompt as rendered."""
+                texts: dict[str, str] | None = None, env: Any = None) -> tuple[dict[str, list[int]], list[int], int]:
+    """The token ids of the prompts the model can take, by uid (rendered as ``env`` shows
+    them: with its tools); the lengths of those longer than ``limit`` (task.max_prompt_tokens),
+    and how many encode to no token at all (both left out: an empty prompt gives the model
+    nothing to continue). ``texts`` gets each kept prompt as rendered."""
+    from vigor_cli.episodes.messages import render_prompt
+
     kept: dict[str, list[int]] = {}
     long: list[int] = []
     empty = 0
     for ex in examples:
-        text = task.render_prompt(ex, tokenizer)
+        text = task.render_prompt(ex, tokenizer) if env is None else render_prompt(task, ex, tokenizer, env)
         ids = encode_prompt(tokenizer, text)
         if not ids:
             empty += 1
@@ -126,12 +141,12 @@ def left_out_line(what: str, total: int, long: list[int], empty: int, limit: int
 
 
 def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example],
-                   enough: bool = True, texts: dict[str, str] | None = None
+                   enough: bool = True, texts: dict[str, str] | None = None, env: Any = None
                    ) -> tuple[dict[str, Example], dict[str, list[int]]]:
     """The training prompts' token ids; prompts the model cannot take (:func:`fit_prompts`)
     are dropped with one warning line (``enough``: refuse when fewer than a step's prompts
     remain). ``texts`` gets each kept prompt as rendered."""
-    prompt_ids, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, train_examples, texts)
+    prompt_ids, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, train_examples, texts, env)
     examples = {ex.uid: ex for ex in train_examples if ex.uid in prompt_ids}
     warn(left_out_line("training prompts", len(train_examples), long, empty, cfg.task.max_prompt_tokens))
     if enough and len(examples) < cfg.train.prompts_per_step:
@@ -143,14 +158,14 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
 
 
 def fitted_sets(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[Example], enough: bool = True,
-                texts: dict[str, str] | None = None
+                texts: dict[str, str] | None = None, env: Any = None
                 ) -> tuple[dict[str, Example], dict[str, list[int]], dict[str, list[Example]]]:
     """The training prompts the model can take (:func:`encode_prompts`), then the held-out
     sets without the prompts it cannot (:func:`held_out_sets`; drawn from training, without
     those training left out)."""
-    examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, enough, texts)
+    examples, prompt_ids = encode_prompts(cfg, task, tokenizer, train_examples, enough, texts, env)
     task.leave_out_of_training({ex.uid for ex in train_examples} - set(examples))
-    return examples, prompt_ids, held_out_sets(cfg, task, tokenizer, model_context(cfg))
+    return examples, prompt_ids, held_out_sets(cfg, task, tokenizer, model_context(cfg), env)
 
 
 def model_context(cfg: RunConfig) -> int | None:
@@ -166,7 +181,8 @@ def model_context(cfg: RunConfig) -> int | None:
         return None
 
 
-def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None = None) -> dict[str, list[Example]]:
+def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None = None,
+                  env: Any = None) -> dict[str, list[Example]]:
     """The run's evaluation sets (train.eval_limit examples of each), without the prompts
     the model cannot take (:func:`fit_prompts`: an evaluation never spends time on a prompt
     training would drop), each set that loses some saying so in one warning line, as does
@@ -176,7 +192,7 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None
         label = name or cfg.task.name
         exs = task.eval_examples(name)
         exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
-        kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs)
+        kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs, env=env)
         warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
         over = sum(len(ids) + cfg.sampling.max_new_tokens > context for ids in kept.values()) if context else 0
         if over:
@@ -206,8 +222,15 @@ def dry_run_health(cfg: RunConfig) -> list[str]:
         except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
             return [f"the checks before the first step read the training data, which is not here: {e}"]
         tokenizer = load_tokenizer(cfg.model)
+        env = make_env(cfg, task, tokenizer)  # a bad environment file fails here
+        if env is not None:
+            from vigor_cli.console import console
+
+            console.print(f"environment: {env.describe()}; at most {cfg.task.max_turns} model turns and "
+                          f"{cfg.completion_tokens()} tokens per episode", markup=False, highlight=False,
+                          soft_wrap=True)
         try:  # the prompts a run would leave out, said alike
-            examples, prompt_ids, _ = fitted_sets(cfg, task, tokenizer, train_examples, enough=False)
+            examples, prompt_ids, _ = fitted_sets(cfg, task, tokenizer, train_examples, enough=False, env=env)
         except HubUnavailable as e:  # a held-out set only the hub has
             return [f"the checks before the first step read the evaluation data, which is not here: {e}"]
         prompts = health.prompt_infos(task, tokenizer, examples, prompt_ids)

@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from vigor_cli.episodes.base import episode_record, is_episode
 from vigor_cli.rollout.weight_check import EngineWeightsError
 from vigor_cli.rollout_core import Sample
 
 COMPLETIONS_SHOWN = 4
 """Completions per console table and per completions.jsonl entry."""
+EPISODE_TEXT_CHARS = 2000
+"""Characters kept of each message of an episode in episodes.jsonl and completions.jsonl."""
 
 
 @dataclass
@@ -26,6 +29,8 @@ class StepLog:
     record: dict = field(default_factory=dict)
     alerts: list[Any] = field(default_factory=list)
     """Health conditions that speak after this step (vigor_cli/health.py)."""
+    episodes: list[dict] = field(default_factory=list)
+    """Every episode of the step, turn by turn (episodes.jsonl; empty without an environment)."""
 
 
 class TrainLog:
@@ -47,6 +52,8 @@ class TrainLog:
         if self.trackers is not None:
             self.trackers.log_metrics(m)
         self.rundir.append("allocation.jsonl", log.record)
+        if log.episodes:
+            self.rundir.append_many("episodes.jsonl", log.episodes)
         self.weight_check(m["step"], weight_check)
         self.isolation(m)
         self.out.print(
@@ -62,7 +69,8 @@ class TrainLog:
             rows = [
                 {"step": m["step"], "uid": s.uid, "prompt": self.prompts[s.uid],
                  "text": s.rollout.text, "reward": s.reward, "reason": s.reason, "advantage": s.advantage,
-                 **({"extra": s.extra} if s.extra else {})}
+                 **({"extra": s.extra} if s.extra else {}),
+                 **(episode_record(s.rollout, EPISODE_TEXT_CHARS) if is_episode(s.rollout) else {})}
                 for s in shown
             ]
             self.rundir.append_many("completions.jsonl", rows)
@@ -100,6 +108,19 @@ class TrainLog:
         elif wc.status != self._last_check_status and wc.status not in ("no-tokens", "unchecked"):
             self.out.print(f"[dim]weight check, step {step}: {wc.describe()}[/]", highlight=False)
         self._last_check_status = wc.status
+
+
+def episode_lines(step: int, samples: Sequence[Sample]) -> list[dict]:
+    """episodes.jsonl's lines of a step: every episode generated, in generation order, with
+    its prompt, round, reward and whether the update used it (docs/episodes.md)."""
+    lines = []
+    for s in samples:
+        episode = s.episode if s.episode is not None else s.rollout  # the TRL path: a gathered summary
+        if is_episode(episode):
+            lines.append({"step": step, "uid": s.uid, "index": s.index, "round": s.round + 1, "reward": s.reward,
+                          "reason": s.reason, "in_update": s.in_update, "advantage": s.advantage,
+                          **episode_record(episode, EPISODE_TEXT_CHARS)})
+    return lines
 
 
 def reward_parts(metrics: Mapping[str, Any]) -> str:

@@ -38,7 +38,9 @@ from vigor_cli.reward_log import EVAL_PREFIX, add_logged, trainer_state
 from vigor_cli.tasks.base import Score, grade, score_once
 from vigor_cli.tracking import Trackers
 from vigor_cli.train_data import load_train_data
-from vigor_cli.train_log import StepLog, TrainLog, progress, record_text, resume_command, reward_parts, stop_status
+from vigor_cli.train_log import (
+    StepLog, TrainLog, episode_lines, progress, record_text, resume_command, reward_parts, stop_status,
+)
 
 
 class EngineRounds:
@@ -56,11 +58,17 @@ class EngineRounds:
         tr, s = self.trainer, self.trainer.cfg.sampling
         params = SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
                                 seed=derive_seed(tr.cfg.train.seed, "rollout", step, round_index))
-        outs = tr.engine.generate([tr.prompt_ids[r.uid] for r in requests], [r.n for r in requests], params)
+        prompts, counts = [tr.prompt_ids[r.uid] for r in requests], [r.n for r in requests]
+        if tr.episodes is not None:  # an environment answers: each rollout is an episode
+            outs = tr.episodes.run([tr.examples[r.uid] for r in requests], counts, params, prompts)
+            return [Generated(r.uid, ep, ep.model_tokens, ep.truncated) for r, eps in zip(requests, outs) for ep in eps]
+        outs = tr.engine.generate(prompts, counts, params)
         return [Generated(r.uid, ro, len(ro.token_ids), ro.truncated) for r, ros in zip(requests, outs) for ro in ros]
 
     def score(self, rollouts: Sequence[Generated]) -> list[Score]:
         tr = self.trainer
+        if tr.episodes is not None:  # once per episode: its reward may read the environment's state
+            return tr.scorer.score([tr.examples[g.uid] for g in rollouts], [g.rollout for g in rollouts])
         ids = [g.rollout.token_ids for g in rollouts]  # TRL's completion_ids, for a reward that reads them
         if not tr.dedupe_scoring:
             return grade(tr.task, [tr.examples[g.uid] for g in rollouts], [g.rollout.text for g in rollouts], ids)
@@ -82,6 +90,9 @@ class Trainer:
         """SIGINT/SIGTERM as the loop sees them (vigor_cli/interrupt.py); a bare one never fires."""
         self.task: Any = None
         self.engine: Any = None
+        self.env: Any = None
+        self.episodes: Any = None
+        """task.env's episode loop (vigor_cli/episodes/loop.py); None: one completion per rollout."""
         self.dedupe_scoring = True
         """Grade each distinct (prompt, completion) of a step once (:class:`EngineRounds`); the
         timing bench turns it off to measure what it saves."""
@@ -105,6 +116,7 @@ class Trainer:
             self.learner = Learner(cfg, self.tokenizer.pad_token_id, self.prompt_ids, resume_from)
             self.engine = make_engine(cfg, self.learner.model, self.tokenizer, announce=lambda m: out.print(m))
             self.learner.watch_engine(self.engine)
+            self._start_episodes()
             self._start_health()
             self.allocator = self._make_allocator()
             if resume_from is not None:
@@ -128,6 +140,18 @@ class Trainer:
             record["note"] = f"written when the run resumed from step {self.step}: it has no record of its start"
         provenance.write(self.rundir.path, record)
 
+    def _start_episodes(self) -> None:
+        """task.env: the episode loop over the engine, and the episodes' scorer."""
+        if self.env is None:
+            return
+        from vigor_cli.episodes.loop import make_runner
+        from vigor_cli.episodes.scoring import EpisodeScorer
+        from vigor_cli.rollout.weights import stop_token_ids
+
+        stops = stop_token_ids(self.learner.model, self.tokenizer)
+        self.episodes = make_runner(self.cfg, self.task, self.tokenizer, self.engine, self.env, stops)
+        self.scorer = EpisodeScorer(self.task, self.env)
+
     def _start_health(self) -> None:
         """The health checks (vigor_cli/health.py): what can be told before generating is said
         now; the per-step monitor starts (a resume restores its state)."""
@@ -142,7 +166,7 @@ class Trainer:
         all before any weights load; then the data order."""
         d = load_train_data(self.cfg, self.out)
         self.dropped = d.dropped
-        self.task, self.tokenizer, self.memory_plan = d.task, d.tokenizer, d.memory_plan
+        self.task, self.tokenizer, self.memory_plan, self.env = d.task, d.tokenizer, d.memory_plan, d.env
         self.examples, self.prompt_ids, self.eval_sets = d.examples, d.prompt_ids, d.eval_sets
         self.prompt_texts = d.prompt_texts
         self.data = DataOrder(list(self.examples), self.cfg.train.seed)
@@ -156,9 +180,11 @@ class Trainer:
             raise UserError(str(e)) from None
 
     def close(self) -> None:
-        """Stop the reward workers and the engine (safe to call twice)."""
-        task, engine = self.task, self.engine
+        """Stop the reward workers, the environment and the engine (safe to call twice)."""
+        task, engine, env = self.task, self.engine, self.env
         try:
+            if env is not None:
+                env.close()
             if task is not None:
                 task.close()
         finally:
@@ -297,7 +323,8 @@ class Trainer:
         record = {"step": step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = record_text(self.prompt_texts[entry["uid"]])
-        return StepLog(metrics=metrics, samples=batch.samples, record=record, alerts=alerts)
+        return StepLog(metrics=metrics, samples=batch.samples, record=record, alerts=alerts,
+                       episodes=episode_lines(step, batch.generated))
 
     def trainer_state(self, global_step: int) -> Any:
         """TRL's ``trainer_state`` for the reward functions: ``global_step`` updates done,
@@ -309,8 +336,9 @@ class Trainer:
     def rollout_phase(self, step: int) -> RolloutBatch:
         """The step's allocation rounds (vigor_cli/rollout_core.run_rounds) on this engine and
         task: the samples the update uses and every rollout generated."""
+        weights = self.scorer.weights() if self.episodes is not None else getattr(self.task, "weights", None)
         batch = run_rounds(step, self.allocator, self.data, EngineRounds(self), self.cfg.grpo.scale_rewards,
-                           reward_range(self.cfg.allocation.reward_range, getattr(self.task, "weights", None)))
+                           reward_range(self.cfg.allocation.reward_range, weights))
         self.engine.end_generation()  # vLLM frees the GPU for the update
         return batch
 
@@ -325,7 +353,7 @@ class Trainer:
         self.task.trainer_state = self.trainer_state(step)
         self.task.logged_metrics()  # what was logged before is the step's, already in its line
         held = evaluate_sets(self.engine, self.task, self.tokenizer, self.eval_sets, t.eval_samples, params, step,
-                             pass_threshold=self.cfg.task.pass_threshold)
+                             pass_threshold=self.cfg.task.pass_threshold, episodes=self.episodes)
         self.engine.end_generation()
         logged = self.task.logged_metrics()  # what the reward functions logged while evaluating
         self.rundir.write_eval(step, {**held.to_json(), **({"logged": logged} if logged else {})})

@@ -98,6 +98,11 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
             cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key
             raise UserError(f"--run {run}: config.yaml does not validate ({str(e).splitlines()[0]})") from None
+        warn = lambda m: err_console.print(f"[yellow]warning:[/] {shown(m)}", highlight=False)  # noqa: E731
+        if cfg.task.env is not None:  # never a silent change of what is measured
+            warn(f"the run trained with an environment (task.env={cfg.task.env}); vigor eval scores one "
+                 "completion per sample (a first attempt); the run's eval/step-N.json has both, after the "
+                 "environment's answers and at the first attempt (docs/episodes.md)")
         ckpt = RunDir(run).store.pick(checkpoint, _warn)
         return cfg, str(ckpt), {"run": str(run), "checkpoint": ckpt.name,
                                 "name_or_path": cfg.model.name_or_path}

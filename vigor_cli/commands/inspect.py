@@ -24,8 +24,11 @@ def inspect_allocation(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     text_width: Annotated[int, opt.count("--text-width", help="Characters of prompt text shown per row.")] = 60,
     overview_rows: Annotated[int, opt.count("--overview-rows", help="Rows of the across-steps overview (steps are sampled evenly beyond this).")] = 20,
+    episodes: Annotated[int, opt.count("--episodes", low=0, help="A run with an environment (task.env): "
+                                       "each prompt's first K episodes of the step, turn by turn (0: none).")] = 1,
 ) -> None:
-    """Per-step tables of prompts and their rollouts per round, and an overview across steps."""
+    """Per-step tables of prompts and their rollouts per round (and, for a run with an
+    environment, its episodes turn by turn), and an overview across steps."""
     from vigor_cli import provenance
     from vigor_cli.report import allocation_view as view
     from vigor_cli.report.provenance_view import print_records
@@ -42,12 +45,21 @@ def inspect_allocation(
     held = health_by_step(run_path)
     summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]
     record = provenance.read(run_path)
+    from vigor_cli.report.episodes_view import by_prompt, load_step_episodes, print_episodes
+
     if as_json:
-        print_json({**view.as_json(run_path, chosen, summaries, notes, held), "provenance": record})
+        out = view.as_json(run_path, chosen, summaries, notes, held)
+        for s, entry in zip(chosen, out["steps"]):
+            found = load_step_episodes(run_path, s.step) if episodes else []
+            if found:
+                entry["episodes"] = [e for mine in by_prompt(found, episodes).values() for e in mine]
+        print_json({**out, "provenance": record})
         return
     print_records(console, {run_path.name: record})
     for s in chosen:
         view.print_step(console, s, text_width, held.get(s.step, {}))
+        if episodes:
+            print_episodes(console, s.step, load_step_episodes(run_path, s.step), episodes, max(text_width, 100))
     view.print_overview(console, summaries, overview_rows)
 
 

@@ -31,7 +31,7 @@ def default_config_file(model: str | None, task: str | None) -> Path | None:
     never a silent run on the built-in (GPU-sized) defaults."""
     if model not in (None, "tiny"):
         return None
-    path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code") else DEFAULT_CONFIG
+    path = CONFIGS / f"{task}.yaml" if task in ("tiny-math", "tiny-code", "tiny-guess") else DEFAULT_CONFIG
     if not path.is_file():
         raise UserError(f"bundled config {path} is missing: reinstall vigor (the package ships configs/)")
     return path
@@ -55,6 +55,8 @@ def resolve_config(path: Path) -> Path:
                     f"(bundled: {', '.join(bundled_configs())})")
 
 
+EPISODES = "Episodes (an environment answers)"
+"""The help panel of the flags of multi-turn episodes (task.env)."""
 FLAGS: tuple[Flag, ...] = (
     Flag("--model", "model.name_or_path"),
     Flag("--device", "model.device", option=opt.device),
@@ -79,6 +81,9 @@ FLAGS: tuple[Flag, ...] = (
          parse=lambda text: text),  # names as typed, comma-separated (not YAML: ',,' is no value)
     Flag("--strict", "health.strict", panel="Logging and checkpoints"),
     *TASK_FLAGS,  # your own task (task 'custom'; README "Train on your own task"): shared, commands/flags.py
+    # an environment that answers the model's turns (docs/episodes.md)
+    Flag("--env", "task.env", panel=EPISODES),
+    Flag("--max-turns", "task.max_turns", panel=EPISODES),
 )
 """Every option of `vigor train` that sets a config key, in help order (the other options,
 --config, --set, --resume and --dry-run, are in ``train``'s own signature below)."""

@@ -146,11 +146,13 @@ def check_agreement(digests: Sequence[int], step: int, round_index: int) -> None
 
 
 # --------------------------------------------------------------------------- verifiers
-def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
+def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[..., list[Any]]:
     """The task's Scores for a TRL reward call's completions: each distinct (uid, completion)
     of a training step graded once (a reward is a function of the two alone; repeats are
-    common, a sandbox run each for code), for every function of the task together."""
-    examples = {ex.uid: ex for ex in task.train_examples()}
+    common, a sandbox run each for code), for every function of the task together. Under an
+    environment an episode's final turn is graded against the example it names
+    (code-feedback: all of a training problem's tests)."""
+    examples = {ex.uid: ex if env is None else env.scoring_example(ex) for ex in task.train_examples()}
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
 
@@ -172,12 +174,12 @@ def _graded_scores(task: Any, uid_column: str) -> Callable[..., list[Any]]:
     return scores
 
 
-def task_reward(task: Any, uid_column: str = "uid") -> Any:
+def task_reward(task: Any, uid_column: str = "uid", env: Any = None) -> Any:
     """A TRL reward function scoring with a vigor task's verifier (math, code: the real
     verifiers and sandbox): rows carry the example's uid in ``uid_column``; graded as `vigor
     train` grades (:func:`_graded_scores`). A completion the task cannot score gets None
     (TRL's convention)."""
-    scores = _graded_scores(task, uid_column)
+    scores = _graded_scores(task, uid_column, env)
 
     def reward(prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         return [None if s.reward is None else float(s.reward) for s in scores(prompts, completions, **kwargs)]
@@ -186,15 +188,15 @@ def task_reward(task: Any, uid_column: str = "uid") -> Any:
     return reward
 
 
-def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable], list[float] | None]:
+def task_reward_funcs(task: Any, uid_column: str = "uid", env: Any = None) -> tuple[list[Callable], list[float] | None]:
     """The TRL reward functions of a task and their weights: one per reward function of a
     task that combines several (the custom task's ``--reward``s, each logged by TRL under its
     own name, weighted as ``--reward-weights``: TRL's weighted sum over the ones that scored
     is vigor's), else the task's verifier alone (:func:`task_reward`, weights None: TRL's)."""
     parts = [r.name for r in getattr(task, "rewards", [])]
     if len(parts) < 2:
-        return [task_reward(task, uid_column)], None
-    whole = task_reward_components(task, uid_column)
+        return [task_reward(task, uid_column, env)], None
+    whole = task_reward_components(task, uid_column, env)
     funcs = []
     for name in parts:
         def part(prompts: list, completions: list, _name: str = name, **kwargs: Any) -> list[float | None]:
@@ -205,10 +207,10 @@ def task_reward_funcs(task: Any, uid_column: str = "uid") -> tuple[list[Callable
     return funcs, list(task.weights)
 
 
-def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., list[dict]]:
+def task_reward_components(task: Any, uid_column: str = "uid", env: Any = None) -> Callable[..., list[dict]]:
     """Each completion's per-function values (``Score.components``), every distinct (uid,
     completion) of a step graded once for all the functions together."""
-    scores = _graded_scores(task, uid_column)
+    scores = _graded_scores(task, uid_column, env)
 
     def components(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[dict]:
         return [s.components for s in scores(prompts, completions, _forward, **kwargs)]
@@ -216,18 +218,30 @@ def task_reward_components(task: Any, uid_column: str = "uid") -> Callable[..., 
     return components
 
 
-def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None) -> Any:
+def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None, env: Any = None) -> Any:
     """The task's training examples as a ``datasets.Dataset`` of (prompt, uid) rows, the
-    prompt rendered as ``vigor train`` renders it; the prompts it leaves out left out as it
-    does (vigor_cli/train_data.fit_prompts: longer than ``max_prompt_tokens``, or no token)."""
+    prompt rendered as ``vigor train`` renders it (under an environment, with its tools); the
+    prompts it leaves out left out as it does (vigor_cli/train_data.fit_prompts: longer than
+    ``max_prompt_tokens``, or no token)."""
     from datasets import Dataset
 
     from vigor_cli.train_data import fit_prompts
 
     examples = task.train_examples()
-    kept, _, _ = fit_prompts(max_prompt_tokens or 2**62, task, tokenizer, examples)
-    return Dataset.from_list([{"prompt": task.render_prompt(ex, tokenizer), "uid": ex.uid}
-                              for ex in examples if ex.uid in kept])
+    if env is None:
+        kept, _, _ = fit_prompts(max_prompt_tokens or 2**62, task, tokenizer, examples)
+        return Dataset.from_list([{"prompt": task.render_prompt(ex, tokenizer), "uid": ex.uid}
+                                  for ex in examples if ex.uid in kept])
+    from vigor_cli.episodes.messages import render_prompt
+    from vigor_cli.evaluation import encode_prompt
+
+    rows = []
+    for ex in examples:
+        text = render_prompt(task, ex, tokenizer, env)
+        ids = encode_prompt(tokenizer, text)
+        if ids and (max_prompt_tokens is None or len(ids) <= max_prompt_tokens):
+            rows.append({"prompt": text, "uid": ex.uid})
+    return Dataset.from_list(rows)
 
 
 # --------------------------------------------------------------------------- the step's rounds
@@ -267,6 +281,8 @@ class TRLRounds:
         """Per round, every rank's per-function rewards [ranks, width, functions], NaN for copies."""
         self._round: tuple | None = None
         self._where: tuple[int, int] = (0, 0)
+        self.failed = torch.zeros(0, dtype=torch.bool)
+        """Per rank and row of the round: an episode the environment failed (left unscored)."""
         self.texts: dict[Key, str] = {}
         """This rank's completion texts by row key."""
 
@@ -277,10 +293,11 @@ class TRLRounds:
         mine = [tr._row(key) for key, _ in chunks[self.rank]]
         out, measured = tr._generate_round(mine)
         width = len(chunks[0])
-        measured = measured.view(self.layout.ranks, width, 3).tolist()
+        measured = measured.view(self.layout.ranks, width, 4).tolist()
+        self.failed = torch.tensor([[bool(row[3]) for row in rank_rows] for rank_rows in measured])
         sizes: dict[Key, tuple[int, int, bool]] = {}
         for r, chunk in enumerate(chunks):
-            for (key, real), (prompt_len, completion_len, truncated) in zip(chunk, measured[r]):
+            for (key, real), (prompt_len, completion_len, truncated, _) in zip(chunk, measured[r]):
                 if real:
                     sizes[key] = (int(prompt_len), int(completion_len), bool(truncated))
                     self.layout.tokens[r] += int(prompt_len) + int(completion_len)
@@ -290,7 +307,8 @@ class TRLRounds:
         for (key, real), completion in zip(chunks[self.rank], out[3]):
             if real:  # this rank's completions, for the health checks that read text
                 self.texts[key] = _completion_text(completion)
-        return [Generated(key[0], key, sizes[key][1], sizes[key][2]) for key in keys]
+        episodes = tr.vigor_episodes.summaries(chunks, self.rank) if tr.vigor_episodes is not None else {}
+        return [Generated(key[0], key, sizes[key][1], sizes[key][2], episodes.get(key)) for key in keys]
 
     def score(self, generated: Sequence[Generated]) -> list[Score]:
         tr = self.tr
@@ -298,7 +316,8 @@ class TRLRounds:
         per_func = tr._score_round(mine, out)  # [ranks * width, functions], every rank's
         width = len(chunks[0])
         real = torch.tensor([[is_real for _, is_real in chunk] for chunk in chunks])
-        per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~real[..., None], float("nan"))
+        kept = real & ~self.failed  # an episode the environment failed is not scored
+        per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~kept[..., None], float("nan"))
         scores: dict[Key, Score] = {}
         names = tr.reward_func_names
         weights = tr.reward_weights.cpu()
@@ -337,10 +356,17 @@ class VigorGRPOTrainer(GRPOTrainer):
     ``uid_column`` (default ``uid``; the row index when the column is absent). Reward
     functions get every dataset column plus ``rollout_index``; a reward function may return
     None for a completion it cannot score (excluded as `vigor train` excludes it).
+    ``environment_factory`` (TRL's argument: a class in TRL's convention) or ``vigor_env`` (a
+    vigor environment, with its ``vigor_task`` and ``episode_limits``: :func:`build_trainer`
+    from ``task.env``) makes every rollout an episode (vigor_cli/integrations/trl_episodes.py).
     """
 
     def __init__(self, model: Any, reward_funcs: Any, args: VigorGRPOConfig | None = None, *rest: Any,
-                 uid_column: str = "uid", **kwargs: Any):
+                 uid_column: str = "uid", environment_factory: Any = None, vigor_env: Any = None,
+                 vigor_task: Any = None, episode_limits: tuple | None = None, env_timeout_s: float | None = None,
+                 **kwargs: Any):
+        from vigor_cli.integrations import trl_episodes
+
         if not isinstance(args, VigorGRPOConfig):
             raise TypeError("VigorGRPOTrainer needs args=VigorGRPOConfig(...)")
         from vigor_cli.integrations import trl_versions
@@ -350,7 +376,12 @@ class VigorGRPOTrainer(GRPOTrainer):
         if problems:
             raise ValueError(problems[0])
         model = trl_checks.prepare_kbit(model, kwargs.get("peft_config"), args.gradient_checkpointing)
-        super().__init__(model, reward_funcs, args, *rest, **kwargs)
+        self.vigor_episodes: Any = None
+        """The episodes' loop when an environment answers (vigor_cli/integrations/trl_episodes.py)."""
+        self.vigor_uid_column = uid_column
+        env, positional, kwargs = trl_episodes.environment_for(self, environment_factory, vigor_env, env_timeout_s,
+                                                               (model, reward_funcs, args, *rest), kwargs)
+        super().__init__(*positional, **kwargs)
         trl_checks.float32_adapters(self.model)
         a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
@@ -391,6 +422,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         self._vigor_logged: dict[str, list[float]] = {}
         """What reward functions logged through log_metric this step (metrics.jsonl)."""
         self._use_vigor_stops()
+        if env is not None:  # after the stop tokens: an environment's messages follow a turn's stop token
+            limits, turn_tokens = episode_limits or trl_episodes.limits_from_trl(a)
+            self.vigor_episodes = trl_episodes.TRLEpisodes(self, TRLEngine(self), env, limits, turn_tokens, vigor_task)
         config = getattr(self.model, "config", None)
         context = getattr(config, "max_position_embeddings", None) if config is not None else None
         self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context)
@@ -554,8 +588,12 @@ class VigorGRPOTrainer(GRPOTrainer):
         return {**self.train_dataset[self.vigor_index[uid]], ROLLOUT_INDEX: index}
 
     def _generate_round(self, rows: list[dict]) -> tuple[tuple, torch.Tensor]:
-        """This rank's rows through TRL's generation; every rank's (prompt tokens, completion
-        tokens, truncated) per row, gathered (the ranks' row counts are equal)."""
+        """This rank's rows through TRL's generation (episodes under an environment:
+        vigor_cli/integrations/trl_episodes.py); every rank's (prompt tokens, completion tokens,
+        truncated, failed) per row, gathered (the ranks' row counts are equal)."""
+        if self.vigor_episodes is not None:
+            out, sizes = self.vigor_episodes.generate_round(rows, self.vigor_uid_column)
+            return out, self.accelerator.gather(sizes).cpu()
         prompts = [row["prompt"] for row in rows]
         with self._one_generation_per_row():
             out = super()._generate(prompts)
@@ -564,15 +602,23 @@ class VigorGRPOTrainer(GRPOTrainer):
             for key, values in extra.items():
                 row[key] = values[i] if isinstance(values, list) else values
         stops = set(self.eos_token_ids)
-        sizes = torch.tensor([[len(p), len(c), int(len(c) >= self.max_completion_length and (not c or c[-1] not in stops))]
+        sizes = torch.tensor([[len(p), len(c), int(len(c) >= self.max_completion_length and (not c or c[-1] not in stops)), 0]
                               for p, c in zip(prompt_ids, completion_ids)], device=self.accelerator.device)
         return out, self.accelerator.gather(sizes).cpu()
 
     def _score_round(self, rows: list[dict], out: tuple) -> torch.Tensor:
-        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions]."""
+        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions].
+        Episodes: the functions get their environment instances (``environments=``), which
+        are released after."""
         prompts = [row["prompt"] for row in rows]
-        gathered = super()._calculate_rewards(rows, prompts, out[3], out[1])
-        return gathered.float().cpu()
+        if self.vigor_episodes is None:
+            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        self.environments = self.vigor_episodes.environments()
+        try:
+            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        finally:
+            self.environments = None
+            self.vigor_episodes.release()
 
     # ------------------------------------------------------------------ evaluation's generation
     @contextlib.contextmanager
@@ -631,16 +677,18 @@ class TRLEngine(RolloutEngine):
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         with tr.generation_settings(sampling), torch.random.fork_rng(devices=devices):
             torch.manual_seed(int(sampling.seed or 0) + tr.accelerator.process_index)
-            completion_ids, _ = tr._generate_single_turn(rows, None, {}, 1)
+            completion_ids, logprobs = tr._generate_single_turn(rows, None, {}, 1)
         stops = set(tr.eos_token_ids)
         out: list[list[Rollout]] = [[] for _ in counts]
         owners = [i for i, c in enumerate(counts) for _ in range(c)]
-        for owner, ids in zip(owners, completion_ids):
+        for row, (owner, ids) in enumerate(zip(owners, completion_ids)):
             ids = [int(t) for t in ids]
             end = cut_at_stop(ids, stops)
             ids = ids[:end] if end else ids
             text = tr._tokenizer.decode(ids, skip_special_tokens=True)
-            out[owner].append(Rollout(ids, [], text, truncated=end is None))
+            # vLLM's log-probs of the sampled tokens (an episode hands them to TRL); transformers: none
+            lp = [float(x) for x in logprobs[row][: len(ids)]] if logprobs is not None else [0.0] * len(ids)
+            out[owner].append(Rollout(ids, lp, text, truncated=end is None))
         return out
 
 
@@ -672,9 +720,10 @@ class HeldOutEval(TrainerCallback):
         was_training = tr.model.training
         tr.model.eval()
         self.task.trainer_state = tr.state  # TRL's own, as its reward calls get it
+        episodes = tr.vigor_episodes.eval_runner(tr.processing_class) if tr.vigor_episodes is not None else None
         try:
             held = evaluate_sets(TRLEngine(tr), self.task, tr.processing_class, {self.task.name: self.examples},
-                                 self.samples, params, step, shard, tr.args.pass_threshold)
+                                 self.samples, params, step, shard, tr.args.pass_threshold, episodes=episodes)
         finally:
             tr.model.train(was_training)
         self.task.logged_metrics()  # what they logged while evaluating: in the file's sets, not the step's
@@ -721,6 +770,11 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
         device = _trl_device(overrides)
         model = AutoModelForCausalLM.from_pretrained(path, **model_load_kwargs(m, device))
         set_cpu_threads(model, m.cpu_threads, device)  # model.cpu_threads, as vigor train sets it
+        env = None
+        if cfg.task.env is not None:  # task.env: episodes (vigor_cli/integrations/trl_episodes.py)
+            from vigor_cli.episodes.registry import make_environment
+
+            env = make_environment(cfg.task, task, tok)
     except BaseException:
         task.close()
         raise
@@ -730,12 +784,19 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
 
         peft_config = LoraConfig(r=m.lora.r, lora_alpha=m.lora.alpha, lora_dropout=m.lora.dropout,
                                  target_modules=m.lora.target_modules, task_type="CAUSAL_LM")
-    funcs, weights = task_reward_funcs(task)
+    funcs, weights = task_reward_funcs(task, env=env)
     if weights is not None:
         args.reward_weights = weights  # read by GRPOTrainer when it is built
+    episodes = {}
+    if env is not None:
+        from vigor_cli.episodes.loop import EpisodeLimits
+
+        episodes = dict(vigor_env=env, vigor_task=task, env_timeout_s=cfg.task.env_timeout_s,
+                        episode_limits=(EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens()),
+                                        cfg.sampling.max_new_tokens))
     trainer = VigorGRPOTrainer(model=model, reward_funcs=funcs, args=args,
-                               train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens),
-                               processing_class=tok, peft_config=peft_config)
+                               train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens, env),
+                               processing_class=tok, peft_config=peft_config, **episodes)
     held_out = HeldOutEval(trainer, task, examples,  # train.eval_limit applied (fitted_sets)
                            max_new_tokens=cfg.sampling.max_new_tokens, every=cfg.train.eval_every,
                            samples=cfg.train.eval_samples, temperature=cfg.train.eval_temperature,

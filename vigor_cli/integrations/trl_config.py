@@ -163,7 +163,8 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         epsilon_high=g.epsilon_high, beta=g.beta, loss_type=LOSS_TYPES[g.loss_agg],
         scale_rewards=g.scale_rewards, num_iterations=g.mu, mask_truncated_completions=g.mask_truncated,
         pass_threshold=cfg.task.pass_threshold,
-        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=s.max_new_tokens,
+        # an episode (task.env): the whole exchange, as TRL bounds a tool-calling completion
+        temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=cfg.completion_tokens(),
         logging_steps=1, save_strategy="no", disable_tqdm=True,
         report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
         # grpo.importance_sampling: vigor's token-level truncated ratio (the Learner's), which

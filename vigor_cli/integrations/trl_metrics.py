@@ -141,6 +141,11 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
         record = {"step": tr.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(tr.train_dataset[tr.vigor_index[entry["uid"]]]["prompt"])[:200]
+        if tr.vigor_episodes is not None:
+            from vigor_cli.runs import RunDir
+            from vigor_cli.train_log import episode_lines
+
+            RunDir(tr.vigor_run_dir).append_many("episodes.jsonl", episode_lines(tr.vigor_step, batch.generated))
         write_run_files(tr.vigor_run_dir, allocation=record)
 
 

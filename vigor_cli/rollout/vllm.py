@@ -141,8 +141,10 @@ def _checkpoint_of(model: Any) -> str:
 
 
 def _context_length(cfg: Any, model: Any) -> int:
-    """Default ``max_model_len``: prompt limit + max_new_tokens, capped by the model's positions."""
-    wanted = cfg.task.max_prompt_tokens + cfg.sampling.max_new_tokens
+    """Default ``max_model_len``: prompt limit + what a rollout may add (max_new_tokens, or an
+    episode's tokens under task.env: its later turns' prompts hold the earlier turns), capped
+    by the model's positions."""
+    wanted = cfg.task.max_prompt_tokens + cfg.completion_tokens()
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     limit = getattr(base.config, "max_position_embeddings", None)
     return min(wanted, limit) if limit else wanted

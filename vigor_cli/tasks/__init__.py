@@ -6,6 +6,7 @@
 - ``tiny-code``: one-line stdin programs as LiveCodeBench records, real sandbox;
 - ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
 - ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
+- ``tiny-guess``: a hidden number from 1 to 7, a game for episodes (``--env higher-lower``);
 - ``math``: MATH training problems, the six math benchmarks for evaluation;
 - ``code``: LiveCodeBench v6; by default problems before a contest date train (all tests),
   later ones evaluate (``task.code_protocol``);
@@ -131,6 +132,13 @@ def _tiny_ladder(cfg: Any, workers: int) -> Task:
     from vigor_cli.tasks.tiny_ladder import TinyLadderTask
 
     return TinyLadderTask(split_seed=cfg.split_seed)
+
+
+@register_task("tiny-guess", eval_sets={"tiny-guess": None}, reads=("eval_sets",))
+def _tiny_guess(cfg: Any, workers: int) -> Task:
+    from vigor_cli.tasks.tiny_guess import TinyGuessTask
+
+    return TinyGuessTask()
 
 
 def _math_sets() -> dict[str, str]:

@@ -82,6 +82,12 @@ class Task(ABC):
         """The training prompts a run leaves out (longer than task.max_prompt_tokens): a task
         whose held-out set is drawn from its training rows draws it from the others."""
 
+    def follow_up(self, text: str) -> str:
+        """A later user message (an environment's answer in an episode) as plain text, for a
+        tokenizer without a chat template: as the task writes its questions (default: the
+        text and a newline)."""
+        return f"{text}\n"
+
     def close(self) -> None:
         """Release worker pools."""
 

@@ -102,9 +102,11 @@ class CodeTaskBase(Task):
                 raise UserError(f"{self.name}: record {example.uid} ({example.answer.get('question_id')}): {e}") from None
         return self._problems[example.uid]
 
-    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+    def verifier(self) -> Any:
+        """The task's code verifier and its sandbox pool, started on first use (a sandbox
+        that cannot start, or runs weaker than full isolation unasked, is one line)."""
         from vigor_cli.sandbox import SandboxError, WeakSandboxError
-        from vigor_cli.verifiers.code import CodeVerifier, extract_code
+        from vigor_cli.verifiers.code import CodeVerifier
 
         if self._verifier is None:
             try:
@@ -114,6 +116,17 @@ class CodeTaskBase(Task):
                 raise UserError(f"{self.name}: {exc}") from None
             except SandboxError as exc:
                 raise UserError(f"{self.name}: the sandbox cannot start: {exc}; {_CHECK}") from None
+        return self._verifier
+
+    def problem(self, example: Example) -> Any:
+        """The example's problem (its tests decoded once)."""
+        return self._problem(example)
+
+    def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
+        from vigor_cli.sandbox import SandboxError
+        from vigor_cli.verifiers.code import extract_code
+
+        self.verifier()
         scores: list[Score | None] = [None] * len(completions)
         jobs, where = [], []
         for i, (ex, text) in enumerate(zip(examples, completions)):

@@ -92,7 +92,8 @@ class CustomTask(Task):
 
         self.cfg = cfg
         self.rewards = rewards.load_rewards(cfg.rewards, workers=workers, code_reward=cfg.code_reward,
-                                            allow_weak_sandbox=cfg.allow_weak_sandbox, timeout=cfg.reward_timeout)
+                                            allow_weak_sandbox=cfg.allow_weak_sandbox, timeout=cfg.reward_timeout,
+                                            environments=getattr(cfg, "env", None) is not None)
         self.weights = list(cfg.reward_weights) or [1.0] * len(self.rewards)
         self.fields = dict(cfg.fields)
         self.tables: dict[str, loading.Table] = {}
@@ -198,17 +199,23 @@ class CustomTask(Task):
     # ---- reward
     takes_completion_ids = True
 
-    def score(self, examples: Sequence[Example], completions: Sequence[str],
-              completion_ids: Sequence[Sequence[int]] | None = None) -> list[Score]:
+    def score(self, examples: Sequence[Example], completions: Sequence[Any],
+              completion_ids: Sequence[Sequence[int]] | None = None,
+              columns: dict[str, list] | None = None) -> list[Score]:
         """Every reward function on the completions (with TRL's arguments: the completions'
-        token ids, ``trainer_state``, ``log_metric`` and ``log_extra``), combined by weight."""
+        token ids, ``trainer_state``, ``log_metric`` and ``log_extra``), combined by weight. A
+        completion is text, or already a message list (an episode's exchange); ``columns`` are
+        more keyword arguments for the functions, one value per completion (an episode's
+        ``environments``)."""
         from vigor_cli.rewards import combine
 
         prompts = [ex.meta["prompt"] for ex in examples]
-        shown = [[{"role": "assistant", "content": c}] if isinstance(p, list) else c
+        shown = [c if isinstance(c, list) else [{"role": "assistant", "content": c}] if isinstance(p, list) else c
                  for p, c in zip(prompts, completions)]
+        extra = dict(columns or {})
         keys = list(dict.fromkeys(k for ex in examples for k in ex.meta["columns"]))
         columns = {k: [ex.meta["columns"].get(k) for ex in examples] for k in keys}
+        columns.update(extra)
         ids = None if completion_ids is None else [list(i) for i in completion_ids]
         per, extras = [], [{} for _ in completions]
         for reward in self.rewards:

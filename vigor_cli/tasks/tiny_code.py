@@ -107,6 +107,8 @@ def target_completion(solution: str) -> str:
 
 class TinyCodeTask(CodeTaskBase):
     name = "tiny-code"
+    disjoint_split = True
+    """Training and held-out problems are different problems (the split above)."""
 
     def __init__(self, split_seed: int = 0, reward: str = "full", workers: int = 0,
                  allow_weak_sandbox: bool = False):

@@ -109,6 +109,9 @@ class TinyMathTask(MathScored):
     def render_prompt(self, example: Example, tokenizer: Any) -> str:
         return render(tokenizer, INSTRUCTION.format(q=example.question), plain_prompt(example.question))
 
+    def follow_up(self, text: str) -> str:
+        return plain_prompt(text)
+
     def score(self, examples: Sequence[Example], completions: Sequence[str]) -> list[Score]:
         scores: list[Score | None] = [None] * len(completions)
         pending = []

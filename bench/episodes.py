@@ -1,0 +1,246 @@
+"""Does the environment's answer matter? tiny-guess episodes with and without it, on the CPU.
+
+The bundled tiny model learns tiny-guess (a hidden number from 1 to 7, three turns) with the
+same budget in every arm: the same steps, prompts, episodes per step (grpo, 8 per prompt),
+turns, episode token budget, learning rate and seeds; only what the environment says differs:
+
+- ``higher-lower``: "Higher. Guess again" / "Lower. Guess again" after a wrong guess;
+- ``retry``: "Wrong. Guess again" (the same turns, no information about the number);
+- ``one-turn``: no environment, one guess per rollout (the same rollouts, fewer tokens).
+
+A perfect player wins every game with higher-lower (a binary search), at most 3 in 7 with
+retry (three different guesses) and 1 in 7 in one turn. Each run's held-out accuracy (28
+games, 8 samples each at temperature 1) is measured every 10 steps; the table gives each
+arm's final accuracy (mean over seeds, 95 % percentile-bootstrap interval over seeds) and
+higher-lower minus retry paired by seed.
+
+    nice -n 10 python bench/episodes.py                    # 5 seeds, 40 steps (about 2 h on 2 shared cores)
+    python bench/episodes.py --seeds 1 --steps 2 --quick   # the plumbing only
+
+Writes bench/episodes_results.json (a finished run is kept and skipped when run again) and
+bench/episodes_curves.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+ARMS = {"higher-lower": "higher-lower", "retry": "retry", "one-turn": None}
+"""Arm -> task.env (None: one completion per rollout)."""
+COLOURS = {"higher-lower": "#1f77b4", "retry": "#d62728", "one-turn": "#7f7f7f"}
+RESULTS = ROOT / "bench" / "episodes_results.json"
+PLOT = ROOT / "bench" / "episodes_curves.png"
+BOOTSTRAP_REPS = 4000
+
+
+def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> list[str]:
+    """The arm's run config as --set lines (the same in every arm but task.env)."""
+    sets = [
+        "model.name_or_path=tiny", "model.lora.enabled=false", "task.name=tiny-guess", "task.max_prompt_tokens=64",
+        "allocation.strategy=grpo", "allocation.group_size=8", "sampling.max_new_tokens=16", "engine.kind=hf",
+        "grpo.learning_rate=5.0e-4", f"train.steps={steps}", f"train.prompts_per_step={4 if quick else 16}",
+        f"train.eval_every={steps if quick else 10}", f"train.eval_samples={1 if quick else 8}",
+        "train.eval_temperature=1.0", "train.save_every=0", "train.log_completions_every=0", f"train.seed={seed}",
+        f"train.output_dir={workdir}", f"train.run_name={arm}-s{seed}",
+    ]
+    if ARMS[arm] is not None:
+        sets += [f"task.env={ARMS[arm]}", "task.max_turns=3", "task.max_episode_tokens=96"]
+    return sets
+
+
+def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict:
+    """Train one arm at one seed; its evaluation curve, tokens and wall time."""
+    from rich.console import Console
+
+    from vigor_cli.settings import build_config
+    from vigor_cli.trainer import train
+
+    cfg = build_config(sets=settings(arm, seed, steps, workdir, quick))
+    t0 = time.time()
+    with open(os.devnull, "w") as devnull:
+        summary = train(cfg, out=Console(file=devnull))
+    run = Path(summary["run_dir"])
+    curve: dict[str, list] = {"step": [], "accuracy": [], "first_attempt": []}
+    train_lines = []
+    for line in (run / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "eval/accuracy" in row:
+            curve["step"].append(row["step"])
+            curve["accuracy"].append(row["eval/accuracy"])
+            curve["first_attempt"].append(row.get("eval/tiny-guess/first_attempt", row["eval/accuracy"]))
+        else:
+            train_lines.append(row)
+    return {
+        "arm": arm, "seed": seed, "steps": steps, "wall_s": time.time() - t0, "curve": curve,
+        "final_accuracy": curve["accuracy"][-1], "final_first_attempt": curve["first_attempt"][-1],
+        "rollouts": summary["rollouts"], "model_tokens": summary["tokens"],
+        "env_tokens": sum(r.get("episodes/env_tokens", 0) for r in train_lines),
+        "turns_mean": statistics.mean(r.get("episodes/turns/mean", 1.0) for r in train_lines),
+        **({"answer_use": answer_use(run)} if ARMS[arm] is not None else {}),
+    }
+
+
+def answer_use(run: Path) -> dict:
+    """How the policy uses the environment's answers, at the run's first and last evaluation
+    (the untrained model, then the trained one): of the next guesses after a wrong one, the
+    share that differ from it (``changed``) and, after "Higher"/"Lower", the share that move
+    that way (``followed_direction``; None for retry, whose answers give no direction)."""
+    evals = sorted((run / "eval").glob("step-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return {"start": guess_moves(evals[0]), "end": guess_moves(evals[-1])}
+
+
+def guess_moves(eval_file: Path) -> dict:
+    """``answer_use``'s counts over one evaluation's episodes of tiny-guess."""
+    import re
+
+    samples = json.loads(eval_file.read_text())["sets"]["tiny-guess"]["samples"]
+    moves = changed = directed = followed = 0
+    for sample in samples:
+        messages = (sample.get("episode") or {}).get("messages", [])
+        for before, said, after in zip(messages, messages[1:], messages[2:]):
+            if before["role"] != "assistant" or said["role"] != "user":
+                continue
+            a, b = (re.search(r"\\boxed\{(-?\d+)\}", m["content"]) for m in (before, after))
+            if a is None or b is None:
+                continue
+            a, b = int(a.group(1)), int(b.group(1))
+            moves += 1
+            changed += a != b
+            if said["content"].startswith(("Higher", "Lower")):
+                directed += 1
+                followed += (b > a) if said["content"].startswith("Higher") else (b < a)
+    return {"follow_ups": moves, "changed": changed / moves if moves else None,
+            "followed_direction": followed / directed if directed else None}
+
+
+def bootstrap(values: list[float], reps: int = BOOTSTRAP_REPS, seed: int = 0) -> tuple[float, float]:
+    """95 % percentile-bootstrap interval of the mean over ``values`` (seeds)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=float)
+    if len(x) < 2:
+        return float(x.mean()), float(x.mean())
+    means = x[np.random.default_rng(seed).integers(0, len(x), size=(reps, len(x)))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975], method="inverted_cdf")
+    return float(lo), float(hi)
+
+
+def summarise(runs: list[dict]) -> dict:
+    """Per arm: final accuracy and first attempt (mean, interval), tokens, wall; and
+    higher-lower minus retry, paired by seed."""
+    out: dict = {"arms": {}, "paired": {}}
+    for arm in ARMS:
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
+            continue
+        acc = [r["final_accuracy"] for r in mine]
+        first = [r["final_first_attempt"] for r in mine]
+        out["arms"][arm] = {
+            "seeds": len(mine), "final_accuracy": statistics.mean(acc), "final_accuracy_ci": bootstrap(acc),
+            "first_attempt": statistics.mean(first), "first_attempt_ci": bootstrap(first),
+            "start_accuracy": statistics.mean(r["curve"]["accuracy"][0] for r in mine),
+            "model_tokens": statistics.mean(r["model_tokens"] for r in mine),
+            "env_tokens": statistics.mean(r["env_tokens"] for r in mine),
+            "turns_mean": statistics.mean(r["turns_mean"] for r in mine),
+            "wall_s": statistics.mean(r["wall_s"] for r in mine),
+        }
+    for a, b in (("higher-lower", "retry"), ("higher-lower", "one-turn"), ("retry", "one-turn")):
+        pa = {r["seed"]: r["final_accuracy"] for r in runs if r["arm"] == a}
+        pb = {r["seed"]: r["final_accuracy"] for r in runs if r["arm"] == b}
+        seeds = sorted(set(pa) & set(pb))
+        if seeds:
+            diff = [pa[s] - pb[s] for s in seeds]
+            out["paired"][f"{a} - {b}"] = {"seeds": len(seeds), "mean": statistics.mean(diff), "ci": bootstrap(diff)}
+    return out
+
+
+def table(summary: dict) -> str:
+    """The markdown table BENCHMARKS.md shows."""
+    rows = ["| arm | seeds | held-out accuracy at the end [95 % interval] | first attempt | at the start | "
+            "model / env tokens per run | turns per episode | wall per run |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for arm, a in summary["arms"].items():
+        lo, hi = a["final_accuracy_ci"]
+        flo, fhi = a["first_attempt_ci"]
+        rows.append(f"| {arm} | {a['seeds']} | {a['final_accuracy']:.3f} [{lo:.3f}, {hi:.3f}] | "
+                    f"{a['first_attempt']:.3f} [{flo:.3f}, {fhi:.3f}] | {a['start_accuracy']:.3f} | "
+                    f"{a['model_tokens']:,.0f} / {a['env_tokens']:,.0f} | {a['turns_mean']:.2f} | {a['wall_s']:.0f} s |")
+    rows += ["", "| paired by seed | seeds | difference in final accuracy [95 % interval] |", "| --- | --- | --- |"]
+    for name, p in summary["paired"].items():
+        rows.append(f"| {name} | {p['seeds']} | {p['mean']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] |")
+    return "\n".join(rows)
+
+
+def plot(runs: list[dict], summary: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for arm in ARMS:
+        mine = [r for r in runs if r["arm"] == arm]
+        if not mine:
+            continue
+        steps = mine[0]["curve"]["step"]
+        mean = [statistics.mean(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))]
+        ax.plot(steps, mean, marker="o", color=COLOURS[arm], label=f"{arm} ({len(mine)} seeds)")
+        for r in mine:
+            ax.plot(steps, r["curve"]["accuracy"], color=COLOURS[arm], alpha=0.2, linewidth=0.8)
+    pair = summary["paired"].get("higher-lower - retry")
+    said = (f"higher-lower ends {pair['mean'] * 100:+.1f} points above retry "
+            f"[{pair['ci'][0] * 100:+.1f}, {pair['ci'][1] * 100:+.1f}]" if pair else "tiny-guess episodes")
+    ax.set_title(f"tiny-guess: {said}", fontsize=10)
+    ax.set_xlabel("training step (128 episodes each)")
+    ax.set_ylabel("held-out games won (avg@8, T=1)")
+    ax.set_ylim(0, 1)
+    ax.axhline(3 / 7, color=COLOURS["retry"], linestyle=":", linewidth=0.8)
+    ax.axhline(1 / 7, color=COLOURS["one-turn"], linestyle=":", linewidth=0.8)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=120)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--quick", action="store_true", help="4 prompts, 1 evaluation sample: the plumbing only")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--answer-use", type=Path, metavar="RUN", help="only print how RUN's last evaluation "
+                    "follows the environment's answers")
+    a = ap.parse_args()
+    if a.answer_use is not None:
+        print(json.dumps(answer_use(a.answer_use)))
+        return
+    done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
+    runs = [r for r in done if r["steps"] == a.steps]
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(a.seeds):
+            for arm in a.arms.split(","):
+                if any(r["arm"] == arm and r["seed"] == seed for r in runs):
+                    continue
+                runs.append(run_one(arm, seed, a.steps, Path(tmp), a.quick))
+                summary = summarise(runs)
+                a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
+                print(f"{arm} seed {seed}: final {runs[-1]['final_accuracy']:.3f} "
+                      f"({runs[-1]['wall_s']:.0f} s)", flush=True)
+    summary = summarise(runs)
+    print(table(summary))
+    if not a.quick:
+        plot(runs, summary)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The episodes benchmark (bench/episodes.py): its answer-use measure on hand-made evaluation
+files, its paired summary, and the committed results (fast; the benchmark itself is not run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_episodes", ROOT / "bench" / "episodes.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_episodes"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_bench()
+
+
+def episode(*turns: str) -> dict:
+    """An evaluation sample's episode: the model's and the environment's messages alternating."""
+    roles = ["assistant", "user"] * len(turns)
+    return {"episode": {"messages": [{"role": r, "content": t} for r, t in zip(roles, turns)]}}
+
+
+def write_eval(run: Path, step: int, samples: list[dict]) -> None:
+    (run / "eval").mkdir(parents=True, exist_ok=True)
+    body = {"sets": {"tiny-guess": {"samples": samples}}}
+    (run / "eval" / f"step-{step}.json").write_text(json.dumps(body))
+
+
+def test_guess_moves_counts_moves_that_follow_the_answer(tmp_path):
+    samples = [
+        episode(r"\boxed{4}", "Higher. Guess again", r"\boxed{6}", "Lower. Guess again", r"\boxed{5}"),  # follows twice
+        episode(r"\boxed{4}", "Lower. Guess again", r"\boxed{4}"),      # repeats the guess
+        episode(r"\boxed{2}", "Higher. Guess again", r"\boxed{1}"),     # moves the wrong way
+        episode(r"\boxed{3}", "Higher. Guess again", "no number here"),  # not a follow-up guess
+        {"completion": r"\boxed{3}"},                                    # not an episode
+    ]
+    write_eval(tmp_path, 0, samples)
+    got = bench.guess_moves(tmp_path / "eval" / "step-0.json")
+    assert got == {"follow_ups": 4, "changed": 3 / 4, "followed_direction": 2 / 4}
+
+
+def test_retry_answers_have_no_direction_and_runs_compare_first_and_last_evaluation(tmp_path):
+    write_eval(tmp_path, 0, [episode(r"\boxed{4}", "Wrong. Guess again", r"\boxed{4}")])
+    write_eval(tmp_path, 10, [episode(r"\boxed{4}", "Wrong. Guess again", r"\boxed{5}")])
+    write_eval(tmp_path, 2, [])  # sorted by step number, not by name
+    got = bench.answer_use(tmp_path)
+    assert got["start"] == {"follow_ups": 1, "changed": 0.0, "followed_direction": None}
+    assert got["end"] == {"follow_ups": 1, "changed": 1.0, "followed_direction": None}
+
+
+def test_summary_pairs_arms_by_seed_only_where_both_ran():
+    def run(arm, seed, acc):
+        return {"arm": arm, "seed": seed, "final_accuracy": acc, "final_first_attempt": 0.1,
+                "curve": {"accuracy": [0.1, acc]}, "model_tokens": 1, "env_tokens": 0, "turns_mean": 1.0, "wall_s": 1.0}
+
+    runs = [run("higher-lower", 0, 0.5), run("higher-lower", 1, 0.7), run("retry", 0, 0.3)]
+    summary = bench.summarise(runs)
+    assert summary["arms"]["higher-lower"]["seeds"] == 2
+    assert summary["paired"]["higher-lower - retry"]["seeds"] == 1
+    assert abs(summary["paired"]["higher-lower - retry"]["mean"] - 0.2) < 1e-12
+    assert "one-turn" not in summary["arms"]
+    assert "| higher-lower | 2 |" in bench.table(summary)
+
+
+def test_the_committed_results_hold_paired_seeds_of_every_arm_and_no_machine_paths():
+    path = ROOT / "bench" / "episodes_results.json"
+    text = path.read_text()
+    assert "/tmp/" not in text and "/home/" not in text and "/work/" not in text
+    body = json.loads(text)
+    assert set(body["summary"]["arms"]) == set(bench.ARMS)
+    assert all(arm["seeds"] >= 3 for arm in body["summary"]["arms"].values())
+    assert body["summary"]["paired"]["higher-lower - retry"]["seeds"] >= 3
+    assert json.loads(json.dumps(bench.summarise(body["runs"]))) == body["summary"]  # the summary is of these runs

@@ -1,0 +1,240 @@
+"""A user's environment class in TRL's ``environment_factory`` convention (``--env FILE.py:Factory``).
+
+The contract, as TRL 1.16's ``GRPOTrainer(environment_factory=...)`` defines it:
+
+- ``Factory()`` (a class or any callable without arguments) makes an instance; instances are
+  pooled and reused, one per episode at a time ("construct once, reset often");
+- ``reset(**row)`` starts an episode: it gets the example's row (``prompt`` and the other
+  columns) and returns None or a string, appended to the prompt's last user message;
+- every other public method (no leading underscore; not ``reset``, not ``get_reward``) is a
+  tool: its name, type hints and Google-style docstring become the tool's JSON schema
+  (``transformers.utils.get_json_schema``), which the chat template shows the model
+  (``apply_chat_template(tools=...)``);
+- the model calls tools in its turn; each call's result goes back as a ``tool`` message
+  (``str(result)``) and the model takes the next turn; a turn without a tool call ends the
+  episode ('answered');
+- ``get_reward()`` (optional) scores the finished episode from the instance's state: one
+  more reward, weight 1, named after the class; reward functions get the episodes'
+  instances as ``environments=``.
+
+Tool calls are read with the tokenizer's response parser when it has one
+(``tokenizer.parse_response``, as TRL does), else in Qwen's and Hermes' form,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. A tokenizer without a chat
+template gets the tool list as plain text before the prompt.
+
+Where vigor differs from TRL, on purpose: an exception inside a tool ends its episode
+(``env_error``, left unscored and counted) instead of going back to the model as
+``{"error": ...}``; so does a call past ``task.env_timeout_s`` (``env_timeout``; the
+instance is dropped). A call the model got wrong (unparsable, an unknown tool, arguments
+that do not fit) ends the episode as ``bad_tool_call`` and is scored as it stands.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from typing import Any, Callable, Sequence
+
+from vigor_cli.episodes.base import ENV_ERROR, ENV_TIMEOUT, MAX_TURNS, Environment, Episode, Reply, Start
+from vigor_cli.episodes.calls import bounded_call
+from vigor_cli.errors import UserError
+
+ANSWERED = "answered"
+"""The model's turn called no tool: its answer ends the episode."""
+BAD_TOOL_CALL = "bad_tool_call"
+"""The model's tool call could not be read or run (unparsable, unknown tool, wrong arguments)."""
+RESERVED = ("reset", "get_reward")
+"""Public methods that are not tools."""
+
+_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+PLAIN_TOOLS = "Tools (call one as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>):\n{tools}\n"
+"""The tool list a prompt without chat template starts with (a line per tool, :func:`tool_line`)."""
+
+
+class ToolCallError(ValueError):
+    """A tool call the model wrote that cannot be read."""
+
+
+def tool_methods(cls: type) -> list[str]:
+    """The tools of an environment class: its public functions but reset and get_reward."""
+    return [name for name, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not name.startswith("_") and name not in RESERVED]
+
+
+def tool_schemas(instance: Any, spec: str) -> list[dict]:
+    """Each tool's JSON schema (transformers' ``get_json_schema``, as TRL uses); a method it
+    cannot describe is one line naming the method."""
+    from transformers.utils import get_json_schema
+
+    schemas = []
+    for name in tool_methods(type(instance)):
+        try:
+            schemas.append(get_json_schema(getattr(instance, name)))
+        except Exception as e:  # DocstringParsingException, TypeHintParsingException, ...
+            raise UserError(f"--env {spec}: method {name}() cannot be a tool ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200]}); give it type hints and a Google-style "
+                            "docstring with an Args section, as TRL's tools need") from None
+    return schemas
+
+
+def parse_tool_calls(text: str, ids: Sequence[int], tokenizer: Any) -> list[dict]:
+    """The tool calls of a model turn, ``[{"type": "function", "function": {"name", "arguments"}}]``
+    (empty: none); :class:`ToolCallError` when one is there but cannot be read."""
+    if getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None:
+        try:
+            parsed = tokenizer.parse_response(list(ids))
+        except Exception as e:  # the parser's errors vary by template
+            raise ToolCallError(f"the response parser failed: {type(e).__name__}: {e}") from None
+        calls = (parsed or {}).get("tool_calls") or []
+        return [_checked(c.get("function", c)) for c in calls]
+    bodies = _CALL.findall(text)
+    if not bodies:
+        if "<tool_call>" in text:
+            raise ToolCallError("a <tool_call> is not closed")
+        return []
+    calls = []
+    for body in bodies:
+        try:
+            call = json.loads(body)
+        except ValueError as e:
+            raise ToolCallError(f"not JSON: {body.strip()[:80]!r} ({e})") from None
+        calls.append(_checked(call))
+    return calls
+
+
+def _checked(call: Any) -> dict:
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ToolCallError(f"a tool call names no tool: {str(call)[:80]!r}")
+    arguments = call.get("arguments", {})
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise ToolCallError(f"tool {call['name']}: arguments are not JSON: {arguments[:80]!r}") from None
+    if not isinstance(arguments, dict):
+        raise ToolCallError(f"tool {call['name']}: arguments are not an object: {str(arguments)[:80]!r}")
+    return {"type": "function", "function": {"name": call["name"], "arguments": arguments}}
+
+
+class ToolEnvironment(Environment):
+    """A TRL-convention environment class driven by the episode loop (module docstring)."""
+
+    def __init__(self, factory: Callable[[], Any], spec: str, tokenizer: Any, timeout_s: float):
+        self.factory, self.spec, self.tokenizer, self.timeout_s = factory, spec, tokenizer, timeout_s
+        probe = self._make()
+        cls = type(probe)
+        self.name = cls.__name__
+        if not callable(getattr(probe, "reset", None)):
+            raise UserError(f"--env {spec}: {self.name} has no reset method (TRL's environment_factory "
+                            "needs reset(**row) -> str | None)")
+        self.tools = tool_methods(cls)
+        self.schemas = tool_schemas(probe, spec)
+        self.reward_name = self.name if callable(getattr(probe, "get_reward", None)) else None
+        self.pool: list[Any] = [probe]
+
+    def describe(self) -> str:
+        own = f"; get_reward: its own reward, weight 1, logged as {self.reward_name}" if self.reward_name else ""
+        return f"{self.name} ({self.spec}): tools {', '.join(self.tools) or 'none'}{own}"
+
+    def _make(self) -> Any:
+        out = bounded_call(self.factory, self.timeout_s)
+        if out.error is not None:
+            raise UserError(f"--env {self.spec}: making an environment failed: {out.error}")
+        return out.value
+
+    # ------------------------------------------------------------------ episodes
+    def start(self, examples: Sequence[Any]) -> list[Start]:
+        starts = []
+        for example in examples:
+            instance = self.pool.pop() if self.pool else self._make()
+            out = bounded_call(instance.reset, self.timeout_s, **row_of(example))
+            if out.error is not None:
+                starts.append(Start(None, error=f"reset: {out.error}", ended=ENV_TIMEOUT if out.timed_out else ENV_ERROR))
+                if not out.timed_out:
+                    self.pool.append(instance)
+                continue
+            observation = out.value
+            if observation is not None and not isinstance(observation, str):
+                starts.append(Start(instance, error=f"reset returned a {type(observation).__name__}; it returns "
+                                    "None or a string", ended=ENV_ERROR))
+                continue
+            starts.append(Start(instance, observation=observation))
+        return starts
+
+    def answer(self, episodes: Sequence[Episode], examples: Sequence[Any], last: bool) -> list[Reply]:
+        return [self._answer_one(ep, last) for ep in episodes]
+
+    def _answer_one(self, ep: Episode, last: bool) -> Reply:
+        try:
+            calls = parse_tool_calls(ep.text, ep.token_ids[ep.turn_start:], self.tokenizer)
+        except ToolCallError:
+            return Reply(done=True, ended=BAD_TOOL_CALL)
+        if not calls:
+            return Reply(done=True, ended=ANSWERED)
+        if last:
+            return Reply(done=True, ended=MAX_TURNS, tool_calls=calls)
+        messages = []
+        for call in calls:
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            method = getattr(ep.session, name, None) if name in self.tools else None
+            if method is None:
+                return Reply(done=True, ended=BAD_TOOL_CALL, tool_calls=calls)
+            try:
+                inspect.signature(method).bind(**arguments)
+            except TypeError:
+                return Reply(done=True, ended=BAD_TOOL_CALL, tool_calls=calls)
+            out = bounded_call(method, self.timeout_s, **arguments)
+            if out.error is not None:
+                if out.timed_out:
+                    ep.session = None  # still running: never reused
+                return Reply(error=f"{name}: {out.error}", ended=ENV_TIMEOUT if out.timed_out else ENV_ERROR,
+                             tool_calls=calls)
+            messages.append({"role": "tool", "name": name, "content": str(out.value)})
+        return Reply(messages=messages, tool_calls=calls)
+
+    def reward(self, episodes: Sequence[Episode]) -> list[float | None]:
+        values: list[float | None] = []
+        for ep in episodes:
+            if ep.session is None or ep.failed:
+                values.append(None)
+                continue
+            out = bounded_call(ep.session.get_reward, self.timeout_s)
+            if out.error is not None:
+                ep.error = f"get_reward: {out.error}"
+                values.append(None)
+            else:
+                values.append(out.value)
+        return values
+
+    def release(self, episodes: Sequence[Episode]) -> None:
+        for ep in episodes:
+            if ep.session is not None and ep.ended != ENV_TIMEOUT:
+                self.pool.append(ep.session)
+            ep.session = None
+
+    # ------------------------------------------------------------------ the prompt
+    def template_kwargs(self) -> dict:
+        return {"tools": self.schemas} if self.schemas else {}
+
+    def prompt_text(self, text: str) -> str:
+        if not self.schemas:
+            return text
+        return PLAIN_TOOLS.format(tools="\n".join(tool_line(s) for s in self.schemas)) + text
+
+
+def tool_line(schema: dict) -> str:
+    """A tool's schema as one line: ``guess(number: integer): Guess the hidden number.``"""
+    f = schema["function"]
+    props = f.get("parameters", {}).get("properties", {})
+    args = ", ".join(f"{name}: {p.get('type', 'any')}" for name, p in props.items())
+    return f"{f['name']}({args}): {f.get('description', '')}".rstrip(": ")
+
+
+def row_of(example: Any) -> dict:
+    """What ``reset(**row)`` gets: TRL passes the dataset row; here the example's prompt and
+    columns (the custom task's row), or for a built-in task its prompt, answer and uid."""
+    meta = getattr(example, "meta", {}) or {}
+    if "columns" in meta:
+        return {"prompt": meta.get("prompt", example.question), **meta["columns"]}
+    return {"prompt": example.question, "answer": example.answer, "uid": example.uid}
