@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vigor_cli.rewards import _first_line, _user_frame
+from vigor_cli import user_code
 
 
 @dataclass
@@ -47,5 +47,4 @@ def bounded_call(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs:
 
 def describe(e: BaseException) -> str:
     """An exception from a user's environment as one line, with the line of their file."""
-    text = _first_line(e)
-    return f"{type(e).__name__}{': ' + text if text else ''}{_user_frame(e, None)}"
+    return f"{user_code.raised(e)}{user_code.user_frame(e)}"
