@@ -1467,7 +1467,8 @@ def plot_summary(results: dict, path: Path) -> Path:
             wins[key] = ch["best_arm"]
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
-    seeds = max((len(r) for c in cells.values() for r in c["runs"].values()), default=0)
+    per_arm = sorted({len(r) for c in cells.values() for r in c["runs"].values()}) or [0]
+    seeds = str(per_arm[0]) if len(per_arm) == 1 else f"{per_arm[0]}-{per_arm[-1]}"
     verdicts: dict[str, dict[str, int]] = {}  # arm -> win/tie/loss counts by interval (issue 25)
     for cell in cells.values():
         for arm, a in cell["arms"].items():

@@ -336,3 +336,22 @@ def test_the_committed_study_holds_every_regime_with_intervals_and_no_machine_pa
         assert cell["plateau"]["plateaued"] and cell["plateau"]["command"].startswith("python bench/efficiency.py --make-plateau")
     compute = [c for c in results["cells"].values() if "compute_axis" in c]
     assert compute and len({len(r) for r in compute[0]["runs"].values()}) == 1
+
+
+def test_a_cells_run_records_list_only_finished_runs(tmp_path):
+    """Issue 33: a cell's `records` group its finished runs by what made them; a run stopped
+    mid-way (a record, no summary.json: not in the tables) is not named among them."""
+    made = {"vigor": {"version": "0.1.0", "commit": "abc", "dirty": False}, "python": {"version": "3.11.7"},
+            "libraries": {"torch": "2.13.0+cpu", "vllm": None}, "machine": {"cpu": "x", "cpu_capability": "AVX2"},
+            "threads": {"torch_intra_op": 1}}
+    dirs = []
+    for name, finished in (("grpo-s8", True), ("auto-s8", False), ("grpo-s9", True)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "provenance.json").write_text(json.dumps(made))
+        if finished:
+            (d / "summary.json").write_text("{}")
+        dirs.append(d)
+    (records,) = eff.run_records(dirs)
+    assert records["runs"] == ["grpo-s8", "grpo-s9"]
+    assert records["libraries"] == {"torch": "2.13.0+cpu"} and records["machine"]["cpu_capability"] == "AVX2"
