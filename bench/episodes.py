@@ -136,9 +136,9 @@ def bootstrap(values: list[float], reps: int = BOOTSTRAP_REPS, seed: int = 0) ->
 
 
 def summarise(runs: list[dict]) -> dict:
-    """Per arm: final accuracy and first attempt (mean, interval), tokens, wall; and
-    higher-lower minus retry, paired by seed."""
-    out: dict = {"arms": {}, "paired": {}}
+    """Per arm: final accuracy and first attempt (mean, interval), tokens, wall; the arms
+    paired by seed; and, over the runs that measured it, how the policy used the answers."""
+    out: dict = {"arms": {}, "paired": {}, "answer_use": {}}
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
         if not mine:
@@ -161,6 +161,12 @@ def summarise(runs: list[dict]) -> dict:
         if seeds:
             diff = [pa[s] - pb[s] for s in seeds]
             out["paired"][f"{a} - {b}"] = {"seeds": len(seeds), "mean": statistics.mean(diff), "ci": bootstrap(diff)}
+    for arm in ARMS:
+        mine = [r["answer_use"] for r in runs if r["arm"] == arm and "answer_use" in r]
+        if mine:
+            out["answer_use"][arm] = {"seeds": len(mine), **{when: {
+                key: statistics.mean(u[when][key] for u in mine) if all(u[when][key] is not None for u in mine) else None
+                for key in ("changed", "followed_direction")} for when in ("start", "end")}}
     return out
 
 
@@ -178,6 +184,14 @@ def table(summary: dict) -> str:
     rows += ["", "| paired by seed | seeds | difference in final accuracy [95 % interval] |", "| --- | --- | --- |"]
     for name, p in summary["paired"].items():
         rows.append(f"| {name} | {p['seeds']} | {p['mean']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] |")
+    if summary.get("answer_use"):
+        rows += ["", "| answers used (held-out episodes) | seeds | next guess differs: start -> end | "
+                 "moves the way Higher/Lower said: start -> end |", "| --- | --- | --- | --- |"]
+        for arm, u in summary["answer_use"].items():
+            said = [f"{u[w]['followed_direction']:.3f}" if u[w]["followed_direction"] is not None else "-"
+                    for w in ("start", "end")]
+            rows.append(f"| {arm} | {u['seeds']} | {u['start']['changed']:.3f} -> {u['end']['changed']:.3f} | "
+                        f"{said[0]} -> {said[1]} |")
     return "\n".join(rows)
 
 
@@ -237,6 +251,7 @@ def main() -> None:
                 print(f"{arm} seed {seed}: final {runs[-1]['final_accuracy']:.3f} "
                       f"({runs[-1]['wall_s']:.0f} s)", flush=True)
     summary = summarise(runs)
+    a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
     print(table(summary))
     if not a.quick:
         plot(runs, summary)
