@@ -12,13 +12,16 @@ A perfect player wins every game with higher-lower (a binary search), at most 3 
 retry (three different guesses) and 1 in 7 in one turn. Each run's held-out accuracy (28
 games, 8 samples each at temperature 1) is measured every 10 steps; the table gives each
 arm's final accuracy (mean over seeds, 95 % percentile-bootstrap interval over seeds) and
-higher-lower minus retry paired by seed.
+the arms paired by seed. A run of an environment arm also records how its policy uses the
+answers (``answer_use``: in the first and last evaluation's episodes, the share of next
+guesses that differ from the wrong one, and that move the way "Higher"/"Lower" said);
+``--answer-use RUN`` prints it for any tiny-guess run directory.
 
     nice -n 10 python bench/episodes.py                    # 5 seeds, 40 steps (about 2 h on 2 shared cores)
     python bench/episodes.py --seeds 1 --steps 2 --quick   # the plumbing only
 
 Writes bench/episodes_results.json (a finished run is kept and skipped when run again) and
-bench/episodes_curves.png.
+bench/episodes_curves.png; --quick writes its results to the temporary directory instead.
 """
 
 from __future__ import annotations
@@ -231,13 +234,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--quick", action="store_true", help="4 prompts, 1 evaluation sample: the plumbing only")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, help="the results file (default: bench/episodes_results.json; "
+                    "with --quick, episodes_quick.json in the temporary directory, so the study is kept)")
     ap.add_argument("--answer-use", type=Path, metavar="RUN", help="only print how RUN's last evaluation "
                     "follows the environment's answers")
     a = ap.parse_args()
     if a.answer_use is not None:
         print(json.dumps(answer_use(a.answer_use)))
         return
+    if a.out is None:
+        a.out = Path(tempfile.gettempdir()) / "episodes_quick.json" if a.quick else RESULTS
     done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
     runs = [r for r in done if r["steps"] == a.steps]
     with tempfile.TemporaryDirectory() as tmp:

@@ -68,6 +68,23 @@ def test_summary_pairs_arms_by_seed_only_where_both_ran():
     assert abs(summary["paired"]["higher-lower - retry"]["mean"] - 0.2) < 1e-12
     assert "one-turn" not in summary["arms"]
     assert "| higher-lower | 2 |" in bench.table(summary)
+    assert summary["answer_use"] == {}
+
+
+def test_summary_averages_answer_use_over_the_runs_that_measured_it():
+    def use(changed, followed):
+        return {"follow_ups": 10, "changed": changed, "followed_direction": followed}
+
+    runs = [{"arm": "higher-lower", "seed": s, "final_accuracy": 0.5, "final_first_attempt": 0.1,
+             "curve": {"accuracy": [0.1, 0.5]}, "model_tokens": 1, "env_tokens": 1, "turns_mean": 2.0, "wall_s": 1.0,
+             **({"answer_use": {"start": use(1.0, 0.4), "end": use(0.8, f)}} if f is not None else {})}
+            for s, f in ((0, 0.9), (1, 0.7), (2, None))]
+    runs.append({**runs[0], "arm": "retry", "answer_use": {"start": use(0.5, None), "end": use(1.0, None)}})
+    got = bench.summarise(runs)["answer_use"]
+    assert got["higher-lower"]["seeds"] == 2
+    assert abs(got["higher-lower"]["end"]["followed_direction"] - 0.8) < 1e-12
+    assert got["retry"]["end"] == {"changed": 1.0, "followed_direction": None}
+    assert "| retry | 1 | 0.500 -> 1.000 | - -> - |" in bench.table(bench.summarise(runs))
 
 
 def test_the_committed_results_hold_paired_seeds_of_every_arm_and_no_machine_paths():
