@@ -1,12 +1,15 @@
 """The episodes benchmark (bench/episodes.py): its answer-use measure on hand-made evaluation
-files, its paired summary, and the committed results (fast; the benchmark itself is not run)."""
+files, its paired summary and the committed results (fast), and --quick end to end (slow)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,3 +99,20 @@ def test_the_committed_results_hold_paired_seeds_of_every_arm_and_no_machine_pat
     assert all(arm["seeds"] >= 3 for arm in body["summary"]["arms"].values())
     assert body["summary"]["paired"]["higher-lower - retry"]["seeds"] >= 3
     assert json.loads(json.dumps(bench.summarise(body["runs"]))) == body["summary"]  # the summary is of these runs
+
+
+@pytest.mark.slow
+def test_quick_mode_trains_every_arm_and_measures_answer_use(tmp_path):
+    """The whole benchmark in --quick mode on the bundled tiny model: every arm trains, the
+    environment arms record answer use, the table prints, the results file is the one named."""
+    out = tmp_path / "quick.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "episodes.py"), "--seeds", "1", "--steps", "2",
+                           "--quick", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(out.read_text())
+    assert {r["arm"] for r in body["runs"]} == set(bench.ARMS)
+    for run in body["runs"]:
+        assert ("answer_use" in run) == (bench.ARMS[run["arm"]] is not None)
+        assert run["turns_mean"] > 1.0 if bench.ARMS[run["arm"]] else run["turns_mean"] == 1.0
+    assert set(body["summary"]["answer_use"]) == {"higher-lower", "retry"}
+    assert "| paired by seed |" in done.stdout and "| answers used" in done.stdout
