@@ -211,9 +211,10 @@ def plot(runs: list[dict], summary: dict) -> None:
             continue
         steps = mine[0]["curve"]["step"]
         mean = [statistics.mean(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))]
-        ax.plot(steps, mean, marker="o", color=COLOURS[arm], label=f"{arm} ({len(mine)} seeds)")
-        for r in mine:
-            ax.plot(steps, r["curve"]["accuracy"], color=COLOURS[arm], alpha=0.2, linewidth=0.8)
+        ax.plot(steps, mean, marker="o", color=COLOURS[arm], label=f"{arm} (mean of {len(mine)} seeds; band: their range)")
+        ax.fill_between(steps, [min(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))],
+                        [max(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))],
+                        color=COLOURS[arm], alpha=0.15, linewidth=0)
     pair = summary["paired"].get("higher-lower - retry")
     said = (f"higher-lower ends {pair['mean'] * 100:+.1f} points above retry "
             f"[{pair['ci'][0] * 100:+.1f}, {pair['ci'][1] * 100:+.1f}]" if pair else "tiny-guess episodes")
