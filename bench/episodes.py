@@ -12,13 +12,16 @@ A perfect player wins every game with higher-lower (a binary search), at most 3 
 retry (three different guesses) and 1 in 7 in one turn. Each run's held-out accuracy (28
 games, 8 samples each at temperature 1) is measured every 10 steps; the table gives each
 arm's final accuracy (mean over seeds, 95 % percentile-bootstrap interval over seeds) and
-higher-lower minus retry paired by seed.
+the arms paired by seed. A run of an environment arm also records how its policy uses the
+answers (``answer_use``: in the first and last evaluation's episodes, the share of next
+guesses that differ from the wrong one, and that move the way "Higher"/"Lower" said);
+``--answer-use RUN`` prints it for any tiny-guess run directory.
 
     nice -n 10 python bench/episodes.py                    # 5 seeds, 40 steps (about 2 h on 2 shared cores)
     python bench/episodes.py --seeds 1 --steps 2 --quick   # the plumbing only
 
 Writes bench/episodes_results.json (a finished run is kept and skipped when run again) and
-bench/episodes_curves.png.
+bench/episodes_curves.png; --quick writes its results to the temporary directory instead.
 """
 
 from __future__ import annotations
@@ -136,9 +139,9 @@ def bootstrap(values: list[float], reps: int = BOOTSTRAP_REPS, seed: int = 0) ->
 
 
 def summarise(runs: list[dict]) -> dict:
-    """Per arm: final accuracy and first attempt (mean, interval), tokens, wall; and
-    higher-lower minus retry, paired by seed."""
-    out: dict = {"arms": {}, "paired": {}}
+    """Per arm: final accuracy and first attempt (mean, interval), tokens, wall; the arms
+    paired by seed; and, over the runs that measured it, how the policy used the answers."""
+    out: dict = {"arms": {}, "paired": {}, "answer_use": {}}
     for arm in ARMS:
         mine = [r for r in runs if r["arm"] == arm]
         if not mine:
@@ -161,6 +164,12 @@ def summarise(runs: list[dict]) -> dict:
         if seeds:
             diff = [pa[s] - pb[s] for s in seeds]
             out["paired"][f"{a} - {b}"] = {"seeds": len(seeds), "mean": statistics.mean(diff), "ci": bootstrap(diff)}
+    for arm in ARMS:
+        mine = [r["answer_use"] for r in runs if r["arm"] == arm and "answer_use" in r]
+        if mine:
+            out["answer_use"][arm] = {"seeds": len(mine), **{when: {
+                key: statistics.mean(u[when][key] for u in mine) if all(u[when][key] is not None for u in mine) else None
+                for key in ("changed", "followed_direction")} for when in ("start", "end")}}
     return out
 
 
@@ -178,6 +187,14 @@ def table(summary: dict) -> str:
     rows += ["", "| paired by seed | seeds | difference in final accuracy [95 % interval] |", "| --- | --- | --- |"]
     for name, p in summary["paired"].items():
         rows.append(f"| {name} | {p['seeds']} | {p['mean']:+.3f} [{p['ci'][0]:+.3f}, {p['ci'][1]:+.3f}] |")
+    if summary.get("answer_use"):
+        rows += ["", "| answers used (held-out episodes) | seeds | next guess differs: start -> end | "
+                 "moves the way Higher/Lower said: start -> end |", "| --- | --- | --- | --- |"]
+        for arm, u in summary["answer_use"].items():
+            said = [f"{u[w]['followed_direction']:.3f}" if u[w]["followed_direction"] is not None else "-"
+                    for w in ("start", "end")]
+            rows.append(f"| {arm} | {u['seeds']} | {u['start']['changed']:.3f} -> {u['end']['changed']:.3f} | "
+                        f"{said[0]} -> {said[1]} |")
     return "\n".join(rows)
 
 
@@ -194,9 +211,10 @@ def plot(runs: list[dict], summary: dict) -> None:
             continue
         steps = mine[0]["curve"]["step"]
         mean = [statistics.mean(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))]
-        ax.plot(steps, mean, marker="o", color=COLOURS[arm], label=f"{arm} ({len(mine)} seeds)")
-        for r in mine:
-            ax.plot(steps, r["curve"]["accuracy"], color=COLOURS[arm], alpha=0.2, linewidth=0.8)
+        ax.plot(steps, mean, marker="o", color=COLOURS[arm], label=f"{arm} (mean of {len(mine)} seeds; band: their range)")
+        ax.fill_between(steps, [min(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))],
+                        [max(r["curve"]["accuracy"][i] for r in mine) for i in range(len(steps))],
+                        color=COLOURS[arm], alpha=0.15, linewidth=0)
     pair = summary["paired"].get("higher-lower - retry")
     said = (f"higher-lower ends {pair['mean'] * 100:+.1f} points above retry "
             f"[{pair['ci'][0] * 100:+.1f}, {pair['ci'][1] * 100:+.1f}]" if pair else "tiny-guess episodes")
@@ -217,13 +235,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--quick", action="store_true", help="4 prompts, 1 evaluation sample: the plumbing only")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, help="the results file (default: bench/episodes_results.json; "
+                    "with --quick, episodes_quick.json in the temporary directory, so the study is kept)")
     ap.add_argument("--answer-use", type=Path, metavar="RUN", help="only print how RUN's last evaluation "
                     "follows the environment's answers")
     a = ap.parse_args()
     if a.answer_use is not None:
         print(json.dumps(answer_use(a.answer_use)))
         return
+    if a.out is None:
+        a.out = Path(tempfile.gettempdir()) / "episodes_quick.json" if a.quick else RESULTS
     done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
     runs = [r for r in done if r["steps"] == a.steps]
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,6 +258,7 @@ def main() -> None:
                 print(f"{arm} seed {seed}: final {runs[-1]['final_accuracy']:.3f} "
                       f"({runs[-1]['wall_s']:.0f} s)", flush=True)
     summary = summarise(runs)
+    a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
     print(table(summary))
     if not a.quick:
         plot(runs, summary)

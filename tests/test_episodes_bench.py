@@ -1,12 +1,15 @@
 """The episodes benchmark (bench/episodes.py): its answer-use measure on hand-made evaluation
-files, its paired summary, and the committed results (fast; the benchmark itself is not run)."""
+files, its paired summary and the committed results (fast), and --quick end to end (slow)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +71,23 @@ def test_summary_pairs_arms_by_seed_only_where_both_ran():
     assert abs(summary["paired"]["higher-lower - retry"]["mean"] - 0.2) < 1e-12
     assert "one-turn" not in summary["arms"]
     assert "| higher-lower | 2 |" in bench.table(summary)
+    assert summary["answer_use"] == {}
+
+
+def test_summary_averages_answer_use_over_the_runs_that_measured_it():
+    def use(changed, followed):
+        return {"follow_ups": 10, "changed": changed, "followed_direction": followed}
+
+    runs = [{"arm": "higher-lower", "seed": s, "final_accuracy": 0.5, "final_first_attempt": 0.1,
+             "curve": {"accuracy": [0.1, 0.5]}, "model_tokens": 1, "env_tokens": 1, "turns_mean": 2.0, "wall_s": 1.0,
+             **({"answer_use": {"start": use(1.0, 0.4), "end": use(0.8, f)}} if f is not None else {})}
+            for s, f in ((0, 0.9), (1, 0.7), (2, None))]
+    runs.append({**runs[0], "arm": "retry", "answer_use": {"start": use(0.5, None), "end": use(1.0, None)}})
+    got = bench.summarise(runs)["answer_use"]
+    assert got["higher-lower"]["seeds"] == 2
+    assert abs(got["higher-lower"]["end"]["followed_direction"] - 0.8) < 1e-12
+    assert got["retry"]["end"] == {"changed": 1.0, "followed_direction": None}
+    assert "| retry | 1 | 0.500 -> 1.000 | - -> - |" in bench.table(bench.summarise(runs))
 
 
 def test_the_committed_results_hold_paired_seeds_of_every_arm_and_no_machine_paths():
@@ -79,3 +99,20 @@ def test_the_committed_results_hold_paired_seeds_of_every_arm_and_no_machine_pat
     assert all(arm["seeds"] >= 3 for arm in body["summary"]["arms"].values())
     assert body["summary"]["paired"]["higher-lower - retry"]["seeds"] >= 3
     assert json.loads(json.dumps(bench.summarise(body["runs"]))) == body["summary"]  # the summary is of these runs
+
+
+@pytest.mark.slow
+def test_quick_mode_trains_every_arm_and_measures_answer_use(tmp_path):
+    """The whole benchmark in --quick mode on the bundled tiny model: every arm trains, the
+    environment arms record answer use, the table prints, the results file is the one named."""
+    out = tmp_path / "quick.json"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "episodes.py"), "--seeds", "1", "--steps", "2",
+                           "--quick", "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(out.read_text())
+    assert {r["arm"] for r in body["runs"]} == set(bench.ARMS)
+    for run in body["runs"]:
+        assert ("answer_use" in run) == (bench.ARMS[run["arm"]] is not None)
+        assert run["turns_mean"] > 1.0 if bench.ARMS[run["arm"]] else run["turns_mean"] == 1.0
+    assert set(body["summary"]["answer_use"]) == {"higher-lower", "retry"}
+    assert "| paired by seed |" in done.stdout and "| answers used" in done.stdout
