@@ -613,6 +613,25 @@ def test_an_all_none_reward_is_a_health_alert_and_a_stop_under_strict(vigor, tmp
     assert "(health.strict: stopped after step 1; checkpoint saved" in err
 
 
+def test_eval_of_an_own_task_run_does_not_score_a_bundled_set_unasked(vigor, finished_run, tmp_path, monkeypatch):
+    import yaml
+
+    files = own_files(tmp_path, word_rows(4))
+    cfg = yaml.safe_load((finished_run / "config.yaml").read_text())
+    cfg["task"] = {"name": "custom", "data": files["data"], "rewards": [files["reward"]]}
+    (finished_run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    line = one_line(vigor, "eval", "--run", str(finished_run), "--limit", "1", "--n", "1")
+    assert line.startswith(f"error: --run {finished_run}: the run trained on your own task (task.name=custom)")
+    assert f"metrics.jsonl (`vigor report {finished_run}`)" in line and "--benchmarks (tiny-math" in line
+    # asked for by name, a bundled benchmark is scored, with a note that it is not the run's data
+    from vigor_cli.commands import eval as eval_command
+
+    monkeypatch.setattr(eval_command, "generate_all", lambda *a, **k: None)
+    code, _, err = vigor("eval", "--run", str(finished_run), "--benchmarks", "tiny-math", "--limit", "1")
+    assert code == 0, err
+    assert f"note: --run {finished_run} trained on your own task; --benchmarks scores bundled benchmarks" in err
+
+
 # --------------------------------------------------------------------------- vigor export
 @pytest.fixture
 def finished_run(trained, tmp_path):

@@ -27,6 +27,10 @@ SAMPLES_PER_CHUNK = 256
 """Samples generated per engine call: the progress bar advances once per chunk."""
 
 
+DEFAULT_BENCHMARK = "tiny-math"
+"""What `vigor eval` scores when --benchmarks is not given."""
+
+
 def benchmark_kind(name: str) -> str:
     return EVAL_SETS[name].kind
 
@@ -114,12 +118,26 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
         "name_or_path": model, "adapter": str(adapter) if adapter else None}
 
 
+def own_task_check(run: Path, cfg: Any, given: bool) -> None:
+    """A run trained on the user's own task is not scored on a bundled benchmark unasked:
+    without --benchmarks it is refused in one line; with them, a note says what is scored."""
+    if cfg.task.name != "custom":
+        return
+    where = f"its own held-out scores are in its metrics.jsonl (`vigor report {run}`)"
+    if not given:
+        raise UserError(f"--run {run}: the run trained on your own task (task.name=custom), and vigor eval "
+                        f"scores bundled benchmarks only; {where}, or name benchmarks with --benchmarks "
+                        f"({', '.join(BENCHMARKS)})")
+    err_console.print(f"[yellow]note:[/] --run {shown(run)} trained on your own task; --benchmarks scores "
+                      f"bundled benchmarks, not its data ({shown(where)})", highlight=False)
+
+
 def evaluate(
     model: Annotated[Optional[str], typer.Argument(help="Hub id, local HF directory, or 'tiny'.")] = None,
     adapter: Annotated[Optional[Path], typer.Option(help="PEFT adapter directory to load on MODEL.")] = None,
     run: Annotated[Optional[Path], typer.Option("--run", help="Evaluate this run directory's checkpoint.")] = None,
     checkpoint: Annotated[Optional[str], typer.Option(help="With --run: checkpoint name, e.g. step-20 (default the latest).")] = None,
-    benchmarks: Annotated[str, typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)}.")] = "tiny-math",
+    benchmarks: Annotated[Optional[str], typer.Option(help=f"Comma-separated: {', '.join(BENCHMARKS)} (default {DEFAULT_BENCHMARK}).")] = None,
     data_dir: Annotated[Optional[Path], opt.input_path("--data-dir", help="Directory of benchmark files (<name>.jsonl; code.jsonl for lcb-v6). Default for math: the files shipped in vigor_cli/data/math-eval.")] = None,
     n: Annotated[Optional[int], opt.for_key("train.eval_samples", "--n", help="Samples per problem (default train.eval_samples).")] = None,
     temperature: Annotated[Optional[float], opt.for_key("train.eval_temperature", "--temperature", help="Sampling temperature (default train.eval_temperature).")] = None,
@@ -140,8 +158,10 @@ def evaluate(
 
     if rescore is not None:
         return rescore_file(rescore, data_dir, output)
-    names = parse_benchmarks(benchmarks)
+    names = parse_benchmarks(benchmarks or DEFAULT_BENCHMARK)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint)
+    if run is not None:
+        own_task_check(run, cfg, given=benchmarks is not None)
     if engine is not None:
         set_key(cfg, "engine.kind", engine, "--engine")  # validated like the key, naming the flag
     cfg.model.device = device or cfg.model.device
