@@ -111,6 +111,22 @@ def starts_a_non_daemon_thread(prompts, completions, **kwargs):
     return [0.0] * len(completions)
 
 
+def leaves_a_pool_busy(prompts, completions, **kwargs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(2, thread_name_prefix="busy-pool")
+    pool.submit(time.sleep, 60)
+    return [0.0] * len(completions)
+
+
+def leaves_a_pool_idle(prompts, completions, **kwargs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="idle-pool")
+    pool.submit(len, completions).result()
+    return [0.0] * len(completions)
+
+
 def ctrl_c(prompts, completions, **kwargs):
     os.kill(os.getpid(), signal_number("SIGINT"))
     time.sleep(5)
@@ -308,6 +324,23 @@ def test_threads_a_reward_starts_are_daemons_and_non_daemons_are_named(spec, cap
                      "('left-on-purpose', started with daemon=False): the process ends only when they do; join "
                      "them before returning, or make them daemon threads"]
     assert user_code.left_running() == []  # said once
+
+
+def test_a_thread_pool_left_working_is_let_go_and_named(spec):
+    """The interpreter joins thread-pool workers at exit, daemon or not: a job a reward left
+    running would hold the process after the run; it is let go and named, an idle pool is not."""
+    from concurrent.futures import thread as pool_threads
+
+    score(spec("leaves_a_pool_idle"))
+    score(spec("leaves_a_pool_busy"))
+    busy = [t for t in threading.enumerate() if t.name.startswith("busy-pool")]
+    assert busy and all(t in pool_threads._threads_queues for t in busy)
+    lines = user_code.left_running()
+    assert lines == [f"reward function {spec('leaves_a_pool_busy').spec} left work running in a thread pool "
+                     "('busy-pool_0'): it is not waited for at exit; shut the pool down (shutdown(wait=True)) "
+                     "before returning"]
+    assert not any(t.name.startswith(("busy-pool", "idle-pool")) for t in pool_threads._threads_queues)
+    assert user_code.left_running() == []
 
 
 def test_an_import_that_exits_or_interrupts_is_one_line(tmp_path):
