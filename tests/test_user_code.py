@@ -399,8 +399,9 @@ def test_a_call_that_ignores_every_stop_ends_the_process_in_one_line(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     """`vigor train` in its own process, with rewards that start a thread (of a default kind,
-    sleeping 10 minutes), start a short non-daemon one, and close stdout: the run prints its
-    summary, names the non-daemon thread, and exits 0 without waiting for the long one."""
+    sleeping 10 minutes), start a short non-daemon one, leave a 10-minute job in a thread pool
+    and close stdout: the run prints its summary, names the non-daemon thread and the pool,
+    and exits 0 without waiting for the long ones."""
     import json
 
     (tmp_path / "r.py").write_text(textwrap.dedent('''
@@ -417,6 +418,12 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
         def closes(prompts, completions, **kwargs):
             sys.stdout.close()
             return [0.0] * len(completions)
+
+        def pooled(prompts, completions, **kwargs):
+            from concurrent.futures import ThreadPoolExecutor
+
+            ThreadPoolExecutor(1, thread_name_prefix="pool").submit(time.sleep, 600)
+            return [0.0] * len(completions)
     '''))
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{w}=", "word": w}) + "\n" for w in ("ab", "abc", "a", "b", "cd")))
@@ -424,7 +431,7 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--data", str(data), "--steps", "1",
                            "--prompts-per-step", "2", "--output-dir", str(tmp_path / "runs"),
                            "--set", "train.eval_limit=2", "--set", "sampling.max_new_tokens=2",
-                           *(a for f in ("background", "on_purpose", "closes") for a in ("--reward", f"{tmp_path}/r.py:{f}"))],
+                           *(a for f in ("background", "on_purpose", "closes", "pooled") for a in ("--reward", f"{tmp_path}/r.py:{f}"))],
                           capture_output=True, text=True, cwd=ROOT, timeout=500)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - t0 < 400
@@ -434,3 +441,5 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     assert re.search(rf"warning: reward function {re.escape(str(tmp_path))}/r.py:on_purpose left \d+ threads running "
                      r"\('two-seconds', started with daemon=False\)", proc.stderr), proc.stderr
     assert "forever" not in proc.stderr
+    assert re.search(rf"r.py:pooled left work running in a thread pool \('pool_\d+'(, 'pool_\d+')*\): it is not waited "
+                     "for at exit", proc.stderr), proc.stderr

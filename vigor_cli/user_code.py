@@ -150,8 +150,8 @@ def left_running() -> list[str]:
         elif thread.is_alive():
             by_label.setdefault(label, []).append(thread.name)
     _LEFT.clear()
-    lines = [f"{label} left work running in a thread pool ({', '.join(repr(n) for n in names)}): it is not "
-             "waited for at exit; shut the pool down (shutdown(wait=True)) before returning"
+    lines = [f"{label} left work running in a thread pool ({', '.join(map(repr, dict.fromkeys(names)))}): it is "
+             "not waited for at exit; shut the pool down (shutdown(wait=True)) before returning"
              for label, names in pooled.items()]
     for label, names in by_label.items():
         shown = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
