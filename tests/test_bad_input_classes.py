@@ -425,6 +425,30 @@ def test_prompts_too_long_are_left_out_of_training_and_evaluation_alike(tmp_path
     assert "left out 2 of 6 training prompts" in err and "held-out prompts of set custom:" not in err
 
 
+def test_vigor_eval_leaves_out_the_problems_the_model_cannot_take(tmp_path, capsys):
+    """A benchmark problem of 100,000 characters sat at 0/N for minutes in `vigor eval`: it is
+    left out as training leaves it out, in one warning line; a benchmark left with none is refused."""
+    from vigor_cli.commands.eval import fit_problems, load_tasks
+    from vigor_cli.config import RunConfig
+    from vigor_cli.models import load_tokenizer
+
+    shipped = ROOT / "vigor_cli" / "data" / "math-eval" / "gsm8k.jsonl"
+    rows = [json.loads(line) for line in shipped.read_text().splitlines()[:3]]
+    rows[1]["question"] = "x " * 50_000
+    (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = RunConfig()
+    cfg.model.name_or_path = "tiny"
+    tokenizer = load_tokenizer(cfg.model)
+    tasks = load_tasks(["gsm8k"], tmp_path, None, None, None)
+    fitted = fit_problems(cfg, tasks, tokenizer)
+    assert [ex.uid for ex in fitted["gsm8k"][1]] == [tasks["gsm8k"][1][i].uid for i in (0, 2)]
+    assert ("warning: left out 1 of 3 problems of gsm8k: 1 longer than task.max_prompt_tokens=1024"
+            in capsys.readouterr().err)
+    with pytest.raises(UserError, match="--benchmarks gsm8k: none of its 1 problems fit task.max_prompt_tokens"):
+        fit_problems(cfg, {"gsm8k": (tasks["gsm8k"][0], tasks["gsm8k"][1][1:2])}, tokenizer)
+    tasks["gsm8k"][0].close()
+
+
 def test_dry_run_says_what_the_run_would_leave_out(vigor, tmp_path, no_model):
     files = own_files(tmp_path, word_rows(4, long_at=(2,)), eval_rows=word_rows(3, long_at=(0, 1)))
     code, out, err = vigor("train", "--data", files["data"], "--eval-data", files["eval"], "--reward", files["reward"],

@@ -255,6 +255,7 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
     from vigor_cli.rollout import SamplingParams, make_engine
 
     policy, tokenizer, _ = load_policy(cfg.model, load_dir)
+    tasks = fit_problems(cfg, tasks, tokenizer)
     policy.eval()
     for p in policy.parameters():
         p.requires_grad_(False)
@@ -288,6 +289,24 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
                                          "samples": samples}
     finally:
         eng.close()
+
+
+def fit_problems(cfg: Any, tasks: dict, tokenizer: Any) -> dict:
+    """Each benchmark without the problems the model cannot take, as training leaves them out
+    (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token), each
+    benchmark that loses some saying so in one warning line; one that loses all is refused."""
+    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+
+    limit = cfg.task.max_prompt_tokens
+    fitted = {}
+    for name, (task, examples) in tasks.items():
+        kept, long, empty = fit_prompts(limit, task, tokenizer, examples)
+        warn(left_out_line(f"problems of {name}", len(examples), long, empty, limit))
+        if not kept:
+            raise UserError(f"--benchmarks {name}: none of its {len(examples)} problems fit "
+                            f"task.max_prompt_tokens={limit} (or they encode to no token)")
+        fitted[name] = (task, [ex for ex in examples if ex.uid in kept])
+    return fitted
 
 
 def rescore_results(results: dict, data_dir: Optional[Path]) -> None:
