@@ -425,6 +425,30 @@ def test_prompts_too_long_are_left_out_of_training_and_evaluation_alike(tmp_path
     assert "left out 2 of 6 training prompts" in err and "held-out prompts of set custom:" not in err
 
 
+def test_vigor_eval_leaves_out_the_problems_the_model_cannot_take(tmp_path, capsys):
+    """A benchmark problem of 100,000 characters sat at 0/N for minutes in `vigor eval`: it is
+    left out as training leaves it out, in one warning line; a benchmark left with none is refused."""
+    from vigor_cli.commands.eval import fit_problems, load_tasks
+    from vigor_cli.config import RunConfig
+    from vigor_cli.models import load_tokenizer
+
+    shipped = ROOT / "vigor_cli" / "data" / "math-eval" / "gsm8k.jsonl"
+    rows = [json.loads(line) for line in shipped.read_text().splitlines()[:3]]
+    rows[1]["question"] = "x " * 50_000
+    (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = RunConfig()
+    cfg.model.name_or_path = "tiny"
+    tokenizer = load_tokenizer(cfg.model)
+    tasks = load_tasks(["gsm8k"], tmp_path, None, None, None)
+    fitted = fit_problems(cfg, tasks, tokenizer)
+    assert [ex.uid for ex in fitted["gsm8k"][1]] == [tasks["gsm8k"][1][i].uid for i in (0, 2)]
+    assert ("warning: left out 1 of 3 problems of gsm8k: 1 longer than task.max_prompt_tokens=1024"
+            in capsys.readouterr().err)
+    with pytest.raises(UserError, match="--benchmarks gsm8k: none of its 1 problems fit task.max_prompt_tokens"):
+        fit_problems(cfg, {"gsm8k": (tasks["gsm8k"][0], tasks["gsm8k"][1][1:2])}, tokenizer)
+    tasks["gsm8k"][0].close()
+
+
 def test_dry_run_says_what_the_run_would_leave_out(vigor, tmp_path, no_model):
     files = own_files(tmp_path, word_rows(4, long_at=(2,)), eval_rows=word_rows(3, long_at=(0, 1)))
     code, out, err = vigor("train", "--data", files["data"], "--eval-data", files["eval"], "--reward", files["reward"],
@@ -611,6 +635,24 @@ def test_an_all_none_reward_is_a_health_alert_and_a_stop_under_strict(vigor, tmp
     assert code == 2 and err.strip().splitlines()[-1].startswith(
         "error: step 1: reward function nothing returned None for 100 % of rollouts"), err
     assert "(health.strict: stopped after step 1; checkpoint saved" in err
+
+
+def test_eval_of_an_own_task_run_with_benchmarks_says_they_are_not_its_data(vigor, finished_run, tmp_path,
+                                                                             monkeypatch):
+    """Without --benchmarks, eval --run scores the run's own sets (issue 31's tests); asked for
+    by name, a bundled benchmark is scored with a note that it is not the run's data."""
+    import yaml
+
+    files = own_files(tmp_path, word_rows(4))
+    cfg = yaml.safe_load((finished_run / "config.yaml").read_text())
+    cfg["task"] = {"name": "custom", "data": files["data"], "rewards": [files["reward"]]}
+    (finished_run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    from vigor_cli.commands import eval as eval_command
+
+    monkeypatch.setattr(eval_command, "generate_all", lambda *a, **k: None)
+    code, _, err = vigor("eval", "--run", str(finished_run), "--benchmarks", "tiny-math", "--limit", "1")
+    assert code == 0, err
+    assert f"note: --run {finished_run} trained on your own task; --benchmarks scores bundled benchmarks" in err
 
 
 # --------------------------------------------------------------------------- vigor export

@@ -455,6 +455,12 @@ OWN_CASES = [
      "{tmp}/empty-user.jsonl:1: the prompt ('prompt') has an empty user message (message 2)"),
     ("prompt", ["--data", "{tmp}/surrogate.jsonl", "--reward", "{rewards}:length", "--dry-run"],
      "{tmp}/surrogate.jsonl:2: the prompt ('prompt') is text holding a lone surrogate \\ud800 at character 4"),
+    ("data", ["--data", "{tmp}/latin1.csv", "--reward", "{rewards}:length", "--dry-run"],
+     "{tmp}/latin1.csv:4: not UTF-8 text (byte 0xe9); save it as UTF-8"),
+    ("prompt", ["--data", "{data}", "--reward", "{rewards}:length", "--system-prompt", "Count\udc80.", "--dry-run"],
+     "--system-prompt (task.system_prompt): text holding a lone surrogate \\udc80 at character 6"),
+    ("prompt", ["--data", "{data}", "--reward", "{rewards}:length", "--prompt-template", "\ud800{{word}}=", "--dry-run"],
+     "--prompt-template (task.prompt_template): text holding a lone surrogate \\ud800 at character 1"),
     ("prompt", ["--data", "{data}", "--reward", "{rewards}:length", "--prompt-template", " {{blank}} ", "--dry-run"],
      "{data}:1: the prompt task.prompt_template builds is empty"),
     ("value", ["--data", "{data}", "--reward", "{rewards}:length", "--set", "task.reward_weights=[true]", "--dry-run"],
@@ -494,6 +500,7 @@ def own(tmp_path) -> dict:
     pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "word": pa.array([], pa.string())}),
                    tmp_path / "empty.parquet")
     (tmp_path / "ragged.csv").write_text('prompt,word\na=,a\n"b\n=",b\nc=,c,extra\n')  # line 5: a quoted field spans 3-4
+    (tmp_path / "latin1.csv").write_bytes("prompt,word\na=,a\nb=,b\ncaf\u00e9=,c\n".encode("latin-1"))  # line 4
     (tmp_path / "pretty.json").write_text('{\n  "prompt": "ab=",\n  "word": "ab"\n}\n')
     (tmp_path / "nested.json").write_text(json.dumps({"version": 1, "rows": rows[:2]}, indent=2))
     Dataset.from_list(rows).save_to_disk(str(tmp_path / "damaged"))

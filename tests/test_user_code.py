@@ -111,6 +111,22 @@ def starts_a_non_daemon_thread(prompts, completions, **kwargs):
     return [0.0] * len(completions)
 
 
+def leaves_a_pool_busy(prompts, completions, **kwargs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(2, thread_name_prefix="busy-pool")
+    pool.submit(time.sleep, 60)
+    return [0.0] * len(completions)
+
+
+def leaves_a_pool_idle(prompts, completions, **kwargs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="idle-pool")
+    pool.submit(len, completions).result()
+    return [0.0] * len(completions)
+
+
 def ctrl_c(prompts, completions, **kwargs):
     os.kill(os.getpid(), signal_number("SIGINT"))
     time.sleep(5)
@@ -310,6 +326,23 @@ def test_threads_a_reward_starts_are_daemons_and_non_daemons_are_named(spec, cap
     assert user_code.left_running() == []  # said once
 
 
+def test_a_thread_pool_left_working_is_let_go_and_named(spec):
+    """The interpreter joins thread-pool workers at exit, daemon or not: a job a reward left
+    running would hold the process after the run; it is let go and named, an idle pool is not."""
+    from concurrent.futures import thread as pool_threads
+
+    score(spec("leaves_a_pool_idle"))
+    score(spec("leaves_a_pool_busy"))
+    busy = [t for t in threading.enumerate() if t.name.startswith("busy-pool")]
+    assert busy and all(t in pool_threads._threads_queues for t in busy)
+    lines = user_code.left_running()
+    assert lines == [f"reward function {spec('leaves_a_pool_busy').spec} left work running in a thread pool "
+                     "('busy-pool_0'): it is not waited for at exit; shut the pool down (shutdown(wait=True)) "
+                     "before returning"]
+    assert not any(t.name.startswith(("busy-pool", "idle-pool")) for t in pool_threads._threads_queues)
+    assert user_code.left_running() == []
+
+
 def test_an_import_that_exits_or_interrupts_is_one_line(tmp_path):
     for body, said in [("import sys\nsys.exit(4)\n", "(f.py, line 2): SystemExit: sys.exit(4) called"),
                        ("raise KeyboardInterrupt\n", "(f.py, line 1): KeyboardInterrupt (raised by the code itself"),
@@ -366,8 +399,9 @@ def test_a_call_that_ignores_every_stop_ends_the_process_in_one_line(tmp_path):
 @pytest.mark.timeout(600)
 def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     """`vigor train` in its own process, with rewards that start a thread (of a default kind,
-    sleeping 10 minutes), start a short non-daemon one, and close stdout: the run prints its
-    summary, names the non-daemon thread, and exits 0 without waiting for the long one."""
+    sleeping 10 minutes), start a short non-daemon one, leave a 10-minute job in a thread pool
+    and close stdout: the run prints its summary, names the non-daemon thread and the pool,
+    and exits 0 without waiting for the long ones."""
     import json
 
     (tmp_path / "r.py").write_text(textwrap.dedent('''
@@ -384,6 +418,12 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
         def closes(prompts, completions, **kwargs):
             sys.stdout.close()
             return [0.0] * len(completions)
+
+        def pooled(prompts, completions, **kwargs):
+            from concurrent.futures import ThreadPoolExecutor
+
+            ThreadPoolExecutor(1, thread_name_prefix="pool").submit(time.sleep, 600)
+            return [0.0] * len(completions)
     '''))
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{w}=", "word": w}) + "\n" for w in ("ab", "abc", "a", "b", "cd")))
@@ -391,7 +431,7 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "vigor_cli", "train", "--data", str(data), "--steps", "1",
                            "--prompts-per-step", "2", "--output-dir", str(tmp_path / "runs"),
                            "--set", "train.eval_limit=2", "--set", "sampling.max_new_tokens=2",
-                           *(a for f in ("background", "on_purpose", "closes") for a in ("--reward", f"{tmp_path}/r.py:{f}"))],
+                           *(a for f in ("background", "on_purpose", "closes", "pooled") for a in ("--reward", f"{tmp_path}/r.py:{f}"))],
                           capture_output=True, text=True, cwd=ROOT, timeout=500)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert time.monotonic() - t0 < 400
@@ -401,3 +441,5 @@ def test_a_real_run_outlives_what_its_rewards_do_to_the_process(tmp_path):
     assert re.search(rf"warning: reward function {re.escape(str(tmp_path))}/r.py:on_purpose left \d+ threads running "
                      r"\('two-seconds', started with daemon=False\)", proc.stderr), proc.stderr
     assert "forever" not in proc.stderr
+    assert re.search(rf"r.py:pooled left work running in a thread pool \('pool_\d+'(, 'pool_\d+')*\): it is not waited "
+                     "for at exit", proc.stderr), proc.stderr

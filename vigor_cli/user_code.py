@@ -22,7 +22,8 @@ a call into it behave as a call across a process boundary would, without leaving
 - **Threads it starts do not keep the process alive**: a thread started inside the call
   without ``daemon=`` is a daemon thread (it inherits the flag from the thread that starts
   it, and the call runs marked as one); a non-daemon thread it asked for and left running is
-  named at the end of the command (:func:`left_running`).
+  named at the end of the command (:func:`left_running`); thread-pool workers, which the
+  interpreter joins at exit whatever their flag, are let go then, named if still busy.
 
 :func:`private_copy` gives each function its own copy of the arguments, so no reward changes
 what another grades (or the prompts the trainer keeps).
@@ -139,11 +140,19 @@ def left_running() -> list[str]:
     """One line per function whose non-daemon threads are still running (the process waits
     for them at exit), naming them; each is said once."""
     by_label: dict[str, list[str]] = {}
+    pooled: dict[str, list[str]] = {}
+    workers = _pool_workers()
     for thread, label in _LEFT:
-        if thread.is_alive():
+        if thread in workers:  # joined at exit whatever its flag: let go, named if it was busy
+            if _pool_worker_busy(thread):
+                pooled.setdefault(label, []).append(thread.name)
+            workers.pop(thread, None)
+        elif thread.is_alive():
             by_label.setdefault(label, []).append(thread.name)
     _LEFT.clear()
-    lines = []
+    lines = [f"{label} left work running in a thread pool ({', '.join(map(repr, dict.fromkeys(names)))}): it is "
+             "not waited for at exit; shut the pool down (shutdown(wait=True)) before returning"
+             for label, names in pooled.items()]
     for label, names in by_label.items():
         shown = ", ".join(f"'{n}'" for n in dict.fromkeys(names))
         count = f"{len(names)} threads" if len(names) > 1 else "a thread"
@@ -153,6 +162,19 @@ def left_running() -> list[str]:
 
 
 # --------------------------------------------------------------------------- internals
+def _pool_workers() -> Any:
+    """{thread: work queue} of the live ``concurrent.futures`` thread-pool workers, which the
+    interpreter joins at exit even when they are daemon threads ({} if never imported)."""
+    pool = sys.modules.get("concurrent.futures.thread")
+    return getattr(pool, "_threads_queues", {})
+
+
+def _pool_worker_busy(thread: threading.Thread) -> bool:
+    """Whether a pool worker is running a job (its innermost Python frame is not the idle loop)."""
+    frame = sys._current_frames().get(thread.ident) if thread.is_alive() else None
+    return frame is not None and frame.f_code.co_name != "_worker"
+
+
 def _timeout_line(seconds: float, where: str) -> str:
     return f"the user's code did not return within {seconds:g} s{where}"
 
@@ -214,7 +236,7 @@ class _Guard:
         for stream in self.stdio:
             stream.restore()
         _LEFT.extend((t, label) for t in threading.enumerate()
-                     if t not in self.threads and t.is_alive() and not t.daemon)
+                     if t not in self.threads and t.is_alive() and (not t.daemon or t in _pool_workers()))
 
     # ---- the stop
     def _on_sigint(self, signum: int, frame: Any) -> None:

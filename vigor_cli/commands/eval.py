@@ -28,6 +28,10 @@ SAMPLES_PER_CHUNK = 256
 """Samples generated per engine call: the progress bar advances once per chunk."""
 
 
+DEFAULT_BENCHMARK = "tiny-math"
+"""What `vigor eval` scores when --benchmarks is not given."""
+
+
 def benchmark_kind(name: str) -> str:
     return EVAL_SETS[name].kind
 
@@ -130,6 +134,16 @@ def _warn(message: str) -> None:
     err_console.print(f"[yellow]warning:[/] {shown(message)}", highlight=False, soft_wrap=True)
 
 
+def own_task_note(run: Path, cfg: Any) -> None:
+    """--benchmarks on a run of the user's own task: a note that they are not its data (without
+    --benchmarks, `vigor eval --run` evaluates the run's own sets: commands/eval_task.py)."""
+    if cfg.task.name != "custom":
+        return
+    where = f"its own sets: vigor eval --run {run} without --benchmarks"
+    err_console.print(f"[yellow]note:[/] --run {shown(run)} trained on your own task; --benchmarks scores "
+                      f"bundled benchmarks, not its data ({shown(where)})", highlight=False)
+
+
 def _evaluate(
     model: Annotated[Optional[str], typer.Argument(help="Hub id, local HF directory (an exported folder, or a LoRA adapter folder: its base is the one it names, or --base), or 'tiny'.")] = None,
     adapter: Annotated[Optional[Path], typer.Option(help="PEFT adapter directory to load on MODEL.")] = None,
@@ -201,6 +215,8 @@ def evaluate_benchmarks(model: Optional[str], adapter: Optional[Path], base: Opt
 
     names = parse_benchmarks(benchmarks)
     cfg, load_dir, model_desc = resolve_model(model, adapter, run, checkpoint, base)
+    if run is not None:
+        own_task_note(run, cfg)
     if engine is not None:
         set_key(cfg, "engine.kind", engine, "--engine")  # validated like the key, naming the flag
     cfg.model.device = device or cfg.model.device
@@ -302,6 +318,7 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
     from vigor_cli.rollout import SamplingParams, make_engine
 
     policy, tokenizer, _ = load_policy(cfg.model, load_dir)
+    tasks = fit_problems(cfg, tasks, tokenizer)
     policy.eval()
     for p in policy.parameters():
         p.requires_grad_(False)
@@ -335,6 +352,24 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
                                          "samples": samples}
     finally:
         eng.close()
+
+
+def fit_problems(cfg: Any, tasks: dict, tokenizer: Any) -> dict:
+    """Each benchmark without the problems the model cannot take, as training leaves them out
+    (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token), each
+    benchmark that loses some saying so in one warning line; one that loses all is refused."""
+    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+
+    limit = cfg.task.max_prompt_tokens
+    fitted = {}
+    for name, (task, examples) in tasks.items():
+        kept, long, empty = fit_prompts(limit, task, tokenizer, examples)
+        warn(left_out_line(f"problems of {name}", len(examples), long, empty, limit))
+        if not kept:
+            raise UserError(f"--benchmarks {name}: none of its {len(examples)} problems fit "
+                            f"task.max_prompt_tokens={limit} (or they encode to no token)")
+        fitted[name] = (task, [ex for ex in examples if ex.uid in kept])
+    return fitted
 
 
 def rescore_results(results: dict, data_dir: Optional[Path]) -> None:

@@ -91,6 +91,7 @@ class CustomTask(Task):
         from vigor_cli import rewards
 
         self.cfg = cfg
+        _check_settings_text(cfg)
         self.rewards = rewards.load_rewards(cfg.rewards, workers=workers, code_reward=cfg.code_reward,
                                             allow_weak_sandbox=cfg.allow_weak_sandbox, timeout=cfg.reward_timeout,
                                             environments=getattr(cfg, "env", None) is not None)
@@ -290,6 +291,16 @@ def _check_prompt_text(prompt: Any, where: str, column: str | None) -> None:
         problem = records.unencodable(piece)
         if problem is not None:
             raise UserError(f"{where}: {what} is {problem}")
+
+
+def _check_settings_text(cfg: Any) -> None:
+    """The system message and the template go into every prompt: text a tokenizer cannot take
+    there is named by its flag, not blamed on the data's first row."""
+    for value, name in ((cfg.system_prompt, "--system-prompt (task.system_prompt)"),
+                        (cfg.prompt_template, "--prompt-template (task.prompt_template)")):
+        problem = records.unencodable(value) if value is not None else None
+        if problem is not None:
+            raise UserError(f"{name}: {problem}")
 
 
 def _with_system(prompt: Any, system: str, where: str) -> list[dict]:

@@ -179,15 +179,37 @@ def _csv_table(p: Path, kind: str) -> Table:
                 if fields:  # not a blank line
                     rows.append({h: (v if v != "" else None) for h, v in zip(header, fields)})
                 start = reader.line_num + 1
-        except UnicodeDecodeError as e:
-            raise UserError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} after line {start - 1}); "
-                            "save it as UTF-8") from None
+        except UnicodeDecodeError:  # the reader decodes in blocks: find the byte in the file
+            line, byte = _first_bad_utf8(p)
+            raise UserError(f"{p}:{line}: not UTF-8 text (byte 0x{byte:02x}); save it as UTF-8") from None
         except csv.Error as e:
             unclosed = " (a quote opened there is never closed?)" if "end of data" in str(e) else ""
             raise UserError(f"{p}:{start}: not {kind.upper()} this tool reads ({e}){unclosed}") from None
     if not rows:
         raise UserError(f"{p}: no rows (only the header line: {', '.join(header)})")
     return Table(rows, str(p), kind)
+
+
+NEWLINE = b"\n"
+
+
+def _first_bad_utf8(p: Path) -> tuple[int, int]:
+    """(line, byte) of the first byte of ``p`` that is not UTF-8, read in blocks."""
+    import codecs
+
+    from vigor_cli.user_files import open_binary
+
+    decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
+    with open_binary(p) as raw:
+        while True:
+            block = raw.read(1 << 20)
+            try:
+                decoder.decode(block, final=not block)  # the end: a character cut short is bad too
+            except UnicodeDecodeError as e:  # e.object: the block, after bytes held from the last
+                return line + e.object.count(NEWLINE, 0, e.start), e.object[e.start]
+            if not block:
+                return line, 0
+            line += block.count(NEWLINE)
 
 
 # --------------------------------------------------------------------------- Parquet
