@@ -87,6 +87,7 @@ def option_rows(cmd: Any, ctx: Any) -> list[tuple[str, str, str]]:
 
 
 def cell(text: str) -> str:
+    """Text for a markdown table cell: its pipes escaped."""
     return text.replace("|", "\\|")
 
 
@@ -121,16 +122,21 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
+def write_page(page: Path, text: str, module: str, args: list[str]) -> int:
+    """Write ``text`` to ``page``; with ``--check`` in ``args`` only say whether the page is
+    stale (exit code 1) and which command (``python -m MODULE``) rewrites it."""
     if "--check" in args:
-        same = PAGE.exists() and PAGE.read_text(encoding="utf-8") == text
-        print(f"{PAGE.name}: {'up to date' if same else 'stale: run python -m vigor_cli.command_reference'}")
+        same = page.exists() and page.read_text(encoding="utf-8") == text
+        print(f"{page.name}: {'up to date' if same else f'stale: run python -m {module}'}")
         return 0 if same else 1
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
+    page.write_text(text, encoding="utf-8")
+    print(f"wrote {page}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return write_page(PAGE, render(), "vigor_cli.command_reference",
+                      sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vigor_cli.command_reference import cell, write_page
+
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"
 
 INTRO = """\
@@ -73,10 +75,6 @@ def sections() -> list[tuple[str, str, list[tuple[str, str, str]]]]:
     return found
 
 
-def cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def render() -> str:
     """The whole page."""
     lines = [INTRO]
@@ -91,15 +89,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    text = render()
-    if "--check" in args:
-        same = PAGE.exists() and PAGE.read_text(encoding="utf-8") == text
-        print(f"{PAGE.name}: {'up to date' if same else 'stale: run python -m vigor_cli.config_reference'}")
-        return 0 if same else 1
-    PAGE.write_text(text, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
+    return write_page(PAGE, render(), "vigor_cli.config_reference", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
