@@ -49,7 +49,13 @@ def test_each_section_says_what_help_says(name, page):
         for option in re.findall(r"--?[\w-]+", names.split(" <")[0]):
             assert option in shown, (name, option)
         assert text in shown, (name, names, text)
-        assert f"| `{ref.cell(names)}` | {ref.cell(text)} |" in page
+        assert f"| `{ref.cell(names)}` | {ref.md(text)} |" in page
+
+
+def test_help_text_is_shown_as_written_in_markdown():
+    assert ref.md("runs/<date>-s<seed>, task.* keys, 20\\%") == "runs/&lt;date>-s&lt;seed>, task.\\* keys, 20\\\\%"
+    assert ref.md("vigor_cli/tasks/__init__.py") == "vigor_cli/tasks/\\_\\_init\\_\\_.py"
+    assert ref.md("a `--set a.b=<v>` and a|b") == "a `--set a.b=<v>` and a\\|b"  # code spans as they are
 
 
 def test_the_check_mode_reports_a_stale_page(tmp_path, monkeypatch, capsys, page):

@@ -91,25 +91,35 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+def md(text: str) -> str:
+    """Help text for a markdown table cell, shown as written: outside its `code spans`,
+    backslashes, asterisks, double underscores (``__init__``) and ``<`` (``<date>`` would read
+    as an HTML tag) escaped."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("\\", "\\\\").replace("*", "\\*").replace("<", "&lt;").replace("__", "\\_\\_")
+    return cell("`".join(parts))
+
+
 def section(name: str, cmd: Any, ctx: Any) -> list[str]:
     """One command's section: heading, usage, description, options by panel."""
     level = "#" * min(name.count(" ") + 1, 3)
     lines = [f"#{level} `{name}`", "", "```text", " ".join(cmd.get_usage(ctx).split()), "```", ""]
     for paragraph in (cmd.help or "").split("\n\n"):
         if paragraph.strip():
-            lines += [plain(paragraph), ""]
+            lines += [md(plain(paragraph)).replace("\\|", "|"), ""]
     panels: dict[str, list[tuple[str, str]]] = {}
     for panel, names, text in option_rows(cmd, ctx):
         panels.setdefault(panel, []).append((names, text))
     for panel, rows in panels.items():
         lines += [f"**{panel}**", "", "| option | what it does |", "| --- | --- |"]
-        lines += [f"| `{cell(names)}` | {cell(text)} |" for names, text in rows]
+        lines += [f"| `{cell(names)}` | {md(text)} |" for names, text in rows]
         lines.append("")
     if hasattr(cmd, "list_commands"):
         lines += ["**Commands**", "", "| command | what it does |", "| --- | --- |"]
         for sub_name in cmd.list_commands(ctx):
             sub = cmd.get_command(ctx, sub_name)
-            lines.append(f"| `{sub_name}` | {cell(plain(sub.get_short_help_str(limit=10_000)))} |")
+            lines.append(f"| `{sub_name}` | {md(plain(sub.get_short_help_str(limit=10_000)))} |")
         lines.append("")
     return lines
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vigor_cli.command_reference import cell, write_page
+from vigor_cli.command_reference import cell, md, write_page
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"
 
@@ -81,9 +81,9 @@ def render() -> str:
     for name, doc, table in sections():
         lines += [f"## `{name}`", ""]
         if doc:
-            lines += [doc, ""]
+            lines += [md(doc).replace("\\|", "|"), ""]
         lines += ["| key | default | what it does |", "| --- | --- | --- |"]
-        lines += [f"| `{key}` | `{cell(default)}` | {cell(text)} |" for key, default, text in table]
+        lines += [f"| `{key}` | `{cell(default)}` | {md(text)} |" for key, default, text in table]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
