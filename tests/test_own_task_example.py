@@ -74,12 +74,13 @@ def test_a_reward_that_raises_in_a_training_step_stops_the_run_in_one_line(tmp_p
 
 
 def test_the_readme_shows_the_example_reward_as_it_is():
-    """The reward function printed in the README is the one the example runs."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Train on your own task"):]
-    shown = section[section.index("```python") + len("```python"):]
-    shown = shown[: shown.index("```")].strip()
-    assert shown in (EXAMPLE / "reward.py").read_text(), "README and examples/letter-count/reward.py differ"
+    """The reward function printed in the README and in docs/own-task.md is the one the example runs."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "own-task.md"):
+        text = page.read_text()
+        section = text[text.index("## Train on your own task"):]
+        shown = section[section.index("```python") + len("```python"):]
+        shown = shown[: shown.index("```")].strip()
+        assert shown in (EXAMPLE / "reward.py").read_text(), f"{page.name} and examples/letter-count/reward.py differ"
     assert readme_command()[:2] == ["vigor", "train"]
 
 
