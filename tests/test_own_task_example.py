@@ -74,12 +74,13 @@ def test_a_reward_that_raises_in_a_training_step_stops_the_run_in_one_line(tmp_p
 
 
 def test_the_readme_shows_the_example_reward_as_it_is():
-    """The reward function printed in the README is the one the example runs."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Train on your own task"):]
-    shown = section[section.index("```python") + len("```python"):]
-    shown = shown[: shown.index("```")].strip()
-    assert shown in (EXAMPLE / "reward.py").read_text(), "README and examples/letter-count/reward.py differ"
+    """The reward function printed in the README and in docs/own-task.md is the one the example runs."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "own-task.md"):
+        text = page.read_text()
+        section = text[text.index("## Train on your own task"):]
+        shown = section[section.index("```python") + len("```python"):]
+        shown = shown[: shown.index("```")].strip()
+        assert shown in (EXAMPLE / "reward.py").read_text(), f"{page.name} and examples/letter-count/reward.py differ"
     assert readme_command()[:2] == ["vigor", "train"]
 
 
@@ -103,9 +104,9 @@ def test_the_worked_example_through_the_trl_path(tmp_path):
 
 
 def journey() -> tuple[list[list[str]], str]:
-    """The README's own-task journey: its commands (`vigor ...`, as pasted) and its Python block."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Your own task, end to end"):]
+    """The own-task journey (docs/own-task.md): its commands (`vigor ...`, as pasted) and its Python block."""
+    text = (ROOT / "docs" / "own-task.md").read_text()
+    section = text[text.index("## Your own task, end to end"):]
     block = section[section.index("```bash") + len("```bash"):]
     block = block[: block.index("```")]
     joined = block.replace("\\\n", " ")
@@ -114,9 +115,18 @@ def journey() -> tuple[list[list[str]], str]:
     return commands, python[: python.index("```")]
 
 
+def test_the_journey_page_holds_the_six_commands_and_the_loading_block():
+    """The journey's commands as the slow test below runs them, read without running them."""
+    commands, python = journey()
+    assert [c[:2] for c in commands] == [["vigor", "train"], ["vigor", "eval"], ["vigor", "report"],
+                                         ["vigor", "report"], ["vigor", "export"], ["vigor", "eval"]]
+    assert commands[0][2:] [:len(readme_command()) - 2] == readme_command()[2:]  # the README's command, named
+    assert "AutoModelForCausalLM.from_pretrained(\"letters-model\")" in python
+
+
 @pytest.mark.slow
-def test_the_readme_journey_train_eval_report_export_load(tmp_path):
-    """Every command of README's "Your own task, end to end", in order, in a folder holding the
+def test_the_documented_journey_train_eval_report_export_load(tmp_path):
+    """Every command of docs/own-task.md's "Your own task, end to end", in order, in a folder holding the
     example (5 steps instead of 50: what is checked is that each command works and agrees):
     eval --run writes the run's last evaluation again, the export evaluated on the set gives the
     same numbers, and the Python block loads it in transformers with the run's rendering."""

@@ -579,7 +579,7 @@ print(json.dumps({"before_kb": before, "after_kb": after, "workers_kb": workers,
 
 def test_output_just_under_the_cap_does_not_grow_the_grader():
     """Four tests printing just under 32 MiB each: the grader's peak memory grows by at most
-    its stated bound (see README), not by the sum of the outputs."""
+    its stated bound (docs/sandbox.md, the threat table), not by the sum of the outputs."""
     record = _record("flood", [(f"{i}\n", "1\n") for i in range(4)])
     out = subprocess.run([sys.executable, "-c", AMPLIFY, json.dumps(record), json.dumps(VICTIM),
                           VICTIM_SOLUTION], cwd=ROOT,
