@@ -370,6 +370,15 @@ def test_a_datasetdict_test_split_is_evaluated(tmp_path, task_files):
         assert [e.meta["columns"]["gold"] for e in held] == [r["gold"] for r in rows[10:13]]
     finally:
         task.close()
+    DatasetDict({"train": Dataset.from_list(rows[:10]), "validation": Dataset.from_list(rows[10:13]),
+                 "test": Dataset.from_list(rows[13:15])}).save_to_disk(str(tmp_path / "dd3"))
+    task = get_task(TaskConfig(name="custom", data=str(tmp_path / "dd3"), fields={"prompt": "question"},
+                               rewards=[f"{task_files / 'rewards.py'}:boxed"]))
+    try:  # test before validation
+        assert [e.meta["columns"]["gold"] for e in task.eval_examples()] == [r["gold"] for r in rows[13:15]]
+        assert task.tables["eval"].split == "test" and len(task.train_examples()) == 10
+    finally:
+        task.close()
     Dataset.from_list(rows[:70]).save_to_disk(str(tmp_path / "one"))  # one split: the first 64 rows, as before
     task = get_task(TaskConfig(name="custom", data=str(tmp_path / "one"), fields={"prompt": "question"},
                                rewards=[f"{task_files / 'rewards.py'}:boxed"]))
