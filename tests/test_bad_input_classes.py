@@ -618,7 +618,7 @@ def test_user_names_are_printed_as_they_are(vigor, tmp_path, no_model, name):
     code, out, err = vigor("train", "--data", str(data), "--reward", files["reward"], "--prompts-per-step", "2",
                            "--dry-run")
     assert code == 0, err
-    assert f"data: {data} (jsonl, 3 rows)" in out and f"{data}:1: prompt" in out
+    assert f"data: {data} (jsonl, 3 rows)" in out and f"{data}:1: the model sees" in out
 
 
 def test_an_all_none_reward_is_a_health_alert_and_a_stop_under_strict(vigor, tmp_path):
