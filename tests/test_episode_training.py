@@ -82,7 +82,9 @@ def test_the_final_program_is_graded_on_the_code_tasks_protocol(code_task):
     assert final_tests(train, code_task) == "all"  # tiny-code's training problems are not evaluated
     assert final_tests(held, code_task) == "private"
     env = CodeFeedback(code_task)
-    assert env.scoring_example(train).meta["tests"] == "all" and train.meta["tests"] == "public"
+    # under the default (disjoint) protocol training problems are rewarded on all their tests already
+    assert train.meta["tests"] == "all" and env.scoring_example(train).meta["tests"] == final_tests(train, code_task)
+    assert env.scoring_example(held).meta["tests"] == "private"
 
 
 # --------------------------------------------------------------------------- vigor train
