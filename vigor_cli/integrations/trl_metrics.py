@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from transformers import TrainerCallback
+
+try:  # TrainerCallback as the TRL path uses it: with TRL (transformers alone may not import it)
+    from transformers import TrainerCallback
+    import trl  # noqa: F401
+except ImportError as e:  # pragma: no cover - the extra is missing
+    raise ImportError(f"vigor_cli.integrations.trl_metrics needs TRL: pip install 'vigor[trl]' ({e})") from None
 
 from vigor_cli import health
 from vigor_cli.reward_log import add_logged
