@@ -114,7 +114,7 @@ class Reward:
 
     def scores(self, prompts: list, completions: list, columns: dict[str, list],
                context: CallContext | None = None) -> list:
-        """A :class:`~vigor_cli.tasks.base.Score` per completion (a user function's value
+        """A :class:`~vigor_cli.task_base.Score` per completion (a user function's value
         becomes a Score without a reason); raises UserError naming the function when it
         raises or returns something other than one finite number or None per completion.
         ``context``: TRL's other arguments, passed to a function that takes them."""
@@ -283,7 +283,7 @@ def _user_reward(spec: str, timeout: float | None = None, environments: bool = F
     gets = tuple(a for a in (*PROMPT_ARGS, *PASSED_ARGS) if takes_all or a in takes)
 
     def score(prompts: list, completions: list, columns: dict[str, list], context: CallContext) -> list:
-        from vigor_cli.tasks.base import Score
+        from vigor_cli.task_base import Score
 
         if takes_all:
             kwargs = {k: v for k, v in columns.items() if k not in PROMPT_ARGS and k not in TRL_EXTRA_ARGS}

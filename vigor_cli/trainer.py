@@ -35,7 +35,7 @@ from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public n
 )
 from vigor_cli.runs import RunDir, read_eval_line
 from vigor_cli.reward_log import EVAL_PREFIX, add_logged, trainer_state
-from vigor_cli.tasks.base import Score, grade, score_once
+from vigor_cli.task_base import Score, grade, score_once
 from vigor_cli.tracking import Trackers
 from vigor_cli.train_data import load_train_data
 from vigor_cli.train_log import (

@@ -100,7 +100,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
     from vigor_cli.models import load_policy
     from vigor_cli.rollout import SamplingParams, make_engine
     from vigor_cli.tasks import get_task
-    from vigor_cli.tasks.base import grade
+    from vigor_cli.task_base import grade
 
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:

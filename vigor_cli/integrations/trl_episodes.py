@@ -36,7 +36,7 @@ from vigor_cli.episodes.loop import EpisodeLimits, EpisodeRunner
 from vigor_cli.episodes.messages import MessageFormat, render_prompt, token_ids, with_observation
 from vigor_cli.rollout.base import Rollout, SamplingParams
 from vigor_cli.rollout_core import derive_seed
-from vigor_cli.tasks.base import Example
+from vigor_cli.task_base import Example
 
 TOOL_TURNS_UNSET = 64
 """Turns per episode when ``max_tool_calling_iterations`` is unset (TRL: no limit but the length)."""

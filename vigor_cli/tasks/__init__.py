@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from vigor_cli import rewards
 from vigor_cli.errors import UserError
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.task_reward import task_reward
 
 TaskBuilder = Callable[[Any, int], Task]

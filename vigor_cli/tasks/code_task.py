@@ -27,10 +27,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli import records
 from vigor_cli.errors import UserError
-from vigor_cli.tasks import loading
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.code_split import CodeSplit, empty_side, parse_date, split_problems
 from vigor_cli.tasks.prompts import render
 

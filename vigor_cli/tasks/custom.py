@@ -26,11 +26,11 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.reward_log import RewardLog, trainer_state
-from vigor_cli.tasks import loading
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
 
 ROLES = ("system", "user", "assistant")

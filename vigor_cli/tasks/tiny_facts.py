@@ -23,7 +23,7 @@ import random
 import string
 from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example, Score
+from vigor_cli.task_base import Example, Score
 from vigor_cli.tasks.prompts import render
 from vigor_cli.tasks.tiny_math import score_integer_answers, TinyMathTask
 

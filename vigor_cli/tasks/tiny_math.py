@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example, Score
+from vigor_cli.task_base import Example, Score
 from vigor_cli.tasks.math_task import MathScored
 from vigor_cli.tasks.prompts import last_boxed, render
 
