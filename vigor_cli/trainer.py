@@ -7,11 +7,7 @@ samples to the :class:`~vigor_cli.learner.Learner`. What is logged and printed l
 vigor_cli/train_log.py, checkpoints in vigor_cli/train_checkpoint.py, what is read before
 the weights load in vigor_cli/train_data.py.
 
-Reproducibility: every random choice is seeded from ``train.seed`` and the step (data order
-per epoch, each generate call, allocation; the global generators a reward file may draw
-from: vigor_cli/seeding.py), and the model, optimizer, scheduler, every generator's state,
-allocator and data position are checkpointed, so a resumed run continues exactly as if
-never stopped.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

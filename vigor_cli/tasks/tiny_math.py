@@ -7,10 +7,7 @@ problems and a training set of the rest. The same seed always gives the same
 split, so the bundled tiny model (warmed on split seed 0's training part) is
 never evaluated on a problem it was warmed on.
 
-Completions are tiny (``\\boxed{19}`` plus EOS), so sampling on a CPU is
-cheap. Scoring: an exact match of the last ``\\boxed{}`` with the gold answer
-is a pass without further work; everything else goes to the real math
-verifier, which stays the judge.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
