@@ -83,6 +83,13 @@ def installed_modules(folders: dict[str, Path]) -> dict[str, Path]:
     return files
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, read once per test session (the graph and the dependency
+    checks walk the same files)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     """Every import statement, at module level or inside functions, but not those under
     ``if TYPE_CHECKING:`` (never run)."""
@@ -123,12 +130,17 @@ def import_graph(folders: dict[str, Path] | None = None) -> dict[str, set[str]]:
     cycle); ``from a.b import c`` reads a.b, an edge to a.b from anywhere.
     ``folders``: package name -> folder (default: this project's, as pyproject.toml installs
     them, so verifiers/ and sandbox/ are vigor_cli.verifiers and vigor_cli.sandbox)."""
-    files = installed_modules(package_folders() if folders is None else folders)
+    return _graph(tuple(sorted((package_folders() if folders is None else folders).items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _graph(folders: tuple[tuple[str, Path], ...]) -> dict[str, set[str]]:
+    files = installed_modules(dict(folders))
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in _runtime_imports(parsed(path)):
             for target in _imported_names(node, package, files):
                 parts = target.split(".")
                 if target in files and target != name:
@@ -291,6 +303,7 @@ def _guarded(parents: list[ast.AST]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1)
 def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
     """Top-level name -> [(file:line, guarded)] for every import of a module outside the
     standard library and the package, plus the sandbox's preload list (imported by name)."""
@@ -314,7 +327,7 @@ def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
     for top in ("vigor_cli", "sandbox", "verifiers"):
         for path in (ROOT / top).rglob("*.py"):
             if "__pycache__" not in path.parts:
-                visit(ast.parse(path.read_text(encoding="utf-8")), [], path)
+                visit(parsed(path), [], path)
     from vigor_cli.sandbox.landlock import PRELOADED_PACKAGES
 
     for name in PRELOADED_PACKAGES:  # every sandboxed program may import these
