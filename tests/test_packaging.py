@@ -270,6 +270,37 @@ def test_the_import_graph_finds_a_planted_cycle(tmp_path, shared, extra_pool, cy
     assert cycles(graph) == ([cycle] if cycle else [])
 
 
+def test_the_import_paths_kept_by_the_cycle_fixes_still_work():
+    """What moved to break a circle is still found where it was: the task interface under
+    vigor_cli.tasks (and .base), the sandbox's names (loads_base_copy in the learner, which
+    imports torch: the slow test below)."""
+    import vigor_cli.sandbox
+    import vigor_cli.sandbox.pool
+    import vigor_cli.task_base
+    import vigor_cli.tasks
+    import vigor_cli.tasks.base
+
+    for name in ("Example", "Score", "Task", "grade", "score_once"):
+        assert getattr(vigor_cli.tasks.base, name) is getattr(vigor_cli.task_base, name)
+    for name in ("Example", "Score", "Task"):
+        assert getattr(vigor_cli.tasks, name) is getattr(vigor_cli.task_base, name)
+    assert vigor_cli.sandbox.SandboxPool is vigor_cli.sandbox.pool.SandboxPool
+
+
+@pytest.mark.slow  # a new interpreter
+def test_the_rewards_load_without_the_task_registry():
+    """The rewards (and their Score) import without the task registry, which imports them;
+    the built-in reward names appear once the registry is imported; the learner still holds
+    loads_base_copy."""
+    import sys
+
+    code = ("import sys, vigor_cli.rewards as r; assert 'vigor_cli.tasks' not in sys.modules, 'tasks loaded'; "
+            "assert r.builtin_names() == []; import vigor_cli.tasks; print(','.join(r.builtin_names())); "
+            "import vigor_cli.learner as l, vigor_cli.base_copy as b; assert l.loads_base_copy is b.loads_base_copy")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert {"tiny-math", "math", "code"} <= set(res.stdout.strip().split(","))
+
 # --------------------------------------------------------------------------- declared dependencies
 OPTIONAL_EXTRAS = {"gpu", "trl", "tensorboard", "wandb", "trackio"}
 """The extras whose packages the code may import only where it guards them; `test` is for the
