@@ -1,17 +1,8 @@
 """Benchmark: the allocator's own time per step, and the simulator's strategy comparison.
 
-Part 1 times (process CPU time, so other processes on a shared machine do not inflate
-it) only the allocator's calls (start_step, ask, tell, finish) with rewards
-precomputed outside the timed region, at B = 64, 512 and 4096 prompts per step, and
-reports milliseconds per step and per 512 prompt-rounds (a prompt handled in one round:
-B x 1 for grpo, B + B/2 + B/4 + B/8 for VIGOR, every drawn prompt for DAPO/GRESO; the
-issue's target is < 1 ms per 512 prompts per round, i.e. negligible against
-generation), plus the time to serialise the step's record (the trainer's cost, not
-counted in the allocator's).
-
-Part 2 runs `vigor simulate`'s comparison (static pass rates) on three laws.
-
 Run: python bench/allocation.py [--repeats N]   -> bench/results/allocation.json
+
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """Does the environment's answer matter? tiny-guess episodes with and without it, on the CPU.
 
-The bundled tiny model learns tiny-guess (a hidden number from 1 to 7, three turns) with the
-same budget in every arm: the same steps, prompts, episodes per step (grpo, 8 per prompt),
-turns, episode token budget, learning rate and seeds; only what the environment says differs:
-
-- ``higher-lower``: "Higher. Guess again" / "Lower. Guess again" after a wrong guess;
-- ``retry``: "Wrong. Guess again" (the same turns, no information about the number);
-- ``one-turn``: no environment, one guess per rollout (the same rollouts, fewer tokens).
-
-A perfect player wins every game with higher-lower (a binary search), at most 3 in 7 with
-retry (three different guesses) and 1 in 7 in one turn. Each run's held-out accuracy (28
-games, 8 samples each at temperature 1) is measured every 10 steps; the table gives each
-arm's final accuracy (mean over seeds, 95 % percentile-bootstrap interval over seeds) and
-the arms paired by seed. A run of an environment arm also records how its policy uses the
-answers (``answer_use``: in the first and last evaluation's episodes, the share of next
-guesses that differ from the wrong one, and that move the way "Higher"/"Lower" said);
-``--answer-use RUN`` prints it for any tiny-guess run directory.
-
     nice -n 10 python bench/episodes.py                    # 5 seeds, 40 steps (about 2 h on 2 shared cores)
     python bench/episodes.py --seeds 1 --steps 2 --quick   # the plumbing only
 
-Writes bench/episodes_results.json (a finished run is kept and skipped when run again) and
-bench/episodes_curves.png; --quick writes its results to the temporary directory instead.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
 """Paired intervals for the efficiency study that hold their coverage at a few seeds.
 
-An arm is compared with a reference (grpo) on the seeds both ran (the same data order and
-sampling seeds: paired):
-
-- **mean accuracy over the run**: a Student t interval on the per-seed differences. A
-  percentile bootstrap over 6-8 seeds is narrower than its nominal level (it ignores that the
-  spread is itself estimated from a handful of seeds); :func:`coverage` measures both on
-  synthetic differences with a known mean (`python bench/intervals.py` prints the table
-  BENCHMARKS.md quotes).
-- **speed-up in rollouts to target**: per seed, the reference's rollouts to target over the
-  arm's (a seed that misses counts as infinitely many, so a ratio may be 0 or inf); the
-  median ratio with the distribution-free interval of a median (order statistics of the
-  binomial sign test), whose coverage is at least its level for any law and any seed count;
-  at 8 seeds the 95 % interval is the smallest and largest ratio.
-- **on the line**: a mean-accuracy comparison whose label would change between the 80 % and
-  the 99 % interval (|t| between their critical values) is not settled: the study runs it to
-  :data:`SETTLED_SEEDS` seeds before printing a win or a loss.
-
-The interval arithmetic is vigor_cli/intervals.py's (shared with `vigor probe`).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """Math verifier: agreement with labelled suites, one-shot cost, throughput, latency.
 
-Agreement: every labelled suite in ``tests/fixtures`` (:data:`SUITES`: the peers' grader test
-suites, and the regression cases from issue trackers, other graders and constructed near
-misses), graded by :func:`verifiers.math.grade` and by raw Math-Verify 0.9
-(``verify(parse(gold), parse(prediction))``, the gold as the source wrote it): agreement with
-the labels per suite and per source, wrong accepts (label 0, graded 1) and wrong rejects.
-Cases marked ``dispute`` (a label that records a grader's own bug, depends on a peer's
-non-default extraction, or contradicts another peer's) are counted apart.
-
-One shot (what ``vigor verify math`` costs a user): ``vigor verify math --gold G --pred P``
-from a fresh process beside a raw Math-Verify one-shot on the same case (``python -c`` that
-imports Math-Verify, parses both and verifies), run alternately ``--runs`` times each; the
-ratio of medians (CPU seconds, and wall seconds) is the figure (target: at most 1.5).
-
-Throughput: every MATH-500 gold answer with four predictions each (the gold boxed at the
-end of a short solution, the gold with one digit changed, a wrong boxed number, and an
-unboxed "The answer is $gold$." that needs the prose extraction), graded in-line in one
-process by this tree's grader and by the grader of ``--baseline`` (a git ref, default
-``main``, exported to a temporary folder), each in a fresh process, alternately, ``--runs``
-times; then through :class:`verifiers.math.MathVerifier` (worker pool, per-item time limit),
-cold and warm gold caches.
-
-Latency: pathological predictions, each scored alone with the default 5 s limit; the
-verdict must come back within limit + 0.5 s.
-
 Usage: ``python bench/math_verifier.py [--workers N] [--timeout S] [--limit K] [--runs R]
 [--baseline REF] [--data-dir DIR]``. Prints tables and writes ``bench/math_verifier_results.json``.
+
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -5,27 +5,10 @@ allocates are tracked (bench/storage_tracker.py: peak bytes of tensors created i
 phase; the weights loaded before it are not counted). The plan (vigor_cli/memory_plan.py)
 says the same thing for the same config: what the phase adds to what is loaded.
 
-- ``generate``: `vigor train`'s transformers engine (vigor_cli/rollout/hf.py) sampling one
-  batch of ``engine.gen_batch_tokens`` with LoRA on a bf16 base (peft computes each adapter
-  branch in float32): the KV cache, the prompts' forward, the last position's logits.
-  Planned: the ``generate`` items.
-- ``update``: one micro-batch of ``grpo.micro_batch_tokens`` through the update's code
-  (vigor_cli/logprobs.py chunked log-probs, the clipped loss, backward) with gradient
-  checkpointing and LoRA. Planned: the ``update`` items (gradients, activations, output-layer
-  chunk).
-- ``optimizer``: the first AdamW step over the LoRA parameters (their gradients already
-  there), torch's multi-tensor implementation (CUDA's default; forced here): its two states
-  per parameter and the parameter-sized temporary of the step. Planned: ``AdamW states`` plus
-  the ``optimizer`` items other than the gradients.
-
-Models: Qwen2-architecture configs with random weights (no download) at the real widths of
-Qwen2.5-1.5B and Qwen2.5-3B (vocabulary 151936), 2 decoder layers, bfloat16 on CPU; the
-model shapes are the plan's input, so the same arithmetic covers 28 or 36 layers.
-
     python bench/memory_phases.py            # both slices; writes bench/results/memory_phases.json
     python bench/memory_phases.py --quick    # the 1.5B slice only
 
-bench/memory_phases_results.json keeps a copy of one run.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

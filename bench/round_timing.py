@@ -1,20 +1,9 @@
 """Wall time per rollout of the multi-round strategies against grpo, interleaved in one process.
 
-Every arm is a real Trainer (bundled tiny model, configs/tiny-math.yaml, 32 prompts per
-step, one reward worker, one torch thread, as bench/efficiency.py's timing). Steps run
-interleaved (grpo, vigor, auto, grpo, ...) so machine load hits every arm alike; the
-first step of each arm is a warm-up. Per arm: medians over steps of wall and process CPU
-seconds per rollout, the same CPU plus the reward workers' (``cpu_all``: the step's
-whole CPU work, which load changes far less than wall time), and the trainer's own
-generate / reward / update split, each also as a ratio to grpo's. Arms ending in ``-nodedupe`` run with the trainer's per-step
-grading cache off (every completion graded even when the same prompt already produced
-the same text this step), the way the trainer worked before it.
-
     python bench/round_timing.py                       # grpo, vigor, auto; before and after; 12 steps
     python bench/round_timing.py --steps 4 --arms grpo,vigor
 
-Target (issue 11): auto and vigor <= 1.05x grpo's wall time per rollout.
-Prints a table and writes bench/results/round_timing.json.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

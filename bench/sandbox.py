@@ -7,14 +7,9 @@ two at a time, with no confinement at all. The baseline is also run with
 `python3 -I -S` (no site import: the cheapest possible interpreter start) to show
 the floor a per-test interpreter cannot beat.
 
-`--compare DIR` also measures the sandbox of another checkout (e.g. the version
-before issue 12: `git archive <commit> | tar -x -C DIR`) in the same run, the
-two pools taking turns round by round, so the cost of the isolation is a ratio
-measured side by side on the same (noisy, shared) machine.
-
     python bench/sandbox.py [--tests 200] [--rounds 3] [--compare DIR]
 
-Prints a table and writes bench/results/sandbox.json.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

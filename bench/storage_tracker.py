@@ -1,18 +1,7 @@
 """Peak memory of a block of code: the tensor storages it allocates (any device), and the
 process's resident memory (:func:`rss`, :func:`reset_rss_peak`).
 
-:class:`StorageTracker` is a ``TorchDispatchMode``: every operator's result whose storage is
-new (not one of the operator's inputs' storages, so views and in-place results are not new)
-is counted at its size until the storage is freed (a weak reference's callback). Storages that
-existed before the block (loaded weights) are never counted, even when the block makes views
-of them. Backward passes and checkpoint recomputation run through the dispatcher too, so their
-tensors count. ``peak`` is the most bytes alive at once; ``current`` what is alive now.
-Unlike the process's resident memory it ignores the allocator's caching and fragmentation:
-it measures what a memory plan models, the tensors.
-
-    with StorageTracker() as t:
-        loss = model(ids).logits.sum(); loss.backward()
-    print(t.peak)
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

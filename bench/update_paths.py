@@ -1,24 +1,7 @@
 """One update's peak memory on each trainer's path as a rank's rows grow under one token budget
 (``python bench/update_memory.py --section paths``).
 
-A rank holds 1x, 2x and 4x ``BASE_ROWS`` rows of a prompt and a completion (``ROW`` tokens),
-half of them outside the update (a PODS-like step: zero loss mask and advantage; at 1x the
-update's rows fill one micro-batch of the budget), on the
-Qwen2.5-1.5B-width 2-layer slice of bench/memory_phases.py (random weights, vocabulary
-151936), LoRA r=32 on every linear layer, gradient checkpointing, float32 on CPU, one
-thread. Arms, each in a child process:
-
-- ``vigor``: `vigor train`'s ``Learner.update`` over the update's rows (vigor_cli/learner.py:
-  micro-batches of ``grpo.micro_batch_tokens``, output layer in 512-position chunks);
-- ``trl``: the TRL path's update, ``VigorGRPOTrainer.compute_loss`` (micro-batches of
-  ``micro_batch_tokens`` over the rows that move the loss, TRL's fused output layer) and its
-  backward, then the AdamW step;
-- ``trl-unbatched``: TRL's own ``GRPOTrainer._compute_loss`` over every row at once (what the
-  TRL path ran before: one forward and backward of the whole rank), then the AdamW step.
-
-Each reports the peak bytes of the tensor storages the update allocates (bench/
-storage_tracker.py) and the peak resident memory over the resident memory before it
-(VmHWM, reset just before).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

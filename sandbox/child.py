@@ -1,45 +1,6 @@
 """What runs inside a freshly forked child: confine the process, then run the program.
 
-The fork server (``sandbox.worker``) forks, and the child calls
-:func:`run_child`, which never returns. The program runs as a real
-``__main__`` script: its own module in ``sys.modules['__main__']``, the real
-file descriptors 0/1/2, a normal exit (``sys.exit``, ``quit()``, threads joined,
-``atexit`` run, buffers flushed). That is why programs that the upstream
-in-process harness grades wrong (``global`` in helpers, ``quit()``,
-``os.write(1, ...)``, ``open(0).read()``, a ``__main__`` block that is not
-last) behave here exactly as under ``python3 solution.py``.
-
-Before user code the child (forked by the worker's zygote, which never held a job's data):
-  0. where the slot has a memory cgroup (``sandbox.memory_cgroup``) it was born in it, as
-     the zygote lives there: everything it holds counts against the job's limit; it makes
-     itself the process the kernel kills first for memory (the zygote never is);
-  1. starts a new session (its own process group);
-  2. moves its pipes onto fds 0-3, reads its call arguments (functional tests) from their
-     memfd, and closes every other descriptor but the Landlock ruleset and the *ready* pipe;
-  3. enters its job directory (on a fresh capped tmpfs per job), scrubs the environment and
-     points ``TMPDIR`` (and ``tempfile``, which the fork server had already asked) at the
-     job's private temp folder;
-  4. sets rlimits: CPU, address space (own size + headroom; in a memory cgroup, which counts
-     what is used, plus ``Limits.reserve_mb`` for what is only reserved), stack (the hard limit left open,
-     as competitive programs raise it), file size, open files, processes (counted per uid:
-     each pool slot has its own), queued signals (which bound POSIX timers), no core dumps;
-     one malloc arena (threads do not each reserve 64 MiB of the address space);
-  5. enters an IPC namespace of its own, its System V limits sized to its memory (when
-     root: no object or id of an earlier job, and nothing it makes outlives it), drops to
-     its slot's unprivileged uid/gid (when root), becomes non-dumpable, and asks to be
-     killed if its parent (the zygote) dies;
-  6. enforces the Landlock allow-list (``sandbox.landlock``), then installs the seccomp
-     filter (compiled once, its own pid patched in);
-  7. reads its program (bytes: compiled as ``python3 solution.py`` compiles a file, a BOM
-     or a coding line included), writes one byte to the ready pipe and closes it.
-The byte is how the server learns that the child confined itself: a child that fails a step
-exits without it (a sandbox error, never a verdict), and since the pipe is closed before user
-code runs, a program cannot fake it. The program's exit code, whatever it is, is its own.
-
-Status channel: fd 3 carries one JSON line from the harness (never from the
-verifier's expected answers, which the child never sees): ``{"compile_error":
-true}`` or, for a functional test, ``{"value": ...}`` /
-``{"unserialisable": "<type>"}``.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """Landlock, through three raw system calls (no dependency): the file-system allow-list every
 sandboxed child runs under.
 
-The fork server's zygote builds one ruleset at start (:func:`build_ruleset`) from
-:func:`allow_list`; each child enforces it with :func:`restrict_self` just before seccomp.
-What is not in the list cannot be opened, listed, created or removed, whatever the file's
-mode says: the program reads and executes the interpreter, its standard library (each entry
-but ``site-packages``/``dist-packages``), the third-party packages the harness preloads,
-system libraries and a few system files; it reads its own ``/proc`` (a per-worker procfs
-that shows only its own process); it reads and writes only its job directory.
-
-Where the kernel supports them the ruleset also closes TCP bind/connect (ABI 4) and scopes
-signals and abstract Unix sockets to the child's own domain (ABI 6): no signal, not even one
-the kernel sends for ``F_SETOWN``, reaches a process outside it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -6,12 +6,7 @@ is the forkserver, not the trainer. A pipe the worker reads only helps while it 
 a worker busy with a job (a program under test with a 60 s limit, a sympy expansion) would
 outlive a SIGKILLed parent by that long.
 
-:func:`die_with` watches the parent's pidfd from a daemon thread, which wakes the moment the
-parent exits, whatever killed it, and SIGKILLs this process (math verifier workers).
-
-A process that may not start threads (the sandbox's fork server runs under a thread limit)
-polls :func:`pidfd` itself where it waits for a job (``ForkServer._watch``): the program under
-test is killed at once and the server ends on the closed pipe.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,6 @@
 """A memory cgroup per sandbox slot: a limit that counts everything a program holds.
 
-RLIMIT_AS counts a process's mappings, nothing else: System V shared memory it detached,
-tmpfs files, page tables (65 000 sparse one-page mappings hold about 500 MiB of them) and
-other kernel memory escape it. A memory cgroup counts what the kernel charges to it: the
-program's anonymous memory, shared memory and tmpfs pages it touched, its page tables and
-the kernel objects it made. Where the host allows it, each fork server makes one cgroup for
-its slot (:class:`SlotCgroup`), its zygote joins it (:func:`join`) so that every job's
-child is born in it (moving each child in instead cost an RCU grace period per job), the
-limit is set before each job, and an out-of-memory kill there is the program's ``memory``
-outcome (the zygote makes itself unkillable for it, each child the first to go). Then the address-space limit is no longer needed (thread stacks
-are reserved, not used), and the child runs without one.
-
-Where it can live (:func:`find_parent`), for the process calling it:
-
-* **cgroup v1**: the memory controller's hierarchy; the slots go below the caller's own
-  memory cgroup (root, or whoever may create folders there);
-* **cgroup v2**: the unified hierarchy when it offers the memory controller; the slots go
-  below the caller's own cgroup when its children may have the controller (it is enabled in
-  its ``cgroup.subtree_control`` already, or can be: a delegated subtree, or a container's
-  root cgroup); a cgroup holding processes cannot give its children a controller (the
-  "no internal processes" rule), and then there is none.
-
-Elsewhere nothing is created and the pool says ``memory: rlimit only``.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

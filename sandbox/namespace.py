@@ -1,45 +1,6 @@
 """Namespaces for a fork server, set up once at its start and inherited by every child.
 
-When the fork server runs as root and the kernel lets it create namespaces
-(``CAP_SYS_ADMIN``, as in most containers run as root), it moves itself into:
-
-* a new **network namespace**: no interface but a loopback that is down, so a
-  program reaches no network even if seccomp were missing, and abstract Unix
-  sockets of the host are out of reach;
-* a new **IPC namespace**: System V objects a program creates never reach the host
-  or another slot, and the server removes them after each job
-  (:func:`remove_system_v_objects`);
-* a new **mount namespace**, with every mount made private first (nothing
-  propagates back to the host), in which:
-
-  - ``/tmp`` and ``/var/tmp`` are fresh size-capped tmpfs mounts, so files a
-    program drops there never reach the host and vanish with the fork server;
-    folders the harness imports from that live there (a checkout or virtualenv
-    under /tmp) are bound back in place, read as before;
-  - ``/dev`` is a small tmpfs of its own (:func:`_private_dev`) holding only what a
-    program may use: ``null``, ``zero``, ``full``, ``random``, ``urandom`` (bound from
-    the host), the ``fd``/``stdin``/``stdout``/``stderr`` links, and ``/dev/shm``, a link
-    the fork server points into each job's own tmpfs (POSIX semaphores, which
-    ``multiprocessing``'s locks and ``ThreadPool`` need, live there). Where that
-    fails, ``/dev/shm`` is a private tmpfs as ``/tmp`` is;
-  - the Python installation is made readable to the sandbox uid when it lives
-    below a directory that uid cannot enter (a pyenv or venv under a 0700
-    ``/root``): each import directory is bind-mounted aside, an empty tmpfs
-    covers the blocking ancestor (hiding the rest of it), and the binds are
-    moved back to their original paths. Paths do not change, so imports and
-    tracebacks look as usual.
-
-Then, per worker: :func:`enter_pid_namespace` before the zygote is forked (it becomes
-the namespace's init and mounts a ``hidepid`` procfs, :func:`mount_private_proc`), the
-System V limits of its IPC namespace sized to a job's memory (:func:`limit_system_v`);
-per job an IPC namespace of the child's own with the same limits
-(:func:`enter_job_ipc_namespace`) and a fresh capped tmpfs as the job directory (:func:`mount_job_tmpfs`),
-detached after the job (:func:`unmount`): nothing of a job (files, attributes of its root,
-a default ACL, the inode count) reaches the next. Without a tmpfs, the folder is emptied
-by :func:`remove_tree`, which neither recurses nor builds long paths, and its root's
-attributes are reset (:func:`reset_attributes`).
-
-Without the privilege, nothing changes and the pool reports what is missing.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import vigor_cli
-from vigor_cli.sandbox import protocol
+import vigor_cli.sandbox.protocol as protocol
 from vigor_cli.sandbox.limits import SANDBOX_UID_BASE, Limits
 from vigor_cli.sandbox.values import encodable, parse_json
 

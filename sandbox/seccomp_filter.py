@@ -1,48 +1,6 @@
 """The seccomp filter loaded in every sandboxed child before user code runs.
 
-Built with ``pyseccomp`` (ctypes over the system's libseccomp). The default
-action is ALLOW; the rules deny, with an errno the program sees as an
-``OSError``, what a test program never needs and an attacker would:
-
-* network: ``socket`` for every family but AF_UNIX, ``connect``, ``bind``,
-  ``sendto`` with an address, ``sendmsg`` (its address hides behind a pointer);
-* new processes: ``fork``, ``vfork``, ``clone`` without CLONE_THREAD (threads
-  still work), ``clone3`` answered with ENOSYS so glibc falls back to ``clone``,
-  ``execve``/``execveat`` (the program is Python; nothing else may run);
-* other processes: ``kill`` and ``tgkill`` of any pid but the child's own,
-  ``tkill``, ``ptrace``, ``process_vm_readv``/``writev``, ``pidfd_open``,
-  ``pidfd_send_signal``; signals the kernel would send on the program's behalf
-  (``fcntl`` ``F_SETOWN``/``F_SETOWN_EX``/``F_SETSIG``, ``ioctl`` ``FIOSETOWN``/
-  ``SIOCSPGRP``: the kernel reads these commands as 32-bit numbers, so only the low 32
-  bits of the register are compared, or setting bit 32 would pass the rule);
-  priorities of anything but itself (``setpriority`` and
-  ``ioprio_set`` only for the calling process: no ``PRIO_USER``/``PRIO_PGRP``);
-* kernel memory no limit counts (RLIMIT_AS sees mappings only), where a test program
-  never needs it: ``memfd_create`` and ``memfd_secret`` (a file's pages outlive every
-  mapping of it: 50 secret memfds held 800 MiB at a 64 MiB limit; a program's files live in
-  its capped job tmpfs instead), ``fcntl`` ``F_SETPIPE_SZ`` (pipes keep their 64 KiB),
-  ``setsockopt`` ``SO_SNDBUF``/``SO_RCVBUF`` (and their ``FORCE`` forms), ``inotify_init``/
-  ``inotify_init1``, Landlock's ``landlock_create_ruleset``/``landlock_add_rule``/
-  ``landlock_restrict_self`` (the child is confined before user code; 58 rulesets of 65536
-  port rules held 300 MiB of kernel memory). System V objects are bounded by the IPC
-  namespace's limits instead (``namespace.limit_system_v``), POSIX timers by the child's
-  ``RLIMIT_SIGPENDING``;
-* effects on the whole machine, and channels between programs graded at once: the AIO
-  family (``io_setup``, ``io_submit``, ``io_getevents``, ``io_pgetevents``, ``io_cancel``,
-  ``io_destroy``: ``io_setup`` takes from the machine-wide ``fs.aio-max-nr``), ``sync`` and
-  ``syncfs`` (writeback of every file system), and every file lock (``flock``; ``fcntl``
-  ``F_GETLK``/``F_SETLK``/``F_SETLKW``, their open-file-description forms, ``F_SETLEASE``): a
-  lock on a file two slots can open (a standard-library module, ``/dev/null``) is a bit
-  one program shows another;
-* the machine: ``mount`` and the new mount API (``fsopen``, ``fsconfig``, ``fsmount``,
-  ``fspick``, ``move_mount``, ``open_tree``, ``mount_setattr``), ``umount2``, ``unshare``,
-  ``setns``, ``reboot``,
-  ``swapon``, ``swapoff``, ``init_module``, ``finit_module``, ``delete_module``,
-  ``kexec_load``, ``bpf``, ``perf_event_open``, ``keyctl``, ``add_key``,
-  ``request_key``, ``userfaultfd``, ``io_uring_setup``.
-
-Syscalls of a foreign ABI (32-bit ``int 0x80``, x32) kill the process:
-libseccomp's default bad-architecture action.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """Reading what a program produced, bounded and total.
 
-Everything a program under test wrote (its status line, its returned value) is hostile input
-to the grader. ``json.loads`` recurses once per nesting level (a status of 200 000 ``[`` raised
-``RecursionError`` in the grader, and with a raised recursion limit it would overflow the C
-stack), and ``==`` between two nested lists recurses the same way. So:
-
-* :func:`parse_json` measures the nesting first, in time linear in the text, and parses only
-  what is at most :data:`MAX_DEPTH` deep; it never raises: ``(value, None)`` or
-  ``(None, why not)``;
-* :func:`json_equal` compares two JSON values with an explicit stack (Python's ``==`` on
-  every leaf, so ``1 == 1.0 == True`` as LiveCodeBench's ``==`` has it); it never raises;
-* :func:`encodable` is a program's text as a verdict may hold it: a lone surrogate (JSON's
-  ``"\\ud800"`` read back) is written as its escape, so no writer of verdicts fails on it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,6 @@
 """The fork server: one per pool slot, started fresh (never forked from the trainer).
 
-Two processes per slot:
-
-* the **server** imports the harness and the prelude modules, sets up the worker's
-  namespaces (``sandbox.namespace``), computes the Landlock allow-list and compiles the
-  seccomp filter, then serves jobs from its stdin. Per job it mounts a fresh tmpfs as the
-  job directory (capped in size and entries; in it ``work/``, the program's folder,
-  ``tmp/``, its ``TMPDIR``, and ``shm/``, where the worker's ``/dev/shm`` points), writes
-  the program there, puts stdin (and a functional test's arguments) in memfds, and hands
-  them with the output pipes to the zygote; it reads stdout, stderr and status into fixed
-  capture buffers (never more than their caps), kills the child at the wall-clock limit
-  through a pidfd, then detaches the job's tmpfs (nothing of it, not even its root's
-  attributes or its inode count, reaches the next job), removes the System V objects the
-  job made, and answers with plain data. Whether the child confined itself it learns from
-  one byte on a pipe the child closes before user code runs (never from an exit code).
-* the **zygote** (``sandbox.zygote``) is forked by the server before any job, so it never
-  held a job's source, input or output; the init of the slot's PID namespace, it forks one
-  child per job and reports its exit, every message naming the job. A program cannot
-  signal it (another uid, seccomp, Landlock's signal scope, and pid 1 ignores SIGKILL from
-  inside).
-
-Where the host allows it the slot has a memory cgroup (``sandbox.memory_cgroup``): the
-zygote joins it, so every job's child is born in it; the server sets its limit per job and
-reads whether the kernel killed the program for it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

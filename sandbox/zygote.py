@@ -7,13 +7,7 @@ that shows each program only itself (:func:`zygote_main`). It probes the confine
 data), forks the child (``sandbox.child``), passes its pidfd to the server, reaps it and
 reports its exit status and resource usage.
 
-Both directions name the job: a request carries the server's job id, and the zygote's two
-answers ("started", with the child's pidfd, and "exit") carry it back. The server reads only
-the answers of the job it waits for (:func:`await_reply`) and drops any other: a report that
-came after the server stopped waiting (a slow reap) is stale, never taken for the next job's,
-and the child of a stale "started" is killed. The next job first waits for that late report
-(the zygote is busy until it sends it), so a late answer costs its own job (a sandbox error)
-and nothing after it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

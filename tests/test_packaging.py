@@ -72,13 +72,22 @@ def test_the_mapped_packages_import_from_the_top_level_folders():
 
 
 # --------------------------------------------------------------------------- the import graph
-def _module_name(path: Path) -> str:
-    """The installed name of a source file: sandbox/pool.py is vigor_cli.sandbox.pool."""
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[0] != "vigor_cli":
-        parts.insert(0, "vigor_cli")
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def installed_modules(folders: dict[str, Path]) -> dict[str, Path]:
+    """Installed module name -> source file, for packages given as name -> folder (each
+    folder's own ``.py`` files; its subpackages are packages of their own in ``folders``):
+    sandbox/pool.py is vigor_cli.sandbox.pool."""
+    files = {}
+    for package, folder in folders.items():
+        for path in folder.glob("*.py"):
+            files[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, read once per test session (the graph and the dependency
+    checks walk the same files)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
@@ -100,32 +109,46 @@ def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports. ``from pkg import name`` is an edge to
-    ``pkg.name`` when that is a module, else to ``pkg``; importing a submodule also runs its
-    package's ``__init__``, which is not counted (a package that registers its own modules
-    would otherwise always be a cycle)."""
-    files = {_module_name(p): p for top in ("vigor_cli", "sandbox", "verifiers", "configs")
-             for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts}
+def _imported_names(node: ast.Import | ast.ImportFrom, package: str, files: dict[str, Path]) -> list[str]:
+    """The dotted names one import statement loads: ``import a.b.c`` loads a.b.c; ``from a.b
+    import c`` reads from a.b, and loads a.b.c too when that is a module (relative imports
+    resolved against ``package``)."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    return [base] + [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in files]
+
+
+def import_graph(folders: dict[str, Path] | None = None) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, imports inside functions included.
+    Loading a.b.c runs the packages above it first, so an import of a.b.c is an edge to a.b.c
+    and to a.b, except to a package above it that holds the importer itself (it is already
+    running: a registry package importing its members, which import their siblings, is no
+    cycle); ``from a.b import c`` reads a.b, an edge to a.b from anywhere.
+    ``folders``: package name -> folder (default: this project's, as pyproject.toml installs
+    them, so verifiers/ and sandbox/ are vigor_cli.verifiers and vigor_cli.sandbox)."""
+    return _graph(tuple(sorted((package_folders() if folders is None else folders).items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _graph(folders: tuple[tuple[str, Path], ...]) -> dict[str, set[str]]:
+    files = installed_modules(dict(folders))
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([node.module] if node.module else []))
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in files else base for a in node.names]
-            for target in targets:
+        for node in _runtime_imports(parsed(path)):
+            for target in _imported_names(node, package, files):
                 parts = target.split(".")
-                while parts and ".".join(parts) not in files:
-                    parts.pop()
-                if parts and ".".join(parts) != name:
-                    edges.add(".".join(parts))
+                if target in files and target != name:
+                    edges.add(target)
+                for n in range(len(parts) - 1, 0, -1):  # the packages above it
+                    above = ".".join(parts[:n])
+                    if above in files and above != name and not name.startswith(above + "."):
+                        edges.add(above)
         graph[name] = edges
     return graph
 
@@ -174,7 +197,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_cycle():
     graph = import_graph()
-    assert "vigor_cli.sandbox.pool" in graph and "vigor_cli.config" in graph  # it read the package
+    # it read the package and the two mapped folders under their installed names
+    assert {"vigor_cli.config", "vigor_cli.tasks", "vigor_cli.sandbox", "vigor_cli.sandbox.pool",
+            "vigor_cli.verifiers", "vigor_cli.verifiers.math"} <= set(graph)
     found = cycles(graph)
     assert not found, "import cycles: " + "; ".join(
         ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
@@ -194,6 +219,87 @@ def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
 
+
+def _write_package(root: Path, files: dict[str, str]) -> dict[str, Path]:
+    """Writes ``files`` (path -> source) under ``root``; returns {pkg: root/pkg, pkg.reg:
+    root/pkg/reg, pkg.extra: root/extra} (a folder mapped to another name, as sandbox/ is)."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return {"pkg": root / "pkg", "pkg.reg": root / "pkg" / "reg", "pkg.extra": root / "extra"}
+
+
+# A registry package filled by importing its members inside functions, as vigor_cli/tasks is;
+# each case below adds one file to it.
+REGISTRY = {
+    "pkg/__init__.py": "",
+    "pkg/reg/__init__.py": "from pkg.shared import Base\n\ndef build():\n    from pkg.reg.member import Member\n"
+                           "    return Member()\n",
+    "pkg/reg/member.py": "from pkg.reg.types import Kind\nfrom pkg.shared import Base\n\nclass Member(Base): ...\n",
+    "pkg/reg/types.py": "Kind = int\n",
+    "extra/__init__.py": "def __getattr__(name):\n    from pkg.extra import pool\n    return getattr(pool, name)\n",
+    "extra/limits.py": "LIMIT = 1\n",
+}
+
+
+@pytest.mark.parametrize("shared, extra_pool, cycle", [
+    # no cycle: the registry imports its members, which import their siblings and the outside
+    ("class Base: ...\n", "from pkg.extra.limits import LIMIT\n", []),
+    # no cycle: an import under TYPE_CHECKING never runs
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.reg import member\nclass Base: ...\n",
+     "from pkg.extra.limits import LIMIT\n", []),
+    # an import inside a function closes the circle pkg.reg -> member -> shared -> pkg.reg
+    ("class Base:\n    def f(self):\n        from pkg.reg import build\n", "", ["pkg.reg", "pkg.reg.member", "pkg.shared"]),
+    # importing pkg.reg.types runs pkg.reg's __init__ first: the same circle, named by a submodule
+    ("class Base:\n    def f(self):\n        import pkg.reg.types\n", "", ["pkg.reg", "pkg.reg.member", "pkg.shared"]),
+    # a member of a mapped folder reading from its package (as sandbox/pool.py did)
+    ("class Base: ...\n", "from pkg.extra import limits\n", ["pkg.extra", "pkg.extra.pool"]),
+    # the same through a relative import
+    ("class Base: ...\n", "from . import limits\n", ["pkg.extra", "pkg.extra.pool"]),
+])
+def test_the_import_graph_finds_a_planted_cycle(tmp_path, shared, extra_pool, cycle):
+    """On a small package written here: imports inside functions count, importing a.b.c counts
+    as importing a.b (except for a.b's own modules), a mapped folder is read under its
+    installed name; TYPE_CHECKING imports do not count."""
+    folders = _write_package(tmp_path, {**REGISTRY, "pkg/shared.py": shared, "extra/pool.py": extra_pool})
+    graph = import_graph(folders)
+    assert set(graph) == {"pkg", "pkg.shared", "pkg.reg", "pkg.reg.member", "pkg.reg.types",
+                          "pkg.extra", "pkg.extra.limits", "pkg.extra.pool"}
+    assert graph["pkg.reg.member"] == {"pkg.reg.types", "pkg.shared"}  # not its own package
+    assert "pkg.extra.pool" in graph["pkg.extra"]
+    assert cycles(graph) == ([cycle] if cycle else [])
+
+
+def test_the_import_paths_kept_by_the_cycle_fixes_still_work():
+    """What moved to break a circle is still found where it was: the task interface under
+    vigor_cli.tasks (and .base), the sandbox's names (loads_base_copy in the learner, which
+    imports torch: the slow test below)."""
+    import vigor_cli.sandbox
+    import vigor_cli.sandbox.pool
+    import vigor_cli.task_base
+    import vigor_cli.tasks
+    import vigor_cli.tasks.base
+
+    for name in ("Example", "Score", "Task", "grade", "score_once"):
+        assert getattr(vigor_cli.tasks.base, name) is getattr(vigor_cli.task_base, name)
+    for name in ("Example", "Score", "Task"):
+        assert getattr(vigor_cli.tasks, name) is getattr(vigor_cli.task_base, name)
+    assert vigor_cli.sandbox.SandboxPool is vigor_cli.sandbox.pool.SandboxPool
+
+
+@pytest.mark.slow  # a new interpreter
+def test_the_rewards_load_without_the_task_registry():
+    """The rewards (and their Score) import without the task registry, which imports them;
+    the built-in reward names appear once the registry is imported; the learner still holds
+    loads_base_copy."""
+    import sys
+
+    code = ("import sys, vigor_cli.rewards as r; assert 'vigor_cli.tasks' not in sys.modules, 'tasks loaded'; "
+            "assert r.builtin_names() == []; import vigor_cli.tasks; print(','.join(r.builtin_names())); "
+            "import vigor_cli.learner as l, vigor_cli.base_copy as b; assert l.loads_base_copy is b.loads_base_copy")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert {"tiny-math", "math", "code"} <= set(res.stdout.strip().split(","))
 
 # --------------------------------------------------------------------------- declared dependencies
 OPTIONAL_EXTRAS = {"gpu", "trl", "tensorboard", "wandb", "trackio"}
@@ -228,6 +334,7 @@ def _guarded(parents: list[ast.AST]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1)
 def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
     """Top-level name -> [(file:line, guarded)] for every import of a module outside the
     standard library and the package, plus the sandbox's preload list (imported by name)."""
@@ -251,7 +358,7 @@ def third_party_imports() -> dict[str, list[tuple[str, bool]]]:
     for top in ("vigor_cli", "sandbox", "verifiers"):
         for path in (ROOT / top).rglob("*.py"):
             if "__pycache__" not in path.parts:
-                visit(ast.parse(path.read_text(encoding="utf-8")), [], path)
+                visit(parsed(path), [], path)
     from vigor_cli.sandbox.landlock import PRELOADED_PACKAGES
 
     for name in PRELOADED_PACKAGES:  # every sandboxed program may import these

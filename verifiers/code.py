@@ -6,49 +6,7 @@ rate). Which tests: 'public', 'private' or 'all', as the caller's protocol says
 (vigor_cli/tasks/code_split.py: by default training problems are rewarded on all
 their tests and held-out problems evaluated on all theirs).
 
-Isolation: the verifier refuses to run programs on a pool weaker than full
-isolation (Landlock, seccomp, a uid per slot, PID/IPC/network/mount namespaces,
-a tmpfs per job) unless ``allow_weak_sandbox=True``; every verdict records the
-level it ran under (``full``, plus ``memory: rlimit only`` where no memory cgroup
-bounds the programs, which is said, not refused). A test the sandbox itself failed on is ``sandbox_error``, and a
-test whose judging raised (a bug of the grader, never expected) is
-``grading_error``: neither is a verdict on the program, and neither stops the others
-(callers that train on rewards score such a submission 0 and count it, and stop
-only when most of a batch fails; see ``tasks/code_task.py``).
-
-Totality: judging never raises on what a program produced. Its status line and
-returned value are read by :mod:`sandbox.values` (nesting bounded, equality without
-recursion), and number tokens that are NaN (quiet or signalling) never equal
-anything as numbers. What a verdict quotes of a program (a wrong line of its output, a
-returned value, its stderr) is cleaned of the grader's paths (``RunResult.clean``).
-
-Memory: each test's output cap follows its expected output (four times its size
-plus 64 KiB, at least 1 MiB, at most ``Limits.stdout_cap``), and each run is
-judged as it arrives and its output dropped, so the grader holds at most one
-capped output per worker at a time.
-
-Reference programs: a record whose metadata carries ``reference_solution`` has
-it graded once, the first time the problem is seen; if it fails (a test that
-hangs, a broken expected output), the problem is reported once and its
-submissions are scored 0 without running, instead of every rollout paying the
-time limit.
-
-Grading choice: every test is graded (not stopped at the first failure as the
-upstream harness does), because ``fraction`` needs them all; the tests run in
-parallel on the sandbox pool, and once one test of a submission shows a
-compile error the rest are marked so without running. Pass
-``stop_at_first_failure=True`` for upstream's behaviour (later tests are then
-``skipped`` and count as not passed) when only ``full`` matters.
-
-Comparison, as LiveCodeBench does it:
-  * stdin tests: strip the whole output and the expected output, split lines,
-    strip each line; the line counts must match; a line matches if it is equal
-    as text or if every whitespace-separated token is equal as a decimal
-    number (``1.50`` = ``1.5``);
-  * functional tests: ``Solution().<func_name>(*args)`` with one JSON argument
-    per input line; the return value (a tuple becomes a list) must ``==`` the
-    expected JSON value (a value nested deeper than ``sandbox.values.MAX_DEPTH``
-    levels is a wrong answer).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """Signs that a program hard-codes a problem's sample tests instead of computing.
 
-A LiveCodeBench problem's public tests are the samples printed in its statement, so a program
-can pass them from a table (``print({"3 4": "7"}[input()])``) and fail every private test.
-Two signs, read from what grading already produced (:func:`signals`):
-
-* **behaviour**: it passes every public test but fails most private ones (under half pass).
-  Needs both kinds of tests graded; a program that is merely too slow for the large private
-  tests shows it too, so it is a share to watch, not a verdict on one program;
-* **source**: its text contains every distinctive public expected output literally
-  (:func:`quotes_outputs`). Cheap; an output counts when it is distinctive enough that an
-  honest program would not hold it by chance: at least two characters with a digit, or at
-  least :data:`MIN_TEXT_OUTPUT` characters (one-digit numbers, ``Yes`` and ``No`` tell
-  nothing), found with no letter, digit, ``_`` or ``.`` on either side.
-
-The code tasks put both in each score's details (``hard_coded``, ``quotes_outputs``), and the
-``hard_coding`` health check (vigor_cli/health.py) watches their share of a step's rollouts.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Load math benchmark files and turn each answer shape into plain LaTeX gold strings.
 
-The evaluation sets in ``vigor_cli/data/math-eval`` (the Qwen2.5-Math harness layout)
-store their answers in different shapes; this module is the one place that knows
-them, so the verifier only ever sees a LaTeX answer string (or several, for
-OlympiadBench problems with several answers):
-
-- ``math500``: ``answer`` as LaTeX.
-- ``aime24``: ``answer`` as a string with leading zeros (``"025"`` -> ``"25"``).
-- ``amc23``: ``answer`` as a JSON float (``27.0`` -> ``"27"``).
-- ``gaokao2023en``: ``answer`` in ``$...$``, sometimes several ``$...$`` pieces joined
-  by "," / "or" / "and" (joined into one comma list), once a trailing unit or junk;
-  two rows have an empty ``answer`` and the answer at the end of the question.
-- ``minerva_math``: no answer field; the gold is the last ``\\boxed{}`` of ``solution``
-  (two written as Python, "-1./3" and "np.arcsin(10/13)", are rewritten as LaTeX).
-- ``olympiadbench``: ``final_answer`` is a list of ``$...$`` strings; when
-  ``is_multiple_answer`` is true the answers are split at top-level commas into
-  several golds (graded with :func:`verifiers.math.grade_multi`); ``unit`` kept in meta.
-- ``gsm8k``: the number after ``####`` (thousands separators removed).
-
-Any other JSONL path is read with ``question`` (or ``problem``) and ``answer``.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

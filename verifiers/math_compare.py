@@ -2,24 +2,7 @@
 relation is not symmetric), with its number comparison replaced, a few more equivalences,
 units, and guards that veto what it wrongly accepts.
 
-Numbers: a decimal is compared by the digits it gives, relatively, never to a fixed number
-of places (Math-Verify rounds both sides to 6 places: ``0.0000004`` equals ``0.0000005``,
-``0.2500003`` equals 1/4). See :mod:`math_numbers`. Plain numbers on both sides are decided
-without Math-Verify; inside tuples, sets, intervals and matrices Math-Verify's own comparison
-calls the same rule (:func:`decimal_rule`).
-
-More equivalences, tried only after Math-Verify says no: ``i`` as the imaginary unit on both
-sides (``i(3-i)`` = ``1+3i``, ``e^{i\\pi}`` = -1); two equations that define the same function
-(``g(x) = 2x+1`` and ``y = 2x+1``); expressions equal when their symbols are positive
-(``\\sqrt{\\frac{1}{k}}`` = ``\\frac{1}{\\sqrt{k}}``; not when either side has an absolute value).
-
-Units (:mod:`math_units`): a bare number matches a gold with a unit and the other way round;
-two units of one dimension convert (``1 m`` = ``100 cm``); units of another size or dimension
-make another answer (``2 hours`` is not ``2 minutes``).
-
-Guards: two exact rationals must be exactly equal (``1/2004!`` is not ``1/2006!``); a percent
-sign is not dropped (``5\\%`` is not 5, unless the question asks for a percentage); a number
-base is not dropped (``1011_3`` is not ``1011_2``).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Finding the answer in a completion.
 
-- Boxes written as one list are one set of answers, as Math-Verify reads them, when the gold
-  has several parts ("\\boxed{1} and \\boxed{2}"); against a one-part gold only boxes with
-  nothing but a separator between them are a list (a hedge, which then matches nothing).
-- Otherwise the last ``\\boxed{}`` is the answer (a correction after an earlier box wins),
-  unless a "final answer is ..." follows it.
-- Without a box, Math-Verify's extraction patterns (LaTeX environments, then plain numbers and
-  expressions, "answer is" before either first) locate the answer, and the answer must be all
-  of the expression written there: a number read out of ``7 - \\sqrt{5}``, ``4\\sqrt{3}``,
-  ``3\\pi`` or ``1.25 \\cdot 10^{-2}`` (Math-Verify's plain-number pattern stops at the first
-  LaTeX command) is replaced by the whole expression, parsed as LaTeX, or by nothing when that
-  does not parse. A unit after it ("12 cm", "3.5 hours") is kept with it, a scale word
-  multiplies it ("4 thousand"), "7 and 8" is a list, and an answer in words ("four
-  thousand", "the twelfth") is read when no number is written after it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

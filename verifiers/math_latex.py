@@ -1,19 +1,6 @@
 """One answer's LaTeX, read by Math-Verify: what is rewritten first, and the parse itself.
 
-:func:`prepare` rewrites what Math-Verify 0.9 misreads (gold and completion alike):
-``\\mathrm{e}``/``\\mathrm{i}`` (dropped as units) become ``e``/``i``; primes after a letter
-(``E'``, ``f'(x)``, dropped) become ``^{\\prime}``; digit groups split by spaces (``1 000``, read
-as ``1*0``) are joined; a mixed number (``3128 1/2``, read as ``3128*1/2``) becomes
-``3128\\frac{1}{2}``; ``\\sqrt(8)`` (malformed: Math-Verify keeps only what is before it)
-becomes ``\\sqrt{8}``; a decimal in e-notation (``4.5e33``, read as 4.5·e·33) becomes
-``4.5\\times10^{33}``; a repeating decimal (``0.\\overline{6}``, ``0.1666\\ldots``) becomes its
-fraction; degrees inside a trigonometric function's argument (``\\cos(90^\\circ - x)``) become
-radians.
-
-:func:`parse_answer` reads one answer (a box's content, or the span found in prose): a unit
-cut off (:mod:`math_units`), number words and ordinals read as numbers (:mod:`math_words`),
-then Math-Verify's LaTeX parse of the value, which must take the whole text (a parse that
-stops early is discarded, never compared).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

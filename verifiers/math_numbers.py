@@ -1,16 +1,7 @@
 """Numbers as answers are written: exact values, decimals with the digits they give, and the
 rule that says when a decimal is the same answer as a value.
 
-- :func:`plain_value`: the exact value of a plain number (``12``, ``-0.5``, ``3/4``,
-  ``\\frac{3}{4}``), no parser needed.
-- :func:`read_decimal`: a decimal or scientific-notation literal (``0.333``, ``1.30\\times10^{-2}``,
-  ``4.5e33``) with its value and the digits it gives (significant digits, last place).
-- :func:`decimal_matches` / :func:`decimals_match`: a decimal is a value rounded to the digits it
-  gives (``0.333`` for 1/3), never a value plus noise (``0.2500003`` for 1/4); it must give at
-  least :data:`MIN_SIGNIFICANT` digits unless exactly equal. :func:`float_digits` reads the
-  digits of a float the parser produced (its shortest round-trip form).
-- :func:`repeating_to_fraction`: ``0.\\overline{6}``, ``0.1\\bar{6}``, ``0.333\\ldots`` as exact
-  fractions (LaTeX ``\\frac{p}{q}``).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

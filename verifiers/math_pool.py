@@ -1,20 +1,6 @@
 """Math grading under a time limit, in processes that can be killed.
 
-Math-Verify's own timeouts use SIGALRM (main thread only, and they cancel any outer alarm),
-so they are off (``parsing_timeout=None``, ``timeout_seconds=None``). :class:`MathVerifier`
-runs the grading in worker processes forked from a zygote of its own (a fresh interpreter
-that has imported sympy and Math-Verify: :class:`_Zygote`; not multiprocessing's forkserver,
-which left a ``pymp-*`` folder in the temp directory when its parent was SIGKILLed, and with
-its resource tracker took seconds of interpreter shutdown to follow it). The zygote and every
-worker die within moments of the process that owns them, whatever killed it (a pidfd the
-zygote polls; :func:`sandbox.lifeline.die_with` in each worker). A worker that passes the
-limit on one item is killed at once (a replacement starts when there is more work), that
-item scores 0 with reason ``timeout``, and its unfinished items go to other workers.
-Exceptions (also MemoryError under the workers' address-space limit) score 0 with reason
-``error: ...``. Nothing raises or hangs. For a few cases from a single-threaded program
-(``vigor verify math``), :func:`grade_forked` grades in a child forked from the caller under
-the same limit, without starting a pool; :func:`prestart` forks that child early, so that it
-imports Math-Verify while the caller is still starting.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

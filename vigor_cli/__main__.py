@@ -1,3 +1,5 @@
+"""`python -m vigor_cli`: the `vigor` command."""
+
 from vigor_cli.cli import main
 
 main()

@@ -1,21 +1,6 @@
 """A run's checkpoint store, ``<run>/checkpoints/step-N/``: sealed, verified, rotated safely.
 
-- **Sealed.** A checkpoint is filled under ``.tmp-step-N``, then gets ``manifest.json`` (size
-  and sha256 of every file) and, last, ``COMPLETE`` (the step and the writing version), is
-  synced and renamed to ``step-N``. So a ``step-N`` directory always had its ``COMPLETE``:
-  one without it (or without its manifest) has been damaged since.
-- **Verified on load.** Resume and ``eval --run`` take the newest checkpoint that verifies
-  and warn about each newer one that does not. Verified means: ``COMPLETE`` and the
-  manifest say the step the directory is named for (so does ``data_state.json``), the
-  manifest lists exactly the files there (none missing, none added, each of its size and
-  sha256; no name outside the directory), and both were written for this run (the run's
-  ``run-id``, kept in them: a checkpoint copied in from another run is damaged). Only a
-  checkpoint older than manifests (no version in ``COMPLETE``, no ``config.yaml``) is
-  checked by what its files allow (zip CRCs, JSON); a newer one without its manifest is
-  damaged, never trusted.
-- **Rotated safely.** An old checkpoint is removed only after a newer one is committed, by a
-  rename away before the delete, so some intact checkpoint is on disk at every instant;
-  :meth:`CheckpointStore.recover` finishes what a kill in the middle left.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

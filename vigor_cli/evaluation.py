@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import RolloutEngine, SamplingParams
-from vigor_cli.tasks.base import Example, Task, grade
+from vigor_cli.task_base import Example, Task, grade
 
 CHUNK_SAMPLES = 256
 """Samples graded per task call (at least one example's n)."""

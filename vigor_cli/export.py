@@ -1,29 +1,6 @@
 """`vigor export`: a run's checkpoint as a plain Hugging Face folder to ship.
 
-What the folder holds (``--out DIR``):
-
-- **full fine-tuning**, or **LoRA with** ``--merge-lora``: ``config.json``, ``model.safetensors``
-  (sharded with an index when large), the tokenizer and ``generation_config.json``: a folder
-  ``AutoModelForCausalLM.from_pretrained(DIR)`` and ``vllm serve DIR`` load with nothing else.
-  The weights are :func:`~vigor_cli.rollout.weights.policy_weights` of the policy as the run
-  trained it, the copy the vLLM engine samples from: LoRA merged as ``base + scaling * B @ A``
-  in float32, a 4-bit base dequantised first, then cast to the export dtype.
-- **LoRA** without ``--merge-lora``: the checkpoint's PEFT adapter as saved
-  (``adapter_config.json``, ``adapter_model.safetensors``; no weights are loaded, so a
-  4-bit run's adapter exports on any machine) naming its base, with the tokenizer and
-  ``generation_config.json``; load it with ``PeftModel.from_pretrained(base, DIR)``,
-  ``AutoModelForCausalLM.from_pretrained(DIR)`` (transformers reads the base from the adapter
-  config) or vLLM's ``LoRARequest``.
-
-``generation_config.json`` starts from the base model's and lists as ``eos_token_id`` every
-stop token the run used (:func:`~vigor_cli.rollout.weights.stop_token_ids`: EOS, the
-generation config's EOS ids, the chat template's end of turn), so generation elsewhere stops
-where the run's completions stopped.
-
-The export dtype (``--dtype auto``) is the one the base model's ``config.json`` declares
-(float32 when it declares none): what the model was published in, and the engine's dtype on
-a GPU. The checkpoint is taken from the run's manifest-verified checkpoints (the newest intact
-one, or ``--step N``); the run may still be training.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """What an exported model folder carries about the run besides its weights.
 
-- **The run's rendering.** The tokenizer renders chat messages exactly as the run did:
-  ``apply_chat_template(messages, add_generation_prompt=True)`` gives the text the run trained
-  on. Where the run joined message contents by blank lines (a base without a chat template,
-  or ``task.chat_template: false``), the exported tokenizer gets :data:`JOIN_TEMPLATE`, which
-  does that; where the run used the base's template with ``model.enable_thinking``, that
-  setting becomes the template's default.
-- **vigor_run.json**: the task (template, system prompt, fields, rewards and weights, pass
-  threshold), sampling and evaluation settings, the last evaluation's numbers, the base and
-  the run's whole config, so `vigor eval DIR --data ...` evaluates with the run's settings.
-  Its paths (data, reward files) are relative to the folder, where they are on this machine.
-- **README.md**, a model card saying the same in words, with how to load the folder.
-- **A portable base.** A LoRA adapter names its base by the hub id the run used (with its
-  revision), ``tiny`` for vigor's bundled model, or, for a local base, its path relative to
-  the adapter folder, never an absolute path of the machine that trained it; the card says
-  to pass the base at load (``vigor eval DIR --base PATH``, or ``PeftModel.from_pretrained``).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

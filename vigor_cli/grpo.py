@@ -5,24 +5,7 @@ the config uses (``grpo.scale_rewards``, ``grpo.loss_agg``), the way verl's
 ``core_algos`` does it: adding one touches one place. Nothing here knows about
 models, engines or allocators; the trainer feeds tensors in.
 
-Conventions (docs/algorithms.md, "GRPO update"):
-
-- Groups are keyed by prompt uid and may have any size >= 1. Group statistics
-  use the population standard deviation (defined for a group of one, whose
-  advantage is then exactly 0).
-- A = (r - group mean) / (scale + 1e-4), with scale the group std ('group',
-  GRPO), the std of every reward in the batch ('batch'), or no scaling
-  ('none', Dr. GRPO: A = r - group mean).
-- Per-token loss: -min(rho * A, clip(rho, 1 - eps, 1 + eps_high) * A) with
-  rho = exp(logp - logp_old) per token, or per sequence as the exponential of the mean
-  log-ratio over the sequence's loss tokens (GSPO; ``grpo.importance_sampling_level``,
-  registered in :data:`RATIO_LEVELS`), times w = min(exp(logp_old - logp_engine), cap) when
-  importance sampling corrects for the engine (grpo.importance_sampling; a non-finite engine
-  log-prob gets w = 1 and is counted), plus beta * k3 KL to the reference.
-- Aggregations take step-wide normalisers (:class:`StepTotals`, built by
-  :func:`step_totals` before micro-batching) and the micro-batch's row indices in
-  the step, so a loss summed over micro-batches equals the loss of the whole step
-  at once: gradient accumulation leaves the loss unchanged.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """Health checks: say when a step's rollouts were spent without learning signal, and why.
 
-A GRPO run can train for hours and learn nothing without an error: completions cut at the
-length limit, every group all right or all wrong (every advantage zero), rollouts of a prompt
-all the same text, a reward that never varies, empty completions, prompts that leave no room
-for an answer, a chat template never applied, a KL or clip fraction that jumps; or learn the
-wrong thing: code programs that hard-code the statement's samples. Each check
-here reads numbers the step already has (:func:`measure`), holds when its value passes the
-threshold in ``health.<check>`` for that many consecutive steps, and then speaks once, one
-line naming the cause and the key to change, until it clears (:class:`HealthMonitor`).
-
-Checks are a registry (:data:`CHECKS`); their thresholds and windows live in the config
-(``HealthConfig`` in vigor_cli/config.py), one field per check.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

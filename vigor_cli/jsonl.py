@@ -1,22 +1,6 @@
 """The one JSON-lines reader: run logs, allocation records, data files, pass-rate files.
 
-The rule for a damaged line, once for every JSONL file this project reads:
-
-- A **torn last line** is the file's last line when it lacks its closing newline, does
-  not parse, and is a prefix of a JSON object line: UTF-8 text (its last character may be
-  cut) that starts with ``{``. Only a write cut short (a run killed mid-append, a disk that
-  filled up) leaves one; bytes that are not UTF-8 are damage even at the end. Run logs (``metrics.jsonl``, ``allocation.jsonl``, ``completions.jsonl``) may still be
-  being written while they are read, so their readers ignore a torn last line with a note,
-  and ``vigor train --resume`` truncates it away with a warning. A file given as input
-  (``allow_torn=False``: data, cases, results) was finished before it was read, so there a
-  torn last line is an error like any other.
-- **Any other bad line** (not UTF-8, not JSON, not a JSON object) is damage: a
-  :class:`~vigor_cli.errors.UserError` naming ``file:line``. Nothing is skipped silently.
-
-Files are opened by :mod:`vigor_cli.user_files` (a FIFO or a device is refused before it is
-opened), and a line over ``LINE_MAX_BYTES`` or nested past ``MAX_DEPTH`` levels is damage too.
-Blank lines are allowed and skipped, and so is a UTF-8 byte-order mark opening the file. Every record keeps its byte span in the file, so a
-writer can keep lines byte for byte (resume cuts logs without re-serialising them).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from vigor_cli import grpo
+from vigor_cli.base_copy import loads_base_copy
 from vigor_cli.config import RunConfig
 from vigor_cli.rollout.weight_check import WeightCheckSums, judge
 
@@ -32,16 +33,6 @@ IMPORTANCE_METRICS = (
 """What an update with importance sampling adds to metrics.jsonl (absent when it is off). The
 last counts the loss tokens whose engine log-prob was NaN or infinite (left out of the
 correction: weight 1)."""
-
-
-def loads_base_copy(cfg: RunConfig, shares_policy: bool) -> bool:
-    """Whether the weight check loads a frozen copy of the starting weights of its own (after
-    the engine has started, see :meth:`Learner.watch_engine`): full fine-tuning without a KL
-    reference, with an engine that holds its own weights and the check on. The memory plan
-    counts that copy from here."""
-    m = cfg.model
-    return (cfg.engine.weight_check != "off" and cfg.grpo.beta == 0 and not m.lora.enabled
-            and not m.load_in_4bit and not shares_policy)
 
 
 def nan_for_none(logprobs: Sequence[Any]) -> list[float]:

@@ -1,25 +1,6 @@
 """Log-probs and entropies of completion tokens, without a [tokens, vocabulary] tensor.
 
-The GRPO update needs, for every completion token, log softmax(logits / T) at
-the sampled token (with gradient) and the entropy of that distribution (a
-metric, no gradient). Computing the model's full output (every position, the
-whole vocabulary) keeps several [positions, vocabulary] copies alive at once:
-about 10.6 bytes per position per vocabulary entry, 24 GB for 16k tokens of a
-152k vocabulary. :func:`completion_logprobs` instead
-
-1. runs the decoder alone for the hidden states (``get_decoder()``; through a
-   peft wrapper, the base model whose layers carry the adapters),
-2. keeps the hidden states of the positions that predict completion tokens
-   (prompt positions never reach the output layer),
-3. applies the output layer chunk by chunk (``chunk_tokens`` positions at a
-   time), taking log-prob = logit[target] - logsumexp(logits) and the entropy
-   in float32, each chunk under activation checkpointing: backward recomputes
-   one chunk's logits at a time instead of keeping every chunk's.
-
-:func:`full_logprobs` is the previous computation (whole model output, then
-log-softmax row by row), kept as the reference the tests compare against and
-as the "before" arm of ``bench/update_memory.py``; ``grpo.logits_chunk_tokens:
-0`` selects it in the trainer.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -328,7 +328,7 @@ def _plan_resident(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> No
     plan.items.append(Item("resident", "AdamW states", 2 * p.trainable * p.train_bytes, "2 per trained parameter"))
     if not p.lora and cfg.grpo.beta > 0:
         plan.items.append(Item("resident", "KL reference copy", shape.params * p.act, "frozen, compute dtype"))
-    from vigor_cli.learner import loads_base_copy
+    from vigor_cli.base_copy import loads_base_copy
 
     if loads_base_copy(cfg, shares_policy=plan.engine != "vllm"):
         plan.items.append(Item("resident", BASE_COPY, shape.params * p.act,
@@ -587,7 +587,7 @@ def to_come_after_engine(cfg: Any, model: Any) -> float:
     """Bytes the trainer allocates after the vLLM engine has started (:data:`AFTER_ENGINE_START`):
     AdamW's two states per trained parameter (in its dtype, as torch allocates them) and, when the weight
     check needs one, the frozen copy of the starting weights in the compute dtype."""
-    from vigor_cli.learner import loads_base_copy
+    from vigor_cli.base_copy import loads_base_copy
 
     trained = [p for p in model.parameters() if p.requires_grad]
     total = float(sum(2 * p.numel() * p.element_size() for p in trained))  # torch.zeros_like: the parameter's dtype

@@ -1,17 +1,6 @@
 """Policy loading: a local path or hub id, the bundled tiny model, LoRA or full weights, 4-bit.
 
-- ``model.name_or_path: tiny`` resolves to the bundled ``vigor_cli/assets/tiny``.
-- dtype 'auto' is bfloat16 on CUDA and float32 on CPU (CPU kernels for bf16 are
-  slow and its rounding would spoil exact resume checks). Full fine-tuning in a
-  16-bit dtype keeps float32 master weights and autocasts the forward
-  (``model.fp32_master_weights``): pure bf16 AdamW rounds most lr 1e-5 updates away.
-- ``model.gradient_checkpointing: auto`` is on for hub models on CUDA.
-- ``model.lora.enabled`` wraps the model in a peft LoRA adapter (default every
-  linear layer); otherwise every weight trains.
-- ``model.load_in_4bit`` loads the frozen base in NF4 through bitsandbytes
-  (QLoRA); it needs CUDA and says so in one line when there is none.
-- The KL reference is the base model: the adapter switched off for LoRA, a frozen
-  copy for full fine-tuning (:func:`reference_context`).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

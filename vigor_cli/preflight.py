@@ -1,21 +1,6 @@
 """Checks that run before anything downloads, loads or starts: a bad run fails in seconds.
 
-``vigor train`` used to find some mistakes only after the model download and
-the engine start (an evaluation set with no local file, an engine that cannot
-run here). The trainer now calls, in order:
-
-1. :func:`check_static` — the config alone and the local machine, no network:
-   the device (``model.device``, loud about unusable CUDA), the engine and
-   4-bit prerequisites (the config's own rules were checked when it was built,
-   in vigor_cli/config.py), and every data source the
-   task will read (:data:`DATA_CHECKS`, a registry by task name): local files
-   must exist, and an evaluation set with no local copy must be one the hub
-   can serve;
-2. the data (hub downloads of datasets happen here), then the size checks;
-3. :func:`check_tokenizer` — after the tokenizer (a few MB) and before the
-   model weights: a thinking chat template whose completions
-   ``max_new_tokens`` would cut while ``grpo.mask_truncated`` drops them;
-4. the model and the engine.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

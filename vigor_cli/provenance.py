@@ -7,11 +7,7 @@ from it (vigor_cli/seeding.py), the task's examples (count and a hash of their c
 every file the config names: data, held-out data, reward files and a local model, each with
 its path as given, size, rows (data) and sha256. Layout in docs/run-directory.md.
 
-`vigor train` writes it once the data and the model are loaded; a resume checks the files
-against it before anything loads (:func:`check_resume`: a changed file stops the resume
-unless allowed; a changed version is a warning) and appends what changed; `vigor train
---rerun` compares it with where it runs (:func:`differences`); `vigor report` and
-`vigor inspect-allocation` show it, and the efficiency study's results carry it.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """What ``vigor train --resume`` checks and changes before it continues a run.
 
-A resume continues from the newest intact checkpoint and re-runs the steps after it, which
-log their lines again. It never rewrites history, so before the model loads (reading only):
-
-- the run's ``config.yaml`` must agree with the checkpoint's (only ``train.steps`` may grow);
-- every logged line must be sound (a damaged one is named ``file:line``);
-- no line the checkpoint covers may be missing (the resume re-runs only later steps);
-- no logged step may lie beyond what a crash can leave after the checkpoints on disk: a
-  step's lines are written before its checkpoint, so a kill leaves lines of at most the
-  steps up to the next scheduled checkpoint (``train.save_every`` after the newest one on
-  disk). Lines further on, or a ``summary.json`` with no checkpoint of its final step, mean
-  checkpoints were lost (deleted, not copied): re-running would overwrite those lines,
-  ``eval/`` and ``summary.json``, so the resume is refused, naming the file and the step.
-
-Only then (:meth:`ResumePlan.apply`) are the lines of steps after the checkpoint and a torn
-last line removed, and the checkpoint's own evaluation logged again if its line was torn.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """What a user's reward functions receive and log beside their rewards, as TRL defines it.
 
-TRL's ``GRPOTrainer`` passes a reward function, besides the prompts, completions and columns,
-``trainer_state`` (a ``transformers.TrainerState``), ``log_metric(name, value)`` (a scalar,
-averaged over the step and logged beside the trainer's own metrics) and ``log_extra(column,
-values)`` (a column of the completions table, one value per completion of the call).
-:class:`RewardLog` is the custom task's side of that: it hands each call a
-:class:`~vigor_cli.rewards.CallContext` and collects what comes back; :func:`add_logged`
-puts a step's metric means into its metrics.jsonl line, under the name the function gave
-(an evaluation's under ``eval/logged/<name>``), and the extras ride on each completion's
-Score to completions.jsonl, the dashboards' completions table and the evaluation files.
-:func:`trainer_state` builds the state vigor passes: ``global_step`` is the number of
-updates done so far (TRL's meaning: 0 while the first step's rollouts are scored).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

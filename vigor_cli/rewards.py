@@ -1,40 +1,6 @@
 """Reward functions by name: the built-in verifiers and a user's own ``file.py:func``.
 
-``--reward NAME`` (``task.rewards``) takes:
-
-- a built-in name: every registered task that grades (``math``, ``code``, ``tiny-math``,
-  ``tiny-code``, ``tiny-facts``, ``tiny-ladder``; the task registry registers them here,
-  vigor_cli/tasks/task_reward.py). A math-kind task grades the completion against the row's ``answer`` column
-  (its real verifier); a code-kind task runs the program in the sandbox against the row's
-  LiveCodeBench test fields (``public_test_cases``, optional ``private_test_cases`` and
-  ``metadata``), all of its tests;
-- ``path/to/file.py:func``: a function with TRL's signature,
-  ``func(prompts, completions, **columns) -> list[float | None]``, called as TRL calls it:
-  by keyword, so ``func(completions, **kwargs)`` and ``func(completions, solution, **kwargs)``
-  (TRL's own ``trl.rewards``) work as they are. The file is imported with
-  importlib into the trainer's process: it is the user's own code, run as TRL runs it (no
-  sandbox), and nothing from a dataset is ever executed. Every column of the data but the
-  prompt reaches the function by name; parameters it names without a default are columns
-  every row must have (checked when the data is read, and by ``vigor train --dry-run``).
-
-Besides the columns, a function gets TRL's keyword arguments, with TRL's meaning, when its
-signature takes them (by name, or ``**kwargs``): ``completion_ids`` (each completion's token
-ids), ``trainer_state`` (a ``transformers.TrainerState``: ``global_step`` updates done so far,
-``max_steps``, ``epoch``), ``log_metric(name, value)`` and ``log_extra(column, values)``
-(:class:`CallContext`, filled by the caller: vigor_cli/reward_log.py). ``environments`` (the
-episode's environment instances, live) is passed only in a run with an environment (task.env,
-docs/episodes.md), as TRL passes it only with its ``environment_factory``; elsewhere a
-function that requires it is refused. An ``async def`` function is awaited, as TRL awaits it.
-
-Each :class:`Reward` is itself a TRL reward function (``reward(prompts, completions,
-**kwargs)`` with a ``__name__``), so the same objects can be handed to TRL's
-``GRPOTrainer(reward_funcs=...)``. A user's function is called, and its file imported, behind
-vigor_cli/user_code.py's boundary: its own copies of the arguments, a time limit
-(``task.reward_timeout``), anything it raises (``sys.exit`` included) one line, stdout, stderr
-and the working directory put back. Values are checked on every call: a list as long as the
-completions passed of finite numbers or None (None: "cannot score this one"); anything else,
-or an exception in the function, is a :class:`UserError` naming the function (the trainer
-adds the step). :func:`combine` is TRL's weighted sum over the functions that scored a completion.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -114,7 +80,7 @@ class Reward:
 
     def scores(self, prompts: list, completions: list, columns: dict[str, list],
                context: CallContext | None = None) -> list:
-        """A :class:`~vigor_cli.tasks.base.Score` per completion (a user function's value
+        """A :class:`~vigor_cli.task_base.Score` per completion (a user function's value
         becomes a Score without a reason); raises UserError naming the function when it
         raises or returns something other than one finite number or None per completion.
         ``context``: TRL's other arguments, passed to a function that takes them."""
@@ -283,7 +249,7 @@ def _user_reward(spec: str, timeout: float | None = None, environments: bool = F
     gets = tuple(a for a in (*PROMPT_ARGS, *PASSED_ARGS) if takes_all or a in takes)
 
     def score(prompts: list, completions: list, columns: dict[str, list], context: CallContext) -> list:
-        from vigor_cli.tasks.base import Score
+        from vigor_cli.task_base import Score
 
         if takes_all:
             kwargs = {k: v for k, v in columns.items() if k not in PROMPT_ARGS and k not in TRL_EXTRA_ARGS}

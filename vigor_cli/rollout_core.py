@@ -25,7 +25,7 @@ from vigor_cli.errors import UserError
 from vigor_cli.report.metrics import reward_components
 from vigor_cli.sandbox.pool import MEMORY_RLIMIT_ONLY
 from vigor_cli.seeding import derive_seed
-from vigor_cli.tasks.base import Score
+from vigor_cli.task_base import Score
 
 
 # --------------------------------------------------------------------------- data order

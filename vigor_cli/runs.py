@@ -1,22 +1,7 @@
 """The run directory (docs/run-directory.md): its name, its lock, its config, and the two
 stores in it.
 
-:class:`RunDir` is one run's ``<train.output_dir>/<run_name>/``. It does the directory's own
-jobs and hands the rest to one class each:
-
-- **One run, one directory.** A new run claims ``<output_dir>/<name>`` atomically (exclusive
-  ``mkdir``, or an exclusive create of ``run.lock`` in an empty directory) and writes its
-  ``config.yaml`` at once, before anything slow; when the name is taken it gets the first
-  free ``<name>-2``, ``<name>-3``, ... A directory a killed run left before its first step
-  (``run.lock``, maybe ``config.yaml`` and empty folders, the lock free) is reused, not
-  skipped; a run that fails before its first step removes its directory again.
-- **One process at a time.** ``run.lock`` is held (``fcntl.flock``) for the run's life, so a
-  second ``--resume`` of a live run is refused; readers do not lock and may read a live run.
-- **The log** (``metrics.jsonl`` and the other logs, ``eval/``, ``summary.json``) is
-  :class:`~vigor_cli.run_log.RunLog` (``run.log``); **the checkpoints** are
-  :class:`~vigor_cli.checkpoints.CheckpointStore` (``run.store``); crash-safe writes and
-  the disk-full line are :mod:`vigor_cli.atomic`; what a resume checks and changes is
-  :mod:`vigor_cli.resume`.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Every random number generator a `vigor train` run touches: how each is seeded from
 ``train.seed``, and its state in a checkpoint.
 
-vigor's own draws use generators of their own, seeded by :func:`derive_seed` from the run's
-seed and names (the data order per epoch, each generate call, each evaluation) or by the
-seed itself (the allocator), so nothing else can move them. The global generators are
-for the code a run imports, the user's reward files included: torch's, Python's ``random``
-and numpy's legacy global generator are seeded from ``train.seed`` before the task (and so
-any reward file) is imported and the model is built (:func:`seed_run`), and Python's and
-numpy's again before every step and every evaluation (:func:`seed_step`), as a function of the
-seed and the step only; checkpoints keep all their states (:func:`rng_state`) and a resume restores them. So
-a reward that draws random numbers, or seeds them itself at import, gives the same values
-in two runs of one seed and in a resumed run as in the uninterrupted one.
-
-:data:`SEED_RULES` states these rules in words; the run's record (vigor_cli/provenance.py)
-carries them.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -6,19 +6,7 @@ fractional rewards like a code task's share of passed tests are covered too).
 A sampler hands out the pool in shuffled epochs, as a trainer's data loader
 would, so prompt uids recur across steps (GRESO's history needs that).
 
-Static mode (default): pass rates never change; we measure where the rollouts go.
-Learning mode (``learn=True``) is a MODEL, not a trained policy: after each step
-every prompt's pass rate moves up in proportion to the gradient signal it got,
-``p += lr * (s_own + transfer * S / pool) * (1 - p)``, with ``s_own`` = its used
-rollouts x their reward std / group_size and ``S`` the step's total signal; this
-lets strategies be compared on rollouts needed to reach a target mean pass rate,
-under assumptions that real training need not satisfy.
-
-Gradient signal of a group = (rollouts used) x (population std of their rewards).
-Under GRPO each used rollout weighs the same in the loss (token-mean aggregation
-at equal lengths), and for binary rewards the sum of |advantage| over a group with
-std-scaled advantages is 2 x n x std, so this is the group's share of the update;
-a zero-variance group contributes nothing.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

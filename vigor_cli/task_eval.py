@@ -2,15 +2,7 @@
 the task flags of `vigor train`, on any model (a run's checkpoint, a hub id, a local or
 exported folder, a base with a LoRA adapter).
 
-The evaluation is training's own (vigor_cli/evaluation.evaluate_sets: the same chunks and
-seeds, avg@n, pass@k at task.pass_threshold, per-reward means and unscored counts), so `vigor
-eval --run RUN` on the checkpoint of a step gives that run's ``eval/step-N.json`` sets (greedy:
-exactly), and a folder `vigor export` wrote, evaluated on the same set, the same numbers: its
-``vigor_run.json`` gives the run's settings (sampling, template, engine) as the defaults.
-
-:func:`run_target` and :func:`model_target` say what to evaluate (a :class:`Target`);
-:func:`evaluate_target` loads the model and runs the evaluation; :func:`results_of` is the
-results file (the schema of vigor_cli/report/eval_results.py, with the task it evaluated).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

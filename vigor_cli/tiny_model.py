@@ -1,21 +1,6 @@
 """The bundled tiny model: a ~0.8M-parameter Qwen2 with a byte-level character tokenizer.
 
-Recipe (all of it seeded, so ``vigor make-tiny --seed 0`` rebuilds the asset):
-
-1. Tokenizer: one token per byte (byte-level symbols, as Qwen's), the special
-   tokens ``<pad> <bos> <eos> <unk>``, and three whole-piece tokens that the tiny
-   tasks print often (``\\boxed{``, an opening ```` ```python ```` fence, a
-   closing fence), so completions are a handful of tokens. Saved as a
-   ``tokenizer.json`` that ``AutoTokenizer.from_pretrained`` loads.
-2. Model: ``Qwen2Config`` (4 layers, hidden 128, 4 query heads, 2 key/value
-   heads, tied embeddings), random init from the seed.
-3. Warm-up: a short supervised run on the training splits of tiny-math and
-   tiny-code (loss on completion tokens only; batches of 64, a quarter code;
-   AdamW, lr 3e-3), deliberately stopped early: every 25 steps a probe samples
-   64 training problems 8 times, and the first probe at :data:`TARGET` ends it.
-   Held-out sampling accuracy is then partial and spread across prompts, which
-   leaves room for RL and makes rollout allocation matter. Measured numbers:
-   ``assets/tiny/recipe.json`` (warm-up) and ``measurements.json`` (held-out).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

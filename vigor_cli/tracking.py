@@ -4,22 +4,7 @@ The run directory stays the record; a dashboard gets a copy of the same lines, u
 keys (``reward/mean``, ``rollouts/cumulative``, ``time/generate``, ``eval/accuracy``, ...),
 at the line's ``step``, plus the completions sample as a table where the backend has tables.
 
-Each backend is a :class:`Tracker` registered by name in :data:`BACKENDS`; the config's
-choices, the ``--report-to`` help and the error for a missing package come from there. Each
-needs an optional package (``pip install 'vigor[tensorboard]'``, ``[wandb]``, ``[trackio]``):
-:func:`require` refuses a missing one in one line before anything slow. Backends start at the
-first line logged, so a run that fails while loading leaves no dashboard files behind.
-
-Where each writes:
-
-- ``tensorboard``: ``<run>/tensorboard/`` (``tensorboard --logdir runs/`` shows every run). A
-  resumed session purges the steps it runs again, so each step appears once.
-- ``wandb``: ``$WANDB_DIR`` or the run directory (``<run>/wandb/``), project ``$WANDB_PROJECT``
-  or ``vigor``. Mode ``$WANDB_MODE`` when set; otherwise online only when an API key is set
-  (``WANDB_API_KEY`` or ``wandb login``) and the W&B server answers, else offline (synced
-  later with ``wandb sync``). Each training session is one W&B run named after the run.
-- ``trackio``: trackio's own store (``$TRACKIO_DIR``, default ``~/.cache/huggingface/trackio``),
-  project ``$TRACKIO_PROJECT`` or ``vigor``; a resumed session continues the run's trackio run.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

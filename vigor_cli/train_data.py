@@ -11,7 +11,7 @@ from vigor_cli.config import RunConfig
 from vigor_cli.settings import check_against_data
 from vigor_cli.errors import UserError
 from vigor_cli.evaluation import encode_prompt
-from vigor_cli.tasks.base import Example
+from vigor_cli.task_base import Example
 
 
 def announce_memory_plan(cfg: RunConfig, out: Any) -> Any:

@@ -7,11 +7,7 @@ samples to the :class:`~vigor_cli.learner.Learner`. What is logged and printed l
 vigor_cli/train_log.py, checkpoints in vigor_cli/train_checkpoint.py, what is read before
 the weights load in vigor_cli/train_data.py.
 
-Reproducibility: every random choice is seeded from ``train.seed`` and the step (data order
-per epoch, each generate call, allocation; the global generators a reward file may draw
-from: vigor_cli/seeding.py), and the model, optimizer, scheduler, every generator's state,
-allocator and data position are checkpointed, so a resumed run continues exactly as if
-never stopped.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -35,7 +31,7 @@ from vigor_cli.rollout_core import (  # noqa: F401  (Sample, DataOrder: public n
 )
 from vigor_cli.runs import RunDir, read_eval_line
 from vigor_cli.reward_log import EVAL_PREFIX, add_logged, trainer_state
-from vigor_cli.tasks.base import Score, grade, score_once
+from vigor_cli.task_base import Score, grade, score_once
 from vigor_cli.tracking import Trackers
 from vigor_cli.train_data import load_train_data
 from vigor_cli.train_log import (

@@ -1,32 +1,6 @@
 """The boundary around the user's own code: a reward function's call, and the import of its file.
 
-A reward file is the user's code and runs in vigor's process, as in TRL. :func:`call` makes
-a call into it behave as a call across a process boundary would, without leaving the process:
-
-- **Whatever it raises is one line.** ``SystemExit`` (any code), a ``KeyboardInterrupt`` the
-  code raised itself and any other ``BaseException`` become one :class:`UserError` (the caller
-  names the function; the trainer adds the step). The user's own Ctrl-C (a real SIGINT) and
-  the trainer's stop signal (SIGTERM: :class:`~vigor_cli.interrupt.TrainingInterrupted`) pass
-  through unchanged.
-- **A time limit.** A call still running after ``timeout`` seconds is stopped: an exception
-  (:class:`CallTimedOut`, not an ``Exception``, so ``except Exception`` in the user's code
-  does not swallow it) is raised where it runs, by a SIGINT sent to the main thread (which
-  also wakes a blocking sleep, read or wait), and the call ends in one line naming the key
-  that sets the limit. A call that ignores the stop for :data:`STOP_GRACE_S` more seconds
-  ends the process in that line (exit 2; checkpoints are written atomically, so a resume is
-  safe, as after a kill). Enforced on the main thread, where vigor and TRL call rewards.
-- **What it changes is put back**: ``sys.stdout``/``sys.stderr`` (closed or replaced) and
-  file descriptors 1 and 2, the working directory (the run's paths may be relative), the
-  SIGINT/SIGTERM handlers, the warning filters and torch's grad mode and default dtype; an
-  ``os._exit`` it calls raises instead, becoming its one line.
-- **Threads it starts do not keep the process alive**: a thread started inside the call
-  without ``daemon=`` is a daemon thread (it inherits the flag from the thread that starts
-  it, and the call runs marked as one); a non-daemon thread it asked for and left running is
-  named at the end of the command (:func:`left_running`); thread-pool workers, which the
-  interpreter joins at exit whatever their flag, are let go then, named if still busy.
-
-:func:`private_copy` gives each function its own copy of the arguments, so no reward changes
-what another grades (or the prompts the trainer keeps).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """The one reader of files a user gives (configs, data, cases, programs, results): bounded and total.
 
-Every way a file can be unfit is one :class:`~vigor_cli.errors.UserError` line naming it,
-decided before the work it feeds starts:
-
-- **Not a regular file** (a FIFO, a device such as ``/dev/zero``, a socket, a directory) is
-  refused by ``stat`` before it is opened: opening a FIFO blocks until a writer comes, and a
-  device never ends, so either would hang the command instead of failing it.
-- **Too big**: each reader has a byte cap (a config is small; a data line may be a large
-  LiveCodeBench record), checked while reading, never after reading everything.
-- **Nested too deep**: JSON and YAML nested past :data:`MAX_DEPTH` levels (Python's parsers
-  would raise ``RecursionError`` near 1000, and what reads the values recurses too).
-- **YAML that says one thing twice**: a duplicate key (PyYAML keeps the last silently, so a
-  repeated ``train:`` section drops the first) and aliases expanding past
-  :data:`MAX_YAML_VALUES` values (a "billion laughs" file) are refused, naming ``file:line``.
-- **JSON that says one thing twice**: a duplicate key in an object (``json.loads`` keeps the
-  last silently: a record's ``question_id`` or a case's ``gold`` given twice) is refused
-  naming the key, in every JSON and JSONL file the tool reads (:func:`loads`).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,39 +1,6 @@
 """The variance law of a starting point: how reward variance is spread over prompts.
 
-From per-prompt pass counts (``c`` correct of ``n`` samples, binary rewards), the census
-gives what decides whether variance-guided allocation can pay:
-
-- the pass-count histogram (never / rarely / ... / always);
-- the share of zero-variance groups of 8: groups GRPO would spend 8 rollouts on for no
-  gradient. For ``n >= 8`` it is the unbiased estimate (the chance that 8 of the prompt's
-  ``n`` samples drawn without replacement agree: ``[C(c,8) + C(n-c,8)] / C(n,8)``); for
-  ``n < 8`` the plug-in ``p^8 + (1-p)^8`` (biased upwards; flagged in the result);
-- per-prompt reward variances, each the unbiased ``c (n - c) / (n (n - 1))``, and their
-  concentration ``R(f)`` = mean variance of the top ``f`` of prompts / mean variance;
-- the Pareto tail index ``k`` of the variances and the closed-form gain it implies.
-
-**Which k.** The VIGOR paper states its gain for variances with a Pareto tail of shape
-``k > 1``: keeping the top ``alpha`` of prompts each round, a round's mean variance is
-``alpha^(-1/k)`` times the previous one, so
-``eta = sum_{i<T} (gamma alpha^(1-1/k))^i / sum_{i<T} (alpha gamma)^i`` and the speed-up in
-steps is ``eta^(1/3)`` (``vigor_cli.simulate.pareto_eta``). For a Pareto law
-``R(f) = f^(-1/k)`` exactly, so the census fits ``k`` by least squares on
-``ln R(f) = (1/k) ln(1/f)`` through the origin at the fractions VIGOR keeps
-(1/2, 1/4, 1/8: :data:`FRACTIONS`): the *concentration estimator*. It reads the quantity
-the gain depends on, and it copes with what binary rewards do to variances (bounded by
-1/4, many exactly 0), where the classic Hill estimator on the top tail (also given,
-``k_hill``, top :data:`HILL_TOP` of the positive variances) measures how the capped top
-end is spread, not how much of the total the top holds. Both are tested on synthetic
-Pareto samples of known k (tests/test_variance_law.py). ``k <= 1`` (the top half holds
-everything, as when nearly all prompts are always right or always wrong) is reported as
-fitted and ``eta`` is then the paper's limit ``k -> 1``; no concentration at all (equal
-variances) gives ``k = inf`` and ``eta = 1``.
-
-``eta_empirical`` is the same gain computed from the measured ``R(alpha^i)`` with no
-Pareto assumption: what a perfect ranking would buy on this law. A real allocator ranks
-on 2-30 noisy rollouts, so it gets less.
-
-No torch: usable from `vigor probe`, the benchmarks and tests alike.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

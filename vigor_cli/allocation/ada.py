@@ -1,28 +1,7 @@
 """Reinforce-Ada (Xiong et al. 2025): sample in rounds until each prompt holds enough
 positive and negative rollouts, then train on a balanced group of ``keep`` of them.
 
-The source (paper v1 Alg. 1 and github:RLHFlow/Reinforce-Ada, the verl trainer's
-multi-round adaptive downsampling), per step:
-
-- round t = 1..N: every still-active prompt gets M new rollouts; a rollout is positive
-  iff its reward > threshold (0.7 in the code);
-- after each round a prompt exits when it holds enough: ``balanced`` (the paper's main
-  variant) needs at least floor(n/2) positives and n - floor(n/2) negatives; ``positive``
-  needs one positive;
-- the update uses n rollouts per prompt: t_pos = min(floor(n/2), #pos),
-  t_neg = min(n - t_pos, #neg); a shortfall is filled from surplus positives, else
-  surplus negatives; within a class the earliest-generated rollouts are taken. A prompt
-  still active after N rounds is treated the same way (``positive`` variant: the source
-  keeps a share of positives proportional to its pass rate, at least one of each class
-  when it can).
-
-Ours (allocation/README.md): a hard per-step budget (default rollouts_per_prompt x prompts, the
-source has none: its steps cost 8B to 32B rollouts); a round that would overspend is cut
-to the remaining budget exactly as VIGOR's is (even split, seeded random extras) and is
-the last. Defaults M = 4 (the source's 8 would spend a GRPO budget of 8 per prompt in
-round 1), N = 4, n = 4 (the source's). Unused rollouts count towards the budget. The
-trainer's advantage is GRPO's over the kept group (the source centres on the pass rate
-of all the prompt's rollouts of the step, without a std).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """The allocator interface: an ask/tell state machine, engine-agnostic, no torch.
 
-One training step, as the trainer (and `vigor simulate`) drives it::
-
-    alloc.start_step(step, draw)          # draw(n) -> n fresh prompt uids from the sampler
-    while requests := alloc.ask():        # [Request(uid, n_new), ...] for this round
-        rewards = {r.uid: generate_and_score(r.uid, r.n) for r in requests}
-        alloc.tell(rewards)               # exactly r.n rewards in [0, 1] per requested uid
-    result = alloc.finish()               # which rollouts go into the GRPO update + the record
-
-Rollouts of a prompt are indexed 0, 1, 2, ... in the order they were generated
-across rounds; ``StepResult.groups`` names, per uid, the indices the update
-uses (all of them for VIGOR; a subset for PODS; none for groups DAPO filters).
-Every generated rollout counts towards the budget, used or not.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

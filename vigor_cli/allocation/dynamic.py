@@ -7,16 +7,7 @@ groups are kept; surplus groups of the last batch are dropped in draw order (the
 sampler's order is already random). After max_gen_batches generation batches without
 a full train batch, a UserError says so. Every generated rollout counts, kept or not.
 
-GRESO adds, before rollout, a per-prompt skip with probability 1 - max(p^z, min_keep),
-where z is the number of consecutive most recent epochs (times the prompt was rolled
-out) whose group was 'easy' (mean >= easy_mean) or, respectively, 'hard'
-(mean <= hard_mean); p is p_easy or p_hard according to the kind of the last epoch.
-A prompt whose last epoch was neither has z = 0 and is never skipped. A skipped
-prompt's history is left as it was. After each step p_easy (p_hard) moves by p_step
-towards the target: down (skip more) when the step's share of easy (hard) groups among
-the groups rolled out exceeds target_zero_var * easy_share (target * (1 - easy_share)),
-up when it is below, clipped to [p_min, p_max]. The history is keyed by prompt uid,
-crosses steps, and is part of state_dict().
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

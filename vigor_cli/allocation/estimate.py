@@ -6,16 +6,7 @@ Model. A prompt's rollouts are Bernoulli(p) draws; p has a Beta(a, b) prior. A
 fractional reward r in [0, 1] counts as r successes and 1 - r failures (pseudo-counts),
 so the same formulas serve binary and fractional rewards.
 
-- :func:`posterior` turns a prior and observed rewards into Beta parameters.
-- :func:`knapsack_value` is Knapsack-RL's per-prompt value (Li et al. 2025):
-  P(a group of n is not all-equal | p) x InfoGain(p), InfoGain(p) = p (1 - p)^2.
-- :func:`expected_signal` is the expected gradient signal of a prompt, measured as
-  `vigor simulate` measures it (rollouts used x population std of their rewards), after
-  ``extra`` more rollouts given what was already seen, averaged over the posterior.
-- :func:`fit_beta_prior` is an empirical-Bayes Beta fit (method of moments) from
-  equal-size groups of rewards, the census of one step.
-- :func:`hill_tail_index` fits the Pareto shape k of the upper tail of per-prompt
-  variances (Hill's estimator), and :func:`pareto_eta` is VIGOR's closed-form gain at k.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -7,19 +7,7 @@ cost = rollouts, and solves "maximise the sum of values with exactly the step's 
 of rollouts" with every prompt between min_n = 2 and max_n = 128 rollouts. It allocates
 once, before sampling.
 
-Ours, per step (defaults in KnapsackOptions below, the rest in allocation/README.md):
-
-1. Round 1: every prompt gets ``min_n`` rollouts (the source's starting allocation).
-2. Pass rates: p = mean of the Beta posterior from a Beta(prior_a, prior_b) prior, the
-   prompt's last ``history`` rewards from earlier steps (the source's window of 16),
-   then its round-1 rewards. Never exactly 0 or 1, so every prompt is an item.
-3. The remaining budget, exactly (unless every prompt reaches ``max_n``), goes to the
-   prompts by greedy on the marginal value V(n + 1, p) - V(n, p). Since
-   1 - p^n - (1 - p)^n has decreasing increments in n, each item's value is concave in its
-   rollouts, and greedy on marginal value is an exact solution of this knapsack (the
-   source solves the same problem by dynamic programming; tests check both agree).
-   Equal marginal values are ordered by a seeded random key per prompt.
-4. Round 2: the extra rollouts. The update uses every rollout.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

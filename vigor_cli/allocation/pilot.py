@@ -1,39 +1,7 @@
 """Pilot-Commit (Kim et al. 2026, arXiv 2605.26606): a pilot round measures each prompt,
 the rest of the budget is committed to the prompts whose pilot pass rate is in the middle.
 
-The source (paper and its public verl recipe, github:databricks/pilot-commit,
-``recipe/pc``), per generation round: a generation batch of prompts (3 x the train batch in
-its scripts) gets ``n_explore`` pilot rollouts each (8 by default; 16 or 32 in its scripts,
-a quarter of a committed prompt's 64 or 128). A prompt passes when its pilot pass rate m
-satisfies ``p_lower <= m <= 1 - p_upper`` (0.125 and 0.25 in its scripts); passing prompts
-wait in a replay buffer (at most 4 steps) and are committed, the most varied first, with
-``n_commit`` new rollouts each (3 x the pilot) until the train batch is full, drawing more
-generation batches when it is short. A committed prompt trains on its pilot rollouts plus
-its commit rollouts; prompts that did not pass are not trained on; too hard ones stay in
-the data (deferred to a later epoch), solved ones (pilot all correct) are evicted from
-later epochs. Its steps cost a varying number of rollouts.
-
-Ours, per step (allocation/README.md has the table of what is the source's and what is
-ours): a hard budget (default ``rollouts_per_prompt`` x prompts), pilot and commit in the
-same step (the trainer updates on this step's rollouts only, so there is no replay buffer
-across steps):
-
-1. **Pilot**: ceil(``width`` x prompts_per_step) fresh prompts, ``pilot`` rollouts each.
-   With the defaults (width 2, pilot 2, budget 8 per prompt) the pilot spends half the
-   step, as the source's does (3B x n against B x 3n), and is a quarter of what a committed
-   prompt gets at an even commit, the source's ratio.
-2. **Filter**: pilot pass rate m in [``lower``, 1 - ``upper``] passes; below is deferred
-   (nothing more this step), above is skipped.
-3. **Commit**: the passing prompts with the largest pilot variance (seeded random order
-   among equals), at most prompts_per_step of them, share the rest of the budget evenly
-   (the remainder to a seeded random few), at most ``max_rollouts`` per prompt in all. A
-   budget no prompt can take is not spent.
-4. **Update**: committed prompts with every rollout; passing prompts beyond the batch with
-   their pilot rollouts (the source would commit them in a later step); others are not in
-   the update. When nothing passes, every piloted prompt is (all zero-variance: no gradient).
-5. **Eviction**: a prompt whose pilot rewards, counted over its visits, were all correct
-   ``evict_after`` times in a row is not rolled out again (skipped when drawn; its share
-   of the pilot goes to the commit). 0 turns eviction off.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """The strategy registry: every strategy registers itself, in its own module, with ``@register``.
 
-One entry holds everything the rest of the program needs to know about a strategy:
-how to build it from the config (``build``), whether ``allocation.budget`` caps it
-(``budgeted``), which family it belongs to (``family="vigor"``: VIGOR's rounds and
-their variance-law theory), the cross-field checks of its keys (``check``), its own
-keys (``options``: a pydantic model, set by users as the section ``allocation.<name>``,
-e.g. ``allocation: {strategy: knapsack, knapsack: {min: 2, max: 128}}``; built-in and
-outside strategies alike) and a one-line summary for help and docs. Every list of strategy names (the config's validation, ``--strategy``
-help, ``vigor simulate``, the trainer's checks) is read from here, so adding a
-strategy touches only its own module (README.md: "Adding a strategy").
-
-No strategy module is imported here: ``vigor_cli.allocation`` imports the built-in
-ones, which register on import.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

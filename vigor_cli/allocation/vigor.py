@@ -1,27 +1,6 @@
 """VIGOR (variance-guided online rollout allocation) and its two ablations.
 
-Per step (docs/algorithms.md)::
-
-    every prompt starts active with m = m0 new rollouts
-    for t in 1..T:
-        every active prompt gets m_t new rollouts; u = population variance of its whole pool
-        if t < T: keep the ceil(alpha * |active|) active prompts with the largest u; m grows by gamma
-    the update uses every rollout of every prompt, dropped ones included
-
-Choices of ours where the paper is silent (all stated in the allocation README):
-
-- ``m_t = round(m0 * gamma**(t-1))`` (half up, at least 1), so a non-integer gamma
-  still gives whole rollouts; with gamma = 2 this is exactly 2, 4, 8, 16.
-- Ties in the ranking key are broken by a seeded random number per prompt, never by
-  position in the batch.
-- Budget cap: a round that would overspend the remaining budget is cut to it. The
-  remaining rollouts are split evenly over the active prompts; the remainder goes to
-  a seeded random choice of them (one extra each). That round is the last one.
-- Under-spending (alpha * gamma < 1, or T rounds that end before the budget) is not
-  topped up: the step simply uses fewer rollouts, and the record says how many.
-
-``keep_by`` selects the ranking: ``variance`` (VIGOR), ``random`` (keep a random
-alpha-fraction) or ``difficulty`` (keep the alpha-fraction with the lowest mean reward).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

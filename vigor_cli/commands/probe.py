@@ -1,23 +1,6 @@
 """`vigor probe`: will rollout allocation pay on this model and task? Measure before a long run.
 
-Samples ``--samples`` rollouts (default 8) on ``--prompts`` training prompts (default 256)
-of the model and task a `vigor train` with the same flags would use (``--model``,
-``--task``, ``--config``, ``--set``: the same config, engine and sampling settings),
-grades them with the task's verifier, and fits the variance law
-(:mod:`vigor_cli.variance_law`): pass-count histogram, share of zero-variance groups of 8,
-Pareto tail index k, the paper's closed-form eta and eta^(1/3). Then it runs
-`vigor simulate --learn` in process on the measured per-prompt pass rates (as a
-``file:`` law) for grpo, vigor and auto, :data:`SIM_REPEATS` times with seeds derived from the
-probe's, and prints their rollouts to a target there and a recommendation: auto, grpo, or a
-tie when auto's speed-up interval is not beyond the tie band, with its departures stated
-(:func:`recommend`).
-
-What it implies is a model, stated as such: the closed form assumes a Pareto law and no
-transfer between prompts; the simulation is the toy learning model of `vigor simulate`
-(each prompt learns from its own signal only, ``transfer`` 0). Neither sees how much
-learning one prompt gives the others, which is what decided the tiny-model study
-(BENCHMARKS.md); where the recommendation departs from the simulation it says so, citing
-that study.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -100,7 +83,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
     from vigor_cli.models import load_policy
     from vigor_cli.rollout import SamplingParams, make_engine
     from vigor_cli.tasks import get_task
-    from vigor_cli.tasks.base import grade
+    from vigor_cli.task_base import grade
 
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:

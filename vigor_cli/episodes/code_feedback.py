@@ -1,16 +1,7 @@
 """``--env code-feedback``: on a code task, each attempt runs on the problem's public tests in
 the sandbox and the first failure comes back as the next message.
 
-The message names the failing test and shows its input, the expected output and what the
-program printed (a wrong answer), or the error's last line (a crash, a time or memory limit,
-a program that does not compile), each part cut at :data:`PART_CHARS` characters and the
-whole at :data:`FEEDBACK_CHARS`. The episode ends when an attempt passes every public test
-('passed') or after ``task.max_turns`` attempts. The reward is the task's verdict on the
-final attempt, graded on the tests :func:`final_tests` names: for a training problem all of
-its tests when the task keeps training problems apart from evaluation problems, else the
-task's own choice; for an evaluation problem the task's evaluation tests. A test the sandbox
-itself failed on is the environment's failure (the episode is left unscored), never a
-verdict on the program.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

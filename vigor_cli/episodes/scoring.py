@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 from vigor_cli.episodes.base import Environment, Episode
 from vigor_cli.errors import UserError
-from vigor_cli.tasks.base import Score
+from vigor_cli.task_base import Score
 
 
 class EpisodeScorer:

@@ -1,32 +1,6 @@
 """A user's environment class in TRL's ``environment_factory`` convention (``--env FILE.py:Factory``).
 
-The contract, as TRL 1.16's ``GRPOTrainer(environment_factory=...)`` defines it:
-
-- ``Factory()`` (a class or any callable without arguments) makes an instance; instances are
-  pooled and reused, one per episode at a time ("construct once, reset often");
-- ``reset(**row)`` starts an episode: it gets the example's row (``prompt`` and the other
-  columns) and returns None or a string, appended to the prompt's last user message;
-- every other public method (no leading underscore; not ``reset``, not ``get_reward``) is a
-  tool: its name, type hints and Google-style docstring become the tool's JSON schema
-  (``transformers.utils.get_json_schema``), which the chat template shows the model
-  (``apply_chat_template(tools=...)``);
-- the model calls tools in its turn; each call's result goes back as a ``tool`` message
-  (``str(result)``) and the model takes the next turn; a turn without a tool call ends the
-  episode ('answered');
-- ``get_reward()`` (optional) scores the finished episode from the instance's state: one
-  more reward, weight 1, named after the class; reward functions get the episodes'
-  instances as ``environments=``.
-
-Tool calls are read with the tokenizer's response parser when it has one
-(``tokenizer.parse_response``, as TRL does), else in Qwen's and Hermes' form,
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. A tokenizer without a chat
-template gets the tool list as plain text before the prompt.
-
-Where vigor differs from TRL, on purpose: an exception inside a tool ends its episode
-(``env_error``, left unscored and counted) instead of going back to the model as
-``{"error": ...}``; so does a call past ``task.env_timeout_s`` (``env_timeout``; the
-instance is dropped). A call the model got wrong (unparsable, an unknown tool, arguments
-that do not fit) ends the episode as ``bad_tool_call`` and is scored as it stands.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """What the TRL path refuses, prepares and guards so that it trains what `vigor train` trains.
 
-- **Refused in one line** (:func:`refusals`), before TRL builds anything it would spoil:
-  TRL's vLLM weight sync on a 4-bit base (it merges the LoRA into each ``Linear4bit`` and
-  unmerges it at every sync, re-quantising the frozen NF4 base each time, where `vigor train`
-  pushes a dequantised bf16 copy); transformers continuous batching with float32 trained
-  weights under bf16/fp16 (TRL casts the model to the 16-bit dtype in place before
-  generating: the float32 master weights or LoRA adapters would train in 16 bits from then
-  on). (:func:`vigor_cli.integrations.trl.trl_args` refuses vigor's engine correction,
-  ``grpo.importance_sampling=on``, without TRL's vLLM: its transformers generation returns no
-  log-probs to correct with.)
-- **Prepared** (:func:`prepare_kbit`, :func:`float32_adapters`): a 4- or 8-bit base gets
-  peft's ``prepare_model_for_kbit_training`` before TRL wraps it in LoRA, as `vigor train`
-  does (norms and embeddings in float32, inputs that carry gradients for checkpointing), and
-  its adapters stay float32 (TRL casts them to bf16): the two trainers train the same QLoRA
-  model.
-- **Guarded** (:func:`nonfinite_to_nan`): an engine log-prob that is NaN, infinite or
-  missing becomes NaN, which TRL's importance correction leaves out (ratio 1; TRL only did
-  so for NaN, an infinite one reached the ratio), and is counted.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

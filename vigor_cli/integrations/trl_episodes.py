@@ -1,27 +1,6 @@
 """Episodes on the TRL path: vigor's episode loop with TRL's generation, rewards and loss.
 
-``VigorGRPOTrainer(environment_factory=Factory)`` takes TRL's own argument (a class in TRL's
-convention, vigor_cli/episodes/tools.py), and a trainer built from a vigor config
-(:func:`vigor_cli.integrations.trl.build_trainer`) takes ``task.env`` (built-ins included).
-Each allocation round's rows become episodes through vigor_cli/episodes/loop.py, as in `vigor
-train`, with TRL's own generation for every turn (:class:`TRLTurns`: transformers or vLLM);
-TRL's tool loop is not used, so both trainers end, mask and count episodes the same way
-(TRL's loop sends an exception inside a tool back to the model instead, and has no time
-limit). What reaches TRL is what its tool loop would hand over: the prompt ids, the
-completion ids (model and environment tokens), ``tool_mask`` (0 on the environment's
-tokens: TRL's loss skips them), the completions (the messages of a chat prompt, the last
-turn's text of a text prompt) and the engine's log-probs (vLLM). TRL's reward functions get
-the episodes' environment instances as ``environments=``; an environment's ``get_reward`` is
-one more reward function named after its class (weight 1), as in TRL.
-
-Limits follow TRL's keys for ``environment_factory``: ``max_completion_length`` bounds the
-whole episode and each turn, ``max_tool_calling_iterations`` + 1 is the number of turns
-(unset: 64). From a vigor config: ``task.max_turns``, ``sampling.max_new_tokens`` per turn
-and the episode's token budget.
-
-Across processes every rank generates each turn together (a rank whose episodes ended takes
-part with padding rows), since TRL's generation may need every rank (ZeRO-3, FSDP, the vLLM
-server) with equally many prompts.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -36,7 +15,7 @@ from vigor_cli.episodes.loop import EpisodeLimits, EpisodeRunner
 from vigor_cli.episodes.messages import MessageFormat, render_prompt, token_ids, with_observation
 from vigor_cli.rollout.base import Rollout, SamplingParams
 from vigor_cli.rollout_core import derive_seed
-from vigor_cli.tasks.base import Example
+from vigor_cli.task_base import Example
 
 TOOL_TURNS_UNSET = 64
 """Turns per episode when ``max_tool_calling_iterations`` is unset (TRL: no limit but the length)."""

@@ -1,16 +1,7 @@
 """The TRL path's step lines: what `vigor train` writes to metrics.jsonl, and TRL's own metrics
 corrected where the allocation changes their meaning.
 
-A step (one rollout phase) is logged in two halves. When its rollouts are in
-(:func:`start_step`): TRL's ``vigor/*`` metrics, TRL's ``completions/*`` metrics replaced by one
-value per step over the real rollouts (TRL appended one per round, balancing copies
-included), the logged advantages, the allocation record. When its last optimizer step is
-done (:func:`finish_step`, from the trainer's ``log``, which :class:`PhaseEnd` makes TRL call at
-the end of every phase, before TRL clears its metrics): the update's metrics under `vigor
-train`'s keys (``losses/kl``, ``losses/clipfrac_low``/``high``, ``losses/entropy`` from the
-phase's first optimizer step, as `vigor train` reports its first pass; ``losses/loss``,
-``losses/grad_norm`` and ``lr`` as TRL logs them), the health checks on them (so
-``kl_jump`` and ``clip_jump`` see the KL and clipping TRL computed) and the metrics.jsonl line.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

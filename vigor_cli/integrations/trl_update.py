@@ -1,26 +1,6 @@
 """The TRL path's update in token-budgeted micro-batches, with the rows outside it left out.
 
-TRL's ``_compute_loss`` scores a rank's whole batch in one forward and one backward, the rows
-the allocator left out of the update included (they carry a zero loss mask). Here a rank's
-update runs as vigor train's does:
-
-- only the rows that change the loss are forwarded: a non-zero loss mask and, without a KL
-  term, a non-zero advantage (a zero-advantage row adds exactly nothing);
-- they are cut into micro-batches of at most ``micro_batch_tokens`` padded tokens (each
-  trimmed to its own longest prompt and completion), longest rows first;
-- each micro-batch goes through TRL's own ``_compute_loss`` (its loss types, clipping, KL,
-  importance correction and fused output layer); its gradient accumulates without a
-  gradient sync, the last one syncs. A row-mean loss type is rescaled so that the sum over
-  micro-batches and ranks is the mean over the update's rows (TRL divides by a micro-batch's
-  rows); the token-mean types divide by TRL's global token count already;
-- every rank runs the same number of micro-batches (TRL's loss gathers metrics, ZeRO-3
-  gathers parameters): a rank with fewer runs a zero-mask row, whose gradient is zero;
-- the KL, entropy and clip metrics TRL appends once per micro-batch are replaced by one
-  value per optimizer step, weighted by each micro-batch's tokens over every rank, and kept
-  in :attr:`UpdateStats` for vigor's metrics.jsonl and health checks.
-
-The scoring pass before the update (old and reference log-probs, no gradient) skips the same
-rows and cuts its forwards by the same token budget (:func:`scoring_logps`).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -5,34 +5,7 @@ vigor_cli/allocation/README.md) with ``step`` and each prompt's ``text``
 added by the trainer. :func:`parse_step` turns a record into
 :class:`StepAllocation`; the summaries below only use that shape.
 
-Definitions (per step; "prompts" are those that got at least one rollout,
-so prompts GRESO skipped before rollout are counted apart):
-
-- budget used: rollouts generated this step, used in the update or not,
-  against the step's budget (the record's, else the config's
-  allocation.budget or rollouts_per_prompt x prompts_per_step). GRPO spending the
-  same rollouts would give every prompt rollouts / prompts of them; the
-  summary sets that against the smallest and largest share a prompt got.
-- zero-variance fraction: share of prompts whose rewards (all rounds) are
-  all equal, so that their group adds no gradient.
-- variance, more vs none: at every round after which the allocator gave some of
-  the round's prompts more rollouts (a later round added to them), the mean pool
-  variance (after that round) of the prompts that got more and of those that got
-  none. Computed from the rounds themselves, the same way for every strategy: what
-  decided who got more is the strategy's rule (its registry summary is shown beside
-  it): VIGOR keeps the largest variance, so more >= none; ``auto`` and ``knapsack``
-  give extras by their estimates (``p_hat``), not by pool variance; DAPO and GRPO
-  never give a prompt more (no value).
-- variance, in update vs left out: the mean pool variance (all the step's rewards)
-  of the prompts in the GRPO update and of those generated but left out of it
-  (DAPO's zero-variance and over-full groups).
-- top-10% share: the share of the step's rollouts spent on the 10 % of
-  prompts (at least one) that got the most; uniform GRPO gives 10 %.
-- decision (a strategy that records one, ``auto``): the record's own totals entry
-  holding a ``decision`` (``totals.auto``): the decision, its reason and every
-  measurement it records (census, depth weight, signals, ...), shown as recorded.
-- notes: per-prompt fields the allocator adds to its record (``p_hat``, the
-  posterior pass rate ``auto`` and ``knapsack`` decide on), shown as recorded.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

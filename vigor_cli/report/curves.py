@@ -5,32 +5,7 @@ Curve. A run's curve is its evaluation lines in metrics.jsonl: the points
 step, step 0 being the model before training. Every generated rollout counts
 on the x-axis, used in the update or not.
 
-Rollouts to target (first crossing, linear interpolation). Walk the points in
-step order and take the FIRST point whose accuracy is >= the target:
-
-- if it is the first point, the run starts at or above the target: its x;
-- otherwise the previous point lies below the target, and the crossing is the
-  straight line between the two points: x_prev + (target - y_prev) /
-  (y_cur - y_prev) * (x_cur - x_prev).
-
-A curve that dips back below the target later does not move the crossing;
-a curve that never reaches the target has none ("not reached"). The same rule
-gives tokens to target on the token axis. Ratios against the baseline are
-speed-ups: baseline's rollouts to target / this run's, so 2.0 means half the
-rollouts. The default target is the lowest final accuracy among the runs, so
-every run reaches it by its last evaluation.
-
-Seeds. Runs whose config.yaml agree on every key but the seed and
-bookkeeping (:data:`SEED_KEYS`: names, number of steps, how often to
-evaluate, save or log, dashboards) form a group of seeds when their seeds
-all differ; runs of one config that share a seed are repeats, not seeds, and
-each stands alone (a note says which). A group's curve is
-the mean of its runs' accuracies, each run linearly interpolated onto the
-union of their x values within the range every run covers; the band is the
-min-max across seeds. A group's rollouts to target is the crossing of that
-mean curve (the line drawn on the plot); the single runs' crossings are
-listed too. On the plot each run of a group is also drawn, thin, to its own
-last evaluation, so a longer run is never cut to the shorter one's length.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,6 @@
 """The evaluation results file: every per-sample verdict, and the metrics computed from them.
 
-One schema for `vigor eval --output`, `vigor eval --rescore` and the trainer's
-``eval/step-<N>.json``. The trainer writes the core (``accuracy`` and
-``sets``, each set being :meth:`vigor_cli.evaluation.EvalResult.to_json`);
-`vigor eval` adds what was evaluated and the derived metrics::
-
-    {
-      "schema": "vigor-eval/1",                     # vigor eval only
-      "model": {...}, "sampling": {...}, "data_dir": ...,   # vigor eval only
-      "step": N,                                    # trainer only
-      "accuracy": mean avg@n over the sets,
-      "sets": {
-        "<benchmark>": {
-          "set", "n", "accuracy" (avg@n), "examples", "per_example": {uid: mean reward},
-          "samples": [{"uid", "sample", "completion", "reward", "reason", "truncated",
-                       "tokens", ["test_fraction"] (code)}],
-          "kind": "math" | "code" | "other",        # vigor eval
-          "metrics": {problems, samples, n, avg@n, pass@k: {k: value}, [test_pass_rate]}
-        }
-      },
-      "overall": {"mean_avg@n", ["math6_avg@n"]}
-    }
-
-Metrics are always recomputed from the samples (:func:`recompute`), so a
-re-scored file and a fresh one agree by construction; a trainer file gets its
-metrics the same way when read.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

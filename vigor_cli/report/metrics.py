@@ -4,16 +4,7 @@ Pure Python over per-sample rewards, so `vigor eval`, `vigor eval --rescore`
 and the trainer's periodic evaluation compute the same numbers from the same
 verdicts.
 
-- avg@n: the mean reward over every sample of every problem (for binary
-  rewards, the mean accuracy over n samples per problem).
-- pass@k (k <= n): the unbiased estimator of Chen et al. 2021 (Codex paper),
-  per problem ``1 - C(n - c, k) / C(n, k)`` with c correct out of n, averaged
-  over problems. A sample counts as correct when its reward is >= the task's
-  pass threshold (task.pass_threshold, default 1: a full pass for code, a
-  correct answer for math).
-- For code, full pass rate = the share of samples passing every test (that is
-  avg@n of the 'full' reward) and average test pass rate = the mean share of
-  tests passed per sample, the two figures the VIGOR paper reports.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
 """Rollout engines behind one interface (``rollout/base.py``) and the factory that picks one.
 
-``engine.kind``: 'hf' samples with the transformers policy itself; 'vllm' uses
-the colocated vLLM engine (``rollout/vllm.py``, imported only when asked for);
-'auto' follows the policy's device, which ``model.device`` chose loudly
-(``models.pick_device``): on CUDA it takes vLLM when vllm imports, says so
-and takes transformers when vllm is not installed, and stops with one line
-when vllm is installed but broken (a torch/CUDA mismatch would otherwise
-fall back in silence); on the CPU (asked for, or no CUDA at all) it takes
-transformers and says why.
-
-Engines are registered with ``@register_engine(name)`` (``ENGINES``); the config's
-``engine.kind`` validation and the CLI's help read the names from there. What every
-engine needs from the policy is in ``rollout/weights.py``: which tokens end a completion,
-and the policy's weights (LoRA merged) for an engine that keeps its own copy.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

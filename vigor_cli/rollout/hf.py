@@ -1,23 +1,6 @@
 """The transformers rollout engine: samples from the policy module itself.
 
-It shares the training model (no weight sync needed) and runs its own
-KV-cached decode loop instead of ``model.generate`` so that it controls the
-three things the trainer depends on:
-
-- randomness: vigor's own sampler (``rollout/sampler.py``), one per call, seeded from
-  ``SamplingParams.seed``, so a step's rollouts depend only on (weights, prompts, seed),
-  not on a library's sampling internals, which makes a resumed run sample exactly what
-  the uninterrupted run sampled;
-- log-probabilities of the sampled tokens under softmax(logits / temperature)
-  (before top-p truncation), the same distribution the GRPO loss recomputes;
-- memory: rows are batched so that rows x (longest prompt + max_new_tokens)
-  stays under ``engine.gen_batch_tokens``.
-
-Prompts are left-padded, position ids count only real tokens, and each row
-stops at its first stop token (``rollout/weights.py``: the tokenizer's EOS, the
-generation config's EOS ids, the chat template's end-of-turn token); the
-token is kept in ``token_ids`` and left out of the text. A row that hits
-``max_new_tokens`` first is flagged truncated.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -7,13 +7,7 @@ E_i = -log(1 - U_i) and U_i are uniform doubles in [0, 1) from the call's
 ``torch.Generator``, drawn row-major over the batch and the vocabulary. Temperature 0 is
 greedy (argmax), and draws nothing.
 
-Why not ``torch.multinomial``: which algorithm it uses, and how ``Tensor.exponential_``
-turns uniforms into exponentials, are a library's internals, free to change between
-releases and builds; here the only thing taken from torch is the generator's stream of
-uniform numbers (the Mersenne Twister on CPU, Philox on CUDA: a GPU draws other tokens than
-a CPU from the same seed). The rule above is the draw ``torch.multinomial(p, 1)`` made in
-torch 2.13 on CPU, bit for bit (tests/test_sampler.py holds this), so runs made before it
-sample the same tokens.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

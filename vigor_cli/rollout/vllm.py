@@ -1,35 +1,6 @@
 """The vLLM rollout engine, colocated with the trainer on one GPU in sleep mode.
 
-vLLM runs in this process (``distributed_executor_backend="external_launcher"``),
-so the policy's weights reach it as tensors through ``LLM.apply_model``, never
-through a checkpoint on disk. Between generation phases the engine sleeps at
-level 2 (weights and KV cache discarded), which leaves the GPU to the trainer.
-One generation phase, in order (``docs/vllm-colocate.md``)::
-
-    wake_up(tags=["weights"])
-    push every weight            LoRA merged as base + (alpha/r)·B·A in bf16; for a
-                                 4-bit policy the dequantised base plus that delta
-    wake_up(tags=["kv_cache"]);  reset_prefix_cache()
-    generate                     one call per allocation round, SamplingParams(n=k) per prompt
-    sleep(level=2)               end_generation(), called by the trainer
-
-The engine never calls ``reload_weights`` or anything else that re-reads the
-checkpoint after a push: that is the popular recipe's bug (it then samples from
-the base model for the whole run). The trainer's weight check
-(``rollout/weight_check.py``: engine, policy and base log-probs on the same
-tokens) stops training when the engine tracks the base or stale weights, as
-soon as the policy has moved measurably away from the base.
-
-The engine's ``torch.distributed`` group is its own, whatever launched this process:
-:func:`own_process_group` hides torchrun's (or a scheduler's) RANK, WORLD_SIZE, MASTER_*
-and TORCHELASTIC_* variables while the engine starts and puts them back after.
-
-Completions stop at ``rollout/weights.py``'s ids (EOS, generation-config EOS and
-the chat template's end-of-turn token), sent as ``stop_token_ids``.
-
-Checked against the source of vLLM 0.33.0 (the release the ``gpu`` extra pins);
-``tests/fixtures/vllm_signatures.json`` holds the signatures used here, and
-``scripts/extract_vllm_signatures.py`` regenerates it from a downloaded wheel.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,49 +1,6 @@
 """Does the engine sample from the policy's weights? A check that can fail.
 
-Comparing the engine's log-probs with the policy's alone cannot catch the
-bug it is for: at step 1 the policy *is* the base model, and a LoRA at a
-small learning rate moves log-probs by less than any fixed threshold, so an
-engine that kept the base or stale weights (a dropped LoRA delta, a skipped
-push, a reload from disk) agrees with the policy as well as a correct one.
-The check therefore scores the same sampled tokens three ways:
-
-- ``e``: the engine's log-probs, returned with each sampled token;
-- ``p``: the policy's, recomputed by the update with the weights that were
-  pushed (before the optimizer step);
-- ``b``: the base model's (LoRA adapter switched off, or the frozen starting
-  weights for full fine-tuning),
-
-and takes the mean absolute differences over all those tokens:
-``err = mean|e - p|``, ``gap = mean|p - b|``, ``stale = mean|e - b|``.
-
-The rule (``judge``). The check *discriminates* when
-``gap > 0 and gap >= 2 * min(err, stale)``: the policy is measurably away
-from the base, measured against the engine's own numerical noise (the
-smaller of the engine's two distances is that noise: a correct engine sits at
-noise from the policy, a stale one at noise from the base). Then, in order:
-
-1. no tokens -> ``no-tokens`` (nothing to say);
-2. discriminating and ``err > stale`` -> ``stale`` (fails): the engine is
-   nearer the base than the policy, it tracks the base or stale weights;
-3. ``err > limit`` with ``limit = engine.logprob_check_threshold + ln(1/top_p)``
-   -> ``disagree`` (fails): the engine is far from the policy whatever the
-   base says, e.g. garbage weights after a level-2 sleep without a push. With
-   top-p < 1 vLLM reports the log-probs of the renormalised nucleus, which
-   exceed the policy's by at most ln(1/top_p); hence the allowance;
-4. not discriminating -> ``not-discriminating``: step 1 (policy = base) and a
-   LoRA that has barely moved land here, and the check says so instead of
-   passing;
-5. otherwise ``ok``: ``err <= stale`` and so ``err <= gap / 2``.
-
-Before all of these, an engine that returned a NaN or infinite log-prob for a token it sampled
-fails as ``nonfinite``: no weights can produce one, and the mean distances above would be NaN,
-which compares false everywhere and read as ``not-discriminating``. Those tokens are left out of
-the distances and counted (``engine/nonfinite_logprobs``).
-
-An engine one step behind (sampling from the previous push) passes while
-the policy moved less in one step than the numerical noise; sampling from
-weights that close to the policy's is harmless, and once the staleness
-accumulates the engine sits nearer the base than the policy and fails.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

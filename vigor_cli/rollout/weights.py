@@ -1,33 +1,6 @@
 """What every engine needs from the policy: its weights, and the tokens that end a completion.
 
-Weights, for an engine that keeps its own copy (vLLM today):
-
-- :func:`policy_weights`: every weight under its Hugging Face checkpoint name, LoRA
-  adapters merged into their base weight (``base + scaling * B @ A``, computed without
-  touching peft's tensors), 4-bit bases dequantised, one tensor at a time.
-- :func:`policy_version`: a fingerprint that changes whenever an optimizer step (or any
-  in-place write) modifies a parameter, so an engine pushes only when the policy moved.
-
-Stop tokens (:func:`stop_token_ids`, :func:`cut_at_stop`, :func:`end_of_turn_ids`), for every
-engine and for evaluation. A completion ends at the first of:
-
-- the tokenizer's EOS token;
-- every id in the model's ``generation_config.eos_token_id`` (an int or a list);
-- the chat template's end-of-turn token, when the tokenizer has a template:
-  the special token the template writes right after an assistant message's
-  content (``<|im_end|>`` for Qwen, ``<|eot_id|>`` for Llama 3,
-  ``<end_of_turn>`` for Gemma).
-
-The third matters for base models. Qwen2.5-1.5B (base) ships the Qwen chat
-template, so its prompts are rendered as chat turns, but its EOS and its
-generation config name only ``<|endoftext|>``: without ``<|im_end|>`` as a
-stop, a completion runs on into invented user and assistant turns, and the
-reward reads the last ``\\boxed{}`` of that continuation. Instruct models
-list the end-of-turn token already; adding it again changes nothing.
-
-:func:`cut_at_stop` applies the same rule to token ids an engine returned, so
-whatever an engine does, the text that reaches the reward ends at the first
-stop token.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

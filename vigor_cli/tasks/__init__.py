@@ -1,22 +1,6 @@
 """Task registry: ``--task`` names to tasks (data, prompt template, reward).
 
-``get_task(cfg)`` builds the task named by ``cfg.name`` (a ``TaskConfig``):
-
-- ``tiny-math``: two-operand arithmetic, ``\\boxed{}`` answers, real math verifier;
-- ``tiny-code``: one-line stdin programs as LiveCodeBench records, real sandbox;
-- ``tiny-facts``: keyed facts (``code of kqzt?``), learning that does not transfer between prompts;
-- ``tiny-ladder``: addition from one digit to four, a difficulty ladder;
-- ``tiny-guess``: a hidden number from 1 to 7, a game for episodes (``--env higher-lower``);
-- ``math``: MATH training problems, the six math benchmarks for evaluation;
-- ``code``: LiveCodeBench v6; by default problems before a contest date train (all tests),
-  later ones evaluate (``task.code_protocol``);
-- ``custom``: the user's own data (``task.data``, any format ``datasets`` holds) and reward
-  functions (``task.rewards``: built-in verifiers by name, or ``file.py:func``).
-
-Each task registers itself with ``@register_task(name, eval_sets=..., reads=...)``; the
-benchmarks ``vigor eval`` accepts (``EVAL_SETS``), the ``task.*`` keys each task reads (the
-config refuses the others, naming key and task) and the built-in reward names
-(``REWARD_TASKS``: every task that grades, ``--reward NAME``) come from the same entries.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -27,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from vigor_cli import rewards
 from vigor_cli.errors import UserError
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.task_reward import task_reward
 
 TaskBuilder = Callable[[Any, int], Task]

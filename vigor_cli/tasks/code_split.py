@@ -1,21 +1,6 @@
 """Which LiveCodeBench problems train and which evaluate: the code task's protocol.
 
-LiveCodeBench dates each problem by its contest so that a model can be evaluated on problems
-published after what it was trained on (its answer to contamination). Public tests are the
-samples printed in the statement: a program holding a table of them passes every public test
-and almost no private one. So the protocol (``task.code_protocol``, :data:`CODE_PROTOCOLS`):
-
-* ``disjoint`` (the default): problems whose ``contest_date`` is before
-  ``task.contest_date_split`` train, each rewarded on all its tests (public and private); the
-  problems from that date on evaluate, graded on all their tests as LiveCodeBench grades them.
-  A question id found on both sides is evaluated, never trained on.
-* ``same-problem``: the paper's protocol: every problem trains on its public tests and is
-  evaluated on its private tests. A lookup table of the samples earns full training reward,
-  and the evaluation measures problems the model trained on.
-
-:func:`split_problems` makes the :class:`CodeSplit` (the training and evaluation records, the
-tests each side is graded on, :meth:`CodeSplit.describe`, the line `vigor train` prints);
-``CodeTask.split()`` returns the code task's.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """code: LiveCodeBench v6 problems, graded by the real code verifier in the sandbox.
 
-Which problems train and which evaluate, and on which tests, is the protocol
-(``task.code_protocol``, vigor_cli/tasks/code_split.py): by default training problems
-(contest_date before ``task.contest_date_split``) are rewarded on all their tests and
-evaluation is on the later, held-out problems; the paper's same-problem protocol (public
-tests for reward, private tests for evaluation) stays available. Each code score's details
-carry the signs of hard-coding (vigor_cli/verifiers/hard_coding.py). Programs run only in a
-fully isolated sandbox unless ``task.allow_weak_sandbox`` is set.
-
-One completion never stops a run: a completion whose grading failed (a test the
-sandbox failed to run, or whose judging raised) scores 0 with
-``Score.grading_error`` set (the trainer counts them as ``reward/grading_errors``).
-Only a systemic failure stops it, with one line: the sandbox cannot start, or
-grading failed for most of a batch (more than :data:`SYSTEMIC_FAILURE_SHARE`).
-Problems come from the release files of ``livecodebench/code_generation_lite``
-(``task.lcb_release``, default ``release_v6`` = ``test.jsonl`` .. ``test6.jsonl``),
-downloaded as plain files with ``huggingface_hub`` and read as JSONL (the
-repository's dataset script is never run), or from local files: a folder
-holding those release files or a ``code.jsonl``, or one JSONL/Parquet file
-(``task.train_path`` for training, ``task.data_dir`` for evaluation). They
-can be cut to a contest-date window (``task.contest_date_start/end``) before the split.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -27,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli import records
 from vigor_cli.errors import UserError
-from vigor_cli.tasks import loading
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.code_split import CodeSplit, empty_side, parse_date, split_problems
 from vigor_cli.tasks.prompts import render
 

@@ -1,24 +1,6 @@
 """custom: the user's own data and reward functions (``vigor train --data PATH --reward ...``).
 
-Rows come from :func:`vigor_cli.tasks.loading.read_table` (JSONL, JSON, CSV/TSV, Parquet,
-``save_to_disk`` folders, folders ``datasets`` reads, hub datasets) and follow TRL's
-conventions: a ``prompt`` column holds a string or a list of chat messages
-(``{"role": "system"|"user"|"assistant", "content": ...}``); every other column reaches the
-reward functions by name. ``task.fields`` maps the names expected (``prompt``, ``answer``,
-any column a reward function names) to the data's own columns; ``task.prompt_template``
-builds the prompt from ``{column}`` slots instead; ``task.system_prompt`` puts a system
-message first. Rewards are vigor_cli/rewards.py's (built-in verifiers by name, or
-``file.py:func``), combined by ``task.reward_weights``.
-
-When the chat template is applied (``task.chat_template``, default 'auto', TRL's rule): a
-message-list prompt, and a string prompt given a system message, go through the
-tokenizer's chat template with the generation prompt; a string prompt is used as it is. A
-tokenizer without a chat template (the bundled tiny model) gets a string as it is and the
-contents of a message list joined by blank lines. The reward functions get the prompt as
-the data gave it (string or messages) and, as in TRL, a completion of a message-list prompt
-as ``[{"role": "assistant", "content": text}]``, of a string prompt as its text.
-
-Every bad row is one line naming the file and line (JSONL) or row and the field.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -26,11 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli import records
 from vigor_cli.errors import UserError
 from vigor_cli.reward_log import RewardLog, trainer_state
-from vigor_cli.tasks import loading
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
 
 ROLES = ("system", "user", "assistant")

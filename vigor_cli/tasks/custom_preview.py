@@ -13,8 +13,8 @@ import json
 import textwrap
 from typing import Any
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli.errors import UserError
-from vigor_cli.tasks import loading
 from vigor_cli.tasks.custom import TRAIN_SAMPLE, CustomTask
 
 PREVIEW_ROWS = 3

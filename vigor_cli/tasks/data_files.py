@@ -1,18 +1,6 @@
 """One local data file as rows: JSONL, JSON, CSV/TSV and Parquet, every failure in the project's words.
 
-:func:`file_table` reads the file kinds of :data:`FILE_KINDS` (vigor_cli/tasks/loading.py
-reads folders and hub datasets and calls it for a single file):
-
-- JSONL through the project's one JSONL reader (vigor_cli/jsonl.py: ``file:line``);
-- JSON: JSON lines, or one array of objects; one object written over several lines (a
-  pretty-printed record, or rows nested under a key) is named as such, not called invalid;
-- CSV/TSV with Python's csv module: every column text (``007`` stays ``007``), an empty
-  cell null, a byte-order mark ignored; a row with more or fewer fields than the header is
-  named by its line, a file with only its header is said to have no rows;
-- Parquet through pyarrow: a file of no rows is said so, a damaged one named.
-
-A library's own message never reaches the user alone: each is one :class:`UserError` naming
-the file (and line or row where known).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

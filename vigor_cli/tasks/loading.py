@@ -1,21 +1,6 @@
 """Reading records: local files and folders the way the ecosystem holds them, and hub datasets.
 
-:func:`read_table` reads what ``--data`` / ``--eval-data`` (and ``task.train_path``) name:
-
-- one file: JSONL, JSON, CSV/TSV (every column as text, so ``007`` stays ``007``, an empty
-  cell null) or Parquet, read by vigor_cli/tasks/data_files.py;
-- a folder written by ``datasets``' ``save_to_disk`` (a Dataset or a DatasetDict), or any local
-  folder ``datasets.load_dataset`` reads (``train.jsonl`` + ``test.jsonl``, ``data/*.parquet``),
-  the table naming the files it read and those it did not;
-- a hub dataset ``org/name`` with an optional ``:split``, through the offline probe
-  (vigor_cli/hub.py), so an offline machine gets one line at once.
-
-A folder or hub dataset with several splits gives ``train`` for training and ``test`` (then
-``validation``) for evaluation unless ``PATH:SPLIT`` names one; read for training, its table
-says which split evaluation would read (:attr:`Table.eval_split`). Rows stay plain dicts. Every
-failure is one :class:`UserError` naming the file (and line or row) or the hub dataset; for
-the hub, the local-path flag to use instead. No dataset script or pickled payload is run:
-``datasets`` 4+ runs no loading scripts, and ``save_to_disk`` folders are Arrow files.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

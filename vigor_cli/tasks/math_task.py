@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import vigor_cli.tasks.loading as loading
 from vigor_cli.errors import UserError
 from vigor_cli.records import check_record
-from vigor_cli.tasks import loading
-from vigor_cli.tasks.base import Example, Score, Task
+from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.prompts import last_boxed, render
 
 MATH_TRAIN_HUB_ID = "DigitalLearningGmbH/MATH-lighteval"

@@ -36,7 +36,7 @@ def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, worke
 
     if kind == "code":
         def score(prompts: list, completions: list, columns: dict[str, list], context: Any = None) -> list:
-            from vigor_cli.tasks.base import Example
+            from vigor_cli.task_base import Example
 
             rows = [{k: columns[k][i] for k in columns} for i in range(len(completions))]
             records: dict[tuple[int, ...], dict] = {}  # a prompt's completions share its row's test
@@ -56,7 +56,7 @@ def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, worke
         optional: tuple[str, ...] = ("private_test_cases", "metadata")
     else:
         def score(prompts: list, completions: list, columns: dict[str, list], context: Any = None) -> list:
-            from vigor_cli.tasks.base import Example
+            from vigor_cli.task_base import Example
 
             examples = [Example(uid="", question=_prompt_text(p), answer=_gold(a))
                         for p, a in zip(prompts, columns["answer"])]

@@ -18,7 +18,7 @@ import json
 import random
 from typing import Any, Callable
 
-from vigor_cli.tasks.base import Example
+from vigor_cli.task_base import Example
 from vigor_cli.tasks.code_task import CodeTaskBase
 
 HELD_OUT_SIZE = 40

@@ -6,15 +6,7 @@ keys are four random letters, codes random three-digit numbers, both drawn from
 prompt's answer must be learned for itself: the regime where concentrating rollouts on
 the prompts whose rewards vary is supposed to pay (the VIGOR paper's premise).
 
-There is no held-out set: an unseen key's code cannot be inferred, by anyone. The
-task is to recall its :data:`FACTS` facts, and evaluation measures exactly that on
-the same facts (``eval_examples`` = the training facts, in a fixed order). The
-starting model of the study half-knows them: `vigor make-tiny --recipe facts`
-warms the bundled tiny model on the facts with unequal exposure (many never shown,
-many shown often, a few in between), so per-prompt pass rates are heavy-tailed.
-
-Graded like tiny-math: the last ``\\boxed{}`` equal to the code is a pass; anything
-else goes to the real math verifier.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import random
 import string
 from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example, Score
+from vigor_cli.task_base import Example, Score
 from vigor_cli.tasks.prompts import render
 from vigor_cli.tasks.tiny_math import score_integer_answers, TinyMathTask
 

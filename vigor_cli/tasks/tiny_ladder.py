@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example, Score
+from vigor_cli.task_base import Example, Score
 from vigor_cli.tasks.prompts import render
 from vigor_cli.tasks.tiny_math import score_integer_answers, INSTRUCTION, TinyMathTask, plain_prompt
 

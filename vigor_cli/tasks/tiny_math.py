@@ -7,10 +7,7 @@ problems and a training set of the rest. The same seed always gives the same
 split, so the bundled tiny model (warmed on split seed 0's training part) is
 never evaluated on a problem it was warmed on.
 
-Completions are tiny (``\\boxed{19}`` plus EOS), so sampling on a CPU is
-cheap. Scoring: an exact match of the last ``\\boxed{}`` with the gold answer
-is a pass without further work; everything else goes to the real math
-verifier, which stays the judge.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import random
 import re
 from typing import Any, Sequence
 
-from vigor_cli.tasks.base import Example, Score
+from vigor_cli.task_base import Example, Score
 from vigor_cli.tasks.math_task import MathScored
 from vigor_cli.tasks.prompts import last_boxed, render
 
