@@ -1,35 +1,19 @@
-"""Peak memory of one GRPO update: before and after completion-only chunked log-probs, and on
-each trainer's path as a rank's rows grow (``--section paths``).
+"""Peak memory of one GRPO update: full logits against completion-only chunked log-probs, and
+each trainer's path as a rank's rows grow (``--section paths``, bench/update_paths.py).
 
-Each variant runs in a child process (one forward + backward + AdamW step on one
-micro-batch, the update's real code: vigor_cli.logprobs and vigor_cli.grpo) and reports
-its peak resident memory from the kernel (VmHWM, reset just before the update) minus the
-resident memory just before it (model loaded: what the update itself allocates, AdamW's
-states included). Two models:
+Each variant runs in a child process (one forward + backward + AdamW step on one micro-batch:
+vigor_cli.logprobs and vigor_cli.grpo) and reports its peak resident memory (VmHWM, reset just
+before the update) over the resident memory just before it, beside the memory plan's estimate
+(vigor_cli/memory_plan.py). Models: ``tiny`` (the bundled model, configs/tiny-math.yaml's
+shape) and ``qwen2-152k`` (a Qwen2 shape with a 151,936-entry vocabulary, hidden 256, 2 layers,
+random weights, float32). 'before' is ``grpo.logits_chunk_tokens: 0``, 'after' chunks of 512;
+the 152k model's 'before' arm runs at 1024-3072 tokens and is extrapolated to 16,384 (marked).
 
-- ``tiny``: the bundled 0.8M-parameter Qwen2 (vocabulary 263), configs/tiny-math.yaml's
-  shape (micro-batch 8192 tokens, 48-token prompts + 16-token completions);
-- ``qwen2-152k``: a Qwen2-shaped model built from a config with random weights (no
-  download): vocabulary 151936 as Qwen2.5/Qwen3, hidden 256, 2 layers, float32 on CPU;
-  rows of a 128-token prompt + 896-token completion.
-
-'before' is the previous path (``grpo.logits_chunk_tokens: 0``: logits at every position and
-the whole vocabulary), 'after' the chunked one (512 positions per chunk). The configs'
-micro-batch is 16384 tokens; on this 24 GiB machine (shared) the 'before' arm of the
-152k model is run at 1024, 2048 and 3072 tokens and its growth per token extrapolated to
-16384 (marked so); 'after' runs at 3072 and 16384. Each row also shows the memory plan's estimate
-for the same update (vigor_cli/memory_plan.py) and its ratio to the measurement.
-
-    python bench/update_memory.py            # both tables; writes bench/results/update_memory.json
+    python bench/update_memory.py            # both sections; writes bench/results/update_memory.json
     python bench/update_memory.py --quick    # tiny only (the chunks section)
     python bench/update_memory.py --section paths   # the trainers' paths only
 
-The paths section (bench/update_paths.py): the TRL path's update (micro-batches of a token
-budget over the rows that move the loss) beside `vigor train`'s and TRL's own single forward,
-at 1x, 2x and 4x rows per rank under one budget, on the Qwen2.5-1.5B-width 2-layer slice;
-each arm's peak tensor bytes (bench/storage_tracker.py) and peak RSS over the RSS before it.
-
-bench/update_memory_results.json keeps a compact copy of one run (2 shared CPU cores).
+bench/update_memory_results.json is the committed copy the docs quote.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from .design import COMPUTE_LENGTHS, rollouts_per_prompt
 from .stats import VIGOR_VARIANTS, accuracy_label, cell_checks
@@ -22,6 +23,25 @@ PANELS = [("grpo and VIGOR variants", ["grpo", "grpo-wide", "vigor", "vigor-prom
 
 LEVEL_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c"]
 """The compute axis's run lengths, one colour each."""
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: Path) -> Path:
+    """The figure laid out and written to ``path`` as PNG, then closed."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    pyplot().close(fig)
+    return path
 
 
 def _mean_curve(measures: list[dict]) -> tuple[list[float], list[float], list[float], list[float]]:
@@ -65,11 +85,7 @@ def _finding(key: str, cell: dict) -> str:
 def plot_cell(key: str, cell: dict, path: Path) -> Path:
     """Accuracy vs cumulative rollouts, mean over seeds with a min-max band, two panels of
     at most 6 curves, one colour per arm; the finding in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(12, 4.2), dpi=110, sharey=True)
     for ax, (title, arms) in zip(axes, PANELS):
         for arm in arms:
@@ -87,22 +103,14 @@ def plot_cell(key: str, cell: dict, path: Path) -> Path:
         ax.legend(fontsize=8, loc="lower right")
     axes[0].set_ylabel("held-out accuracy" if not key.startswith("tiny-facts") else "recall of the facts (sampled)")
     fig.suptitle(_finding(key, cell), fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_compute(key: str, cell: dict, path: Path) -> Path:
     """The compute axis in two panels: held-out accuracy at each run length against rollouts
     per prompt (one colour per length, 95 % intervals), and accuracy against cumulative
     rollouts per arm; the finding (the best rollouts per prompt per length) in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ax_data = cell["compute_axis"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), dpi=110)
     arms = sorted(ax_data["arms"], key=lambda a: ax_data["arms"][a]["rollouts_per_prompt"])
@@ -141,20 +149,12 @@ def plot_compute(key: str, cell: dict, path: Path) -> Path:
         f"{int(c):,}: {b['rollouts_per_prompt']}" + (f" (ties {', '.join(str(rollouts_per_prompt(a)) for a in b['tied_with'])})" if b["tied_with"] else "")
         for c, b in ax_data["best"].items())
     fig.suptitle(f"{key}: best rollouts per prompt by run length (rollouts): {finding}", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return save(fig, path)
 
 
 def plot_summary(results: dict, path: Path) -> Path:
     """One panel per regime: grpo, grpo-wide, the best VIGOR variant and auto (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     cells = {k: c for k, c in results["cells"].items() if "compute_axis" not in c}
     n = len(cells)
     cols = 3
@@ -203,8 +203,4 @@ def plot_summary(results: dict, path: Path) -> Path:
             counts[v] = counts.get(v, 0) + 1
         finding = "Best arm: " + ", ".join(f"{v} in {n}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1])) + f" of {len(wins)} regimes"
     fig.suptitle(f"{finding}\nheld-out accuracy vs cumulative rollouts, mean of {seeds} seeds; dashed: target", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    plt.close(fig)
-    return path
+    return save(fig, path)
