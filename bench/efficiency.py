@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.efficiency_study.design import (  # noqa: E402,F401
     ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
     ISSUE11_ARMS, ISSUE11_STUDY, ISSUE25_ARMS, PLATEAU_ARMS, QUICK_STUDY, REGIMES, STUDY, TASK_SETS, TASK_SIZES,
-    Cell, Plan, Regime, RunSpec, arm_sets, cell_key, make_plan, make_specs, rollouts_per_prompt,
+    Cell, Plan, Regime, RunSpec, arm_sets, bad_flag, cell_key, make_plan, make_specs, rollouts_per_prompt,
 )
 from bench.efficiency_study.measures import (  # noqa: E402,F401
     eval_items, kept_measures, run_measures, start_distribution, train_seconds_at_evals, update_signal,
@@ -102,6 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def read_json(flag: str, path: str) -> dict:
+    """The results JSON a flag names; one line and exit 2 when it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        bad_flag(f"{flag}: cannot read {path} as a results JSON: {e}")
+
+
 def run_child(job: dict) -> int:
     """A child process's job (``--child JSON``): a plateau start, the interleaved timing, or one run."""
     if "plateau" in job:
@@ -121,7 +129,7 @@ def make_plateaus(which: str, out: Path, console: Any) -> int:
     plateaus = [r for r in REGIMES if REGIMES[r].plateau_of]
     for r in plateaus if which == "all" else [which]:
         if r not in plateaus:
-            raise SystemExit(f"--make-plateau: unknown plateau regime {r!r}; choose from {plateaus} or all")
+            bad_flag(f"--make-plateau: unknown plateau regime {r!r}; choose from {plateaus} or all")
         path = Path(regime_model(r, out.parent / "efficiency-models"))
         info = json.loads((path / "plateau.json").read_text())
         console.print(f"{r}: {rel_path(path)} after {info['steps']} grpo steps; held-out accuracy "
@@ -132,7 +140,7 @@ def make_plateaus(which: str, out: Path, console: Any) -> int:
 def settle(plan: Plan, source: str, console: Any) -> None:
     """`--settle-from JSON`: only the cells with comparisons on the line, each with grpo and
     the arms to settle."""
-    unsettled = unsettled_arms(json.loads(Path(source).read_text()))
+    unsettled = unsettled_arms(read_json("--settle-from", source))
     plan.cells = [c for c in plan.cells if c.key in unsettled]
     for c in plan.cells:
         c.arms = [BASELINE, *unsettled[c.key]]
@@ -230,7 +238,7 @@ def report(results: dict, plan: Plan, args: argparse.Namespace, out: Path, model
     """The study's cells, timing, kept runs and reproduction into ``results``."""
     if (out / "timing.json").is_file():
         results["timing"] = json.loads((out / "timing.json").read_text())
-    keep_from = json.loads(Path(args.keep_from).read_text()) if args.keep_from else None
+    keep_from = read_json("--keep-from", args.keep_from) if args.keep_from else None
     if keep_from:
         results["kept_from"] = {"command": keep_from.get("command"), "seeds": keep_from.get("plan", {}).get("seeds"),
                                 "skipped_arms": args.keep_skip}
@@ -241,13 +249,16 @@ def report(results: dict, plan: Plan, args: argparse.Namespace, out: Path, model
     if len(results["cells"]) > 1:
         results["summary_plot"] = rel_path(plot_summary(results, out / "summary_rollouts.png"))
     if args.compare_with:
-        results["reproduction"] = reproduction(results, json.loads(Path(args.compare_with).read_text()))
+        results["reproduction"] = reproduction(results, read_json("--compare-with", args.compare_with))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.child:
         return run_child(json.loads(args.child))
+    for flag in ("restat", "settle_from", "keep_from", "compare_with"):  # bad input before any work
+        if getattr(args, flag):
+            read_json("--" + flag.replace("_", "-"), getattr(args, flag))
     from rich.console import Console
 
     console = Console()

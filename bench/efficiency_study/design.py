@@ -5,8 +5,10 @@ plan a command line makes of them (cells, then one run spec per cell, arm and se
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NoReturn
 
 from vigor_cli.allocation import STRATEGIES
 
@@ -277,6 +279,12 @@ def make_specs(plan: Plan, runs_dir: Path, models: dict[str, str]) -> list[RunSp
     return specs
 
 
+def bad_flag(message: str) -> NoReturn:
+    """Bad command-line input: one line naming the flag on stderr, exit code 2 (as argparse)."""
+    print(message, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def make_plan(args: argparse.Namespace) -> Plan:
     """The study's cells, filtered and resized by the command-line options."""
     study = QUICK_STUDY if args.quick else {"issue7": ISSUE7_STUDY, "issue11": ISSUE11_STUDY}.get(args.study, STUDY)
@@ -284,15 +292,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
     regimes = args.regimes.split(",") if args.regimes else None
     for r in regimes or []:
         if r not in REGIMES:
-            raise SystemExit(f"--regimes: unknown regime {r!r}; choose from {list(REGIMES)}")
+            bad_flag(f"--regimes: unknown regime {r!r}; choose from {list(REGIMES)}")
     arms = args.arms.split(",") if args.arms else None
     for a in arms or []:
         if a not in ARM_SETS:
-            raise SystemExit(f"--arms: unknown arm {a!r}; choose from {sorted(ARM_SETS)}")
+            bad_flag(f"--arms: unknown arm {a!r}; choose from {sorted(ARM_SETS)}")
     rows = [(row[0], row[1], list(row[2]), dict(row[3]) if len(row) > 3 else {}) for row in study]
     for t in tasks or []:
         if t not in TASK_SIZES:
-            raise SystemExit(f"--tasks: unknown task {t!r}; choose from {list(TASK_SIZES)}")
+            bad_flag(f"--tasks: unknown task {t!r}; choose from {list(TASK_SIZES)}")
     for r in regimes or []:  # a regime outside the study gets the default regime's arms
         for t in tasks or sorted({row[0] for row in rows}):
             if REGIMES[r].task not in (None, t):
@@ -319,6 +327,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
         if cell not in cells:  # --arms makes rows of one task and regime identical
             cells.append(cell)
     if not cells:
-        raise SystemExit("no cell of the study matches --tasks/--regimes")
+        bad_flag("no cell of the study matches --tasks/--regimes")
     return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 8), jobs=args.jobs,
                 target_gain=args.target_gain, extra_sets=args.sets, first_seed=args.first_seed)
