@@ -19,6 +19,8 @@ GIB = float(1 << 30)
 
 
 class Verdicts:
+    """The checks' verdicts in order (PASS, FAIL or SKIP with a detail), each said as it is added."""
+
     def __init__(self, say: Callable[[str], None] = print):
         self.rows: list[dict] = []
         self.say = say
