@@ -1,35 +1,19 @@
-"""Peak memory of one GRPO update: before and after completion-only chunked log-probs, and on
-each trainer's path as a rank's rows grow (``--section paths``).
+"""Peak memory of one GRPO update: full logits against completion-only chunked log-probs, and
+each trainer's path as a rank's rows grow (``--section paths``, bench/update_paths.py).
 
-Each variant runs in a child process (one forward + backward + AdamW step on one
-micro-batch, the update's real code: vigor_cli.logprobs and vigor_cli.grpo) and reports
-its peak resident memory from the kernel (VmHWM, reset just before the update) minus the
-resident memory just before it (model loaded: what the update itself allocates, AdamW's
-states included). Two models:
+Each variant runs in a child process (one forward + backward + AdamW step on one micro-batch:
+vigor_cli.logprobs and vigor_cli.grpo) and reports its peak resident memory (VmHWM, reset just
+before the update) over the resident memory just before it, beside the memory plan's estimate
+(vigor_cli/memory_plan.py). Models: ``tiny`` (the bundled model, configs/tiny-math.yaml's
+shape) and ``qwen2-152k`` (a Qwen2 shape with a 151,936-entry vocabulary, hidden 256, 2 layers,
+random weights, float32). 'before' is ``grpo.logits_chunk_tokens: 0``, 'after' chunks of 512;
+the 152k model's 'before' arm runs at 1024-3072 tokens and is extrapolated to 16,384 (marked).
 
-- ``tiny``: the bundled 0.8M-parameter Qwen2 (vocabulary 263), configs/tiny-math.yaml's
-  shape (micro-batch 8192 tokens, 48-token prompts + 16-token completions);
-- ``qwen2-152k``: a Qwen2-shaped model built from a config with random weights (no
-  download): vocabulary 151936 as Qwen2.5/Qwen3, hidden 256, 2 layers, float32 on CPU;
-  rows of a 128-token prompt + 896-token completion.
-
-'before' is the previous path (``grpo.logits_chunk_tokens: 0``: logits at every position and
-the whole vocabulary), 'after' the chunked one (512 positions per chunk). The configs'
-micro-batch is 16384 tokens; on this 24 GiB machine (shared) the 'before' arm of the
-152k model is run at 1024, 2048 and 3072 tokens and its growth per token extrapolated to
-16384 (marked so); 'after' runs at 3072 and 16384. Each row also shows the memory plan's estimate
-for the same update (vigor_cli/memory_plan.py) and its ratio to the measurement.
-
-    python bench/update_memory.py            # both tables; writes bench/results/update_memory.json
+    python bench/update_memory.py            # both sections; writes bench/results/update_memory.json
     python bench/update_memory.py --quick    # tiny only (the chunks section)
     python bench/update_memory.py --section paths   # the trainers' paths only
 
-The paths section (bench/update_paths.py): the TRL path's update (micro-batches of a token
-budget over the rows that move the loss) beside `vigor train`'s and TRL's own single forward,
-at 1x, 2x and 4x rows per rank under one budget, on the Qwen2.5-1.5B-width 2-layer slice;
-each arm's peak tensor bytes (bench/storage_tracker.py) and peak RSS over the RSS before it.
-
-bench/update_memory_results.json keeps a compact copy of one run (2 shared CPU cores).
+bench/update_memory_results.json is the committed copy the docs quote.
 """
 
 from __future__ import annotations
@@ -159,7 +143,7 @@ def plan_estimate(model_path: str, tokens: int, chunk: int, checkpointing: bool,
     return plan.allocated_by_update()
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-path")
@@ -175,7 +159,11 @@ def main() -> None:
                     help="chunks: full vs chunked log-probs; paths: the trainers' paths as rows grow")
     ap.add_argument("--path-worker", nargs=3, metavar=("ARM", "MODEL", "ROWS"), help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "update_memory.json"))
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
         return
@@ -185,21 +173,24 @@ def main() -> None:
         arm, model, rows = args.path_worker
         print(json.dumps(update_paths.worker(arm, model, int(rows))))
         return
+    paths = None
     if args.section == "paths" or (args.section == "all" and not args.quick):
         paths = run_paths(args)
         if args.section == "paths":
             _write(args.out, {"paths": paths})
             return
-    else:
-        paths = None
+    result = run_chunks(args.quick)
+    if paths is not None:
+        result["paths"] = paths
+    _write(args.out, result)
 
-    from rich.console import Console
-    from rich.table import Table
 
+def run_chunks(quick: bool) -> dict:
+    """The chunks section: full against chunked log-probs, each variant in a child; the table."""
     workdir = ROOT / "bench" / "results" / "models"
     workdir.mkdir(parents=True, exist_ok=True)
     variants = [("tiny", 8192, 0, False), ("tiny", 8192, 512, False)]
-    if not args.quick:
+    if not quick:
         variants += [("qwen2-152k", t, 0, False) for t in (1024, 2048, 3072)]
         variants += [("qwen2-152k", 3072, 512, False), ("qwen2-152k", 16384, 512, False),
                      ("qwen2-152k", 16384, 512, True)]
@@ -208,17 +199,29 @@ def main() -> None:
         r = measure(model, tokens, chunk, ckpt, workdir)
         rows.append(r)
         print(json.dumps({k: r.get(k) for k in ("model", "tokens", "chunk", "update_peak_over_loaded_gib", "plan_gib", "error")}), flush=True)
+    extrapolated = extrapolate_before(rows)
+    print_chunks(rows, extrapolated)
+    return {"rows": rows, "extrapolated_before_16384": extrapolated}
 
+
+def extrapolate_before(rows: list[dict]) -> dict | None:
+    """The 152k model's full-logits update at 16384 tokens, from its growth per token between
+    the smallest and largest micro-batch measured (None with fewer than two)."""
     before = [r for r in rows if r["model"] == "qwen2-152k" and r["chunk"] == 0 and "error" not in r]
-    extrapolated = None
-    if len(before) >= 2:
-        a, b = before[0], before[-1]
-        per_token = (b["update_peak_over_loaded_gib"] - a["update_peak_over_loaded_gib"]) / (b["tokens"] - a["tokens"])
-        extrapolated = {
-            "model": "qwen2-152k", "tokens": 16384, "chunk": 0, "extrapolated": True,
-            "update_peak_over_loaded_gib": b["update_peak_over_loaded_gib"] + per_token * (16384 - b["tokens"]),
-            "bytes_per_token_per_vocab": per_token * GIB / a["vocab"],
-        }
+    if len(before) < 2:
+        return None
+    a, b = before[0], before[-1]
+    per_token = (b["update_peak_over_loaded_gib"] - a["update_peak_over_loaded_gib"]) / (b["tokens"] - a["tokens"])
+    return {
+        "model": "qwen2-152k", "tokens": 16384, "chunk": 0, "extrapolated": True,
+        "update_peak_over_loaded_gib": b["update_peak_over_loaded_gib"] + per_token * (16384 - b["tokens"]),
+        "bytes_per_token_per_vocab": per_token * GIB / a["vocab"],
+    }
+
+
+def print_chunks(rows: list[dict], extrapolated: dict | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
 
     table = Table(title="memory one update allocates: peak RSS over the RSS before it (CPU, float32, child process per row)")
     for col in ("model", "micro-batch tokens", "log-probs", "checkpointing", "completion tokens",
@@ -238,10 +241,6 @@ def main() -> None:
     Console(width=150).print(table)
     if extrapolated:
         print(f"before, growth per token: {extrapolated['bytes_per_token_per_vocab']:.1f} bytes per vocabulary entry")
-    result = {"rows": rows, "extrapolated_before_16384": extrapolated}
-    if paths is not None:
-        result["paths"] = paths
-    _write(args.out, result)
 
 
 def _write(path: str, result: dict) -> None:

@@ -135,6 +135,23 @@ def _plan(**kw):
     return eff.make_plan(argparse.Namespace(**args))
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["--regimes", "nosuch"], "--regimes"), (["--arms", "grpo,nosuch"], "--arms"), (["--tasks", "nosuch"], "--tasks"),
+    (["--make-plateau", "default"], "--make-plateau"), (["--restat", "{missing}"], "--restat"),
+    (["--keep-from", "{broken}", "--aggregate-only"], "--keep-from"), (["--settle-from", "{missing}"], "--settle-from"),
+])
+def test_bad_flags_exit_2_with_one_line_before_any_work(tmp_path, capsys, argv, flag):
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    argv = [a.format(missing=tmp_path / "missing.json", broken=broken) for a in argv]
+    with pytest.raises(SystemExit) as e:
+        eff.main([*argv, "--out", str(tmp_path / "out")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(flag), err
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
 def test_the_study_covers_six_regimes_with_eight_arms_seed_by_seed(tmp_path):
     plan = _plan()
     assert [c.key for c in plan.cells] == ["tiny-facts", "tiny-ladder", "tiny-math-default", "tiny-math-peaked",
