@@ -10,7 +10,7 @@ threshold in ``health.<check>`` for that many consecutive steps, and then speaks
 line naming the cause and the key to change, until it clears (:class:`HealthMonitor`).
 
 Checks are a registry (:data:`CHECKS`); their thresholds and windows live in the config
-(``HealthConfig`` in vigor_cli/config.py), one field per check.
+(``HealthConfig`` in vigor_cli/config/health.py), one field per check.
 """
 
 from __future__ import annotations

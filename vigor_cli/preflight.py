@@ -7,7 +7,7 @@ run here). The trainer now calls, in order:
 1. :func:`check_static` — the config alone and the local machine, no network:
    the device (``model.device``, loud about unusable CUDA), the engine and
    4-bit prerequisites (the config's own rules were checked when it was built,
-   in vigor_cli/config.py), and every data source the
+   in vigor_cli/config/), and every data source the
    task will read (:data:`DATA_CHECKS`, a registry by task name): local files
    must exist, and an evaluation set with no local copy must be one the hub
    can serve;

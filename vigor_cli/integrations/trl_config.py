@@ -52,7 +52,7 @@ class VigorGRPOConfig(GRPOConfig):
 
     vigor: dict = field(
         default_factory=dict,
-        metadata={"help": "vigor's allocation keys (vigor_cli/config.py AllocationConfig)."},
+        metadata={"help": "vigor's allocation keys (vigor_cli/config/allocation.py AllocationConfig)."},
     )
     prompts_per_step: int | None = field(
         default=None,
@@ -65,7 +65,7 @@ class VigorGRPOConfig(GRPOConfig):
     )
     vigor_health: dict = field(
         default_factory=dict,
-        metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
+        metadata={"help": "vigor's health-check keys (vigor_cli/config/health.py HealthConfig): thresholds, "
                   "windows, strict."},
     )
     pass_threshold: float = field(
