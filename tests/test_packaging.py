@@ -321,13 +321,14 @@ failed = []
 for info in pkgutil.walk_packages(vigor_cli.__path__, "vigor_cli."):
     if info.name == "vigor_cli.__main__":
         continue  # runs the command line
-    if info.name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config"):
+    if info.name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config",
+                     "vigor_cli.integrations.trl_trainer"):
         continue  # the trl extra's own modules: they say which extra to install (checked below)
     try:
         importlib.import_module(info.name)
     except Exception as e:
         failed.append(f"{info.name}: {type(e).__name__}: {e}")
-for name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config"):
+for name in ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config", "vigor_cli.integrations.trl_trainer"):
     try:
         importlib.import_module(name)
         failed.append(f"{name} imported without trl")
