@@ -73,6 +73,14 @@ ETA_SCHEDULE = dict(rounds=4, alpha=0.5, gamma=2.0)
 """VIGOR's default schedule, for the eta(k) the record reports."""
 
 
+def _histogram(census: dict[str, list[float]], n: int) -> list[int]:
+    """Census prompts by successes 0..n (fractional rewards: rounded)."""
+    histogram = [0] * (n + 1)
+    for rewards in census.values():
+        histogram[min(n, max(0, round(sum(rewards))))] += 1
+    return histogram
+
+
 def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None or not math.isfinite(x) else round(x, digits)
 
@@ -146,16 +154,8 @@ class AutoAllocator(RoundAllocator):
         n = self.census
         self.censuses += 1
         rewards = [r for uid in uids for r in census[uid]]  # scored ones: a None reward is not told
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        mixed = sum(pair_disagreement(census[u]) for u in uids) / len(uids)
-        if self.moments is not None:
-            mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
-            mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
-        self.moments = [mean, mixed]
-        prior = fit_beta_prior(mean, mixed, n)
-        histogram = [0] * (n + 1)  # census prompts by successes (fractional rewards: rounded)
-        for u in uids:
-            histogram[min(n, max(0, round(sum(census[u]))))] += 1
+        prior = fit_beta_prior(*self._update_moments(census, rewards), n)
+        histogram = _histogram(census, n)
         post = {u: posterior(posterior(prior, self.history.get(u, [])), census[u]) for u in uids}
         p_hat = {u: posterior_mean(post[u]) for u in uids}
         succ = {u: float(sum(census[u])) for u in uids}
@@ -197,15 +197,7 @@ class AutoAllocator(RoundAllocator):
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
         choice = "deep" if ratio >= self.margin else "wide"
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
-        law = f"zero-var at {n_wide} {zero_wide:.0%}"
-        if saturated:
-            why = f"law saturated ({law} >= {self.saturated:.0%}): depth counts"
-        elif self.saturated >= 1:
-            why = f"law {law} (saturation rule off): depth counts as prompts recur"
-        elif not warm:
-            why = f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
-        else:
-            why = f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
+        why = self._why(f"zero-var at {n_wide} {zero_wide:.0%}", saturated, warm)
         reason = (
             f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
             f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
@@ -232,6 +224,28 @@ class AutoAllocator(RoundAllocator):
             "extra": sum(chosen.values()),
         }
         return {"extra": chosen, "record": record, "p_hat": p_hat}
+
+    def _update_moments(self, census: dict[str, list[float]], rewards: list[float]) -> tuple[float, float]:
+        """The law's moments (mean reward, pairwise disagreement) of this census, averaged with
+        the earlier censuses' (weight MEMORY on the past) and kept for the next one."""
+        mean = sum(rewards) / len(rewards) if rewards else 0.0
+        mixed = sum(pair_disagreement(r) for r in census.values()) / len(census)
+        if self.moments is not None:
+            mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
+            mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
+        self.moments = [mean, mixed]
+        return mean, mixed
+
+    def _why(self, law: str, saturated: bool, warm: bool) -> str:
+        """Why depth counts as it does, for the decision's reason: the law saturated, the
+        saturation rule off, the warm-up, or a law not saturated."""
+        if saturated:
+            return f"law saturated ({law} >= {self.saturated:.0%}): depth counts"
+        if self.saturated >= 1:
+            return f"law {law} (saturation rule off): depth counts as prompts recur"
+        if not warm:
+            return f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
+        return f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
 
     def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
         """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next block."""
