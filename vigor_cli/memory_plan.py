@@ -1,46 +1,11 @@
 """GPU memory plan of a run, from the model's config.json alone, before anything loads.
 
 ``vigor train --dry-run`` prints it and exits; every run prints it first and refuses
-(exit 2, naming the keys to change) when a phase cannot fit. The model's shape (its
-parameters and the linear layers LoRA and 4-bit act on) comes from vigor_cli/model_shape.py,
-which builds it on PyTorch's ``meta`` device (shapes, no weights, no memory).
-
-One GPU holds the trainer and the colocated engine; the engine sleeps (weights and
-KV cache released) while the trainer updates. Four phases:
-
-- ``resident``: what the trainer holds all run long: policy weights (16-bit, float32
-  master weights for full fine-tuning, or NF4 for 4-bit, whose other tensors
-  peft's ``prepare_model_for_kbit_training`` casts to float32), LoRA adapters
-  (float32), AdamW's two states per trained parameter, a frozen reference copy
-  (full fine-tuning with ``grpo.beta > 0``), and for full fine-tuning with vLLM and no KL
-  reference the weight check's frozen base copy. AdamW's states and that copy are
-  allocated after the vLLM engine has sized itself: its share leaves room for them.
-- ``generate``: resident + the engine: vLLM takes ``engine.gpu_memory_utilization``
-  x GPU memory for its bf16 weights, its own working memory and the KV cache
-  (the rest); the hf engine the KV cache of one generate call, its last-position
-  logits and the prompts' forward (one layer's MLP and hidden-size tensors at a time).
-- ``update``: resident + gradients + the activations of one micro-batch
-  (``grpo.micro_batch_tokens`` padded tokens; all of them, or with gradient
-  checkpointing each layer's input plus one layer recomputed) + one output-layer
-  chunk (``grpo.logits_chunk_tokens`` positions x vocabulary) + what a sleeping
-  engine keeps. Under float32 master weights (full fine-tuning in a 16-bit dtype) the
-  residual stream, so the layer inputs checkpointing keeps, is float32; each linear
-  layer that reads a norm's output keeps its own 16-bit cast of it; and autocast's
-  16-bit copies of the weights live until the forward ends.
-- ``optimizer``: resident + gradients + what AdamW's step allocates: torch's multi-tensor
-  implementation (CUDA's default) takes the square roots of the second moments into one
-  parameter-sized buffer of the states' dtype before it divides (``AdamW step temporary``).
-  AdamW's states have the trained parameters' dtype (``torch.zeros_like``): 2 bytes each for
-  16-bit parameters, 4 for float32 ones.
-
-Activation bytes per token per layer follow the tensors a Qwen2/Llama decoder
-layer saves for backward under transformers (RMSNorm's float32 copy and output,
-q/k/v after rotary, the key/value heads repeated for grouped-query attention,
-attention output and its copy, gate/up/SiLU/product of the MLP); they were
-checked against measured peak RSS on CPU (tests/test_memory_plan.py,
-bench/update_memory.py). The vLLM side (its working memory, what a level-2 sleep
-keeps) are assumptions from its documentation, not measured here: no GPU ran
-this code.
+(exit 2, naming the keys to change) when a phase cannot fit. The plan counts four phases
+of one GPU shared by the trainer and the colocated engine (``resident``, ``generate``,
+``update``, ``optimizer``), each item with its bytes and where they come from; what each
+phase holds and how the plan compares with measurements is in docs/gpu-memory.md. The
+model's shape comes from vigor_cli/model_shape.py (the meta device: no weights, no memory).
 """
 
 from __future__ import annotations

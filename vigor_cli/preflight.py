@@ -1,8 +1,6 @@
 """Checks that run before anything downloads, loads or starts: a bad run fails in seconds.
 
-``vigor train`` used to find some mistakes only after the model download and
-the engine start (an evaluation set with no local file, an engine that cannot
-run here). The trainer now calls, in order:
+The trainer calls, in order:
 
 1. :func:`check_static` — the config alone and the local machine, no network:
    the device (``model.device``, loud about unusable CUDA), the engine and
