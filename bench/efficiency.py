@@ -9,10 +9,7 @@ to a target accuracy and its paired intervals against grpo.
     python bench/efficiency.py --quick             # minutes: a smoke run of the whole pipeline
     python bench/efficiency.py --aggregate-only    # recompute tables and plots from the runs
 
-Writes bench/results/efficiency.json and .md (with --quick: efficiency-quick.*), the plots
-under bench/results/efficiency/<cell>/, and the committed compact copy
-bench/efficiency_results.json. Runs live in bench/results/efficiency/runs/; a finished run is
-not run again, so an interrupted study continues where it stopped.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

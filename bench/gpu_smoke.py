@@ -6,13 +6,7 @@ tokenizer, runs the core checks (memory, logprobs, merge, sampling, train) in on
 and, with vllm and bitsandbytes importable, each vLLM check (engine, engine-4bit, trainer-vllm)
 in its own; docs/vllm.md says what each check compares.
 
-    python bench/gpu_smoke.py                      # every check this machine can run
-    python bench/gpu_smoke.py --only memory,sampling
-    python bench/gpu_smoke.py --model tiny         # the bundled tiny model instead (faster)
-
-Prints a verdict per check (PASS, FAIL, SKIP) and a summary, writes
-``bench/results/gpu_smoke.json``. Exit codes: 0 every check that ran passed; 1 a check failed;
-2 bad arguments; 3 no CUDA GPU here (one line; nothing ran).
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

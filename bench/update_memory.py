@@ -9,11 +9,7 @@ shape) and ``qwen2-152k`` (a Qwen2 shape with a 151,936-entry vocabulary, hidden
 random weights, float32). 'before' is ``grpo.logits_chunk_tokens: 0``, 'after' chunks of 512;
 the 152k model's 'before' arm runs at 1024-3072 tokens and is extrapolated to 16,384 (marked).
 
-    python bench/update_memory.py            # both sections; writes bench/results/update_memory.json
-    python bench/update_memory.py --quick    # tiny only (the chunks section)
-    python bench/update_memory.py --section paths   # the trainers' paths only
-
-bench/update_memory_results.json is the committed copy the docs quote.
+Details: docs/modules.md.
 """
 
 from __future__ import annotations

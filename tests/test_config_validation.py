@@ -1,4 +1,4 @@
-"""Config validation in one place (vigor_cli/config.py): bounds, strict kinds, the source of a
+"""Config validation in one place (vigor_cli/config/): bounds, strict kinds, the source of a
 bad value (--set, flag or file), rules across keys naming the keys to change, the budgeted
 strategies' own key, and the rules that need the training set's size."""
 

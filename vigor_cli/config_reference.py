@@ -19,7 +19,7 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "config-keys.md"
 INTRO = """\
 # Configuration keys
 
-Generated from the typed config (`vigor_cli/config.py`) by `python -m vigor_cli.config_reference`
+Generated from the typed config (`vigor_cli/config/`) by `python -m vigor_cli.config_reference`
 (do not edit by hand; `tests/test_config_reference.py` keeps it equal to the code). Every key
 with its built-in default; a YAML file (`--config`) overrides these, flags override the file,
 and `--set section.key=value` overrides anything. How the layers and the checks work:

@@ -1,46 +1,11 @@
 """GPU memory plan of a run, from the model's config.json alone, before anything loads.
 
 ``vigor train --dry-run`` prints it and exits; every run prints it first and refuses
-(exit 2, naming the keys to change) when a phase cannot fit. The model is built on
-PyTorch's ``meta`` device (shapes, no weights, no memory) to count parameters and
-the linear layers LoRA and 4-bit act on.
-
-One GPU holds the trainer and the colocated engine; the engine sleeps (weights and
-KV cache released) while the trainer updates. Four phases:
-
-- ``resident``: what the trainer holds all run long: policy weights (16-bit, float32
-  master weights for full fine-tuning, or NF4 for 4-bit, whose other tensors
-  peft's ``prepare_model_for_kbit_training`` casts to float32), LoRA adapters
-  (float32), AdamW's two states per trained parameter, a frozen reference copy
-  (full fine-tuning with ``grpo.beta > 0``), and for full fine-tuning with vLLM and no KL
-  reference the weight check's frozen base copy. AdamW's states and that copy are
-  allocated after the vLLM engine has sized itself: its share leaves room for them.
-- ``generate``: resident + the engine: vLLM takes ``engine.gpu_memory_utilization``
-  x GPU memory for its bf16 weights, its own working memory and the KV cache
-  (the rest); the hf engine the KV cache of one generate call, its last-position
-  logits and the prompts' forward (one layer's MLP and hidden-size tensors at a time).
-- ``update``: resident + gradients + the activations of one micro-batch
-  (``grpo.micro_batch_tokens`` padded tokens; all of them, or with gradient
-  checkpointing each layer's input plus one layer recomputed) + one output-layer
-  chunk (``grpo.logits_chunk_tokens`` positions x vocabulary) + what a sleeping
-  engine keeps. Under float32 master weights (full fine-tuning in a 16-bit dtype) the
-  residual stream, so the layer inputs checkpointing keeps, is float32; each linear
-  layer that reads a norm's output keeps its own 16-bit cast of it; and autocast's
-  16-bit copies of the weights live until the forward ends.
-- ``optimizer``: resident + gradients + what AdamW's step allocates: torch's multi-tensor
-  implementation (CUDA's default) takes the square roots of the second moments into one
-  parameter-sized buffer of the states' dtype before it divides (``AdamW step temporary``).
-  AdamW's states have the trained parameters' dtype (``torch.zeros_like``): 2 bytes each for
-  16-bit parameters, 4 for float32 ones.
-
-Activation bytes per token per layer follow the tensors a Qwen2/Llama decoder
-layer saves for backward under transformers (RMSNorm's float32 copy and output,
-q/k/v after rotary, the key/value heads repeated for grouped-query attention,
-attention output and its copy, gate/up/SiLU/product of the MLP); they were
-checked against measured peak RSS on CPU (tests/test_memory_plan.py,
-bench/update_memory.py). The vLLM side (its working memory, what a level-2 sleep
-keeps) are assumptions from its documentation, not measured here: no GPU ran
-this code.
+(exit 2, naming the keys to change) when a phase cannot fit. The plan counts four phases
+of one GPU shared by the trainer and the colocated engine (``resident``, ``generate``,
+``update``, ``optimizer``), each item with its bytes and where they come from; what each
+phase holds and how the plan compares with measurements is in docs/gpu-memory.md. The
+model's shape comes from vigor_cli/model_shape.py (the meta device: no weights, no memory).
 """
 
 from __future__ import annotations
@@ -48,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from vigor_cli.model_shape import ModelShape, model_shape
 
 GIB = float(1 << 30)
 
@@ -77,88 +44,6 @@ AUTO_UTILIZATION_CAP = 0.9
 GPU_CLASSES = {"24 GB": 23.5, "48 GB": 44.5, "80 GB": 79.0}
 """Free GiB after the CUDA context on the GPU classes the shipped configs name (RTX 4090 /
 L4-class, L40S (A6000: 47.5), A100/H100 80 GB)."""
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """What the plan needs from a model's config (counted on the meta device)."""
-
-    name: str
-    params: int
-    quantizable_params: int  # weights of the decoder's linear layers (NF4 under 4-bit)
-    lora_params: int  # adapter parameters for the run's LoRA config (0 without LoRA)
-    vocab: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    max_positions: int | None
-    lora_targets: int  # adapted linear layers per decoder layer
-    lora_linears: tuple[tuple[str, int, int], ...] = ()
-    """(name, in_features, out_features) of each adapted linear layer of a decoder layer."""
-
-
-def _lora_matches(path: str, targets: str | list[str], head_path: str) -> bool:
-    if path == head_path:
-        return False  # peft's 'all-linear' leaves the output layer out
-    if isinstance(targets, str):
-        return targets == "all-linear" or path.split(".")[-1] == targets
-    return path.split(".")[-1] in targets or path in targets
-
-
-def model_shape(model_cfg: Any) -> ModelShape:
-    """Count parameters from config.json (local path, 'tiny' or hub id; no weights loaded)."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from vigor_cli.errors import UserError
-    from vigor_cli.models import quiet_transformers, resolve_model_path
-
-    quiet_transformers()
-    path = resolve_model_path(model_cfg.name_or_path, to_load=True)
-    try:
-        config = AutoConfig.from_pretrained(path, revision=model_cfg.revision)
-    except (OSError, ValueError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise UserError(
-            f"model.name_or_path={model_cfg.name_or_path}: cannot read its config.json for the "
-            f"memory plan ({first}); pass a local directory that has it"
-        ) from None
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    head = model.get_output_embeddings()
-    head_path = next((n for n, m in model.named_modules() if m is head), "")
-    params = sum(p.numel() for p in model.parameters())
-    quantizable = lora = 0
-    adapted: dict[str, tuple[int, int]] = {}
-    for path_, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and path_ != head_path:
-            quantizable += module.weight.numel()
-            if model_cfg.lora.enabled and _lora_matches(path_, model_cfg.lora.target_modules, head_path):
-                lora += model_cfg.lora.r * (module.in_features + module.out_features)
-                adapted[path_.split(".")[-1]] = (module.in_features, module.out_features)
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    heads = int(text.num_attention_heads)
-    hidden = int(text.hidden_size)
-    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
-    return ModelShape(
-        name=str(model_cfg.name_or_path),
-        params=params,
-        quantizable_params=quantizable,
-        lora_params=lora,
-        vocab=int(text.vocab_size),
-        hidden=hidden,
-        layers=int(text.num_hidden_layers),
-        heads=heads,
-        kv_heads=int(getattr(text, "num_key_value_heads", None) or heads),
-        head_dim=head_dim,
-        intermediate=int(getattr(text, "intermediate_size", None) or 4 * hidden),
-        max_positions=getattr(text, "max_position_embeddings", None),
-        lora_targets=len(adapted),
-        lora_linears=tuple(sorted((name, i, o) for name, (i, o) in adapted.items())),
-    )
 
 
 # --------------------------------------------------------------------------- the arithmetic

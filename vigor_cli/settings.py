@@ -1,11 +1,12 @@
 """A run's settings: the typed config (:mod:`vigor_cli.config`) built from a file, flags and
 ``--set``, with every name in it checked against the registry that defines it.
 
-config.py sits at the bottom of the import graph and knows no registry; the checks that need
-one live here, above the registries: ``task.name`` (the task registry), ``allocation.strategy``
-and that strategy's own rules (the strategy registry), ``engine.kind`` (the engine registry),
-``grpo.loss_agg`` and ``grpo.scale_rewards`` (vigor_cli/grpo.py's registries). Build a run's
-config with :func:`build_config`; set one key of a built config with :func:`set_key`.
+The config package (vigor_cli/config/) sits at the bottom of the import graph and knows no
+registry; the checks that need one live here, above the registries: ``task.name`` (the task
+registry), ``allocation.strategy`` and that strategy's own rules (the strategy registry),
+``engine.kind`` (the engine registry), ``grpo.loss_agg`` and ``grpo.scale_rewards``
+(vigor_cli/grpo.py's registries). Build a run's config with :func:`build_config`; set one key
+of a built config with :func:`set_key`.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def check_name(key: str, name: Any) -> None:
         if name not in tracking.BACKENDS:
             raise ValueError(f"unknown backend {name!r}; known: {', '.join([*tracking.BACKENDS, 'none'])}")
         return
-    raise KeyError(f"{key} names no registry")  # a bug: config.py asked about another key
+    raise KeyError(f"{key} names no registry")  # a bug: the config asked about another key
 
 
 def check_strategy_rules(cfg: RunConfig) -> None:

@@ -171,7 +171,7 @@ def fitted_sets(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: list[
 def model_context(cfg: RunConfig) -> int | None:
     """The longest prompt + completion the engine takes, before the weights load:
     engine.max_model_len, else the model's max_position_embeddings (None: not known)."""
-    from vigor_cli.memory_plan import model_shape
+    from vigor_cli.model_shape import model_shape
 
     if cfg.engine.max_model_len:
         return int(cfg.engine.max_model_len)

@@ -1,5 +1,5 @@
 """What the efficiency study compares: the arms (config overrides per strategy and ablation),
-the starting regimes, the per-task run sizes, the studies (issue 7, 11 and 25's cells), and the
+the starting regimes, the per-task run sizes, the studies (the earlier studies' cells), and the
 plan a command line makes of them (cells, then one run spec per cell, arm and seed)."""
 
 from __future__ import annotations

@@ -1,44 +1,12 @@
 """``auto``: measure the step's variance law with a small census, then go wide or deep.
 
-Per step (all ours; README.md in this folder states the choices):
-
-1. **Census.** W = ceil(width x prompts_per_step) prompts get ``census`` rollouts each.
-2. **What it measures.** The census's mean reward and pairwise disagreement (pooled with
-   earlier steps' by an exponential moving average, weight ``MEMORY`` on the past) give an
-   empirical-Bayes Beta(a, b) prior of pass rates (estimate.fit_beta_prior). Each prompt's
-   posterior adds its last ``history`` rewards from earlier steps and its census rewards.
-   Also recorded: the census's zero-variance share and the Hill tail index k of the
-   posterior-mean variances p(1-p), with the closed-form VIGOR gain eta(k) it implies.
-3. **Two plans for the rest of the budget R**, each scored by the expected gradient
-   signal it buys under the posteriors (estimate.expected_signal), weighted by whether
-   depth can pay back:
-   - ``wide``: R spread evenly over all W prompts (GRPO-like breadth; with the defaults
-     W = 2B prompts x 4 rollouts, the shape of grpo-wide);
-   - ``deep``: R placed where the score grows most: greedy on the best average gain per
-     rollout over the next 1, 2, 4, 8 or 16 rollouts of a prompt (blocks, since the
-     signal is not concave in rollouts), at most ``max_rollouts`` per prompt.
-   The score of a prompt with n rollouts is  r x E[n x std] + (1 - r) x n_bar x E[std],
-   r = the share of census prompts seen in earlier steps (with history), n_bar = the
-   rollouts per prompt of an even spend. E[n x std] is the signal as `vigor simulate`
-   measures it (each used rollout weighs the same in the loss): depth on a high-variance
-   prompt buys the prompt its own improvement, which pays back when the prompt comes
-   back. E[std] saturates in n: what one prompt adds to the update's direction, which is
-   all a prompt that never returns contributes (through what transfers to others), so
-   with r = 0 breadth wins. Both terms agree on an even plan. Under a heavy tail with
-   prompts that recur the deep plan piles the budget on the few prompts with both
-   outcomes (VIGOR-like); under a flat law it rescues prompts whose census happened to be
-   all-equal and hardly beats the wide plan.
-   ``deep`` is chosen when its score is at least ``margin`` x that of ``wide`` (the deep
-   plan is fitted to noisy estimates).
-   **The law the run has reached** (issue 25): the share of the wide plan's groups expected
-   to be all-equal under the prior (whose moments average recent censuses) and the census's
-   histogram of successes are recorded every step; past ``warmup`` censuses, a share at or
-   above ``saturated`` sets r = 1 (depth counts in full even without recurrence: the signal
-   is left in a tail breadth does not reach). Off by default (``saturated`` = 1): the issue
-   25 study found no law, plateaus included, where depth paid at this scale.
-4. **Round 2** gives the chosen plan's extra rollouts. The update uses every rollout.
-
-The decision, its reason and the measurements are the record's ``totals.auto``.
+Round 1, the census, gives ``census`` rollouts to each of ceil(width x prompts_per_step)
+prompts. :meth:`AutoAllocator.plan` fits an empirical-Bayes Beta prior of pass rates to it
+(and to earlier censuses), scores two plans for the rest of the budget by the expected
+gradient signal they buy under each prompt's posterior (``wide``: evenly over the census
+prompts; ``deep``: greedily where the signal grows most) and picks one; round 2 gives its
+extra rollouts. The rule, its choices and the record's ``totals.auto`` are stated in this
+folder's README.md ("auto: the rule").
 """
 
 from __future__ import annotations
@@ -71,6 +39,14 @@ BLOCKS = (1, 2, 4, 8, 16)
 """Block sizes the deep plan's greedy looks ahead over."""
 ETA_SCHEDULE = dict(rounds=4, alpha=0.5, gamma=2.0)
 """VIGOR's default schedule, for the eta(k) the record reports."""
+
+
+def _histogram(census: dict[str, list[float]], n: int) -> list[int]:
+    """Census prompts by successes 0..n (fractional rewards: rounded)."""
+    histogram = [0] * (n + 1)
+    for rewards in census.values():
+        histogram[min(n, max(0, round(sum(rewards))))] += 1
+    return histogram
 
 
 def _r(x: float | None, digits: int = 4) -> float | None:
@@ -146,16 +122,8 @@ class AutoAllocator(RoundAllocator):
         n = self.census
         self.censuses += 1
         rewards = [r for uid in uids for r in census[uid]]  # scored ones: a None reward is not told
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        mixed = sum(pair_disagreement(census[u]) for u in uids) / len(uids)
-        if self.moments is not None:
-            mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
-            mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
-        self.moments = [mean, mixed]
-        prior = fit_beta_prior(mean, mixed, n)
-        histogram = [0] * (n + 1)  # census prompts by successes (fractional rewards: rounded)
-        for u in uids:
-            histogram[min(n, max(0, round(sum(census[u]))))] += 1
+        prior = fit_beta_prior(*self._update_moments(census, rewards), n)
+        histogram = _histogram(census, n)
         post = {u: posterior(posterior(prior, self.history.get(u, [])), census[u]) for u in uids}
         p_hat = {u: posterior_mean(post[u]) for u in uids}
         succ = {u: float(sum(census[u])) for u in uids}
@@ -197,15 +165,7 @@ class AutoAllocator(RoundAllocator):
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
         choice = "deep" if ratio >= self.margin else "wide"
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
-        law = f"zero-var at {n_wide} {zero_wide:.0%}"
-        if saturated:
-            why = f"law saturated ({law} >= {self.saturated:.0%}): depth counts"
-        elif self.saturated >= 1:
-            why = f"law {law} (saturation rule off): depth counts as prompts recur"
-        elif not warm:
-            why = f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
-        else:
-            why = f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
+        why = self._why(f"zero-var at {n_wide} {zero_wide:.0%}", saturated, warm)
         reason = (
             f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
             f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
@@ -232,6 +192,28 @@ class AutoAllocator(RoundAllocator):
             "extra": sum(chosen.values()),
         }
         return {"extra": chosen, "record": record, "p_hat": p_hat}
+
+    def _update_moments(self, census: dict[str, list[float]], rewards: list[float]) -> tuple[float, float]:
+        """The law's moments (mean reward, pairwise disagreement) of this census, averaged with
+        the earlier censuses' (weight MEMORY on the past) and kept for the next one."""
+        mean = sum(rewards) / len(rewards) if rewards else 0.0
+        mixed = sum(pair_disagreement(r) for r in census.values()) / len(census)
+        if self.moments is not None:
+            mean = MEMORY * self.moments[0] + (1 - MEMORY) * mean
+            mixed = MEMORY * self.moments[1] + (1 - MEMORY) * mixed
+        self.moments = [mean, mixed]
+        return mean, mixed
+
+    def _why(self, law: str, saturated: bool, warm: bool) -> str:
+        """Why depth counts as it does, for the decision's reason: the law saturated, the
+        saturation rule off, the warm-up, or a law not saturated."""
+        if saturated:
+            return f"law saturated ({law} >= {self.saturated:.0%}): depth counts"
+        if self.saturated >= 1:
+            return f"law {law} (saturation rule off): depth counts as prompts recur"
+        if not warm:
+            return f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
+        return f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
 
     def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
         """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next block."""

@@ -66,7 +66,7 @@ def register(
         if options is not None and not name.replace("-", "_").isidentifier():
             raise ValueError(f"strategy {name!r}: a strategy with options needs a name usable as a config key")
         REGISTRY[name] = Strategy(name, build, budgeted, family, check, options, summary, legacy_prefix)
-        if options is not None:  # the config's allocation.<name> section (config.py imports no registry)
+        if options is not None:  # the config's allocation.<name> section (vigor_cli/config/ imports no registry)
             config.STRATEGY_SECTIONS[name] = options
             if legacy_prefix:
                 config.LEGACY_PREFIXES[name] = legacy_prefix

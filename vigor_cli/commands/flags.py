@@ -2,7 +2,7 @@
 
 A :class:`Flag` names an option and the config key it sets; the option's type, bounds (or
 choices), help (the key's description) and shown default come from the key's declaration in
-vigor_cli/config.py. `vigor train` takes its whole table (commands/train.py ``FLAGS``). The
+vigor_cli/config/. `vigor train` takes its whole table (commands/train.py ``FLAGS``). The
 task flags, :data:`TASK_FLAGS` (``--data``, ``--reward``, ... the user's own task), are one
 table taken by every command that builds a task: `vigor train`, `vigor probe`, `vigor eval`
 and the TRL entry point. :func:`command` gives a Typer command the options of a table,
@@ -44,7 +44,7 @@ PANELS = {"model": "Model", "task": "Task and data", "allocation": "Allocation",
 class Flag:
     """One option that sets one config key. Its type, bounds (or choices), help (the key's
     description), shown default, --resume rule and the name an error gives all come from this
-    entry and the key's declaration in vigor_cli/config.py: adding a flag is adding an entry
+    entry and the key's declaration in vigor_cli/config/: adding a flag is adding an entry
     to a table."""
 
     name: str

@@ -92,7 +92,7 @@ FLAG_OF_KEY = {f.key: f.name for f in FLAGS}
 """The flag that sets each key (an error names the flag the user typed)."""
 
 def _train(
-    config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config.py), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor).", show_default="configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other")] = None,
+    config: Annotated[Optional[Path], typer.Option("--config", help="YAML run config (keys of vigor_cli/config/), or the name of a bundled one (e.g. qwen2.5-1.5b-math-vigor).", show_default="configs/tiny-math.yaml (or tiny-code.yaml) for the tiny model, the built-in defaults for any other")] = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue the run in this directory from its last checkpoint (--steps may extend it).")] = None,
     set_: Annotated[Optional[List[str]], typer.Option("--set", help="Override any key: --set grpo.beta=0.01 (repeatable; the value is read as YAML).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Read the task's data and import its reward functions (--data: schema, first rows rendered, the columns and arguments each reward gets), print the memory plan (from the model's config.json, no weights) and exit: 0 if it fits, 2 naming what to change if not.")] = False,

@@ -52,7 +52,7 @@ class VigorGRPOConfig(GRPOConfig):
 
     vigor: dict = field(
         default_factory=dict,
-        metadata={"help": "vigor's allocation keys (vigor_cli/config.py AllocationConfig)."},
+        metadata={"help": "vigor's allocation keys (vigor_cli/config/allocation.py AllocationConfig)."},
     )
     prompts_per_step: int | None = field(
         default=None,
@@ -65,7 +65,7 @@ class VigorGRPOConfig(GRPOConfig):
     )
     vigor_health: dict = field(
         default_factory=dict,
-        metadata={"help": "vigor's health-check keys (vigor_cli/config.py HealthConfig): thresholds, "
+        metadata={"help": "vigor's health-check keys (vigor_cli/config/health.py HealthConfig): thresholds, "
                   "windows, strict."},
     )
     pass_threshold: float = field(
@@ -115,6 +115,8 @@ def health_view(a: Any) -> Any:
     """The config the health checks read (vigor_cli/health.py), from TRL's keys: the health
     section, sampling (temperature, top_p, max_completion_length as max_new_tokens), the
     learning rate and passes (num_iterations as grpo.mu)."""
+    from pydantic import ValidationError
+
     from vigor_cli import config as vc
 
     try:
@@ -125,7 +127,7 @@ def health_view(a: Any) -> Any:
             grpo=vc.GRPOConfig(learning_rate=a.learning_rate, mu=a.num_iterations,
                                micro_batch_tokens=max(16384, a.max_completion_length)),
         )
-    except vc.ValidationError as e:
+    except ValidationError as e:
         raise ConfigError(f"vigor_health: {str(e).splitlines()[0]}: {e.errors()[0]['msg']}") from None
 
 

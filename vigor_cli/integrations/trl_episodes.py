@@ -29,7 +29,7 @@ def plain_follow_up(text: str) -> str:
 
 class TRLTurns:
     """One turn of this process's active episodes through TRL's generation
-    (``integrations.trl.TRLEngine``), every process with the same number of rows."""
+    (``integrations.trl_evaluation.TRLEngine``), every process with the same number of rows."""
 
     def __init__(self, engine: Any):
         self.engine = engine
