@@ -179,6 +179,40 @@ def test_every_rank_runs_as_many_micro_batches_the_fillers_move_nothing(pods):
     assert not grad.any()
 
 
+def test_each_micro_batch_has_the_rows_of_the_rank_with_most_and_the_loss_is_unchanged(pods):
+    """TRL gathers one value per row in each forward (the clip fractions' extremes), so every
+    rank's k-th micro-batch holds as many rows as the rank with most: padded with rows that carry
+    no loss token, whose loss, rescaled, equals the unpadded one."""
+    tr, out = pods
+    kept = _kept(out)
+
+    def gather(t):
+        other = t.clone()
+        if t.dim() == 1:
+            other[0], other[1] = 1, 3
+        else:
+            other[0, 2, 0] = len(kept) + 3  # the other rank's one micro-batch has three rows more
+        return torch.cat([t.flatten(), other.flatten()])
+
+    plan = trl_update.plan_update(out, 0.0, 10_000, gather, 2)
+    assert plan.widths == [len(kept) + 3]
+    padded = trl_update.slice_rows(out, kept, fillers=3)
+    plain = trl_update.slice_rows(out, kept)
+    assert padded["completion_mask"].shape[0] == len(kept) + 3 and not padded["completion_mask"][-3:].any()
+    assert not padded["advantages"][-3:].any()
+    saved = tr.loss_type
+    try:
+        for tr.loss_type in ("dapo", "grpo", "dr_grpo", "bnpo"):
+            with torch.no_grad():
+                a = GRPOTrainer._compute_loss(tr, tr.model, padded) * trl_update.batch_scale(
+                    tr.loss_type, kept, plan, out, 2, len(kept) + 3)
+                b = GRPOTrainer._compute_loss(tr, tr.model, plain) * trl_update.batch_scale(
+                    tr.loss_type, kept, plan, out, 2)
+            assert float(a) == pytest.approx(float(b), rel=1e-5, abs=1e-7), tr.loss_type
+    finally:
+        tr.loss_type = saved
+
+
 def test_trls_per_forward_metrics_become_one_per_step_weighted_by_tokens():
     metrics = {"kl": [9.0, 0.1, 0.4], "clip_ratio/low_mean": [0.5, 0.0], "clip_ratio/high_max": [0.2, float("nan")],
                "entropy": [1.0, 3.0]}

@@ -47,6 +47,7 @@ def main(out: Path, mode: str = "") -> None:
                 self.updates.append({"micro_batches": self.vigor_update.micro_batches,
                                      "forwarded": self.vigor_update.forwarded,
                                      "fillers": self.vigor_update.fillers,
+                                     "filler_rows": self.vigor_update.filler_rows,
                                      "completions/mean_length": self._metrics["train"]["completions/mean_length"]})
             return loss
 

@@ -82,9 +82,11 @@ def token_budget_split(rows: Sequence[int], prompts: Sequence[int], completions:
     return batches
 
 
-def slice_rows(inputs: dict, rows: Sequence[int], zero_mask: bool = False) -> dict:
+def slice_rows(inputs: dict, rows: Sequence[int], zero_mask: bool = False, fillers: int = 0) -> dict:
     """The batch restricted to ``rows``, each padded side trimmed to the rows' longest prompt
-    and completion. ``zero_mask``: a filler micro-batch (its rows carry no loss token)."""
+    and completion. ``zero_mask``: a filler micro-batch (its rows carry no loss token);
+    ``fillers``: that many more rows (copies of the first) that carry none."""
+    rows = list(rows) + [rows[0]] * fillers
     index = torch.as_tensor(list(rows), dtype=torch.long, device=inputs["advantages"].device)
     prompt_width = int(inputs["prompt_mask"].index_select(0, index).sum(-1).max()) if len(rows) else 0
     completion_width = max(1, int(inputs["completion_mask"].index_select(0, index).sum(-1).max()))
@@ -103,6 +105,11 @@ def slice_rows(inputs: dict, rows: Sequence[int], zero_mask: bool = False) -> di
     if zero_mask:
         out["completion_mask"] = torch.zeros_like(out["completion_mask"])
         out["advantages"] = torch.zeros_like(out["advantages"])
+    elif fillers:
+        out["completion_mask"] = out["completion_mask"].clone()
+        out["completion_mask"][len(rows) - fillers:] = 0
+        out["advantages"] = out["advantages"].clone()
+        out["advantages"][len(rows) - fillers:] = 0
     return out
 
 
@@ -120,6 +127,9 @@ class Plan:
     """Per micro-batch, its loss tokens over every rank."""
     units: list[float] = field(default_factory=list)
     """Per micro-batch, its rows with a loss token over every rank."""
+    widths: list[int] = field(default_factory=list)
+    """Per micro-batch, the rows of the rank with most: every rank forwards that many (TRL
+    gathers per-row values of each forward, which need the same count on every rank)."""
 
 
 def plan_update(inputs: dict, beta: float, budget: int, gather: Callable[[torch.Tensor], torch.Tensor],
@@ -135,23 +145,27 @@ def plan_update(inputs: dict, beta: float, budget: int, gather: Callable[[torch.
     first = gather(torch.tensor([len(batches), int(counted)], device=device)).view(ranks, 2)
     count = max(1, int(first[:, 0].max()))
     batches += [[] for _ in range(count - len(batches))]
-    mine = torch.zeros(2, count, device=device, dtype=torch.float64)
+    mine = torch.zeros(3, count, device=device, dtype=torch.float64)
     for k, rows in enumerate(batches):
         if rows:
             t = per_row_tokens[rows]
-            mine[0, k], mine[1, k] = float(t.sum()), float((t > 0).sum())
-    totals = gather(mine.unsqueeze(0)).view(ranks, 2, count).sum(0)
-    return Plan(batches, int(first[:, 1].sum()), float(per_row_tokens.sum()), totals[0].tolist(), totals[1].tolist())
+            mine[0, k], mine[1, k], mine[2, k] = float(t.sum()), float((t > 0).sum()), float(len(rows))
+    every = gather(mine.unsqueeze(0)).view(ranks, 3, count)
+    totals = every[:, :2].sum(0)
+    widths = [max(1, int(w)) for w in every[:, 2].max(0).values.tolist()]
+    return Plan(batches, int(first[:, 1].sum()), float(per_row_tokens.sum()), totals[0].tolist(), totals[1].tolist(),
+                widths)
 
 
-def batch_scale(loss_type: str, rows: int, plan: Plan, inputs: dict, ranks: int) -> float:
+def batch_scale(loss_type: str, rows: int, plan: Plan, inputs: dict, ranks: int, width: int | None = None) -> float:
     """What a micro-batch's TRL loss is multiplied by: its rows' share of the update's rows
     over every rank (row means; times the ranks, which DDP averages over), its tokens' share of
-    the rank's (bnpo), else 1 (TRL divides by the global token count)."""
+    the rank's (bnpo), else 1 (TRL divides by the global token count). ``width``: the rows TRL
+    averages over in this micro-batch, filler rows included (default: ``rows``)."""
     if not rows:
         return 1.0
     if loss_type in ROW_MEAN_LOSSES:
-        return len(rows) * ranks / max(plan.rows, 1)
+        return (width or len(rows)) * ranks / max(plan.rows, 1)
     if loss_type in TOKEN_MEAN_PER_RANK:
         return float(loss_mask(inputs)[rows].sum()) / max(plan.rank_tokens, 1.0)
     return 1.0
@@ -184,6 +198,9 @@ class UpdateStats:
     """Rows this rank forwarded (fillers not counted)."""
     fillers: int = 0
     """Filler micro-batches this rank ran to match the rank with most."""
+    filler_rows: int = 0
+    """Rows without a loss token this rank added to its micro-batches to match the rank with
+    most rows in each (TRL gathers one value per row of a forward)."""
 
 
 def merge_metrics(metrics: dict[str, list], before: dict[str, int], plan: Plan, sequence_level: bool) -> dict[str, float]:
@@ -223,8 +240,9 @@ def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable
     done = torch.zeros((), device=inputs["advantages"].device)
     last = None
     for k, rows in enumerate(plan.batches):
-        sub = slice_rows(inputs, rows or [0], zero_mask=not rows)
-        scale = batch_scale(trainer.loss_type, rows, plan, inputs, ranks)
+        width = plan.widths[k] if k < len(plan.widths) else max(1, len(rows))
+        sub = slice_rows(inputs, rows or [0], zero_mask=not rows, fillers=width - max(1, len(rows)))
+        scale = batch_scale(trainer.loss_type, rows, plan, inputs, ranks, width)
         if k < len(plan.batches) - 1:
             with accumulating(acc, model):
                 loss = loss_fn(model, sub) * scale
@@ -233,9 +251,11 @@ def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable
         else:
             last = loss_fn(model, sub) * scale
     merged = merge_metrics(metrics, before, plan, trainer.importance_sampling_level == "sequence")
+    widths = plan.widths or [max(1, len(rows)) for rows in plan.batches]
     trainer.vigor_update = UpdateStats({VIGOR_KEYS[k]: v for k, v in merged.items() if k in VIGOR_KEYS},
                                        len(plan.batches), sum(len(rows) for rows in plan.batches),
-                                       sum(1 for rows in plan.batches if not rows))
+                                       sum(1 for rows in plan.batches if not rows),
+                                       sum(w - len(rows) for w, rows in zip(widths, plan.batches) if rows))
     return last + done
 
 
