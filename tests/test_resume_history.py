@@ -106,6 +106,7 @@ def test_resume_refuses_lost_or_damaged_history_and_changes_nothing(run, vigor, 
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_a_torn_checkpoint_eval_line_is_logged_again_from_its_file(run, finished, vigor):
     """The eval line of step 4 (the checkpoint's) cut short: removed, then logged again from
     eval/step-4.json, so the log reads as the uninterrupted run's."""
@@ -120,6 +121,7 @@ def test_a_torn_checkpoint_eval_line_is_logged_again_from_its_file(run, finished
     assert steps_of(run, "metrics.jsonl")[7:] == [(5, False), (5, True)]
 
 
+@pytest.mark.slow
 def test_a_torn_line_of_a_later_step_is_still_removed(run, vigor):
     """The crash case stays allowed: checkpoint 4 damaged, so the run resumes from 2 and the
     torn line (step 4's evaluation) is one of the steps it re-runs."""
@@ -147,6 +149,7 @@ def test_report_on_a_binary_log_is_one_error_line(run, vigor, tmp_path, whole_fi
     assert code == 2 and len(err.strip().splitlines()) == 1 and "allocation.jsonl:5: not UTF-8" in err
 
 
+@pytest.mark.slow
 def test_reader_notes_do_not_wrap(run, vigor, tmp_path, monkeypatch):
     from vigor_cli.console import err_console
 
@@ -178,6 +181,7 @@ def test_only_a_prefix_of_a_json_line_is_a_torn_line(tmp_path, tail, torn):
             read_jsonl(p)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_its_manifest_is_damaged_not_trusted(run, finished, vigor, tmp_path):
     """Issue 24: step-4 loses its manifest.json and model bytes change. It was written by a
     version that writes manifests, so it is damaged: eval --run and resume warn and use

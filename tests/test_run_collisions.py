@@ -55,6 +55,7 @@ def test_two_trainings_started_at_once_get_two_directories(tmp_path, name):
     assert announced == {str(r) for r in runs}
 
 
+@pytest.mark.slow
 def test_a_resume_of_a_run_another_process_holds_is_refused(tmp_path, trained, vigor):
     """A finished run whose lock a live process holds (as a training does): `vigor train
     --resume` is one line naming that process, exit 2, and changes nothing; once the holder
