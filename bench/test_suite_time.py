@@ -61,7 +61,7 @@ def measure(repo: Path, python: str) -> dict:
         record = Path(tmp) / "tests.jsonl"
         env = dict(os.environ, PYTHONPATH=str(clone), **{_RECORD: str(record)})
         where = subprocess.run([python, "-c", "import vigor_cli; print(vigor_cli.__file__)"],
-                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+                               cwd=clone, env=env, capture_output=True, text=True, check=True).stdout.strip()
         if not where.startswith(str(clone)):
             sys.exit(f"vigor_cli resolves to {where}, not the clone: check the interpreter's installs")
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True,
