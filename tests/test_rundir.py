@@ -187,6 +187,19 @@ def test_abandon_removes_only_a_run_that_never_started(tmp_path):
     assert (run.path / "metrics.jsonl").is_file()
 
 
+def test_lock_refuses_a_second_holder_until_released_in_one_process(tmp_path):
+    """The fast check of the rule the slow test below checks from a new process: flock locks
+    belong to an open file, so a second opening in this process is refused the same way."""
+    run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
+    with pytest.raises(UserError) as refused:
+        RunDir.open_existing(run.path).acquire()
+    message = str(refused.value)
+    assert "the run is in use by another process" in message and f"pid {os.getpid()}" in message
+    assert "\n" not in message
+    run.release()
+    RunDir.open_existing(run.path).acquire().release()
+
+
 @pytest.mark.slow
 def test_lock_refuses_a_second_process_until_released(tmp_path):
     run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
