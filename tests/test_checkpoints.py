@@ -192,6 +192,7 @@ def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor, trained
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
+@pytest.mark.slow
 def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor, trained):
     run = copied(trained, tmp_path, "r", 2)
     path = run.path / "metrics.jsonl"
