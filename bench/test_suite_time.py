@@ -80,6 +80,7 @@ def measure(repo: Path, python: str) -> dict:
         "commit": commit,
         "exit_code": proc.returncode,
         "summary": summary,
+        "failed": [line.split()[1] for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))],
         "cpu_s": round(cpu, 1),
         "wall_s": round(wall, 1),
         "tests": len(rows),
@@ -104,6 +105,7 @@ def table(result: dict) -> str:
         f"  {'CPU s':>6} {'wall s':>6}  the 10 most expensive fast tests",
     ]
     lines += [f"  {r['cpu']:6.2f} {r['wall']:6.2f}  {r['id']}" for r in result["most_expensive"]]
+    lines += ["", "  failed:"] + [f"  {test}" for test in result["failed"]] if result["failed"] else []
     return "\n".join(lines)
 
 

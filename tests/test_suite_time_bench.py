@@ -51,21 +51,22 @@ def test_without_the_record_variable_the_hook_writes_nothing(tmp_path, monkeypat
 def test_the_table_names_the_command_its_times_the_load_and_the_costliest_tests():
     result = {
         "command": "python3 -m pytest -q", "commit": "0123456789abcdef", "exit_code": 0,
-        "summary": "3 passed in 1.00s", "cpu_s": 123.4, "wall_s": 210.0, "tests": 3,
+        "summary": "1 failed, 2 passed in 1.00s", "failed": ["tests/a.py::test_small"], "cpu_s": 123.4, "wall_s": 210.0, "tests": 3,
         "cpu_in_tests_s": 100.0, "load_before": [3.5, 3.0, 2.0], "load_after": [4.25, 3.0, 2.0],
         "cpu_count": 2,
         "most_expensive": [{"id": "tests/a.py::test_big", "cpu": 0.9, "wall": 1.1}],
     }
     text = bs.table(result)
-    assert "python3 -m pytest -q in a fresh clone (0123456789): 3 passed in 1.00s" in text
+    assert "python3 -m pytest -q in a fresh clone (0123456789): 1 failed, 2 passed in 1.00s" in text
     assert "123.4 s" in text and "210.0 s" in text
     assert "load average before 3.50, after 4.25 on 2 CPUs" in text
     assert "0.90   1.10  tests/a.py::test_big" in text
+    assert text.endswith("failed:\n  tests/a.py::test_small")
 
 
 def test_the_committed_measurement_has_every_field_and_at_most_ten_tests_costliest_first():
     result = json.loads((ROOT / "bench" / "test_suite_time_results.json").read_text())
-    for key in ("commit", "exit_code", "cpu_s", "wall_s", "tests", "load_before", "load_after"):
+    for key in ("commit", "exit_code", "failed", "cpu_s", "wall_s", "tests", "load_before", "load_after"):
         assert key in result
     costs = [r["cpu"] for r in result["most_expensive"]]
     assert 0 < len(costs) <= 10 and costs == sorted(costs, reverse=True)
