@@ -571,6 +571,7 @@ def test_data_read_through_datasets_or_pyarrow_is_named_in_our_words(tmp_path):
                                 "read: 2 files (extra.jsonl, notes.txt)): columns prompt, word")
 
 
+@pytest.mark.slow
 def test_training_says_what_a_folder_of_data_read(vigor, tmp_path):
     folder = tmp_path / "data"
     (folder / "train").mkdir(parents=True)
@@ -621,6 +622,7 @@ def test_user_names_are_printed_as_they_are(vigor, tmp_path, no_model, name):
     assert f"data: {data} (jsonl, 3 rows)" in out and f"{data}:1: the model sees" in out
 
 
+@pytest.mark.slow
 def test_an_all_none_reward_is_a_health_alert_and_a_stop_under_strict(vigor, tmp_path):
     (tmp_path / "none.py").write_text("def nothing(prompts, completions, **kwargs):\n    return [None] * len(completions)\n")
     files = own_files(tmp_path, word_rows(4))
@@ -637,6 +639,7 @@ def test_an_all_none_reward_is_a_health_alert_and_a_stop_under_strict(vigor, tmp
     assert "(health.strict: stopped after step 1; checkpoint saved" in err
 
 
+@pytest.mark.slow
 def test_eval_of_an_own_task_run_with_benchmarks_says_they_are_not_its_data(vigor, finished_run, tmp_path,
                                                                              monkeypatch):
     """Without --benchmarks, eval --run scores the run's own sets (issue 31's tests); asked for

@@ -47,6 +47,7 @@ def snapshot(run: RunDir) -> dict[str, bytes]:
     return files
 
 
+@pytest.mark.slow
 def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor, trained):
     whole = shared(trained, tmp_path, 6)
     cut = copied(trained, tmp_path, "cut", 6)
@@ -69,6 +70,7 @@ def test_truncated_newest_checkpoint_resumes_from_the_previous(tmp_path, vigor, 
     assert verify_checkpoint(cut.checkpoints / "step-6") is None  # re-written when the run got there
 
 
+@pytest.mark.slow
 def test_every_checkpoint_damaged_is_refused_not_restarted(tmp_path, vigor, trained):
     run = copied(trained, tmp_path, "r", 4)
     for step in run.checkpoint_steps():
@@ -131,6 +133,7 @@ def test_a_kill_during_checkpoint_commit_leaves_a_checkpoint_that_resumes(tmp_pa
 
 
 @pytest.mark.parametrize("edit, key", [("seed", "train.seed"), ("learning_rate", "grpo.learning_rate")])
+@pytest.mark.slow
 def test_an_edited_config_is_refused_naming_the_key(tmp_path, vigor, trained, edit, key):
     run = copied(trained, tmp_path, "r", 2)
     cfg = yaml.safe_load((run.path / "config.yaml").read_text())
@@ -143,6 +146,7 @@ def test_an_edited_config_is_refused_naming_the_key(tmp_path, vigor, trained, ed
     assert len(err.strip().splitlines()) == 1 and snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor, trained):
     whole = shared(trained, tmp_path, 4)
     run = copied(trained, tmp_path, "r", 2)
@@ -156,6 +160,7 @@ def test_steps_edited_in_config_yaml_is_applied_and_said(tmp_path, vigor, traine
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
+@pytest.mark.slow
 def test_resume_steps_keeps_config_and_summary_consistent(tmp_path, vigor, trained):
     whole = shared(trained, tmp_path, 6)
     run = copied(trained, tmp_path, "r", 4)
@@ -174,6 +179,7 @@ def test_resume_steps_keeps_config_and_summary_consistent(tmp_path, vigor, train
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
+@pytest.mark.slow
 def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor, trained):
     whole = shared(trained, tmp_path, 4)
     run = copied(trained, tmp_path, "r", 2)
@@ -186,6 +192,7 @@ def test_rescored_evaluation_file_does_not_break_resume(tmp_path, vigor, trained
     assert strip_times(run.metrics()) == strip_times(whole.metrics())
 
 
+@pytest.mark.slow
 def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor, trained):
     run = copied(trained, tmp_path, "r", 2)
     path = run.path / "metrics.jsonl"
@@ -198,6 +205,7 @@ def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor, tr
     assert len(err.strip().splitlines()) == 1 and snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_path, vigor, monkeypatch, trained):
     import vigor_cli.models
 

@@ -110,6 +110,7 @@ def test_split_problems_needs_an_iso_split_date():
 
 
 # --------------------------------------------------------------------------- rewards, real grading
+@pytest.mark.slow
 def test_a_sample_table_program_gets_a_low_training_reward_and_is_named(lcb_file):
     """Graded in the real sandbox: under the default protocol the table passes 1 of 4 tests
     (reward 0, fraction 0.25); under the paper's protocol it earns full reward, and its private
@@ -133,6 +134,7 @@ def test_a_sample_table_program_gets_a_low_training_reward_and_is_named(lcb_file
     assert paper_honest.reward == 1.0 and paper_honest.details["private_fraction"] == 1.0
 
 
+@pytest.mark.slow
 def test_tiny_code_rewards_a_sample_table_nothing():
     train, _ = tiny_code.split(0)
     ex = train[0]

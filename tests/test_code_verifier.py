@@ -295,6 +295,7 @@ def test_programs_upstream_misgrades_pass_here(verifier, name):
     assert verdict.full == 1.0, (name, verdict.reason, verdict.tests[0].stderr_head)
 
 
+@pytest.mark.slow
 def test_large_parent_does_not_starve_the_child(stdin_problem):
     """The memory limit is headroom over the child's own size (upstream's absolute limit
     failed every allocation in a fork of a large process). A wall limit of its own: zeroing
@@ -310,6 +311,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return run_vigor("verify", "code", *args)  # in this process (tests/cli_runner.py)
 
 
+@pytest.mark.slow
 def test_cli_table_and_json(tmp_path):
     solution = tmp_path / "sol.py"
     solution.write_text(SUM_PROGRAM)
@@ -324,6 +326,7 @@ def test_cli_table_and_json(tmp_path):
     assert payload["full"] == 1.0 and len(payload["tests"]) == 2
 
 
+@pytest.mark.slow
 def test_cli_jsonl_with_question_id_and_completion_file(tmp_path):
     problems = tmp_path / "lcb.jsonl"
     problems.write_text("\n".join(json.dumps(_load(n)) for n in
@@ -368,6 +371,7 @@ def test_errata_problems_are_flagged(verifier):
     assert load_problem(_load("stdin_problem.json")).errata is None
 
 
+@pytest.mark.slow
 def test_functional_numpy_return_values_compare_as_plain_values(verifier, functional_problem):
     """Upstream compares with ==, where np.int64(1) == 1; the JSON hand-off must agree."""
     code = """

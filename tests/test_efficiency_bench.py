@@ -71,6 +71,7 @@ def test_train_seconds_exclude_evaluation_time():
     assert eff.train_seconds_at_evals(metrics) == {0: 0.0, 1: 2.0, 2: 5.0}
 
 
+@pytest.mark.slow
 def test_cell_measures_crossings_on_three_axes_and_ratios(tmp_path):
     # grpo crosses 0.6 half-way between its step-2 (0.5) and step-4 (0.7) evaluations:
     # 300 rollouts, 1500 tokens, 6 s; vigor crosses at step 1 exactly: 100 rollouts.
@@ -99,6 +100,7 @@ def test_cell_measures_crossings_on_three_axes_and_ratios(tmp_path):
     assert "| vigor | 0.25 |" in eff.mechanism_table(cell)
 
 
+@pytest.mark.slow
 def test_default_target_comes_from_the_baseline(tmp_path):
     for seed in range(2):
         make_run(tmp_path, f"grpo-s{seed}", seed, [(0, 0.5), (2, 0.6 + 0.1 * seed)])
@@ -234,6 +236,7 @@ def test_paired_intervals_tell_a_win_from_a_tie():
     assert eff.paired_intervals(better, _measures([1], [0.5])[:0]) == {"seeds": 0}
 
 
+@pytest.mark.slow
 def test_a_cell_where_grpo_did_not_learn_reports_no_speedups(tmp_path):
     # tiny-code's case: grpo 0.550 -> 0.556 on 160 graded answers (SE 3.9 points): no learning
     for seed in range(3):
@@ -251,6 +254,7 @@ def test_a_cell_where_grpo_did_not_learn_reports_no_speedups(tmp_path):
     assert cell["arms"]["auto"]["vs_grpo"]["accuracy_verdict"] == "win"  # accuracy still compares
 
 
+@pytest.mark.slow
 def test_compute_axis_finds_the_best_rollouts_per_prompt_per_length(tmp_path):
     """4 per prompt is best early and 16 late: the curves cross between 1,000 and 5,000 rollouts."""
     for seed in range(4):
@@ -276,6 +280,7 @@ def _cell_with(tmp_path, arms: dict[str, list[float]]):
     return eff.aggregate_cell(sorted(tmp_path.iterdir()), list(arms), 0.8, 0.6, tmp_path / "plots")
 
 
+@pytest.mark.slow
 def test_summary_and_checks_name_the_best_arm_and_autos_standing(tmp_path):
     cell = _cell_with(tmp_path, {"grpo": [6, 6, 6], "grpo-wide": [3, 3, 3], "vigor": [9, 9, 9], "auto": [4, 4, 4]})
     ch = eff.cell_checks(cell)

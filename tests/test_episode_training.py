@@ -363,6 +363,7 @@ def test_trl_environment_limits_and_refusals():
         factory_environment({"a": object, "b": object}, None, 1.0)
 
 
+@pytest.mark.slow
 def test_an_episodes_lines_and_eval_sample_format():
     from vigor_cli.evaluation import SampleResult
     from vigor_cli.rollout_core import Sample

@@ -40,6 +40,7 @@ def sampled(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_results_hold_every_sample(sampled):
     results = json.loads(sampled.read_text())
     assert set(results["sets"]) == {"math500", "gsm8k", "tiny-code"}
@@ -58,6 +59,7 @@ def test_results_hold_every_sample(sampled):
     assert {s["uid"] for s in results["sets"]["gsm8k"]["samples"]} == {f"gsm8k/{r['idx']}" for r in bundled}
 
 
+@pytest.mark.slow
 def test_same_seed_same_samples(sampled, tmp_path, capsys):
     """Same seed, same problems (here read through --data-dir from a copy of the shipped
     math500 file): the same completions."""
@@ -73,6 +75,7 @@ def test_same_seed_same_samples(sampled, tmp_path, capsys):
     assert [s["completion"] for s in first] == [s["completion"] for s in second]
 
 
+@pytest.mark.slow
 def test_rescore_grades_stored_completions_again(sampled, tmp_path):
     results = json.loads(sampled.read_text())
     gold = json.loads((MATH_EVAL_DIR / "math500.jsonl").read_text().splitlines()[0])["answer"]
@@ -109,6 +112,7 @@ def test_rescore_grades_stored_completions_again(sampled, tmp_path):
         assert rescored["sets"][name]["metrics"]["avg@n"] == pytest.approx(sum(new) / len(new))
 
 
+@pytest.mark.slow
 def test_data_dir_overrides_the_shipped_files(tmp_path):
     """--data-dir reads <name>.jsonl from that directory instead of the shipped copy; a
     directory without the file is one error line naming it, exit 2."""
@@ -139,6 +143,7 @@ def test_bad_flags_are_one_clear_line(tmp_path):
     assert res.returncode == 2 and "not found" in res.stderr
 
 
+@pytest.mark.slow
 def test_lcb_contest_window_and_test_pass_rate(tmp_path):
     """lcb-v6 from a local code.jsonl (upstream record format): the contest-date window picks
     problems, and re-scoring a partly right program gives a test pass rate between 0 and 1."""

@@ -264,6 +264,7 @@ def test_train_summary_prints_the_export_command(tmp_path):
         assert f"vigor export '{run}' --out '{run}/export'{flag}" in text
 
 
+@pytest.mark.slow
 def test_export_of_the_newest_checkpoint_loads_and_generates(tmp_path, vigor, monkeypatch):
     """`vigor export RUN --out DIR` without --step, as the end of `vigor train` prints it, on a
     run whose checkpoint holds the tiny model as saved (no training: fast). It stopped with a

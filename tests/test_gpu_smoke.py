@@ -97,6 +97,7 @@ def test_memory_verdict_by_hand(smoke):
 
 
 @pytest.mark.parametrize("gib", [64.0, 0.0])  # far more than planned; nothing at all
+@pytest.mark.slow
 def test_memory_checks_fail_a_measurement_the_plan_does_not_match(smoke, gib):
     """The real generation, learner and update run (tiny model, CPU); the stand-in meter's
     measurement disagrees with every plan, and every memory verdict says so."""
@@ -114,6 +115,7 @@ def test_memory_checks_fail_a_measurement_the_plan_does_not_match(smoke, gib):
 
 
 # --------------------------------------------------------------------------- log-probs
+@pytest.mark.slow
 def test_logprobs_chunked_equals_full_and_a_shifted_path_fails(smoke, monkeypatch):
     v, lines = _verdicts(smoke)
     smoke.check_logprobs(_ctx(smoke), v)
@@ -134,6 +136,7 @@ def test_logprobs_chunked_equals_full_and_a_shifted_path_fails(smoke, monkeypatc
 
 
 # --------------------------------------------------------------------------- merge
+@pytest.mark.slow
 def test_merge_matches_float64_and_a_dropped_delta_fails(smoke, monkeypatch):
     v, lines = _verdicts(smoke)
     smoke.check_merge(_ctx(smoke), v)
@@ -146,6 +149,7 @@ def test_merge_matches_float64_and_a_dropped_delta_fails(smoke, monkeypatch):
     assert set(_by_name(v).values()) == {"FAIL"}, lines
 
 
+@pytest.mark.slow
 def test_merge_fails_a_weight_under_another_name(smoke, monkeypatch):
     real = engine_weights.policy_weights
 
@@ -184,6 +188,7 @@ def _engine_that(kind):
     return lambda model, tok: Broken(model, tok, gen_batch_tokens=4096)
 
 
+@pytest.mark.slow
 def test_sampling_passes_the_hf_engine_at_both_temperatures(smoke, random_model):
     ctx = _ctx(smoke, model=random_model)
     v, lines = _verdicts(smoke)
@@ -196,6 +201,7 @@ def test_sampling_passes_the_hf_engine_at_both_temperatures(smoke, random_model)
     ("raw", "sampling: engine log-probs are the policy's at T=0.7"),
     ("hot", "sampling: tokens follow softmax(logits/T) at T=0.7"),
 ])
+@pytest.mark.slow
 def test_sampling_fails_an_engine_with_the_wrong_temperature(smoke, random_model, kind, failing):
     v, lines = _verdicts(smoke)
     smoke.check_sampling(_ctx(smoke, model=random_model), v, engine_factory=_engine_that(kind))
@@ -261,6 +267,7 @@ def _run_engine(smoke, llm=WeightedStandInLLM, model=None):
     return _by_name(v), lines, result
 
 
+@pytest.mark.slow
 def test_correct_engine_passes_every_check_at_both_temperatures(smoke):
     verdicts, lines, result = _run_engine(smoke)
     want = {"readback": "PASS", "memory": "SKIP"}  # no CUDA here
@@ -273,6 +280,7 @@ def test_correct_engine_passes_every_check_at_both_temperatures(smoke):
     assert abs(result["checks"]["pushed T=1.0"]["is_ratio_mean"] - 1.0) < 0.05
 
 
+@pytest.mark.slow
 def test_dropped_lora_delta_fails(smoke, monkeypatch):
     monkeypatch.setattr(engine_weights, "merged_lora_weight",
                         lambda module, path: engine_weights.dense_weight(module.get_base_layer().weight))
@@ -298,6 +306,7 @@ class RawLogprobsLLM(WeightedStandInLLM):
         return request
 
 
+@pytest.mark.slow
 def test_raw_logprobs_fail_at_temperature_0_7_only(smoke, random_model):
     """On the random model (the GPU run's kind: spread logits) T=0.7 and T=1 log-probs differ by
     far more than the check's limit; the trained tiny model is too sure of itself to show it."""
@@ -375,6 +384,7 @@ def test_driver_counts_children_and_skips_vllm_checks_it_cannot_run(smoke, monke
     assert json.loads(out.read_text())["verdicts"][-1]["verdict"] == "FAIL"
 
 
+@pytest.mark.slow
 def test_core_child_runs_its_checks_and_writes_its_verdicts(smoke, tmp_path):
     """The child the driver starts (--group core), on the CPU: memory is a SKIP without CUDA,
     the other checks asked for run and their verdicts land in the JSON."""

@@ -136,6 +136,7 @@ def test_parse_json_is_bounded_and_total():
     assert parse_json(b'{"value": [1, "x]"]}') == ({"value": [1, "x]"]}, None)
 
 
+@pytest.mark.slow
 def test_equality_of_returned_values_is_total_and_matches_python():
     from vigor_cli.sandbox.values import json_equal
 
@@ -186,6 +187,7 @@ def _numeric_examples(task, count: int) -> list:
     return [ex for ex in task.train if "int(" in ex.meta["solution"]][:count]
 
 
+@pytest.mark.slow
 def test_a_mixed_batch_of_batch_stoppers_and_honest_programs_completes(task):
     """Every program that stopped training before, mixed with honest solutions in one batch:
     the batch completes, the hostile completions score 0 with a reason, the honest ones 1."""
@@ -312,6 +314,7 @@ def test_the_verdict_view_prints_every_status_and_program_text_literally():
         assert shown in text, shown
 
 
+@pytest.mark.slow
 def test_verify_code_prints_a_programs_markup_literally(vigor, tmp_path):
     problem = tmp_path / "p.json"
     problem.write_text(json.dumps(DOUBLE))

@@ -35,6 +35,7 @@ def warnings(err: str) -> list[str]:
     return [x for x in err.splitlines() if x.startswith("warning: ")]
 
 
+@pytest.mark.slow
 def test_a_tiny_length_limit_speaks_once_naming_the_key(tmp_path, run):
     steps, err = run(tmp_path, "short", "sampling.max_new_tokens=1", "health.truncated.steps=2",
                      "health.empty.steps=2", steps=4)
@@ -47,6 +48,7 @@ def test_a_tiny_length_limit_speaks_once_naming_the_key(tmp_path, run):
     assert [m["health/truncated/alert"] for m in steps] == [0.0, 1.0, 1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_near_zero_temperature_says_no_gradient_and_names_the_temperature(tmp_path, run):
     steps, err = run(tmp_path, "cold", "sampling.temperature=0.01", "health.zero_variance.steps=2",
                      "health.identical.steps=2", steps=3)
@@ -62,6 +64,7 @@ def test_a_near_zero_temperature_says_no_gradient_and_names_the_temperature(tmp_
 REWARD = "def same(prompts, completions, **columns):\n    return [0.5] * len(completions)\n"
 
 
+@pytest.mark.slow
 def test_a_constant_reward_is_named(tmp_path, run):
     data = tmp_path / "words.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{b}=", "answer": str(a + b)}) + "\n"
@@ -88,6 +91,7 @@ def chat_model(tmp_path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_plain_string_prompts_to_a_model_with_a_chat_template_are_named(tmp_path, run, chat_model):
     data = tmp_path / "sums.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{a}+{b}", "answer": str(a + b)}) + "\n"
@@ -108,6 +112,7 @@ def test_plain_string_prompts_to_a_model_with_a_chat_template_are_named(tmp_path
     assert steps[0]["health/chat_template"] == 0.0
 
 
+@pytest.mark.slow
 def test_completions_cut_by_the_context_are_named(tmp_path, run):
     # the tiny model's context is 256 positions: prompts of 4-6 tokens plus 254 new ones overflow it
     steps, err = run(tmp_path, "long", "sampling.max_new_tokens=254", "grpo.micro_batch_tokens=4096",
@@ -118,6 +123,7 @@ def test_completions_cut_by_the_context_are_named(tmp_path, run):
     assert steps[0]["health/prompt_cut"] == 1.0
 
 
+@pytest.mark.slow
 def test_a_healthy_short_run_prints_nothing(tmp_path, run):
     steps, err = run(tmp_path, "fine", "sampling.max_new_tokens=16", "sampling.temperature=1.0", steps=3)
     assert warnings(err) == []
@@ -126,6 +132,7 @@ def test_a_healthy_short_run_prints_nothing(tmp_path, run):
                             "prompt_cut", "chat_template", "kl_jump", "clip_jump"))
 
 
+@pytest.mark.slow
 def test_strict_stops_with_exit_2_after_a_checkpoint_that_resumes(tmp_path, vigor):
     out = tmp_path / "runs"
     code, _, err = vigor("train", "--strict", "--steps", "4", "--output-dir", str(out), "--run-name", "strict",
@@ -158,6 +165,7 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", refuse)
 
 
+@pytest.mark.slow
 def test_dry_run_says_what_it_can_before_generating(tmp_path, vigor, no_model_load):
     code, out, err = vigor("train", "--dry-run", "--max-new-tokens", "1")
     assert code == 0, err
@@ -187,6 +195,7 @@ def test_dry_run_plans_a_hub_task_offline_with_a_note(tmp_path, vigor, no_model_
 
 
 @pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.slow
 def test_the_trl_path_logs_the_same_checks(tmp_path, strict):
     """The TRL path's checks and metrics keys are vigor train's; with health.strict a check that
     held stops training with the same one line (every rank stops together: the flag is gathered)."""
@@ -225,6 +234,7 @@ def test_the_default_run_is_healthy_and_says_nothing(tmp_path):
     assert len(steps) == 150 and not any(v for m in steps for k, v in m.items() if k.endswith("/alert"))
 
 
+@pytest.mark.slow
 def test_inspect_allocation_and_report_show_where_a_check_held(tmp_path, run, vigor):
     steps, _ = run(tmp_path, "cut", "sampling.max_new_tokens=1", "health.truncated.steps=2",
                    "train.eval_every=1", steps=3)

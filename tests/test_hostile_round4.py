@@ -367,6 +367,7 @@ def two_sum_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_surrogate_in_the_status_reaches_eval_output_intact(vigor, two_sum_dir):
     """`vigor eval --rescore ... --output` died with UnicodeEncodeError, writing nothing (the
     honest sample's grade lost, an empty temp file left)."""
@@ -385,6 +386,7 @@ def test_a_surrogate_in_the_status_reaches_eval_output_intact(vigor, two_sum_dir
     assert sorted(p.name for p in target.parent.iterdir()) == ["rescored.json"]
 
 
+@pytest.mark.slow
 def test_a_surrogate_in_the_status_reaches_verify_json_and_the_table(vigor, two_sum_dir):
     problem, solution = two_sum_dir / "lcb" / "code.jsonl", two_sum_dir / "hostile.py"
     solution.write_text(SURROGATE_STATUS)
@@ -396,6 +398,7 @@ def test_a_surrogate_in_the_status_reaches_verify_json_and_the_table(vigor, two_
     assert code == 0 and "\\ud800 from the program" in out, err
 
 
+@pytest.mark.slow
 def test_the_results_writer_takes_any_text_and_leaves_nothing_when_it_fails(tmp_path, monkeypatch):
     from vigor_cli.errors import UserError
     from vigor_cli.report.eval_results import write_results

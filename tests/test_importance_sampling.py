@@ -76,6 +76,7 @@ def _grads(learner):
     return [p.grad.detach().clone() for p in learner.model.parameters() if p.grad is not None]
 
 
+@pytest.mark.slow
 def test_gradient_scales_with_the_weight_and_equals_plain_grpo_at_ratio_one(tmp_path):
     plain, samples = _learner(tmp_path, "grpo.importance_sampling=off")
     plain.update(samples)

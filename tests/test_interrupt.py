@@ -58,6 +58,7 @@ def _signal_during(monkeypatch, step: int, signum: int = signal.SIGINT) -> None:
 
 
 @pytest.mark.parametrize("signum, at, saved", [(signal.SIGINT, 2, "step-2"), (signal.SIGTERM, 3, "step-2")])
+@pytest.mark.slow
 def test_signal_finishes_the_step_and_resume_matches(tmp_path, monkeypatch, trained, signum, at, saved):
     """The signalled step completes and is logged; the checkpoint due at step 2 is written
     (stopping at step 2), an evaluation due at step 3 with no checkpoint after it is
@@ -84,6 +85,7 @@ def test_signal_finishes_the_step_and_resume_matches(tmp_path, monkeypatch, trai
     assert strip_times(RunDir(run).metrics()) == strip_times(RunDir(whole).metrics())
 
 
+@pytest.mark.slow
 def test_signal_during_the_last_step_lets_the_run_finish(tmp_path, monkeypatch):
     sets = tiny_sets(tmp_path, "last", "train.steps=2")
     _signal_during(monkeypatch, 2)
@@ -134,6 +136,7 @@ def _left(pids: set[int], wait: float = 2.0) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.slow
 def test_the_command_exits_130_with_one_resume_line_and_closes_its_workers(tmp_path, monkeypatch, vigor):
     """`vigor train` in this process, a real SIGINT in step 2: exit 130, the one line on
     stderr, no traceback, the reward workers gone. (A real process and its process group: the
@@ -198,6 +201,7 @@ def test_sigterm_exits_143_with_the_resume_line(tmp_path):
     assert not _grandchildren(os.getpid()) & children
 
 
+@pytest.mark.slow
 def test_signal_while_loading_stops_at_once(tmp_path, monkeypatch):
     """Before the first step there is no step to finish: the signal stops the load, the
     reward workers are closed, and the line says whether there is anything to resume."""

@@ -48,6 +48,7 @@ def test_the_t_interval_of_paired_differences():
     assert verdict(0.1, 0.3, 0.0) == "win" and verdict(-0.3, -0.1, 0.0) == "loss" and verdict(-0.1, 0.1, 0.0) == "tie"
 
 
+@pytest.mark.slow
 def test_the_prediction_interval_holds_one_more_draw():
     """Where one more value falls (the probe: another probe's estimate): wider than the mean's
     interval by sqrt(n + 1), and it holds 95 % of new draws."""
@@ -66,6 +67,7 @@ def test_the_prediction_interval_holds_one_more_draw():
     assert 0.93 <= held / 2000 <= 0.97
 
 
+@pytest.mark.slow
 def test_the_t_interval_holds_its_coverage_where_the_bootstrap_falls_short():
     """On normal differences with a known mean, 6 seeds: t about 95 %, the percentile bootstrap
     (what the study used) well below (about 88 %)."""

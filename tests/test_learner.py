@@ -41,6 +41,7 @@ def _params(learner: Learner) -> list[torch.Tensor]:
     return [p.detach().clone() for p in learner.model.parameters()]
 
 
+@pytest.mark.slow
 def test_learner_state_round_trip_continues_the_update_exactly(tmp_path):
     """A learner saved after one update (weights + state_dict) and loaded into a fresh one
     makes the same second update as the learner that never stopped: the optimizer's moments
@@ -95,6 +96,7 @@ def test_learner_logprobs_match_the_weight_check(tmp_path):
 
 
 # --------------------------------------------------------------------------- the loop
+@pytest.mark.slow
 def test_rollout_phase_returns_a_named_batch(tmp_path):
     cfg = build_config(sets=tiny_sets(tmp_path, "b", "allocation.strategy=grpo"))
     tr = Trainer(cfg, RunDir(tmp_path / "b"), None, quiet())
@@ -113,6 +115,7 @@ def _rows(run: Path) -> tuple[list[dict], list[dict]]:
     return [r for r in rows if "reward/mean" in r], [r for r in rows if "eval/accuracy" in r]
 
 
+@pytest.mark.slow
 def test_stop_by_rollouts_and_evaluate_on_a_rollout_schedule(tmp_path):
     # grpo at 4 prompts x 4: 16 rollouts a step. Stop once 40 are generated (after step 3,
     # at 48), evaluate each time the total passes a multiple of 20 (step 2, at 32; step 3,
@@ -134,6 +137,7 @@ def test_stop_by_rollouts_and_evaluate_on_a_rollout_schedule(tmp_path):
     assert [r["step"] for r in steps] == [1, 2] and [r["step"] for r in evals] == [0, 2]
 
 
+@pytest.mark.slow
 def test_resume_by_rollouts_matches_an_uninterrupted_run(tmp_path, monkeypatch):
     """The rollout counter is checkpointed: a run killed after its step-2 checkpoint stops
     at the same step and evaluates at the same steps when resumed."""
@@ -180,6 +184,7 @@ def _grandchildren(pid: int) -> set[int]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+@pytest.mark.slow
 def test_run_closes_engine_and_reward_workers_when_a_step_fails(tmp_path, monkeypatch):
     import time
 
@@ -222,6 +227,7 @@ def test_no_function_over_80_lines_in_the_trainer_and_learner():
                 assert node.end_lineno - node.lineno + 1 < 80, f"{name}:{node.name}"
 
 
+@pytest.mark.slow
 def test_bench_study_run_is_a_train_run(tmp_path):
     """bench/efficiency.py's run_one is `vigor train` with the rollout keys: same stop,
     same evaluation schedule, and the run is marked finished for the study."""

@@ -165,6 +165,7 @@ def test_no_vocabulary_sized_tensor_beyond_one_chunk(full_model):
     assert largest["old"] >= n_tokens
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_gives_the_same_values_and_gradients():
     """The default on CUDA ('auto'): checkpointed decoder layers + chunked head == reference."""
     torch.manual_seed(0)

@@ -28,6 +28,7 @@ def _unequal_samples(trainer: Trainer):
     pytest.fail("no step with unequal groups and a non-zero advantage")
 
 
+@pytest.mark.slow
 def test_prompt_mean_is_micro_batch_invariant_in_the_trainer(tmp_path):
     big = _trainer(tmp_path, "big", "grpo.loss_agg=prompt_mean", "grpo.micro_batch_tokens=4096", "grpo.beta=0.05")
     small = _trainer(tmp_path, "small", "grpo.loss_agg=prompt_mean", "grpo.micro_batch_tokens=16", "grpo.beta=0.05")
@@ -39,6 +40,7 @@ def test_prompt_mean_is_micro_batch_invariant_in_the_trainer(tmp_path):
         assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_prompt_mean_loss_in_the_trainer_matches_the_hand_formula(tmp_path):
     """The trainer's step loss under prompt_mean equals mean over prompts of the token mean
     of the prompt's per-token losses, computed here from the trainer's own log-probs."""

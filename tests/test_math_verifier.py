@@ -161,6 +161,7 @@ def test_multi_answer_rule():
 # ---------------------------------------------------------------- the worker pool
 
 
+@pytest.mark.slow
 def test_pool_matches_in_process_grading_in_order():
     cases = [(g, p) for g, p, _ in FALSE_ACCEPTS] + [("5", r"\boxed{5}"), (["69", "84"], r"\boxed{84,69}"), ("5", "none")]
     with MathVerifier(timeout_s=20, workers=2) as verifier:
@@ -169,6 +170,7 @@ def test_pool_matches_in_process_grading_in_order():
     assert got == [grade_any(g, p) for g, p in cases]
 
 
+@pytest.mark.slow
 def test_timeout_kills_worker_and_pool_carries_on():
     with MathVerifier(timeout_s=1.0, workers=2) as verifier:
         cases = [("5", r"\boxed{5}")] * 6 + [("5", SLOW_PRED)] + [("7", r"\boxed{7}")] * 6
@@ -182,6 +184,7 @@ def test_timeout_kills_worker_and_pool_carries_on():
         assert verifier.score("3", r"\boxed{3}").reward == 1.0  # the replacement works
 
 
+@pytest.mark.slow
 def test_score_from_a_thread_without_signals():
     """Math-Verify's SIGALRM timeouts fail outside the main thread; ours do not use signals."""
     out = {}
@@ -192,6 +195,7 @@ def test_score_from_a_thread_without_signals():
     assert out["a"].reward == 1.0 and out["b"].reason == "timeout"
 
 
+@pytest.mark.slow
 def test_dead_worker_is_an_error_verdict_not_a_crash():
     with MathVerifier(timeout_s=30, workers=1) as verifier:
         verifier.score("1", r"\boxed{1}")
@@ -202,6 +206,7 @@ def test_dead_worker_is_an_error_verdict_not_a_crash():
         assert verifier.score("1", r"\boxed{1}").reward == 1.0
 
 
+@pytest.mark.slow
 def test_worker_turns_exceptions_into_error_verdicts():
     from vigor_cli.verifiers.math_pool import _Zygote
 
@@ -222,6 +227,7 @@ def test_worker_turns_exceptions_into_error_verdicts():
         zygote.close()
 
 
+@pytest.mark.slow
 def test_close_ends_every_worker():
     verifier = MathVerifier(timeout_s=5, workers=2)
     verifier.score_many([("1", r"\boxed{1}"), ("2", r"\boxed{2}")])
@@ -244,6 +250,7 @@ def _self_check(records) -> list[tuple[str, str]]:
     return failures
 
 
+@pytest.mark.slow
 def test_gold_answers_verify_against_themselves_sample():
     sample = [r for name in KNOWN for r in load_benchmark(name, DATA)[::25]]
     assert len(sample) > 120
@@ -391,6 +398,7 @@ def test_percent_guard_reads_the_problem(gold, completion, problem, reward):
     assert v.reward == reward, v
 
 
+@pytest.mark.slow
 def test_problem_text_reaches_workers_and_multi_answer_grading():
     problem = "What percent of the people of Mathopolis are children?"
     with MathVerifier(timeout_s=5, workers=1) as verifier:
@@ -425,6 +433,7 @@ def test_plain_number_fast_path_agrees_with_full_grading(gold, completion, monke
     assert quick.reward == full.reward, (quick, full)
 
 
+@pytest.mark.slow
 def test_grade_forked_enforces_the_limit_and_goes_on():
     start = time.monotonic()
     verdicts = grade_forked([("5", SLOW_PRED), (r"\sqrt{2}", r"\boxed{\sqrt2}"), ("1", r"\boxed{2}")], timeout_s=1.0)

@@ -48,6 +48,7 @@ def _one_step(master: bool):
     return model, moved / total
 
 
+@pytest.mark.slow
 def test_bf16_update_is_kept_with_master_weights_and_lost_without():
     pure, pure_moved = _one_step(master=False)
     master, master_moved = _one_step(master=True)

@@ -316,6 +316,7 @@ def test_vllm_engine_gets_the_auto_share(monkeypatch):
 
 # --------------------------------------------------------------------------- against a measurement
 @pytest.mark.parametrize("dtype", [pytest.param("float32", marks=pytest.mark.slow), "bfloat16"])  # 5 s of CPU each
+@pytest.mark.slow
 def test_plan_within_25_percent_of_measured_peak_rss_on_the_tiny_model(tmp_path, dtype):
     """One real update (forward, backward, AdamW step; configs/tiny-math.yaml's 8192-token
     micro-batch) in a child process: its peak RSS over the RSS before it against the plan.

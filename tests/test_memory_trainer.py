@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 from rich.console import Console
 
@@ -23,6 +24,7 @@ def _sets(tmp_path, *extra):
     ]
 
 
+@pytest.mark.slow
 def test_plan_is_printed_first_and_memory_released_after_the_update(tmp_path, monkeypatch):
     buffer = io.StringIO()
     out = Console(file=buffer, width=200)

@@ -108,6 +108,7 @@ def _private_temp(tmp_path: Path) -> Path:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the sandbox is Linux-only")
+@pytest.mark.slow
 def test_verify_code_killed_mid_test_leaves_no_process(tmp_path):
     problem = FIXTURES / "stdin_problem.json"
     solution = tmp_path / "slow.py"
@@ -245,6 +246,7 @@ def test_a_killed_training_leaves_no_reward_worker(tmp_path, task):
     _kill_and_check(proc, started, temp)
 
 
+@pytest.mark.slow
 def test_math_workers_ride_out_a_group_sigterm(tmp_path):
     """`kill -TERM -<pgid>` reaches the workers too; the trainer finishes its step on SIGTERM,
     which needs them, so they ignore it (and still die with the parent, above)."""

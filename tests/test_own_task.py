@@ -156,6 +156,7 @@ def test_bad_files_are_one_line_naming_file_and_line_or_row(tmp_path, reward_fil
 
 
 # --------------------------------------------------------------------------- column mapping
+@pytest.mark.slow
 def test_fields_map_prompt_answer_and_a_reward_column(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"question": "2+2=", "target": "4", "w": "abcd"}) + "\n")
@@ -326,6 +327,7 @@ def test_none_weights_and_per_reward_components(tmp_path):
     assert rewards.check_values(__import__("numpy").array([0.25, 1.0]), 2, "f") == [0.25, 1.0]
 
 
+@pytest.mark.slow
 def test_builtin_rewards_read_the_gold_and_grade_with_the_real_verifier(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"prompt": "What is half of 1?", "answer": "\\frac{1}{2}"}) + "\n")
@@ -339,6 +341,7 @@ def test_builtin_rewards_read_the_gold_and_grade_with_the_real_verifier(tmp_path
     assert scores[2].reason == "wrong answer" and scores[0].components == {"math": 1.0}
 
 
+@pytest.mark.slow
 def test_the_code_reward_runs_the_rows_tests_in_the_sandbox(tmp_path):
     from vigor_cli.tasks import tiny_code
 
@@ -587,6 +590,7 @@ def never(prompts, completions, **columns):
 """
 
 
+@pytest.mark.slow
 def test_several_rewards_reach_trl_as_several_functions_with_their_weights(tmp_path):
     """On the TRL path each --reward is its own TRL reward function (TRL logs each one's mean)
     with --reward-weights as TRL's reward_weights; vigor's metrics.jsonl has each one's mean."""
@@ -767,6 +771,7 @@ def test_the_readouts_of_your_own_rewards_say_reward_not_accuracy(tmp_path):
                      "in 44s, 20480 rollouts")
 
 
+@pytest.mark.slow
 def test_a_run_with_relative_paths_resumes_from_another_folder(vigor, tmp_path, monkeypatch):
     """--data and --reward given relative to the folder a run starts in: a resume from another
     folder reads them from the run's launch folder (launch-dir), says so in one line, and

@@ -92,6 +92,7 @@ def task_flags(files: Path) -> list[str]:
 
 
 # --------------------------------------------------------------------------- 1. evaluate the user's task
+@pytest.mark.slow
 def test_eval_run_reproduces_the_runs_last_evaluation_file_exactly(own_run, vigor, tmp_path):
     code, out, err = vigor("eval", "--run", str(own_run), "--output", str(tmp_path / "r.json"))
     assert code == 0, err
@@ -139,6 +140,7 @@ def test_eval_of_any_model_on_the_users_set_with_trains_flags(task_files, vigor,
     assert code == 2 and "give one" in err
 
 
+@pytest.mark.slow
 def test_an_adapter_folder_finds_its_base_or_says_how_to_give_it(own_lora_run, task_files, vigor, tmp_path):
     code, _, err = vigor("export", str(own_lora_run), "--out", str(tmp_path / "adapter"))
     assert code == 0, err
@@ -215,6 +217,7 @@ def test_one_time_elapsed_per_step(own_run):
     assert steps == sorted(set(steps)) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_report_takes_the_metric_and_a_target_in_its_range(own_run, vigor, tmp_path):
     code, out, err = vigor("report", str(own_run), "--target", "1.2", "--out", str(tmp_path / "r"))
     assert code == 0, err  # rewards weighted 1 and 0.5: a mean reward in [0, 1.5]
@@ -260,6 +263,7 @@ def test_the_exported_tokenizer_renders_messages_as_the_run_did(own_run, vigor, 
     assert SYSTEM in card and "apply_chat_template" in card and "at most 8 new tokens" in card
 
 
+@pytest.mark.slow
 def test_an_adapter_names_a_local_base_relative_never_absolute(tmp_path, vigor):
     """A LoRA run on a local base (a copy of the tiny model): the adapter config holds its path
     relative to the adapter folder; no file of the export holds an absolute path of this machine;
@@ -404,6 +408,7 @@ def test_output_to_a_pipe_is_not_cut_at_80_columns(monkeypatch):
     assert _Console(file=io.StringIO()).width == 100  # a width asked for is kept
 
 
+@pytest.mark.slow
 def test_no_switch_shows_a_value_type(vigor):
     from vigor_cli.cli import app
 

@@ -195,6 +195,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_the_import_graph_has_no_cycle():
     graph = import_graph()
     # it read the package and the two mapped folders under their installed names
@@ -205,6 +206,7 @@ def test_the_import_graph_has_no_cycle():
         ", ".join(f"{m} -> {sorted(graph[m] & set(c))}" for m in c) for c in found)
 
 
+@pytest.mark.slow
 def test_config_and_errors_sit_at_the_bottom():
     """The config package (vigor_cli/config/) imports only its own modules and the bottom ones
     (errors.py, and user_files.py, the one reader of user files, which imports errors.py alone),
@@ -386,6 +388,7 @@ def distributions_of(module: str) -> set[str]:
     return {_dist(d) for d in dists}
 
 
+@pytest.mark.slow
 def test_every_imported_module_is_a_declared_dependency():
     """Unguarded imports (at module level, not under try/except ImportError) need a core
     dependency; guarded ones a core dependency or one of the optional extras."""
@@ -404,6 +407,7 @@ def test_every_imported_module_is_a_declared_dependency():
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.slow
 def test_the_dependency_check_sees_what_it_checks():
     """The mapping and the guard rule on known cases (so the test above can fail)."""
     assert distributions_of("yaml") == {"pyyaml"} and distributions_of("vllm") == {"vllm"}

@@ -12,6 +12,7 @@ from vigor_cli.settings import build_config
 from vigor_cli.variance_law import census
 
 
+@pytest.mark.slow
 def test_probe_on_the_tiny_model_prints_the_law_and_a_recommendation(vigor):
     code, out, err = vigor("probe", "--prompts", "12", "--samples", "4", "--json", "--seed", "3", "--simulations", "2")
     assert code == 0, err
@@ -37,6 +38,7 @@ def test_probe_on_the_tiny_model_prints_the_law_and_a_recommendation(vigor):
     assert json.loads(out2)["pass_counts"] == counts
 
 
+@pytest.mark.slow
 def test_probe_table_output_on_another_task(vigor):
     code, out, err = vigor("probe", "--task", "tiny-facts", "--prompts", "8", "--samples", "2", "--simulations", "1")
     assert code == 0, err
@@ -45,6 +47,7 @@ def test_probe_table_output_on_another_task(vigor):
     assert "closed-form eta" in text and "recommended strategy:" in text
 
 
+@pytest.mark.slow
 def test_config_takes_a_bundled_name_as_train_does(vigor):
     code, out, err = vigor("probe", "--config", "tiny-math", "--prompts", "8", "--samples", "2", "--simulations", "1")
     assert code == 0, err
@@ -124,6 +127,7 @@ def test_the_probe_quotes_the_current_study_and_nothing_older():
         assert old not in source
 
 
+@pytest.mark.slow
 def test_a_probe_whose_simulation_favours_grpo_recommends_grpo(monkeypatch, capsys):
     """The probe's readout (tables and recommendation) on probed pass counts where grpo is the
     fastest in the simulation: the recommendation is grpo and matches the printed table."""
@@ -144,6 +148,7 @@ def test_a_probe_whose_simulation_favours_grpo_recommends_grpo(monkeypatch, caps
             f"{sim['grpo']['rollouts_to_target']:,}") in out
 
 
+@pytest.mark.slow
 def test_simulation_on_probed_rates_repeats_with_their_own_seeds():
     import math
 

@@ -42,6 +42,7 @@ def test_facts_task_evaluates_its_own_facts():
     task.close()
 
 
+@pytest.mark.slow
 def test_facts_are_graded_by_the_math_verifier():
     task = get_task(TaskConfig(name="tiny-facts"))
     ex = Example("tiny-facts/x", "abcd", "417")
@@ -53,6 +54,7 @@ def test_facts_are_graded_by_the_math_verifier():
     assert scores[3].reward == 1.0  # not an exact match: the verifier decided it
 
 
+@pytest.mark.slow
 def test_integer_fast_path_only_decides_plain_integer_mismatches(monkeypatch):
     """A plain-integer boxed answer unlike the gold is wrong without a verifier call; zero-padded,
     decimal or non-integer answers still reach the verifier, which may accept them."""

@@ -116,6 +116,7 @@ CHOSEN = {
     ("math benchmarks", set(MATH_SETS), ("verifiers/math_answers.py",)),
     ("tasks", set(TASKS) - {"math", "code"}, tuple(CHOSEN)),
 ])
+@pytest.mark.slow
 def test_no_list_of_names_outside_its_registry(what, names, home):
     """A literal naming two or more strategies (or math benchmarks, or tiny tasks) outside
     the registries: a list that drifts when one is added."""

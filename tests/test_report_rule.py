@@ -71,6 +71,7 @@ def test_seed_groups_mean_curve_and_speedups(tmp_path):
     assert vigor["rollouts_speedup"] == pytest.approx(448 / 288)
 
 
+@pytest.mark.slow
 def test_report_cli_writes_plots_and_json(tmp_path, vigor):
     a = write_run(tmp_path / "a", "grpo", 0, [0.2, 0.3, 0.6])
     b = write_run(tmp_path / "b", "vigor", 0, [0.2, 0.5, 0.5], tokens_per_rollout=150,
@@ -124,6 +125,7 @@ def test_exit_code_from_the_command_line(tmp_path):
     assert "run directory not found" in res.stderr
 
 
+@pytest.mark.slow
 def test_two_runs_of_one_seed_are_not_averaged_as_seeds(tmp_path, vigor):
     """The issue's case: two grpo runs, both seed 0 (one longer), read as 'grpo (2 seeds)' and
     cut to the shorter run. Repeats of a seed stand alone, with a note naming them."""
@@ -149,6 +151,7 @@ def test_two_runs_of_one_seed_are_not_averaged_as_seeds(tmp_path, vigor):
     assert [(ln["label"], ln["x"][-1]) for ln in lines] == [("a", 256.0), ("b", 512.0)]
 
 
+@pytest.mark.slow
 def test_seed_groups_say_which_runs_and_draw_each_to_its_end(tmp_path, vigor):
     g0 = write_run(tmp_path / "g0", "grpo", 0, [0.1, 0.2, 0.3])
     g1 = write_run(tmp_path / "g1", "grpo", 1, [0.1, 0.15, 0.25, 0.4, 0.45])
@@ -171,6 +174,7 @@ def test_seed_groups_say_which_runs_and_draw_each_to_its_end(tmp_path, vigor):
     assert rep["groups"][0]["runs"] == ["g0", "g1"] and rep["groups"][0]["seeds"] == [0, 1]
 
 
+@pytest.mark.slow
 def test_a_target_met_at_the_start_is_said_to_say_nothing(tmp_path, vigor):
     """Two runs that learned nothing: the default target (the lowest final accuracy) is their
     starting accuracy, and the table said 'rollouts to target 0' for both, as if reached at

@@ -247,6 +247,7 @@ def test_first_difference_names_the_path():
     assert first_difference(1, 1.0) == ("(value)", 1, 1.0) and TIMING_PREFIX == "time/"
 
 
+@pytest.mark.slow
 def test_report_and_inspect_allocation_show_the_record(trained, tmp_path, vigor):
     run = shared(trained, tmp_path, 6)
     record = provenance.read(run.path)
@@ -261,6 +262,7 @@ def test_report_and_inspect_allocation_show_the_record(trained, tmp_path, vigor)
 
 
 # --------------------------------------------------------------------------- evaluation draws
+@pytest.mark.slow
 def test_an_evaluation_draws_the_same_however_it_is_graded(monkeypatch):
     """The set is generated in one engine call: the grading chunk size changes no sample."""
     from vigor_cli import evaluation

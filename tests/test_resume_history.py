@@ -1,7 +1,8 @@
 """Resume never rewrites history (issue 17): every line of the steps the checkpoint covers is
 kept, or the resume refuses with one line naming the file and the line or step, and changes
 nothing. Bytes that are not UTF-8 are damage, never a torn last line. Each case damages a
-real finished tiny run the way a user, a crash or a bad disk would."""
+real finished tiny run the way a user, a crash or a bad disk would: a training, so slow tests;
+tests/test_rundir.py keeps the fast checks of the cut and the refusal on a run directory."""
 
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def steps_of(run: RunDir, log: str) -> list[tuple[int, bool]]:
     return [(json.loads(x)["step"], "eval/accuracy" in json.loads(x)) for x in lines(run, log)]
 
 
+@pytest.mark.slow
 def test_the_finished_run_has_the_lines_the_cases_cut(finished):
     assert steps_of(finished, "metrics.jsonl") == [
         (0, True), (1, False), (2, False), (2, True), (3, False), (4, False), (4, True)]
@@ -95,6 +97,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_resume_refuses_lost_or_damaged_history_and_changes_nothing(run, vigor, case):
     damage, needle = CASES[case]
     damage(run)
@@ -106,6 +109,7 @@ def test_resume_refuses_lost_or_damaged_history_and_changes_nothing(run, vigor, 
     assert snapshot(run) == before
 
 
+@pytest.mark.slow
 def test_a_torn_checkpoint_eval_line_is_logged_again_from_its_file(run, finished, vigor):
     """The eval line of step 4 (the checkpoint's) cut short: removed, then logged again from
     eval/step-4.json, so the log reads as the uninterrupted run's."""
@@ -120,6 +124,7 @@ def test_a_torn_checkpoint_eval_line_is_logged_again_from_its_file(run, finished
     assert steps_of(run, "metrics.jsonl")[7:] == [(5, False), (5, True)]
 
 
+@pytest.mark.slow
 def test_a_torn_line_of_a_later_step_is_still_removed(run, vigor):
     """The crash case stays allowed: checkpoint 4 damaged, so the run resumes from 2 and the
     torn line (step 4's evaluation) is one of the steps it re-runs."""
@@ -132,6 +137,7 @@ def test_a_torn_line_of_a_later_step_is_still_removed(run, vigor):
 
 
 @pytest.mark.parametrize("whole_file", [True, False])
+@pytest.mark.slow
 def test_report_on_a_binary_log_is_one_error_line(run, vigor, tmp_path, whole_file):
     if whole_file:
         (run.path / "metrics.jsonl").write_bytes(BINARY)
@@ -147,6 +153,7 @@ def test_report_on_a_binary_log_is_one_error_line(run, vigor, tmp_path, whole_fi
     assert code == 2 and len(err.strip().splitlines()) == 1 and "allocation.jsonl:5: not UTF-8" in err
 
 
+@pytest.mark.slow
 def test_reader_notes_do_not_wrap(run, vigor, tmp_path, monkeypatch):
     from vigor_cli.console import err_console
 
@@ -178,6 +185,7 @@ def test_only_a_prefix_of_a_json_line_is_a_torn_line(tmp_path, tail, torn):
             read_jsonl(p)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_without_its_manifest_is_damaged_not_trusted(run, finished, vigor, tmp_path):
     """Issue 24: step-4 loses its manifest.json and model bytes change. It was written by a
     version that writes manifests, so it is damaged: eval --run and resume warn and use

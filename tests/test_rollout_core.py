@@ -43,6 +43,7 @@ class SomeUnscored:
 
 
 @pytest.mark.parametrize("strategy", ["vigor", "pods"])
+@pytest.mark.slow
 def test_unscored_rollouts_are_counted_not_told_and_not_in_the_update(tmp_path, strategy):
     cfg = build_config(sets=tiny_sets(tmp_path, strategy, f"allocation.strategy={strategy}",
                                       "sampling.temperature=1.5"))
@@ -81,6 +82,7 @@ def test_unscored_rollouts_are_counted_not_told_and_not_in_the_update(tmp_path, 
     assert m["reward/right/unscored"] == m["reward/unscored"] and m["reward/short/unscored"] == 0
 
 
+@pytest.mark.slow
 def test_step_metrics_reward_mean_is_over_scored_rollouts(tmp_path):
     cfg = build_config(sets=tiny_sets(tmp_path, "m", "allocation.strategy=grpo", "sampling.temperature=1.5"))
     tr = Trainer(cfg, RunDir(tmp_path / "m"), None, quiet())
@@ -103,6 +105,7 @@ def test_step_metrics_reward_mean_is_over_scored_rollouts(tmp_path):
     assert m["rollouts/step"] == len(batch.generated)
 
 
+@pytest.mark.slow
 def test_a_reward_functions_error_names_the_step(tmp_path):
     cfg = build_config(sets=tiny_sets(tmp_path, "e", "allocation.strategy=grpo"))
     tr = Trainer(cfg, RunDir(tmp_path / "e"), None, quiet())
@@ -128,6 +131,7 @@ class Doubled(SomeUnscored):
                 for s in self.task.score(examples, completions)]
 
 
+@pytest.mark.slow
 def test_rewards_outside_the_allocators_range_stop_in_one_line_or_are_mapped(tmp_path):
     """Allocators read rewards as pass rates: a reward outside allocation.reward_range stops the
     step with one line naming the key; inside it, the allocator is told (r - low) / (high - low)

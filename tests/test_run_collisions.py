@@ -1,9 +1,8 @@
 """Runs never share a directory: real `vigor train` processes on the tiny model, started at
 once, get a directory each; a second `--resume` of a live run is refused (exit 2).
 
-The trainings in new processes are slow tests; the fast one holds a finished run's lock from
-a small live process and resumes in this one. (tests/test_rundir.py races the real claim
-from eight processes, fast.)"""
+All three are slow tests (trainings, new processes); tests/test_rundir.py keeps the fast
+checks of the claim's suffixes and of the lock refusing a second holder."""
 
 from __future__ import annotations
 
@@ -55,6 +54,7 @@ def test_two_trainings_started_at_once_get_two_directories(tmp_path, name):
     assert announced == {str(r) for r in runs}
 
 
+@pytest.mark.slow
 def test_a_resume_of_a_run_another_process_holds_is_refused(tmp_path, trained, vigor):
     """A finished run whose lock a live process holds (as a training does): `vigor train
     --resume` is one line naming that process, exit 2, and changes nothing; once the holder

@@ -154,6 +154,7 @@ def _claim_in_child(out: str, name: str, barrier, queue) -> None:
 
 
 @pytest.mark.parametrize("name", ["same", None])
+@pytest.mark.slow
 def test_the_real_claim_raced_from_eight_processes(tmp_path, name):
     ctx = mp.get_context("fork")
     barrier, queue = ctx.Barrier(8), ctx.Queue()
@@ -186,6 +187,20 @@ def test_abandon_removes_only_a_run_that_never_started(tmp_path):
     assert (run.path / "metrics.jsonl").is_file()
 
 
+def test_lock_refuses_a_second_holder_until_released_in_one_process(tmp_path):
+    """The fast check of the rule the slow test below checks from a new process: flock locks
+    belong to an open file, so a second opening in this process is refused the same way."""
+    run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
+    with pytest.raises(UserError) as refused:
+        RunDir.open_existing(run.path).acquire()
+    message = str(refused.value)
+    assert "the run is in use by another process" in message and f"pid {os.getpid()}" in message
+    assert "\n" not in message
+    run.release()
+    RunDir.open_existing(run.path).acquire().release()
+
+
+@pytest.mark.slow
 def test_lock_refuses_a_second_process_until_released(tmp_path):
     run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
     probe = [sys.executable, "-c", textwrap.dedent(f"""
@@ -289,6 +304,7 @@ def commit_in_child(run: RunDir, target: str, nth: int, step: int) -> subprocess
 
 @pytest.mark.parametrize("new_step", [4, 2], ids=["rotation", "same-step"])
 @pytest.mark.parametrize("target", ["replace", "rmtree"])
+@pytest.mark.slow
 def test_a_kill_anywhere_in_commit_or_rotation_leaves_an_intact_checkpoint(tmp_path, target, new_step):
     """SIGKILL at each os.replace / shutil.rmtree call of a commit with keep=1: step 4 after
     step 2 (rotation removes step 2) and step 2 again (the same-step replacement)."""

@@ -378,6 +378,7 @@ print(sorted(os.listdir('/proc/self/fd')) if os.access('/proc/self/fd', os.R_OK)
     assert b"text\n" in run.stdout
 
 
+@pytest.mark.slow
 def test_cpu_limit_applies_without_wall_clock():
     """A CPU-bound program with a long wall limit is stopped by RLIMIT_CPU."""
     with SandboxPool(workers=1) as pool:
@@ -387,6 +388,7 @@ def test_cpu_limit_applies_without_wall_clock():
     assert run.cpu_s < 3 and run.wall_s < 25
 
 
+@pytest.mark.slow
 def test_pool_replaces_a_dead_worker():
     with SandboxPool(workers=1) as pool:
         dead = pool._workers[0]
@@ -412,6 +414,7 @@ def test_missing_isolation_is_reported_loudly_once(capsys):
     assert "keep this user's rights" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_child_dies_with_its_fork_server():
     """A worker killed mid-run takes its sandboxed child with it (no orphan keeps sleeping)."""
     import threading
@@ -445,6 +448,7 @@ def _running(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_harness_imported_from_under_tmp_keeps_isolation(tmp_path):
     """A checkout (or virtualenv) under /tmp, which the fork server covers with a private
     tmpfs, must stay importable there: once it was not, seccomp failed to load and every
@@ -503,6 +507,7 @@ SIBLING_ATTACK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_program_cannot_signal_or_limit_a_sibling():
     """Every child runs as the same uid: signals through rt_sigqueueinfo, prlimit64 and
     setpriority aimed at another child are denied, and the victim finishes normally."""

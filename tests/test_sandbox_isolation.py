@@ -149,6 +149,7 @@ def readable_dir():
     folder.rmdir()
 
 
+@pytest.mark.slow
 def test_grader_command_line_does_not_reveal_the_problem_file(readable_dir):
     """The attack reads /proc/<pid>/cmdline of `vigor verify code`, opens the --problem file
     it names and prints the expected output. Run through the real CLI beside a correct run."""
@@ -283,6 +284,7 @@ print(found)
 """
 
 
+@pytest.mark.slow
 def test_no_job_sees_a_previous_job_or_another_submission():
     """A correct submission prints its answer; a later program scans its own memory (a fork
     of the fork server) for it, and for the other submission of the same batch."""
@@ -531,6 +533,7 @@ print(found[0] if found else 'nothing')
 """.replace("MQNAME", f"{TOKEN}-mq")
 
 
+@pytest.mark.slow
 def test_system_v_and_posix_queues_die_with_each_job():
     """One job leaves a shared-memory segment, a message queue and a POSIX queue holding its
     answer; the next job on the same worker (and one on the other) finds none of them."""
@@ -577,6 +580,7 @@ print(json.dumps({"before_kb": before, "after_kb": after, "workers_kb": workers,
 """
 
 
+@pytest.mark.slow
 def test_output_just_under_the_cap_does_not_grow_the_grader():
     """Four tests printing just under 32 MiB each: the grader's peak memory grows by at most
     its stated bound (docs/sandbox.md, the threat table), not by the sum of the outputs."""
@@ -632,6 +636,7 @@ print(found, oct(info.st_mode & 0o777), info.st_ino)
 """
 
 
+@pytest.mark.slow
 def test_no_attribute_acl_or_inode_count_survives_a_job():
     """One job marks every directory it can write above its files (user xattr, default ACL) and
     makes 50 files; the next job on the same worker finds no mark, creates files with the
@@ -755,6 +760,7 @@ print(shm_held // MiB, queued // MiB, semaphores * 64 // MiB, memfd // MiB, pipe
 """
 
 
+@pytest.mark.slow
 def test_memory_outside_the_address_space_is_bounded_by_the_limit():
     """System V segments (detached ones belong to no process), message queues, semaphore sets,
     memfd files, pipe and socket buffers: none is counted by RLIMIT_AS. What a job can hold in
@@ -810,6 +816,7 @@ def helper(n):
 """
 
 
+@pytest.mark.slow
 def test_a_programs_stderr_carries_no_path_of_the_grader(verifier):
     import vigor_cli.sandbox.child as child
 

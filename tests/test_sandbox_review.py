@@ -73,6 +73,7 @@ def test_a_broken_sandbox_stops_training_instead_of_scoring_zero():
     assert "could not grade 1 of 1" in str(raised[0]) and "sandbox worker died" in str(raised[0])
 
 
+@pytest.mark.slow
 def test_the_pool_does_not_wait_forever_for_a_stuck_worker(monkeypatch):
     monkeypatch.setattr(pool_module, "REPLY_GRACE_S", 1.0)
     with SandboxPool(workers=1) as pool:
@@ -91,6 +92,7 @@ def test_the_pool_does_not_wait_forever_for_a_stuck_worker(monkeypatch):
 HANGS_ON_2 = "import time\nn = int(input())\nif n == 2:\n    time.sleep(100)\nprint(n)\n"
 
 
+@pytest.mark.slow
 def test_a_hanging_reference_solution_is_reported_once_and_not_paid_per_rollout(capfd):
     broken = load_problem(_record("hangs", [("1\n", "1\n"), ("2\n", "2\n")],
                                   metadata={"reference_solution": HANGS_ON_2}))
@@ -135,6 +137,7 @@ def test_private_tests_that_decompress_past_the_cap_are_refused(monkeypatch):
 
 
 # --------------------------------------------------------------------------- private tests
+@pytest.mark.slow
 def test_evaluation_uses_private_tests_and_training_public_ones():
     """A program that hard-codes the public answers earns the training reward but nothing
     in evaluation, which grades the private tests (the paper's protocol)."""
@@ -189,6 +192,7 @@ def problem_files(tmp_path):
     return problem, solution
 
 
+@pytest.mark.slow
 def test_cli_prints_the_isolation_level(vigor, problem_files):
     problem, solution = problem_files
     code, out, err = vigor("verify", "code", "--problem", str(problem), "--solution", str(solution))
@@ -199,6 +203,7 @@ def test_cli_prints_the_isolation_level(vigor, problem_files):
     assert json.loads(out)["isolation"] == "full"
 
 
+@pytest.mark.slow
 def test_cli_refuses_a_weak_sandbox_without_the_flag(vigor, problem_files, monkeypatch):
     from vigor_cli.verifiers import code as code_module
 
@@ -215,6 +220,7 @@ def test_cli_refuses_a_weak_sandbox_without_the_flag(vigor, problem_files, monke
     assert "isolation: weak (no landlock, no pid_namespace)" in out
 
 
+@pytest.mark.slow
 def test_training_config_key_opts_in(monkeypatch):
     from vigor_cli.config import TaskConfig
     from vigor_cli.tasks import get_task
@@ -284,6 +290,7 @@ PROBE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("layout", ["checkout_under_tmp", "wheel_like_site_packages"])
+@pytest.mark.slow
 def test_isolation_holds_wherever_the_project_lives(layout):
     """A checkout under /tmp installed editable (as CI's clone; covered by the worker's private
     tmpfs, bound back), and a copy installed as plain folders in a site-packages (as a wheel
@@ -336,6 +343,7 @@ def test_remove_tree_handles_a_chain_deeper_than_recursion_and_path_limits():
     assert os.path.isdir("/etc")
 
 
+@pytest.mark.slow
 def test_deep_tree_without_a_job_tmpfs_is_removed_too():
     """Where no tmpfs can be mounted per job, the descriptor walk removes the program's tree."""
     program = "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nprint('deep')"
@@ -350,6 +358,7 @@ def test_deep_tree_without_a_job_tmpfs_is_removed_too():
         assert os.listdir(base) == ["job"] and os.listdir(base + "/job") == []
 
 
+@pytest.mark.slow
 def test_two_pools_running_at_once_never_share_a_uid():
     """Each pool claims its own block of uids (a lock held while it lives): programs of two
     pools (two trainings, a test run beside a benchmark) share no uid-scoped limit."""

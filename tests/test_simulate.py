@@ -73,6 +73,7 @@ def test_bad_rate_in_file_names_the_line(tmp_path):
         parse_law(f"file:{f}")
 
 
+@pytest.mark.slow
 def test_summary_numbers():
     summary = simulate(
         SimSettings(strategies=("vigor", "grpo", "dapo"), steps=40, prompts=64), AllocationConfig()
@@ -89,6 +90,7 @@ def test_summary_numbers():
     assert vigor["zero_var_rollout_share"] < grpo["zero_var_rollout_share"]
 
 
+@pytest.mark.slow
 def test_pareto_summary_reports_closed_form_beside_measured():
     summary = simulate(
         SimSettings(law="pareto:1.5", strategies=("vigor", "random"), steps=20, prompts=128),
@@ -113,6 +115,7 @@ def test_learning_mode_reaches_its_target():
         assert row["rollouts_to_target"] == row["steps_to_target"] * 256
 
 
+@pytest.mark.slow
 def test_cli_default_runs_and_prints_a_table():
     out = run_cli("--steps", "5")
     assert out.returncode == 0, out.stderr

@@ -118,6 +118,7 @@ def _invented_turns(tok):
 
 
 @pytest.mark.parametrize("honour_stops", [True, False], ids=["vllm-stops", "engine-ignores-stops"])
+@pytest.mark.slow
 def test_vllm_engine_stops_at_end_of_turn_in_evaluation(base_model, honour_stops):
     """vLLM stops at its stop_token_ids (kept in the output); the engine sends <|im_end|> among
     them and cuts at it again, so the reward never reads the invented turn's \\boxed{2}."""

@@ -66,6 +66,7 @@ def test_tiny_math_split_is_deterministic_and_disjoint():
         assert int(e.answer) == (int(a) + int(b) if op == "+" else int(a) - int(b)) >= 0
 
 
+@pytest.mark.slow
 def test_tiny_math_is_graded_by_the_math_verifier():
     task = get_task(TaskConfig(name="tiny-math"))
     ex = Example("t/0", "12+7", "19")
@@ -104,6 +105,7 @@ def test_last_boxed_balances_braces():
 
 
 # --------------------------------------------------------------------------- tiny-code
+@pytest.mark.slow
 def test_tiny_code_records_are_lcb_format_and_reference_solutions_pass():
     from vigor_cli.verifiers.code import load_problem
 
@@ -167,6 +169,7 @@ def test_missing_and_unreadable_files(tmp_path):
         get_task(TaskConfig(name="math", train_path=str(tmp_path / "junk.parquet"))).train_examples()
 
 
+@pytest.mark.slow
 def test_math_eval_sets_load_from_the_shipped_files_and_grade():
     """No task.data_dir: the six sets come from the files shipped in the package."""
     assert MATH_EVAL_DIR.is_dir() and MATH_EVAL_DIR.parent.parent.name == "vigor_cli"
@@ -202,6 +205,7 @@ def test_math_eval_missing_dir_names_file(tmp_path):
         task.eval_examples("aime24")
 
 
+@pytest.mark.slow
 def test_hub_unreachable_offline_names_dataset_and_flag():
     code = (
         "from vigor_cli.config import TaskConfig\n"
@@ -224,6 +228,7 @@ def test_hub_unreachable_offline_names_dataset_and_flag():
 
 
 # --------------------------------------------------------------------------- code (LiveCodeBench)
+@pytest.mark.slow
 def test_code_task_same_problem_protocol_grades_public_vs_private():
     cfg = TaskConfig(name="code", train_path=str(LCB_SAMPLE), code_protocol="same-problem")
     task = get_task(cfg, workers=2)
@@ -266,6 +271,7 @@ def test_code_missing_field_names_file_and_record(tmp_path):
         get_task(TaskConfig(name="code", train_path=str(bad))).train_examples()
 
 
+@pytest.mark.slow
 def test_code_undecodable_tests_name_the_record(tmp_path):
     rows = [json.loads(line) for line in LCB_SAMPLE.read_text().splitlines()]
     rows[0]["private_test_cases"] = "eJ-not-base64"

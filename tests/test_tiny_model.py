@@ -66,6 +66,7 @@ def test_auto_tokenizer_agrees_with_the_recipe_tokenizer(tiny):
         assert loaded.decode(ids) == text
 
 
+@pytest.mark.slow
 def test_held_out_accuracy_in_band_with_spread(tiny):
     """64 held-out problems x 4 samples at temperature 1, fixed seed; graded by the real verifier."""
     model, tokenizer = tiny
@@ -80,6 +81,7 @@ def test_held_out_accuracy_in_band_with_spread(tiny):
     assert sum(0 < r < 1 for r in rates) >= 16
 
 
+@pytest.mark.slow
 def test_tiny_code_pass_rate_is_positive(tiny):
     """Held-out tiny-code problems, real sandbox, all tests: the model writes some working programs."""
     model, tokenizer = tiny
@@ -99,6 +101,7 @@ def test_recorded_measurements_are_in_band():
     assert measured["tiny_code_heldout_pass_rate"] > 0
 
 
+@pytest.mark.slow
 def test_make_tiny_is_reproducible(tmp_path):
     """Two short builds from one seed give identical weights; the result loads with Auto classes."""
     import torch

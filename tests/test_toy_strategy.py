@@ -66,6 +66,7 @@ def test_simulate_drives_it(top_up):
     assert row["rollouts_per_round"][0] == 2 * 8  # round 1: top-up.first for every prompt
 
 
+@pytest.mark.slow
 def test_two_training_steps(tmp_path, top_up):
     from vigor_cli.runs import RunDir
     from vigor_cli.trainer import train

@@ -55,6 +55,7 @@ def strip_times(rows):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.slow
 def test_two_steps_each_strategy(tmp_path, strategy):
     cfg = build_config(sets=tiny_sets(tmp_path, strategy, f"allocation.strategy={strategy}"))
     summary = train(cfg, out=quiet())
@@ -83,6 +84,7 @@ def test_two_steps_each_strategy(tmp_path, strategy):
     assert comps and {"step", "uid", "text", "reward", "advantage"} <= set(json.loads(comps[0]))
 
 
+@pytest.mark.slow
 def test_vigor_budget_and_logprob_check(tmp_path):
     # beta > 0 sends every row through the update's forward pass (with beta = 0, rows with
     # zero advantage are skipped), so the log-prob check always has tokens to compare
@@ -96,6 +98,7 @@ def test_vigor_budget_and_logprob_check(tmp_path):
     assert row["engine/logprob_diff"] < 1e-4
 
 
+@pytest.mark.slow
 def test_micro_batches_leave_the_update_unchanged(tmp_path):
     def build(budget: int) -> Trainer:
         cfg = build_config(sets=tiny_sets(tmp_path, f"mb{budget}", f"grpo.micro_batch_tokens={budget}",
@@ -114,6 +117,7 @@ def test_micro_batches_leave_the_update_unchanged(tmp_path):
 
 
 @pytest.mark.parametrize("lora", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_resume_matches_uninterrupted_run(tmp_path, monkeypatch, lora):
     sets = tiny_sets(tmp_path, "x", "train.steps=4", "train.save_every=2", "train.eval_every=2",
                      f"model.lora.enabled={str(lora).lower()}", "grpo.mu=2", "grpo.beta=0.01")

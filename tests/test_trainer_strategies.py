@@ -13,6 +13,7 @@ from vigor_cli.trainer import Trainer, train
 
 
 @pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "pilot-commit", "auto"])
+@pytest.mark.slow
 def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
     cfg = build_config(sets=tiny_sets(tmp_path, strategy, f"allocation.strategy={strategy}"))
     train(cfg, out=quiet())
@@ -35,6 +36,7 @@ def test_two_steps_in_the_trainer(tmp_path, strategy, vigor):
 # auto (the default) stays in the fast suite; the others resume the same way and run in the slow set
 @pytest.mark.parametrize("strategy", ["auto", pytest.param("knapsack", marks=pytest.mark.slow),
                                       pytest.param("pilot-commit", marks=pytest.mark.slow)])
+@pytest.mark.slow
 def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     """The per-prompt reward history (and auto's census moments) cross steps in
     allocator.json; a run killed after the step-2 checkpoint and resumed writes the same
@@ -65,6 +67,7 @@ def test_resume_continues_the_history(tmp_path, monkeypatch, strategy):
     assert [json.loads(x) for x in cut] == [json.loads(x) for x in full]
 
 
+@pytest.mark.slow
 def test_each_distinct_completion_is_graded_once_per_step(tmp_path):
     """The trainer grades each distinct (prompt, completion) of a step once; the rewards,
     and so every metric and record, are those of grading every completion."""

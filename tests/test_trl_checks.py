@@ -47,6 +47,7 @@ def _lines(tr) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- health sees TRL's KL
+@pytest.mark.slow
 def test_the_updates_kl_and_clipping_reach_metrics_jsonl_and_the_health_checks(tmp_path):
     """beta = 0.04 and a policy moved away from its reference: TRL computes a KL > 0 in the
     update; the step's line carries it as losses/kl (with the clip fractions), TRL's own logged
@@ -71,6 +72,7 @@ def test_the_updates_kl_and_clipping_reach_metrics_jsonl_and_the_health_checks(t
     assert not tr._metrics["train"]  # TRL's log cleared its metrics after the line was written
 
 
+@pytest.mark.slow
 def test_completions_metrics_are_one_value_per_step_over_the_real_rollouts(tmp_path):
     """vigor's rounds call TRL's generation once per round (4 here): TRL appended one
     completions/* value per round; the step keeps one, over every rollout of the step."""
@@ -88,6 +90,7 @@ def test_completions_metrics_are_one_value_per_step_over_the_real_rollouts(tmp_p
 
 
 # --------------------------------------------------------------------------- non-finite engine log-probs
+@pytest.mark.slow
 def test_nonfinite_engine_logprobs_never_reach_trls_loss_and_are_counted(tmp_path, monkeypatch):
     """Engine log-probs as TRL's vLLM returns them, with a NaN, +inf, -inf and a missing one: the
     importance ratio is exactly 1 at those tokens (TRL let an infinite one through to the cap),
@@ -140,6 +143,7 @@ def _flagged_4bit():
     return model
 
 
+@pytest.mark.slow
 def test_a_4bit_base_is_prepared_and_keeps_float32_adapters_as_vigor_train_does(tmp_path):
     """The same k-bit preparation and LoRA as vigor_cli/models.py's: frozen float32 base, float32
     adapters (TRL casts QLoRA adapters to bf16), the same trained parameters."""
@@ -196,6 +200,7 @@ def test_the_command_refuses_in_one_line_before_anything_loads(tmp_path, capsys,
 
 
 # --------------------------------------------------------------------------- vigor's optimizer rules
+@pytest.mark.slow
 def test_warmup_counts_rollout_phases_from_one_over_warmup_and_decay_covers_every_parameter(tmp_path):
     """vigor_optimizer: warm-up 4 phases of num_iterations 2: the rates of vigor train's
     LambdaLR, each held over the phase's two optimizer steps; weight decay on every trained

@@ -62,6 +62,7 @@ def _trainer(tmp_path: Path, reward=keyed_reward, tokenizer=None, model=None, **
 
 
 # --------------------------------------------------------------------------- loss mask
+@pytest.mark.slow
 def test_rows_outside_the_update_have_a_zero_loss_mask_and_leave_the_normaliser(tmp_path):
     """PODS, 8 generated and 2 kept per prompt: TRL's token normaliser counts the kept rows'
     tokens only, and the rows outside the update carry a zero loss mask and advantage (the
@@ -80,6 +81,7 @@ def test_rows_outside_the_update_have_a_zero_loss_mask_and_leave_the_normaliser(
 
 
 # --------------------------------------------------------------------------- None rewards
+@pytest.mark.slow
 def test_a_reward_of_none_is_unscored_not_zero(tmp_path):
     def sometimes_none(prompts, completions, uid, rollout_index, **kw):
         rewards = keyed_reward(prompts, completions, uid, rollout_index)
@@ -107,6 +109,7 @@ def test_a_reward_of_none_is_unscored_not_zero(tmp_path):
 
 
 # --------------------------------------------------------------------------- stop ids
+@pytest.mark.slow
 def test_vigor_stop_ids_reach_trls_generation(tmp_path):
     """A base model under a Qwen2.5-style chat template (tests/test_stop_tokens.py's): TRL's
     generation stops at <|im_end|>, as `vigor train` does, instead of writing past it."""
@@ -182,6 +185,7 @@ def test_precision_and_4bit_follow_the_model_section(tmp_path, capsys):
         assert err.startswith("error: model.load_in_4bit") and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_build_trainer_runs_the_tiny_model_on_one_thread_as_vigor_train(tmp_path):
     """model.cpu_threads (0: one thread for a model this small) applies on the TRL path too:
     without it the CPU run spent most of its time in OpenMP threads (bench/trl_path.py)."""

@@ -92,6 +92,7 @@ def test_split_requests_gives_the_remainder_to_the_ranks_behind():
 
 
 # --------------------------------------------------------------------------- verifiers adapter
+@pytest.mark.slow
 def test_task_reward_scores_through_the_math_and_code_verifiers():
     from vigor_cli.tasks import tiny_code
 
@@ -194,6 +195,7 @@ def _replay_plan(trainer: VigorGRPOTrainer, records: list[dict]) -> list[list[in
 
 
 @pytest.mark.parametrize("strategy,per_round", [("vigor", [16, 16, 16, 16]), ("grpo", [64])])
+@pytest.mark.slow
 def test_two_steps_through_grpotrainer(tmp_path, vigor, strategy, per_round):
     trainer, run = _train(tmp_path, strategy, eval_examples=8 if strategy == "vigor" else 0)
     records = _records(run)
@@ -235,6 +237,7 @@ def test_two_steps_through_grpotrainer(tmp_path, vigor, strategy, per_round):
             [m for m in lines if "eval/accuracy" in m][-1]["eval/accuracy"])
 
 
+@pytest.mark.slow
 def test_rewards_outside_unit_interval_stop_with_a_clear_error(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -258,6 +261,7 @@ def test_rewards_outside_unit_interval_stop_with_a_clear_error(tmp_path):
     wide.train()
 
 
+@pytest.mark.slow
 def test_trl_batch_shapes_it_cannot_honour_are_refused(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

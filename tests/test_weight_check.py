@@ -119,6 +119,7 @@ def _checks(path):
     return [m for m in lines if "engine/weight_check" in m]
 
 
+@pytest.mark.slow
 def test_correct_pushes_pass_after_a_not_yet_discriminating_step_1(tmp_path, monkeypatch):
     _use_stand_in(monkeypatch)
     summary = train(_run(tmp_path, "ok", 3))
@@ -166,6 +167,7 @@ def _reload_after_push(monkeypatch):
     ],
     ids=["dropped-lora-delta", "skipped-push", "disk-reload"],
 )
+@pytest.mark.slow
 def test_stale_engine_stops_training(tmp_path, monkeypatch, bug, sets):
     _use_stand_in(monkeypatch)
     bug(monkeypatch)
@@ -179,6 +181,7 @@ def test_stale_engine_stops_training(tmp_path, monkeypatch, bug, sets):
     assert failing["engine/engine_base_diff"] < failing["engine/logprob_diff"]
 
 
+@pytest.mark.slow
 def test_stale_engine_warns_when_asked(tmp_path, monkeypatch):
     _use_stand_in(monkeypatch)
     _drop_lora_delta(monkeypatch)
@@ -186,6 +189,7 @@ def test_stale_engine_warns_when_asked(tmp_path, monkeypatch):
     assert [m["engine/weight_check"] for m in _checks(tmp_path / "warn" / "metrics.jsonl")] == [0, -1, -1]
 
 
+@pytest.mark.slow
 def test_garbage_weights_fail_at_step_1(tmp_path, monkeypatch):
     """No push at all after the level-2 sleep: the engine runs on scrambled weights."""
     _use_stand_in(monkeypatch)
