@@ -429,7 +429,7 @@ for name in sys.argv[1].split(","):
 import vigor_cli
 failed = []
 TRL_MODULES = ("vigor_cli.integrations.trl", "vigor_cli.integrations.trl_config", "vigor_cli.integrations.trl_metrics",
-               "vigor_cli.integrations.trl_trainer")
+               "vigor_cli.integrations.trl_trainer", "vigor_cli.integrations.trl_evaluation")
 for info in pkgutil.walk_packages(vigor_cli.__path__, "vigor_cli."):
     if info.name == "vigor_cli.__main__":
         continue  # runs the command line
