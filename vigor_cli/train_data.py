@@ -194,11 +194,12 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None
         exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
         kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs, env=env)
         warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
-        over = sum(len(ids) + cfg.sampling.max_new_tokens > context for ids in kept.values()) if context else 0
+        room = cfg.completion_tokens()  # under task.env, an episode's whole exchange
+        key = "sampling.max_new_tokens" if cfg.task.env is None else "task.max_episode_tokens"
+        over = sum(len(ids) + room > context for ids in kept.values()) if context else 0
         if over:
-            warn(f"{over} of {len(kept)} held-out prompts of set {label} plus sampling.max_new_tokens="
-                 f"{cfg.sampling.max_new_tokens} exceed the model's context ({context} tokens): their completions "
-                 "will be cut; lower sampling.max_new_tokens or task.max_prompt_tokens")
+            warn(f"{over} of {len(kept)} held-out prompts of set {label} plus {key}={room} exceed the model's "
+                 f"context ({context} tokens): their completions will be cut; lower {key} or task.max_prompt_tokens")
         sets[label] = [ex for ex in exs if ex.uid in kept]
         if not sets[label]:
             raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
