@@ -28,7 +28,7 @@ def top_up():
     try:
         yield module
     finally:
-        registry.REGISTRY.pop("top-up", None)
+        registry.unregister("top-up")
 
 
 def test_unknown_before_registration():
@@ -88,3 +88,15 @@ def test_two_training_steps(tmp_path, top_up):
         assert rec["totals"]["rollouts"] == 8 + (8 // mixed) * mixed
     saved = build_config(run.path / "config.yaml")  # the run's config reads back (and resumes)
     assert saved.allocation.strategy == "top-up" and saved.allocation.section("top-up").first == 2
+
+
+def test_unregistering_leaves_no_section_behind():
+    """After the fixture's cleanup no config grows an allocation.top-up section (a later test
+    comparing resolved configs must not see it)."""
+    spec = importlib.util.spec_from_file_location("vigor_ext_top_up_2", MODULE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "top-up" in build_config().model_dump(mode="json")["allocation"]
+    registry.unregister("top-up")
+    dumped = build_config().model_dump(mode="json")["allocation"]
+    assert "top-up" not in dumped and "top-up" not in registry.names()

@@ -75,6 +75,14 @@ def register(
     return add
 
 
+def unregister(name: str) -> None:
+    """Remove strategy ``name`` and its config section (a plugin's tests clean up with this);
+    an unknown name is a no-op."""
+    REGISTRY.pop(name, None)
+    config.STRATEGY_SECTIONS.pop(name, None)
+    config.LEGACY_PREFIXES.pop(name, None)
+
+
 def names() -> tuple[str, ...]:
     """Every registered strategy, in registration order."""
     return tuple(REGISTRY)
