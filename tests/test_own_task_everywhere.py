@@ -440,3 +440,41 @@ def test_rescore_grades_your_own_tasks_completions_again(own_run, vigor, tmp_pat
     assert code == 0, err
     again = json.loads((tmp_path / "r.rescored.json").read_text())["sets"]["custom"]
     assert again["accuracy"] == 1.0 and again["metrics"]["pass@k"]["1"] == 1.0
+
+
+def _long_rows(n: int) -> str:
+    """Sums asked at length: over task.max_prompt_tokens=48 with the bundled tokenizer."""
+    return "".join(json.dumps({"question": [{"role": "user", "content": "please add " * 40 + f"{i}+{i}="}],
+                               "gold": str(2 * i)}) + "\n" for i in range(n))
+
+
+def test_eval_leaves_out_the_prompts_a_run_would_leave_out(task_files, vigor, tmp_path):
+    """Held-out prompts longer than task.max_prompt_tokens are left out as training leaves them
+    out, in one warning line; a set none of whose prompts fit is refused in one line."""
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text((task_files / "eval.jsonl").read_text() + _long_rows(2))
+    flags = ["--prompt-field", "question", "--reward", f"{task_files / 'rewards.py'}:boxed", "--max-new-tokens", "4",
+             "--set", "task.max_prompt_tokens=48"]
+    code, _, err = vigor("eval", "tiny", "--data", str(mixed), *flags, "--output", str(tmp_path / "m.json"))
+    assert code == 0, err
+    assert "left out 2 of 14 held-out prompts of set custom: 2 longer than task.max_prompt_tokens=48" in err
+    assert json.loads((tmp_path / "m.json").read_text())["sets"]["custom"]["examples"] == 12
+    only_long = tmp_path / "long.jsonl"
+    only_long.write_text(_long_rows(3))
+    code, _, err = vigor("eval", "tiny", "--data", str(only_long), *flags, "--output", str(tmp_path / "l.json"))
+    assert code == 2 and "set custom: none of its 3 prompts fit task.max_prompt_tokens=48" in err
+    assert not (tmp_path / "l.json").exists()
+
+
+@pytest.mark.slow
+def test_eval_run_scores_the_prompts_the_run_scored(trained, task_files, vigor, tmp_path):
+    """A run whose held-out file holds prompts it could not take: `vigor eval --run` leaves
+    out the same ones and reproduces the run's last evaluation."""
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(_long_rows(2) + (task_files / "eval.jsonl").read_text())
+    run = trained.get(own_sets(task_files, f"task.eval_data={mixed}", "train.eval_limit=10"))
+    code, _, err = vigor("eval", "--run", str(run), "--output", str(tmp_path / "r.json"))
+    assert code == 0, err
+    assert "left out 2 of 10 held-out prompts of set custom" in err
+    ours, theirs = json.loads((tmp_path / "r.json").read_text()), last_eval(run)
+    assert ours["sets"] == theirs["sets"] and theirs["sets"]["custom"]["examples"] == 8

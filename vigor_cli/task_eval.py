@@ -241,10 +241,33 @@ def load_sets(target: Target, limit: int | None) -> tuple[Any, dict[str, list]]:
         for name, exs in sets.items():
             if not exs:
                 raise UserError(f"set {name}: no problems to evaluate")
+        sets = fit_sets(target, task, sets)
     except BaseException:
         task.close()
         raise
     return task, sets
+
+
+def fit_sets(target: Target, task: Any, sets: dict[str, list]) -> dict[str, list]:
+    """Each set without the prompts the model cannot take, as a run's evaluation leaves them
+    out (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token):
+    `vigor eval --run` scores the prompts the run scored. One warning line per set that loses
+    some; a set that loses all is refused."""
+    from vigor_cli.models import load_tokenizer
+    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+
+    cfg = target.cfg
+    tokenizer = load_tokenizer(cfg.model, target.tokenizer_dir)
+    limit = cfg.task.max_prompt_tokens
+    fitted: dict[str, list] = {}
+    for name, exs in sets.items():
+        kept, long, empty = fit_prompts(limit, task, tokenizer, exs)
+        warn(left_out_line(f"held-out prompts of set {name}", len(exs), long, empty, limit))
+        if not kept:
+            raise UserError(f"set {name}: none of its {len(exs)} prompts fit task.max_prompt_tokens={limit} "
+                            "(raise it with --set task.max_prompt_tokens=N)")
+        fitted[name] = [ex for ex in exs if ex.uid in kept]
+    return fitted
 
 
 def evaluate_target(target: Target, task: Any, sets: dict[str, list], sampling: dict,
