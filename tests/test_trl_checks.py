@@ -236,3 +236,33 @@ def test_the_command_with_a_kl_coefficient_writes_the_updates_kl_to_metrics_json
     assert [m["step"] for m in steps] == [1, 2]
     assert steps[0]["losses/kl"] == 0.0 < steps[1]["losses/kl"]
     assert all("health/kl_jump" in m and "losses/clipfrac_low" in m and m["losses/grad_norm"] is not None for m in steps)
+
+
+@pytest.mark.slow
+def test_the_sandboxs_isolation_level_reaches_the_step_line_once_said(tmp_path, capsys):
+    """A reward function that keeps the sandbox's level (a code task's, from
+    vigor_cli/integrations/trl_rewards.py; its real content: tests/test_trl_integration.py):
+    the step's metrics.jsonl line carries sandbox/isolation and sandbox/memory_cgroup as `vigor
+    train`'s does, TRL's own metrics the number, and stderr says the level once."""
+    from test_trl_core import keyed_reward
+
+    def graded_in_the_sandbox(prompts, completions, uid, rollout_index, **kwargs):
+        return keyed_reward(prompts, completions, uid, rollout_index)
+
+    level = "full, memory: rlimit only"
+    graded_in_the_sandbox.vigor_sandbox = {"sandbox/isolation": level, "sandbox/memory_cgroup": 0.0}
+    tr = _trainer(tmp_path, reward=graded_in_the_sandbox, vigor={"strategy": "grpo", "group_size": 4},
+                  per_device_train_batch_size=4, num_generations=4)
+    capsys.readouterr()
+    for _ in range(2):
+        tr._generate_and_score_completions([])
+        assert tr._metrics["train"]["sandbox/memory_cgroup"][-1] == 0.0
+        _finish(tr)
+    lines = _lines(tr)
+    assert len(lines) == 2 and all(x["sandbox/isolation"] == level and x["sandbox/memory_cgroup"] == 0.0 for x in lines)
+    assert capsys.readouterr().err.count(f"sandbox isolation: {level}") == 1
+    plain = _trainer(tmp_path / "plain", vigor={"strategy": "grpo", "group_size": 4}, per_device_train_batch_size=4,
+                     num_generations=4)
+    plain._generate_and_score_completions([])
+    _finish(plain)
+    assert not any(k.startswith("sandbox/") for k in _lines(plain)[0])  # no sandbox, no keys

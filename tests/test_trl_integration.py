@@ -123,7 +123,16 @@ def test_task_reward_scores_through_the_math_and_code_verifiers():
         code = code_task.train_examples()[0]
         good = tiny_code.target_completion(code.meta["solution"])
         chat = [[{"role": "assistant", "content": good}], [{"role": "assistant", "content": "```python\nprint(input())\n```"}]]
-        assert task_reward(code_task)(prompts=["p", "p"], completions=chat, uid=[code.uid] * 2) == [1.0, 0.0]
+        code_reward = task_reward(code_task)
+        assert code_reward(prompts=["p", "p"], completions=chat, uid=[code.uid] * 2) == [1.0, 0.0]
+        # the level the programs ran under, kept for the TRL path's step line (trl_metrics.reward_sandbox)
+        level = code_task.score([code], [good])[0].details["isolation"]
+        assert level.startswith("full")
+        assert code_reward.vigor_sandbox == {"sandbox/isolation": level,
+                                             "sandbox/memory_cgroup": 0.0 if "rlimit only" in level else 1.0}
+        code_reward(prompts=["p"], completions=["no code"], uid=[code.uid], trainer_state=SimpleNamespace(global_step=3))
+        assert code_reward.vigor_sandbox == {}  # a new step whose rollouts never reached the sandbox
+        assert reward.vigor_sandbox == {}  # the math verifier runs no program
     finally:
         math_task.close()
         code_task.close()

@@ -106,6 +106,7 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     tr.vigor_totals["tokens"] += batch.tokens
     rows = sum(len(r) for r in layout.rows)
     metrics = step_metrics(batch, tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"], tr.args.pass_threshold)
+    metrics.update({} if "sandbox/isolation" in metrics else reward_sandbox(tr))
     logged = {name: sum(v) / len(v) for name, v in tr._vigor_logged.items() if v}  # log_metric, this step
     tr._vigor_logged.clear()
     m = tr._metrics["train"]
@@ -127,6 +128,8 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     m["vigor/time/generate"].append(batch.generate_seconds)
     m["vigor/time/reward"].append(batch.reward_seconds)
     m["vigor/time/scoring_pass"].append(scoring_seconds)
+    if "sandbox/memory_cgroup" in metrics:
+        m["sandbox/memory_cgroup"].append(metrics["sandbox/memory_cgroup"])
     fix_logged_advantages(tr, batch, layout)
     line = {"step": tr.vigor_step, **metrics, "rollouts/per_rank": list(layout.spent),
             "tokens/per_rank": list(layout.tokens), "time/generate": batch.generate_seconds,
@@ -134,6 +137,7 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     add_logged(line, logged, {})
     tr.vigor_pending = PendingStep(tr.vigor_step, batch, list(layout.spent), list(layout.tokens), line)
     if tr.accelerator.is_main_process:
+        say_isolation(tr, metrics.get("sandbox/isolation"))
         record = {"step": tr.vigor_step, **batch.record}
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(tr.train_dataset[tr.vigor_index[entry["uid"]]]["prompt"])[:200]
@@ -143,6 +147,27 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
 
             RunDir(tr.vigor_run_dir).append_many("episodes.jsonl", episode_lines(tr.vigor_step, batch.generated))
         write_run_files(tr.vigor_run_dir, allocation=record)
+
+
+def reward_sandbox(trainer: Any) -> dict[str, Any]:
+    """``sandbox/isolation`` and ``sandbox/memory_cgroup`` of this step, as `vigor train` logs
+    them, from the first reward function that keeps them (a code task's: trl_rewards; TRL
+    grades the rollouts, so the batch's samples carry no verdict details); {} for none."""
+    for func in getattr(trainer, "reward_funcs", None) or []:
+        found = getattr(func, "vigor_sandbox", None)
+        if found:
+            return dict(found)
+    return {}
+
+
+def say_isolation(trainer: Any, level: str | None) -> None:
+    """The sandbox's isolation level on stderr when first seen or changed (`vigor train`
+    prints it the same way: vigor_cli/train_log.py)."""
+    if level and level != getattr(trainer, "vigor_isolation", None):
+        from vigor_cli.console import err_console
+
+        trainer.vigor_isolation = level
+        err_console.print(f"sandbox isolation: {level}", markup=False, highlight=False, soft_wrap=True)
 
 
 def note_update(trainer: Any, loss: float) -> None:

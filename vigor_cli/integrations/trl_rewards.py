@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from vigor_cli.reward_log import forward_logs
 from vigor_cli.rewards import _completion_text
+from vigor_cli.rollout_core import sandbox_metrics
 from vigor_cli.tasks.base import score_once
 
 
@@ -21,22 +22,26 @@ def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[...,
     examples = {ex.uid: ex if env is None else env.scoring_example(ex) for ex in task.train_examples()}
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
+    sandbox: dict[str, Any] = {}  # this step's isolation level, read by the TRL path's step line
 
     def scores(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[Any]:
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
         if step is None or step != seen_step[0]:
             graded.clear()
+            sandbox.clear()
             seen_step[0] = step
         if kwargs.get("trainer_state") is not None:  # TRL's, for the task's reward functions
             task.trainer_state = kwargs["trainer_state"]
         texts = [_completion_text(c) for c in completions]
         out = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded, kwargs.get("completion_ids"))
+        sandbox.update(sandbox_metrics(out))  # a code task's: the level its programs ran under
         if step is None:  # no step to key the memo by: nothing is kept across calls
             graded.clear()
         if _forward:  # what the functions logged, to TRL's log_metric and log_extra (once per call)
             forward_logs(out, task.logged_metrics(), kwargs)
         return out
 
+    scores.vigor_sandbox = sandbox  # type: ignore[attr-defined]
     return scores
 
 
@@ -51,6 +56,7 @@ def task_reward(task: Any, uid_column: str = "uid", env: Any = None) -> Any:
         return [None if s.reward is None else float(s.reward) for s in scores(prompts, completions, **kwargs)]
 
     reward.__name__ = f"{task.name}_verifier"
+    reward.vigor_sandbox = scores.vigor_sandbox  # type: ignore[attr-defined]
     return reward
 
 
@@ -69,6 +75,7 @@ def task_reward_funcs(task: Any, uid_column: str = "uid", env: Any = None) -> tu
             return [c.get(_name) for c in whole(prompts, completions, _forward=_name == parts[0], **kwargs)]
 
         part.__name__ = name
+        part.vigor_sandbox = whole.vigor_sandbox  # type: ignore[attr-defined]
         funcs.append(part)
     return funcs, list(task.weights)
 
@@ -81,6 +88,7 @@ def task_reward_components(task: Any, uid_column: str = "uid", env: Any = None) 
     def components(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[dict]:
         return [s.components for s in scores(prompts, completions, _forward, **kwargs)]
 
+    components.vigor_sandbox = scores.vigor_sandbox  # type: ignore[attr-defined]
     return components
 
 
