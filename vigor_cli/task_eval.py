@@ -254,19 +254,17 @@ def fit_sets(target: Target, task: Any, sets: dict[str, list]) -> dict[str, list
     `vigor eval --run` scores the prompts the run scored. One warning line per set that loses
     some; a set that loses all is refused."""
     from vigor_cli.models import load_tokenizer
-    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+    from vigor_cli.train_data import keep_fitting
 
     cfg = target.cfg
     tokenizer = load_tokenizer(cfg.model, target.tokenizer_dir)
     limit = cfg.task.max_prompt_tokens
     fitted: dict[str, list] = {}
     for name, exs in sets.items():
-        kept, long, empty = fit_prompts(limit, task, tokenizer, exs)
-        warn(left_out_line(f"held-out prompts of set {name}", len(exs), long, empty, limit))
-        if not kept:
+        fitted[name], _ = keep_fitting(limit, task, tokenizer, exs, f"held-out prompts of set {name}")
+        if not fitted[name]:
             raise UserError(f"set {name}: none of its {len(exs)} prompts fit task.max_prompt_tokens={limit} "
                             "(raise it with --set task.max_prompt_tokens=N)")
-        fitted[name] = [ex for ex in exs if ex.uid in kept]
     return fitted
 
 

@@ -129,6 +129,16 @@ def warn(line: str | None) -> None:
         err_console.print(f"warning: {line}", style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
+def keep_fitting(limit: int, task: Any, tokenizer: Any, examples: list[Example], what: str,
+                 texts: dict[str, str] | None = None, env: Any = None) -> tuple[list[Example], dict[str, list[int]]]:
+    """``examples`` without the prompts :func:`fit_prompts` leaves out, those said in one
+    warning line naming ``what`` (a caller refuses an empty result in its own words); and the
+    kept prompts' token ids by uid."""
+    kept, long, empty = fit_prompts(limit, task, tokenizer, examples, texts, env)
+    warn(left_out_line(what, len(examples), long, empty, limit))
+    return [ex for ex in examples if ex.uid in kept], kept
+
+
 def left_out_line(what: str, total: int, long: list[int], empty: int, limit: int) -> str | None:
     """The one warning line for the prompts of a set :func:`fit_prompts` left out (None: none)."""
     parts = []
@@ -146,9 +156,9 @@ def encode_prompts(cfg: RunConfig, task: Any, tokenizer: Any, train_examples: li
     """The training prompts' token ids; prompts the model cannot take (:func:`fit_prompts`)
     are dropped with one warning line (``enough``: refuse when fewer than a step's prompts
     remain). ``texts`` gets each kept prompt as rendered."""
-    prompt_ids, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, train_examples, texts, env)
-    examples = {ex.uid: ex for ex in train_examples if ex.uid in prompt_ids}
-    warn(left_out_line("training prompts", len(train_examples), long, empty, cfg.task.max_prompt_tokens))
+    kept, prompt_ids = keep_fitting(cfg.task.max_prompt_tokens, task, tokenizer, train_examples, "training prompts",
+                                    texts, env)
+    examples = {ex.uid: ex for ex in kept}
     if enough and len(examples) < cfg.train.prompts_per_step:
         raise UserError(
             f"only {len(examples)} training prompts fit task.max_prompt_tokens="
@@ -192,15 +202,14 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None
         label = name or cfg.task.name
         exs = task.eval_examples(name)
         exs = exs[: cfg.train.eval_limit] if cfg.train.eval_limit else exs
-        kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, exs, env=env)
-        warn(left_out_line(f"held-out prompts of set {label}", len(exs), long, empty, cfg.task.max_prompt_tokens))
+        sets[label], kept = keep_fitting(cfg.task.max_prompt_tokens, task, tokenizer, exs,
+                                         f"held-out prompts of set {label}", env=env)
         room = cfg.completion_tokens()  # under task.env, an episode's whole exchange
         key = "sampling.max_new_tokens" if cfg.task.env is None else "task.max_episode_tokens"
         over = sum(len(ids) + room > context for ids in kept.values()) if context else 0
         if over:
             warn(f"{over} of {len(kept)} held-out prompts of set {label} plus {key}={room} exceed the model's "
                  f"context ({context} tokens): their completions will be cut; lower {key} or task.max_prompt_tokens")
-        sets[label] = [ex for ex in exs if ex.uid in kept]
         if not sets[label]:
             raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
                             f"{cfg.task.max_prompt_tokens}; raise it, or give held-out data the model can take")

@@ -358,17 +358,16 @@ def fit_problems(cfg: Any, tasks: dict, tokenizer: Any) -> dict:
     """Each benchmark without the problems the model cannot take, as training leaves them out
     (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token), each
     benchmark that loses some saying so in one warning line; one that loses all is refused."""
-    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+    from vigor_cli.train_data import keep_fitting
 
     limit = cfg.task.max_prompt_tokens
     fitted = {}
     for name, (task, examples) in tasks.items():
-        kept, long, empty = fit_prompts(limit, task, tokenizer, examples)
-        warn(left_out_line(f"problems of {name}", len(examples), long, empty, limit))
+        kept, _ = keep_fitting(limit, task, tokenizer, examples, f"problems of {name}")
         if not kept:
             raise UserError(f"--benchmarks {name}: none of its {len(examples)} problems fit "
                             f"task.max_prompt_tokens={limit} (or they encode to no token)")
-        fitted[name] = (task, [ex for ex in examples if ex.uid in kept])
+        fitted[name] = (task, kept)
     return fitted
 
 

@@ -138,14 +138,13 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
 def _prompts_that_fit(cfg: Any, task: Any, tokenizer: Any, examples: list) -> list:
     """The training prompts a run would train on (vigor_cli/train_data.fit_prompts: none longer
     than task.max_prompt_tokens, none empty), the others said in one warning line."""
-    from vigor_cli.train_data import fit_prompts, left_out_line, warn
+    from vigor_cli.train_data import keep_fitting
 
-    kept, long, empty = fit_prompts(cfg.task.max_prompt_tokens, task, tokenizer, examples)
-    warn(left_out_line("training prompts", len(examples), long, empty, cfg.task.max_prompt_tokens))
+    kept, _ = keep_fitting(cfg.task.max_prompt_tokens, task, tokenizer, examples, "training prompts")
     if not kept:
         raise UserError(f"none of the {len(examples)} training prompts fits task.max_prompt_tokens="
                         f"{cfg.task.max_prompt_tokens}; raise it")
-    return [ex for ex in examples if ex.uid in kept]
+    return kept
 
 
 def _study_vigor() -> str:

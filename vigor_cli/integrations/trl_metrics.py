@@ -106,7 +106,8 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     tr.vigor_totals["tokens"] += batch.tokens
     rows = sum(len(r) for r in layout.rows)
     metrics = step_metrics(batch, tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"], tr.args.pass_threshold)
-    metrics.update({} if "sandbox/isolation" in metrics else reward_sandbox(tr))
+    if "sandbox/isolation" not in metrics:  # TRL graded the rollouts: the reward functions know the level
+        metrics.update(reward_sandbox(tr))
     logged = {name: sum(v) / len(v) for name, v in tr._vigor_logged.items() if v}  # log_metric, this step
     tr._vigor_logged.clear()
     m = tr._metrics["train"]

@@ -240,7 +240,7 @@ def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable
     done = torch.zeros((), device=inputs["advantages"].device)
     last = None
     for k, rows in enumerate(plan.batches):
-        width = plan.widths[k] if k < len(plan.widths) else max(1, len(rows))
+        width = plan.widths[k]
         sub = slice_rows(inputs, rows or [0], zero_mask=not rows, fillers=width - max(1, len(rows)))
         scale = batch_scale(trainer.loss_type, rows, plan, inputs, ranks, width)
         if k < len(plan.batches) - 1:
@@ -251,11 +251,10 @@ def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable
         else:
             last = loss_fn(model, sub) * scale
     merged = merge_metrics(metrics, before, plan, trainer.importance_sampling_level == "sequence")
-    widths = plan.widths or [max(1, len(rows)) for rows in plan.batches]
     trainer.vigor_update = UpdateStats({VIGOR_KEYS[k]: v for k, v in merged.items() if k in VIGOR_KEYS},
                                        len(plan.batches), sum(len(rows) for rows in plan.batches),
                                        sum(1 for rows in plan.batches if not rows),
-                                       sum(w - len(rows) for w, rows in zip(widths, plan.batches) if rows))
+                                       sum(w - len(rows) for w, rows in zip(plan.widths, plan.batches) if rows))
     return last + done
 
 
