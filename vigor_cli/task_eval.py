@@ -205,7 +205,7 @@ def describe(target: Target, sets: dict[str, list], sampling: dict, task: Any = 
             parts.append(f"prompt template {t.prompt_template!r}")
         parts.append(f"a sample passes at reward >= {t.pass_threshold:g}")
         lines.append("  " + "; ".join(parts))
-    cut = f" (the run's train.eval_limit; --limit changes it)" if target.from_run and target.cfg.train.eval_limit else ""
+    cut = " (the run's train.eval_limit; --limit changes it)" if target.from_run and target.cfg.train.eval_limit else ""
     table = getattr(task, "tables", {}).get("eval")
     for name, exs in sets.items():
         source = f" of {table.source}" + (f" (split {table.split})" if table.split else "") if table is not None else ""

@@ -17,7 +17,7 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.commands.flags import TASK_FLAGS, command
-from vigor_cli.settings import known_names, set_key
+from vigor_cli.settings import set_key
 from vigor_cli.console import console, err_console, shown
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import EVAL_SETS, eval_task_config
