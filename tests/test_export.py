@@ -10,6 +10,7 @@ Each run is one step, trained once for the module.
 from __future__ import annotations
 
 import json
+import stat
 import os
 from pathlib import Path
 
@@ -304,3 +305,78 @@ def test_export_of_the_newest_checkpoint_loads_and_generates(tmp_path, vigor, mo
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "export").eval()
     assert greedy(loaded, AutoTokenizer.from_pretrained(tmp_path / "export")) == greedy(model.eval(), tok, [2])
     assert gen_config_stops(tmp_path / "export") == [tok.eos_token_id]
+
+
+# --------------------------------------------------------------------------- what a user meets first
+def card_code(folder: Path) -> str:
+    """The Python block of an exported folder's model card."""
+    text = (folder / "README.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+@slow
+def test_an_export_is_readable_by_others_and_its_card_loads_it(runs, tmp_path, vigor, monkeypatch):
+    """The files of an export are 0644 (the checkpoint's were written 0600), its folders 0755;
+    the model card's load lines, run as written from the folder holding the export, load a model
+    that generates as the export does; an ended run leaves no run.lock."""
+    for name in ("full", "lora"):
+        assert not (runs[name] / "run.lock").exists()
+        out = tmp_path / f"{name}-model"
+        code, _, err = vigor("export", str(runs[name]), "--out", str(out))
+        assert code == 0, err
+        assert stat.S_IMODE(out.stat().st_mode) == 0o755
+        modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*") if p.is_file()}
+        assert modes and set(modes.values()) == {0o644}, modes
+        weights_file = "model.safetensors" if name == "full" else "adapter_model.safetensors"
+        assert weights_file in modes
+        monkeypatch.chdir(tmp_path)
+        scope: dict = {}
+        exec(card_code(out), scope)  # noqa: S102 - the card this test's own export wrote
+        model = scope["model"].eval()
+        expected = exported(out) if name == "full" else exported_adapter(out, TINY_DIR)
+        assert greedy(model, scope["tokenizer"]) == expected
+
+
+def test_card_load_lines_name_each_kind_of_base(tmp_path):
+    from vigor_cli.export_card import load_lines
+
+    full = "\n".join(load_lines({"kind": "full", "base": {"where": "hub", "name_or_path": "Qwen/Qwen2.5-1.5B"}}, "m"))
+    assert "AutoModelForCausalLM.from_pretrained(path)" in full and 'path = "m"' in full
+    hub = "\n".join(load_lines({"kind": "adapter", "base": {"where": "hub", "name_or_path": "Qwen/Qwen2.5-1.5B",
+                                                             "revision": "abc"}}, "m"))
+    assert 'base_path = "Qwen/Qwen2.5-1.5B"' in hub and 'revision="abc"' in hub and "PeftModel" in hub
+    local = "\n".join(load_lines({"kind": "adapter", "base": {"where": "local", "name_or_path": "../base"}}, "m"))
+    assert 'os.path.join(path, "../base")' in local and local.startswith("import os")
+    bundled = "\n".join(load_lines({"kind": "adapter", "base": {"where": "bundled", "name_or_path": "tiny"}}, "m"))
+    assert "TINY_DIR as base_path" in bundled
+    for code in (full, hub, local, bundled):
+        compile(code, "card", "exec")
+
+
+def test_an_export_folder_is_made_readable_whole(tmp_path):
+    """What `vigor export` writes through its hidden folder comes out 0644/0755 whatever the
+    writers made (the atomic writer's 0600, a private folder)."""
+    from vigor_cli.export import _write
+
+    def fill(folder: Path) -> None:
+        (folder / "sub").mkdir(mode=0o700)
+        for p in (folder / "model.safetensors", folder / "sub" / "x.json"):
+            p.write_text("{}")
+            p.chmod(0o600)
+
+    out = tmp_path / "out"
+    _write(out, fill)
+    assert {p.relative_to(out).as_posix(): stat.S_IMODE(p.stat().st_mode) for p in out.rglob("*")} == {
+        "model.safetensors": 0o644, "sub": 0o755, "sub/x.json": 0o644}
+
+
+def test_a_released_run_lock_can_take_its_file_with_it(tmp_path):
+    from vigor_cli.runs import RunLock
+
+    kept = RunLock.acquire(tmp_path / "kept.lock")
+    kept.release()
+    assert (tmp_path / "kept.lock").exists()  # a refusal or a resume's check leaves it
+    ended = RunLock.acquire(tmp_path / "run.lock")
+    ended.release(remove=True)
+    assert not (tmp_path / "run.lock").exists()
+    ended.release(remove=True)  # twice: nothing more

@@ -352,3 +352,16 @@ def test_gradient_checkpointing_auto_is_on_for_hub_models_on_cuda_only():
     assert gradient_checkpointing_on(ModelConfig(name_or_path="x", gradient_checkpointing=False), cuda) is False
     model = load_policy(ModelConfig(name_or_path="tiny", lora={"enabled": False}))[0]
     assert not model.is_gradient_checkpointing  # the tiny model on CPU: unchanged
+
+
+def test_the_printed_plan_has_no_empty_row(small_model):
+    """Each phase's rows end its section; no blank row stands between the resident rows and the next phase."""
+    from rich.console import Console
+
+    cfg = _cfg(small_model, "model.lora.r=8")
+    plan = mp.make_plan(cfg, mp.model_shape(cfg.model), "cuda", 8 * GIB, 8 * GIB, "test")
+    console = Console(width=200, record=True, file=open("/dev/null", "w"))
+    console.print(mp.render(plan))
+    rows = [line for line in console.export_text().splitlines() if line.startswith("│")]
+    assert rows and all(line.strip("│ ") for line in rows), "\n".join(rows)
+    assert sum(line.startswith("│ resident") for line in rows) == sum(i.phase == "resident" for i in plan.items)

@@ -229,6 +229,9 @@ def test_report_takes_the_metric_and_a_target_in_its_range(own_run, vigor, tmp_p
     assert code == 0, err
     report = json.loads(out)
     assert report["metric"] == "eval/pass_rate" and report["runs"][0]["final_accuracy"] == lines(own_run)[-1]["eval/pass_rate"]
+    # the plots are named after the metric they plot
+    assert sorted(p.name for p in (tmp_path / "p").glob("*.png")) == ["pass_rate_vs_rollouts.png",
+                                                                      "pass_rate_vs_tokens.png"]
 
 
 def test_inspect_allocation_shows_raw_rewards(own_run, vigor):

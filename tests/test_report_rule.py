@@ -189,3 +189,12 @@ def test_a_target_met_at_the_start_is_said_to_say_nothing(tmp_path, vigor):
     code, out, err = vigor("report", str(a), str(b), "--out", str(tmp_path / "rep2"), "--target", "0.05")
     assert code == 0, err
     assert not any("already meets" in n for n in json.loads((tmp_path / "rep2" / "report.json").read_text())["notes"])
+
+
+def test_plot_files_are_named_after_their_metric():
+    from vigor_cli.report.run_report import plot_stem
+
+    assert plot_stem("eval/accuracy") == "accuracy"
+    assert plot_stem("eval/pass_rate") == "pass_rate"
+    assert plot_stem("eval/math500/accuracy") == "math500_accuracy"
+    assert plot_stem("eval/tiny-math/reward/my fn/mean") == "tiny-math_reward_my-fn_mean"

@@ -4,6 +4,7 @@ These tests walk the table, so a new entry is covered without a new test."""
 
 from __future__ import annotations
 
+import re
 import typing
 
 import pytest
@@ -111,7 +112,7 @@ def test_help_shows_each_flag_with_its_type_default_and_description(monkeypatch)
         assert f"{flag.key}: " in row and opt.key_field(flag.key).description[:40] in row, row
         assert f"[default: ({train_cmd._default_text(flag.key)})]" in row, row
     assert "[default: (100; tiny-math.yaml: 150)]" in rows["--steps"]
-    assert "One of: vigor, random" in rows["--strategy"]
+    assert "Rollout allocation strategy: auto (the default" in rows["--strategy"]  # the names, by name
 
 
 def test_a_bad_value_names_the_flag(vigor):
@@ -137,3 +138,15 @@ def test_version(vigor):
 
     code, out, _ = vigor("--version")
     assert code == 0 and out.strip() == f"vigor {importlib.metadata.version('vigor')}"
+
+
+def test_strategy_help_names_every_registered_strategy(vigor, monkeypatch):
+    """`vigor train --help` names each strategy by name in --strategy's own text, the default first."""
+    from vigor_cli.allocation import registry
+    from vigor_cli.commands.flags import help_text
+
+    strategy = next(f for f in FLAGS if f.name == "--strategy")
+    text = help_text(strategy)
+    for name in registry.names():
+        assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), name
+    assert text.index("auto") < text.index("grpo")

@@ -211,7 +211,7 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
     how = card.set_run_template(cfg, tokenizer)  # after the stop tokens: those are the run's own
     base = card.portable_base(cfg, out)
     record = card.run_record(cfg, run, checkpoint, kind, how, base, out)
-    _write(out, lambda tmp: _fill(tmp, kind, cfg, checkpoint, dtype, tokenizer, gen, base, record))
+    _write(out, lambda tmp: _fill(tmp, kind, cfg, checkpoint, dtype, tokenizer, gen, base, record, out.name))
     stops = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id]
     return {"run": str(run.path), "checkpoint": checkpoint.name, "out": str(out), "kind": kind,
             "dtype": dtype if kind != "adapter" else None, "stop_token_ids": stops,
@@ -220,7 +220,7 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
 
 
 def _fill(folder: Path, kind: str, cfg: Any, checkpoint: Path, dtype: str, tokenizer: Any, gen: Any,
-          base: dict[str, Any], record: dict[str, Any]) -> None:
+          base: dict[str, Any], record: dict[str, Any], name: str) -> None:
     """The export's files, written into ``folder``: the weights (or the adapter naming its
     portable base), tokenizer, generation config, vigor_run.json and a model card."""
     if kind == "adapter":
@@ -233,7 +233,7 @@ def _fill(folder: Path, kind: str, cfg: Any, checkpoint: Path, dtype: str, token
     tokenizer.save_pretrained(folder)
     gen.save_pretrained(folder)  # the adapter folder gets it too
     (folder / card.RUN_FILE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    (folder / "README.md").write_text(card.model_card(record), encoding="utf-8")
+    (folder / "README.md").write_text(card.model_card(record, name), encoding="utf-8")
 
 
 def _write(out: Path, fill: Callable[[Path], Any]) -> None:
@@ -250,6 +250,7 @@ def _write(out: Path, fill: Callable[[Path], Any]) -> None:
             shutil.rmtree(tmp, ignore_errors=True)  # a copy a killed export left
             tmp.mkdir(parents=True)
             fill(tmp)
+            _readable(tmp)
             if out.exists():
                 out.rmdir()  # empty (check_out)
             os.replace(tmp, out)
@@ -261,6 +262,15 @@ def _write(out: Path, fill: Callable[[Path], Any]) -> None:
             if isinstance(e, Exception) and not isinstance(e, UserError) and is_disk_full(e, out.parent):
                 raise disk_full(out, then="export again (nothing was written to --out)") from None
             raise
+
+
+def _readable(folder: Path) -> None:
+    """Files 0644 and folders 0755, as a hub download has them: an export is made to be shared,
+    and the checkpoint files it copies were written private (0600) by the atomic writer."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
 
 
 def _remove(folder: Path) -> None:

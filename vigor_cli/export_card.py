@@ -200,8 +200,9 @@ _RENDERING = {
 }
 
 
-def model_card(record: dict[str, Any]) -> str:
-    """README.md of the exported folder: what the run trained on and how it sampled, in words."""
+def model_card(record: dict[str, Any], folder: str = "DIR") -> str:
+    """README.md of the exported folder: what the run trained on and how it sampled, in words,
+    and the lines that load it (``folder``: the folder's name, as the lines name it)."""
     base, task, sampling, evaluation = record["base"], record["task"], record["sampling"], record["evaluation"]
     front = ["---", f"library_name: {'peft' if record['kind'] == 'adapter' else 'transformers'}"]
     if base["where"] == "hub":
@@ -226,10 +227,35 @@ def model_card(record: dict[str, Any]) -> str:
     if last:
         lines += ["", "## Last evaluation", "",
                   f"Step {last['step']}: mean reward {last['accuracy']:.4f}, pass rate {last['pass_rate']:.4f}."]
+    lines += ["", "## Load it", "", "```python", *load_lines(record, folder), "```"]
     lines += ["", "## Evaluate it on your set", "",
               "`vigor eval DIR --eval-data SET --reward ...` (the task flags of `vigor train`) uses the sampling "
               f"above, read from `{RUN_FILE}`.", ""]
     return "\n".join(front + lines)
+
+
+def load_lines(record: dict[str, Any], folder: str) -> list[str]:
+    """Python that loads the exported folder with transformers (and peft for an adapter), run
+    from the folder that holds it."""
+    base, kind = record["base"], record["kind"]
+    lines = [f"path = {json.dumps(folder)}  # this folder (or its hub repo id once uploaded)"]
+    if kind != "adapter":
+        return ["from transformers import AutoModelForCausalLM, AutoTokenizer", "", *lines,
+                "tokenizer = AutoTokenizer.from_pretrained(path)",
+                "model = AutoModelForCausalLM.from_pretrained(path)"]
+    head = ["import os", ""] if base["where"] == "local" else []
+    head += ["from peft import PeftModel", "from transformers import AutoModelForCausalLM, AutoTokenizer"]
+    if base["where"] == "bundled":
+        head.append("from vigor_cli.models import TINY_DIR as base_path  # vigor's bundled tiny model")
+        where = []
+    elif base["where"] == "local":
+        where = [f"base_path = os.path.join(path, {json.dumps(base['name_or_path'])})  # the base, as trained"]
+    else:
+        where = [f"base_path = {json.dumps(base['name_or_path'])}"]
+    revision = f", revision={json.dumps(base['revision'])}" if base.get("revision") else ""
+    return [*head, "", *lines, *where,
+            "tokenizer = AutoTokenizer.from_pretrained(path)",
+            f"model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path{revision}), path)"]
 
 
 def _base_words(base: dict[str, Any], kind: str) -> str:

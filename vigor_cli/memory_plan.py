@@ -497,12 +497,12 @@ def render(plan: Plan) -> Any:
     table.add_column("GiB", justify="right")
     table.add_column("note")
     for phase in PHASES:
-        for item in (i for i in plan.items if i.phase == phase):
-            table.add_row(phase, item.name, f"{item.bytes / GIB:.2f}", item.note)
+        items = [i for i in plan.items if i.phase == phase]
+        for n, item in enumerate(items, 1):  # the resident rows close their own section: no empty row
+            table.add_row(phase, item.name, f"{item.bytes / GIB:.2f}", item.note,
+                          end_section=phase == "resident" and n == len(items))
         if phase != "resident":
             table.add_row(phase, "[bold]peak (with resident)[/]", f"[bold]{plan.phase(phase) / GIB:.2f}[/]", "", end_section=True)
-        else:
-            table.add_row("", "", "", "", end_section=True)
     if plan.available is not None and plan.device == "cuda":
         util = f"engine.gpu_memory_utilization {plan.engine_utilization}" if plan.engine == "vllm" else f"engine {plan.engine}"
         table.caption = (f"{util}; headroom kept {plan.margin / GIB:.1f} GiB; "

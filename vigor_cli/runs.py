@@ -84,8 +84,12 @@ class RunLock:
             )
         return lock
 
-    def release(self) -> None:
+    def release(self, remove: bool = False) -> None:
+        """Drop the lock; ``remove``: the file too, while still held (a run that has ended)."""
         if self.fd >= 0:
+            if remove:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
             os.close(self.fd)  # closing the only descriptor drops the flock
             self.fd = -1
 
@@ -258,9 +262,10 @@ class RunDir:
                 self.lock = RunLock.acquire(self.path / LOCK)
         return self
 
-    def release(self) -> None:
+    def release(self, remove: bool = False) -> None:
+        """Drop ``run.lock``'s flock; ``remove``: delete the file as well (the run has ended)."""
         if self.lock is not None:
-            self.lock.release()
+            self.lock.release(remove)
             self.lock = None
 
     # ------------------------------------------------------------------ config

@@ -459,7 +459,7 @@ def _train(cfg: RunConfig | None, resume: str | Path | None, out: Any, steps: in
     try:
         return trainer.run()
     finally:
-        run.release()
+        run.release(remove=True)  # an ended run leaves no run.lock behind
 
 
 def _resume(path: Path, steps: int | None, out: Any, signals: StopSignals | None = None,

@@ -39,12 +39,12 @@ class AllocationConfig(_Section):
 
     strategy: str = Field(
         "auto",
-        description="Rollout allocation strategy, a name in the strategy registry "
-        "(vigor_cli/allocation/registry.py; `vigor train --help` lists them; "
-        "vigor_cli/allocation/README.md, docs/algorithms.md). Default 'auto' (why: the README's "
-        "'which strategy when' and BENCHMARKS.md). 'random' and "
-        "'difficulty' are VIGOR's ablations; 'knapsack' is Knapsack-RL, 'reinforce-ada' "
-        "Reinforce-Ada, 'pilot-commit' Pilot-Commit, 'auto' a census round then a wide or deep plan.",
+        description="Rollout allocation strategy: auto (the default: a census round, then a wide or a deep "
+        "plan), grpo (allocation.group_size rollouts for every prompt: no allocator), dapo (DAPO's "
+        "dynamic sampling), vigor "
+        "(VIGOR's rounds) with its ablations random and difficulty, greso, pods, knapsack (Knapsack-RL), "
+        "reinforce-ada (Reinforce-Ada), pilot-commit (Pilot-Commit), or a strategy a plugin registers "
+        "(vigor_cli/allocation/README.md; which to use: the README and BENCHMARKS.md).",
     )
     # VIGOR (and its ablations random, difficulty)
     rounds: int = Field(4, ge=1, le=64, description="VIGOR: number of allocation rounds T.")

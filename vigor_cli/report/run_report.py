@@ -4,6 +4,7 @@ accuracy, the plots and report.json (the rule is documented in report/curves.py)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -68,7 +69,7 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
         crossings = [first_crossing(getattr(c, f"by_{axis}").x, getattr(c, f"by_{axis}").y, target)
                      for c in plotted]
         pngs[axis] = str(
-            plot_accuracy(plotted, axis, out / f"accuracy_vs_{axis}.png", target, crossings, metric)
+            plot_accuracy(plotted, axis, out / f"{plot_stem(metric)}_vs_{axis}.png", target, crossings, metric)
         )
     table["plots"] = pngs
     (out / "report.json").write_text(json.dumps(table, indent=2) + "\n")
@@ -77,6 +78,13 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
 
 PASS_RATE = "eval/pass_rate"
 """The pass rate's metrics.jsonl key (pass@1 at task.pass_threshold)."""
+
+
+def plot_stem(metric: str) -> str:
+    """A plot's file name before ``_vs_<axis>.png``: the metric it plots, without ``eval/``
+    (``eval/pass_rate`` -> ``pass_rate``, ``eval/math500/accuracy`` -> ``math500_accuracy``)."""
+    name = metric.removeprefix("eval/").replace("/", "_")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name) or "metric"
 
 
 def final_value(run: Any, key: str) -> float | None:
