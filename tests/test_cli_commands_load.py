@@ -113,3 +113,28 @@ def test_prestarted_child_ends_when_not_needed(mode):
     if mode == "plain":
         assert lines[1] == "['correct'] None"
     assert _gone(int(lines[0]))
+
+
+def _help(build) -> str:
+    from typer.testing import CliRunner
+
+    return CliRunner(env={"COLUMNS": "200", "TERMINAL_WIDTH": "200"}).invoke(build, ["--help"], prog_name="vigor").output
+
+
+def test_the_listing_says_what_each_commands_own_help_says():
+    """`vigor --help` lists the commands from SUMMARIES without importing them: the same screen as
+    the app built from the commands themselves."""
+    assert sorted(cli.SUMMARIES) == sorted(cli.COMMANDS)
+    assert _help(cli.build_app(listing=True)) == _help(cli.app)
+
+
+def test_version_and_help_import_no_command(capsys):
+    """`vigor --version` loads no command line framework; `vigor --help` no command module (a new
+    interpreter: what one run of `vigor` imports)."""
+    code = ("import sys\nfrom vigor_cli.cli import main\n"
+            "main(['--version'])\n"
+            "assert 'typer' not in sys.modules and 'numpy' not in sys.modules, 'version'\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('vigor_cli.commands') or m in ('numpy', 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("vigor ") and out.strip().endswith("[]"), out

@@ -74,6 +74,24 @@ app that takes the subcommand to load, None for all)."""
 
 GROUPS = frozenset({"verify"})
 
+SUMMARIES: dict[str, str] = {
+    "train": "Train a policy with GRPO, spending rollouts where the reward variance is (auto, VIGOR and peers).",
+    "eval": "Evaluate a model: your own task (--run, or --data/--eval-data with --reward), or math and code "
+            "benchmarks: avg@n, pass@k, the pass rate and each reward's mean.",
+    "inspect-allocation": "Per-step tables of prompts and their rollouts per round (and, for a run with an\n"
+                          "environment, its episodes turn by turn), and an overview across steps.",
+    "report": "Plot a metric (accuracy, mean reward, pass rate) against cumulative rollouts and tokens; "
+              "tabulate rollouts to a target.",
+    "simulate": "Drive the real allocators with simulated rewards and compare where the rollouts go.",
+    "verify": "Check one answer or program with the reward verifiers.",
+    "make-tiny": "Build the tiny Qwen2 model and warm it on the tiny tasks' training split (a few CPU minutes).",
+    "probe": "Sample a few rollouts per prompt, fit the variance law, and say whether allocation pays.",
+    "export": "Export a run's checkpoint: config, safetensors, tokenizer and a generation_config.json with the "
+              "run's stop tokens.",
+}
+"""Each command's line in ``vigor --help``, which lists the commands without importing them (a
+test keeps these equal to what the commands' own help says)."""
+
 
 def _start_math_grader() -> None:
     from vigor_cli.verifiers.math_pool import prestart
@@ -121,9 +139,11 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def build_app(command: str | None = None, subcommand: str | None = None) -> "typer.Typer":
+def build_app(command: str | None = None, subcommand: str | None = None, listing: bool = False) -> "typer.Typer":
     """The Typer app with every command, or with only ``command`` (and, for a group, only its
-    ``subcommand``): what one run of ``vigor`` needs."""
+    ``subcommand``): what one run of ``vigor`` needs. ``listing``: every command by its
+    :data:`SUMMARIES` line only, none imported (``vigor --help``, ``vigor`` alone, a command
+    name that does not exist)."""
     import typer
 
     command_cls, group_cls = _classes()
@@ -145,10 +165,14 @@ def build_app(command: str | None = None, subcommand: str | None = None) -> "typ
         cls=group_cls,
     )
     built.callback()(_main)
-    for name, load in COMMANDS.items():
+    order = sorted(COMMANDS, key=lambda n: n in GROUPS) if listing else list(COMMANDS)  # groups last, as Typer lists them
+    for name in order:
+        load = COMMANDS[name]
         if command is not None and name != command:
             continue
-        if name in GROUPS:
+        if listing:
+            built.command(name, cls=command_cls, help=SUMMARIES[name])(_listed)
+        elif name in GROUPS:
             group = load()(subcommand)
             for sub in group.registered_commands:
                 sub.cls = command_cls
@@ -156,6 +180,10 @@ def build_app(command: str | None = None, subcommand: str | None = None) -> "typ
         else:
             built.command(name, cls=command_cls)(load())
     return built
+
+
+def _listed() -> None:
+    """A command as ``vigor --help`` lists it (never run: naming a command builds it whole)."""
 
 
 def __getattr__(name: str):
@@ -193,6 +221,11 @@ def main(argv: list[str] | None = None) -> None:
 
 def _run(argv: list[str] | None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:  # before the command line framework loads
+        from vigor_cli import __version__
+
+        print(f"vigor {__version__}")
+        return
     selected = _selected(args)
     early = EARLY_STARTS.get(selected)
     if early is not None and "--help" not in args:
@@ -202,7 +235,7 @@ def _run(argv: list[str] | None) -> None:
     from vigor_cli.console import err_console, shown
 
     try:
-        code = build_app(*selected)(args=args, prog_name="vigor", standalone_mode=False)
+        code = build_app(*selected, listing=selected[0] is None)(args=args, prog_name="vigor", standalone_mode=False)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (typer.Abort, KeyboardInterrupt):
