@@ -120,3 +120,59 @@ def test_tools_with_an_environment_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^tools= with an environment") as e:
         _tools_trainer(tmp_path, environment_factory=Counter)
     assert "\n" not in str(e.value)
+
+
+HARD_CODED = "```python\nn = int(input())\nprint({-45: -32, 11: 24}[n])\n```"
+"""tiny-code/train/0 (print n+13) answered from its public tests' table: passes both public
+tests, fails every private one, and quotes the public outputs."""
+
+
+@pytest.mark.slow
+def test_hard_coding_reaches_the_health_check_on_the_trl_path(tmp_path):
+    """The code task's real verifier and sandbox grade a hard-coded program: its signs reach
+    the step's samples and the ``hard_coding`` check reads 1 (it read 0 whatever TRL graded)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vigor_cli.integrations import trl_metrics
+    from vigor_cli.integrations.trl import task_reward
+
+    tok = AutoTokenizer.from_pretrained(TINY_DIR)
+    task = get_task(TaskConfig(name="tiny-code"))
+    data = task_dataset(task, tok).select([0])
+    args = VigorGRPOConfig(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4,
+                           num_generations=4, max_completion_length=96, logging_steps=1, report_to=[],
+                           save_strategy="no", use_cpu=True, seed=0, bf16=False, prompts_per_step=1, beta=0.0,
+                           vigor={"strategy": "grpo", "budget": 4})
+    try:
+        tr = VigorGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(TINY_DIR), reward_funcs=[task_reward(task)],
+                              args=args, train_dataset=data, processing_class=tok)
+        tr.model.train()
+        ids = tok(HARD_CODED, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        tr._generate_single_turn = lambda prompt_ids, *a, **k: ([list(ids) for _ in prompt_ids], None)
+        tr._generate_and_score_completions([])
+        samples = tr.last_batch.generated
+        assert samples and all(s.details == {"hard_coded": True, "quotes_outputs": True} for s in samples)
+        assert all(s.reward == 0.0 for s in samples)  # it fails the private tests
+        _, checks = trl_metrics.step_health(tr, tr.last_batch, {})
+        assert checks["health/hard_coding"] == 1.0 and checks["health/hard_coded"] == 1.0
+    finally:
+        task.close()
+
+
+def test_a_graded_programs_signs_are_read_per_row_and_others_carry_none():
+    """trl_checks.hard_coding_signs: a reward function's signs by (uid, completion text) become
+    one row of flags each; a row no function graded as a program gets (0, 0, 0)."""
+    from types import SimpleNamespace
+
+    from vigor_cli.integrations import trl_checks
+
+    def reward(prompts, completions, **kw):
+        return [0.0] * len(completions)
+
+    reward.vigor_signs = {("a", "x"): {"hard_coded": True, "quotes_outputs": False},
+                          ("b", "y"): {"hard_coded": False, "quotes_outputs": True}}
+    acc = SimpleNamespace(device="cpu", gather=lambda t: t, num_processes=1)
+    tr = SimpleNamespace(reward_funcs=[reward], vigor_uid_column="uid", accelerator=acc)
+    flags = trl_checks.hard_coding_signs(tr, [{"uid": "a"}, {"uid": "b"}, {"uid": "a"}], ["x", "y", "other"])
+    assert flags.tolist() == [[1, 1, 0], [1, 0, 1], [0, 0, 0]]
+    assert trl_checks.every_rank_texts(tr, {("a", 0): "x"}) == {("a", 0): "x"}

@@ -154,3 +154,37 @@ def set_tool_dicts(trainer: Any, rows: int) -> None:
     asynchronous = {t.__name__: t for t in tools if inspect.iscoroutinefunction(t)}
     trainer._sync_tool_dicts = [dict(sync) for _ in range(rows)]
     trainer._async_tool_dicts = [dict(asynchronous) for _ in range(rows)]
+
+
+def hard_coding_signs(trainer: Any, rows: Sequence[dict], texts: Sequence[str]) -> Any:
+    """Per row of this rank's round: (graded as a program, hard_coded, quotes_outputs), read
+    from the reward functions that keep them (a code task's: trl_rewards) and gathered from
+    every rank [ranks * rows, 3]: TRL grades the rollouts, so the samples carry no verdict of
+    their own and the ``hard_coding`` health check saw none."""
+    import torch
+
+    found: dict = {}
+    for func in getattr(trainer, "reward_funcs", None) or []:
+        found.update(getattr(func, "vigor_signs", None) or {})
+    column = getattr(trainer, "vigor_uid_column", "uid")
+    flags = []
+    for row, text in zip(rows, texts):
+        sign = found.get((str(row.get(column)), text))
+        flags.append([1, int(sign["hard_coded"]), int(sign["quotes_outputs"])] if sign else [0, 0, 0])
+    acc = trainer.accelerator
+    local = torch.tensor(flags, dtype=torch.int64, device=acc.device).view(len(flags), 3)
+    return acc.gather(local).cpu()
+
+
+def every_rank_texts(trainer: Any, texts: dict) -> dict:
+    """This rank's completion texts by row key merged with every other rank's (the health
+    checks that read text, ``empty`` and ``identical``, see the whole step on every rank)."""
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return dict(texts)
+    from accelerate.utils import gather_object
+
+    merged: dict = {}
+    for part in gather_object([list(texts.items())]):
+        merged.update(dict((tuple(k), v) for k, v in part))
+    return merged

@@ -293,19 +293,23 @@ class VigorGRPOTrainer(GRPOTrainer):
                               for p, c in zip(prompt_ids, completion_ids)], device=self.accelerator.device)
         return out, self.accelerator.gather(sizes).cpu()
 
-    def _score_round(self, rows: list[dict], out: tuple) -> torch.Tensor:
-        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions].
-        Episodes: the functions get their environment instances (``environments=``), which
-        are released after."""
+    def _score_round(self, rows: list[dict], out: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions],
+        and every rank's hard-coding signs [rows, 3] (trl_checks.hard_coding_signs). Episodes:
+        the functions get their environment instances (``environments=``), released after."""
+        from vigor_cli.rewards import _completion_text
+
         prompts = [row["prompt"] for row in rows]
         if self.vigor_episodes is None:
-            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
-        self.environments = self.vigor_episodes.environments()
-        try:
-            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
-        finally:
-            self.environments = None
-            self.vigor_episodes.release()
+            rewards = super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        else:
+            self.environments = self.vigor_episodes.environments()
+            try:
+                rewards = super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+            finally:
+                self.environments = None
+                self.vigor_episodes.release()
+        return rewards, trl_checks.hard_coding_signs(self, rows, [_completion_text(c) for c in out[3]])
 
     # ------------------------------------------------------------------ evaluation's generation
     @contextlib.contextmanager
