@@ -178,16 +178,27 @@ def batch_scale(loss_type: str, rows: int, plan: Plan, inputs: dict, ranks: int,
     return 1.0
 
 
+def holds_full_gradients_when_unsynced(accelerator: Any) -> bool:
+    """Whether skipping the gradient sync would keep a full gradient per rank: FSDP's no_sync
+    (FSDP1's, and FSDP2's set_requires_gradient_sync) accumulates unsharded gradients, so under
+    FSDP every micro-batch's backward reduce-scatters into the rank's shard instead."""
+    from accelerate.utils import DistributedType
+
+    return getattr(accelerator, "distributed_type", None) == DistributedType.FSDP
+
+
 @contextlib.contextmanager
 def accumulating(accelerator: Any, model: Any) -> Iterator[None]:
     """A micro-batch's backward that only accumulates: no gradient sync over the ranks (DDP's
     no_sync) and no optimizer step inside DeepSpeed's backward, as accelerate's own gradient
-    accumulation does."""
+    accumulation does. Under FSDP the sync is kept (each backward reduce-scatters into the
+    rank's shard, where the gradients accumulate): no rank holds a full gradient copy."""
     state = accelerator.gradient_state
     saved = state.sync_gradients
     state._set_sync_gradients(False)
     try:
-        with accelerator.no_sync(model):
+        with (contextlib.nullcontext() if holds_full_gradients_when_unsynced(accelerator)
+              else accelerator.no_sync(model)):
             yield
     finally:
         state._set_sync_gradients(saved)
