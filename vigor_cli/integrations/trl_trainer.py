@@ -23,7 +23,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from vigor_cli import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
-from vigor_cli.integrations import trl_checks, trl_metrics, trl_update
+from vigor_cli.integrations import trl_checks, trl_metrics, trl_update, trl_vllm
 from vigor_cli.integrations.trl_config import VigorGRPOConfig
 from vigor_cli.integrations.trl_evaluation import TRLEngine
 from vigor_cli.integrations.trl_metrics import write_run_files
@@ -152,8 +152,10 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_step += 1
         rounds = TRLRounds(self)
         marks = trl_metrics.completion_marks(self)
-        batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
-                           reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
+        with trl_vllm.one_push_per_phase(self):  # colocated vLLM: the weights pushed once, not once per round
+            batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds,
+                               _scale(self.args.scale_rewards),
+                               reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
         engine_logprobs, nonfinite = trl_checks.nonfinite_to_nan(generated[4])
