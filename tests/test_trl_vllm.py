@@ -113,3 +113,78 @@ def test_without_the_phase_guard_trls_sleep_mode_pushes_before_every_round(tmp_p
         for _ in range(3):
             tr._generate_single_turn(prompts, None, {}, 1)
     assert _pushes(llm, params) == 3.0 and llm.sleeping and "sleep" not in vars(llm)
+
+
+def _trl_source(name: str) -> ast.Module:
+    import trl
+
+    return ast.parse((Path(trl.__file__).parent / name).read_text())
+
+
+def _calls(tree: ast.Module, func: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and (
+        (isinstance(n.func, ast.Name) and n.func.id == func) or (isinstance(n.func, ast.Attribute) and n.func.attr == func))]
+
+
+@pytest.mark.parametrize("release", sorted(RECORDS))
+def test_trls_colocated_and_server_calls_bind_to_each_recorded_vllm(release):
+    """TRL 1.16 declares vLLM 0.22-0.31 (and warns outside it); the gpu extra's vLLM is 0.33 or
+    0.34. What its colocate mode passes to ``LLM()``, to ``SamplingParams`` and to the engine's
+    methods, and the ``vllm serve`` flags its server mode builds, all exist in each recorded
+    release (read from the wheels by scripts/extract_vllm_signatures.py)."""
+    record = json.loads(RECORDS[release].read_text())
+    assert record["vllm_version"] == release
+    llm_params = {p["name"] for p in record["methods"]["LLM.__init__"]["params"]}
+    engine_fields = set(record["fields"]["EngineArgs"]["fields"])
+    generation = _trl_source("generation/vllm_generation.py")
+    (build,) = _calls(generation, "LLM")
+    passed = {k.arg for k in build.keywords}
+    assert passed and passed <= llm_params | engine_fields, passed - llm_params - engine_fields
+    sampling = set(record["fields"]["SamplingParams"]["fields"])
+    colocate = [n for n in ast.walk(generation) if isinstance(n, ast.Dict) and any(
+        isinstance(k, ast.Constant) and k.value == "repetition_penalty" for k in n.keys)]
+    keys = {k.value for d in colocate for k in d.keys if isinstance(k, ast.Constant)}
+    assert {"n", "temperature", "max_tokens", "logprobs"} <= keys and keys - {"structured_outputs_regex",
+                                                                               "generation_kwargs"} <= sampling
+    assert "structured_outputs" in sampling
+    for method, args in (("sleep", {"level"}), ("wake_up", {"tags"}), ("generate", {"sampling_params", "use_tqdm"}),
+                         ("reset_prefix_cache", set())):
+        params = {p["name"] for p in record["methods"][f"LLM.{method}"]["params"]}
+        used = {k.arg for c in _calls(generation, method) for k in c.keywords if k.arg} & (args | params)
+        assert args <= params and used <= params, (method, used - params)
+    assert {"weights", "kv_cache"} <= set(record["constants"]["SLEEP_TAGS"]["values"])
+    serve = _trl_source("scripts/vllm_serve.py")
+    flags = {n.value[2:].replace("-", "_") for n in ast.walk(serve)
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("--")}
+    # the API server's own flags (0.34's frontend reads --enable-scale-out: entrypoints/scale_out), or a negation
+    flags -= {"host", "port", "uvicorn_log_level", "no_enable_prefix_caching", "enable_scale_out"}
+    assert {"weight_transfer_config", "logprobs_mode", "max_logprobs"} <= flags
+    assert flags <= engine_fields, flags - engine_fields
+
+
+def test_vllm_0_34_changes_nothing_the_engine_calls():
+    """0.34.0 against 0.33.0: every method vigor's engine and TRL call keeps its parameters
+    (new ones have defaults), no field either reads is gone, the constants are the same."""
+    old, new = (json.loads(RECORDS[v].read_text()) for v in ("0.33.0", "0.34.0"))
+    for key, method in old["methods"].items():
+        before = {p["name"]: p for p in method["params"]}
+        after = {p["name"]: p for p in new["methods"][key]["params"]}
+        assert set(before) <= set(after), key
+        assert all(p["default"] is not None or p["kind"] in ("VAR_POSITIONAL", "VAR_KEYWORD")
+                   for name, p in after.items() if name not in before), key
+        assert all(before[n]["kind"] == after[n]["kind"] for n in before), key
+    for key, cls in old["fields"].items():
+        assert set(cls["fields"]) <= set(new["fields"][key]["fields"]), key
+    assert old["constants"] == new["constants"]
+
+
+def test_the_gpu_extra_admits_the_recorded_vllm_releases_only():
+    import tomllib
+
+    from packaging.specifiers import SpecifierSet
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    (spec,) = [r for r in extras["gpu"] if r.startswith("vllm")]
+    admitted = SpecifierSet(spec.removeprefix("vllm"))
+    assert all(v in admitted for v in RECORDS)  # 0.33.0 and 0.34.0, each recorded from its wheel
+    assert "0.32.0" not in admitted and "0.35.0" not in admitted
