@@ -94,6 +94,7 @@ def test_tools_pass_through_trls_tool_loop(tmp_path):
     assert tr._metrics["train"]["tools/call_frequency"][-1] > 0
 
 
+@pytest.mark.slow
 def test_tools_with_plain_text_prompts_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^tools= with plain-text prompts \(row 0 of train_dataset\)") as e:
         _tools_trainer(tmp_path, conversational=False)
@@ -116,6 +117,7 @@ class Counter:
         return a + b
 
 
+@pytest.mark.slow
 def test_tools_with_an_environment_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^tools= with an environment") as e:
         _tools_trainer(tmp_path, environment_factory=Counter)
@@ -176,3 +178,22 @@ def test_a_graded_programs_signs_are_read_per_row_and_others_carry_none():
     flags = trl_checks.hard_coding_signs(tr, [{"uid": "a"}, {"uid": "b"}, {"uid": "a"}], ["x", "y", "other"])
     assert flags.tolist() == [[1, 1, 0], [1, 0, 1], [0, 0, 0]]
     assert trl_checks.every_rank_texts(tr, {("a", 0): "x"}) == {("a", 0): "x"}
+
+
+def test_tool_refusals_read_the_dataset_and_the_environment():
+    """trl_checks.tool_refusals without a model: the first plain-text row is named; message
+    lists pass; an environment is refused whatever the rows; no tools, nothing."""
+    from types import SimpleNamespace
+
+    from datasets import Dataset
+
+    from vigor_cli.integrations import trl_checks
+
+    chat = [{"role": "user", "content": "2+2?"}]
+    mixed = SimpleNamespace(train_dataset=Dataset.from_dict({"prompt": [chat, chat]}))
+    assert trl_checks.tool_refusals(mixed, [multiply], False) == []
+    plain = SimpleNamespace(train_dataset=Dataset.from_dict({"prompt": ["a", "b"]}))
+    (line,) = trl_checks.tool_refusals(plain, [multiply], False)
+    assert line.startswith("tools= with plain-text prompts (row 0 of train_dataset)") and "\n" not in line
+    assert trl_checks.tool_refusals(mixed, [multiply], True)[0].startswith("tools= with an environment")
+    assert trl_checks.tool_refusals(plain, [], False) == trl_checks.tool_refusals(plain, None, True) == []
