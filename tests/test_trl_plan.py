@@ -136,3 +136,14 @@ def test_fsdp_micro_batches_keep_the_gradient_sync_so_no_rank_holds_a_full_copy(
             assert acc.gradient_state.sync_gradients is False
         assert acc.gradient_state.sync_gradients is True
     assert calls == [DistributedType.MULTI_GPU, DistributedType.MULTI_CPU, DistributedType.DEEPSPEED]
+
+
+def test_a_cpu_run_is_planned_on_the_cpu_and_not_refused():
+    """--cpu (TRL's use_cpu) plans a CPU run even where a GPU answers; train.gpu_memory_gib
+    still states the memory to plan against."""
+    cfg = build_config(str(REPO / "configs" / "qwen3-8b-lcb.yaml"), sets=[f"model.name_or_path={QWEN3_8B}"])
+    gpu = lambda: (int(2 * GIB), int(80 * GIB))  # noqa: E731 - a GPU with 2 GiB free
+    plan = trl_plan.rank_plan(cfg, trl_plan.Layout("single", 1), {"use_cpu": True}, gpu)
+    assert plan.device == "cpu" and plan.fits
+    refused = trl_plan.rank_plan(cfg, trl_plan.Layout("single", 1), {}, gpu)
+    assert refused.device == "cuda" and not refused.fits

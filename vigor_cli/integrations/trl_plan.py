@@ -68,10 +68,13 @@ def rank_plan(cfg: Any, layout: Layout, trl: Mapping[str, Any],
     (``use_vllm``, ``vllm_mode``, ``vllm_gpu_memory_utilization``, ``vllm_enable_sleep_mode``)."""
     import copy
 
-    from vigor_cli.memory_plan import gpu_memory
+    from vigor_cli.memory_plan import _cpu_available, gpu_memory
     from vigor_cli.model_shape import model_shape
 
-    device, available, total, source = gpu_memory(cfg, mem_get_info)
+    if trl.get("use_cpu") and cfg.train.gpu_memory_gib is None:  # --cpu: a CPU run even beside a GPU
+        device, available, total, source = "cpu", _cpu_available(), None, "MemAvailable (CPU run)"
+    else:
+        device, available, total, source = gpu_memory(cfg, mem_get_info)
     shape = model_shape(cfg.model)
     hf = copy.deepcopy(cfg)
     hf.engine.kind = "hf"  # TRL generates; vigor's engine is not started on this path
