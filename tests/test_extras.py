@@ -28,5 +28,5 @@ def test_gpu_and_trl_extras_resolve_together(tmp_path):
 
     from vigor_cli.integrations.trl_versions import EXTRA
 
-    assert versions["vllm"].startswith("0.33.") and versions["trl"] in SpecifierSet(EXTRA.removeprefix("trl"))
+    assert versions["vllm"].startswith(("0.33.", "0.34.")) and versions["trl"] in SpecifierSet(EXTRA.removeprefix("trl"))
     assert "bitsandbytes" in versions and "torch" in versions

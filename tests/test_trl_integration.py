@@ -338,6 +338,11 @@ def test_two_processes_select_globally_like_one(tmp_path):
         assert sum(spent) == rec["totals"]["rollouts"] and max(spent) - min(spent) <= 1
         assert tokens == layout["tokens"] and max(tokens) - min(tokens) <= 2 * one_rollout  # by tokens
     assert ranks[0]["steps"] == ranks[1]["steps"]  # every rank laid the step out the same way
+    # the health checks that read completions (empty, identical) see every rank's, not their own only
+    own = [r["texts_own"] for r in ranks]
+    assert own[0] and own[1] and not set(map(tuple, own[0])) & set(map(tuple, own[1]))
+    assert ranks[0]["texts_seen"] == ranks[1]["texts_seen"] == sorted(own[0] + own[1])
+    assert len(ranks[0]["texts_seen"]) == sum(steps[-1]["rollouts/per_rank"])
     # evaluation ran on every rank, each on its share, and both hold the gathered result
     assert ranks[0]["held_out"] == ranks[1]["held_out"] and sorted(ranks[0]["held_out"]) == ["0", "2"]
     evals = [m for m in metrics if "eval/accuracy" in m]

@@ -237,3 +237,45 @@ def test_the_row_normaliser_counts_rows_with_loss_tokens_not_rows_in_the_update(
     plan = trl_update.plan_update(cut, 0.0, 10_000, lambda t: t.flatten(), 1)
     assert plan.rows == len(kept) - 1 and kept[0] not in plan.batches[0]
     assert trl_update.batch_scale("grpo", plan.batches[0], plan, cut, 1) == 1.0
+
+
+def test_gspo_clip_fractions_count_the_rows_with_loss_tokens_not_the_fillers(pods):
+    """At the sequence level (GSPO) TRL divides its clip fractions by every row forwarded, the
+    filler rows a rank adds to match the rank with most included; merged, they equal TRL's
+    over the real rows alone (they were diluted by the padding)."""
+    tr, out = pods
+    kept = _kept(out)
+    signs = [float(out["advantages"][i]) < 0 for i in kept]
+    assert any(signs) and not all(signs)  # some rows are clipped and some are not: the share means something
+    inputs = dict(out)
+    inputs["old_per_token_logps"] = torch.zeros_like(out["completion_mask"], dtype=torch.float32)  # ratio << 0.8
+    saved = tr.importance_sampling_level, tr.loss_type
+    tr.importance_sampling_level, tr.loss_type = "sequence", "dapo"
+    try:
+        def trl_metrics(batch):
+            tr._metrics["train"].clear()
+            with torch.no_grad():
+                GRPOTrainer._compute_loss(tr, tr.model, batch)
+            return {k: list(v) for k, v in tr._metrics["train"].items()}
+
+        alone = trl_metrics(trl_update.slice_rows(inputs, kept))
+        padded = trl_metrics(trl_update.slice_rows(inputs, kept, fillers=3))
+        assert padded["clip_ratio/low_mean"][0] < alone["clip_ratio/low_mean"][0]  # TRL's: diluted by 3 rows
+        assert padded["clip_ratio/low_min"][0] == 0.0
+        plan = trl_update.Plan([kept], rows=len(kept), rank_tokens=1.0, tokens=[1.0], units=[float(len(kept))],
+                               widths=[len(kept) + 3], forwarded=[float(len(kept) + 3)])
+        merged = trl_update.merge_metrics(padded, {}, plan, sequence_level=True)
+        assert merged["clip_ratio/low_mean"] == pytest.approx(alone["clip_ratio/low_mean"][0])
+        assert 0 < merged["clip_ratio/low_mean"] < 1
+        assert merged["clip_ratio/region_mean"] == pytest.approx(alone["clip_ratio/region_mean"][0])
+        assert merged["clip_ratio/high_mean"] == alone["clip_ratio/high_mean"][0] == 0.0
+        # every real row clipped: the fillers' zeros no longer hide it from the minimum
+        every = trl_update.Plan([kept], rows=1, rank_tokens=1.0, tokens=[1.0], units=[1.0], widths=[4], forwarded=[4.0])
+        m = trl_update.merge_metrics({"clip_ratio/low_mean": [0.25], "clip_ratio/low_min": [0.0]}, {}, every, True)
+        assert m["clip_ratio/low_mean"] == 1.0 and m["clip_ratio/low_min"] == 1.0
+        # token level: TRL's token mask already leaves the fillers out, nothing is rescaled
+        tok = trl_update.merge_metrics({"clip_ratio/low_mean": [0.25]}, {}, every, sequence_level=False)
+        assert tok["clip_ratio/low_mean"] == 0.25
+    finally:
+        tr.importance_sampling_level, tr.loss_type = saved
+        tr._metrics["train"].clear()

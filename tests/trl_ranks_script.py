@@ -93,7 +93,12 @@ def main(out: Path, mode: str = "") -> None:
         trainer.train()
     finally:
         task.close()
+    from vigor_cli.integrations.trl_checks import every_rank_texts
+
+    texts = trainer.last_rounds.texts  # this rank's completions of the last step; the health checks read all ranks'
+    seen = every_rank_texts(trainer, texts)
     (out / f"rank-{rank}.json").write_text(json.dumps({
+        "texts_own": sorted(map(list, texts)), "texts_seen": sorted(map(list, seen)),
         "ranks": trainer.accelerator.num_processes, "generated": trainer.generated,
         "steps": trainer.steps, "allocator": trainer.allocator.state_dict(),
         "held_out": held_out.results, "max_prompt_tokens": max(trainer._prompt_tokens.values()),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping, NoReturn, Sequence
@@ -144,6 +145,11 @@ def _train(a: argparse.Namespace) -> int:
         if a.vllm_mode:
             extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
         _check_output_dirs(a.output_dir, extra)
+        from vigor_cli.console import console
+        from vigor_cli.integrations import trl_plan
+
+        main_process = int(os.environ.get("RANK", "0")) == 0  # every rank checks; the main one prints
+        trl_plan.announce(cfg, extra, console if main_process else None)  # one rank's plan, before the model loads
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
         if trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/provenance.py)
             from vigor_cli import provenance

@@ -120,3 +120,71 @@ def report_nonfinite(trainer: Any, count: int) -> dict[str, int]:
                           "for tokens it sampled; they are left out of the importance correction",
                           style="yellow", markup=False, highlight=False, soft_wrap=True)
     return {"sampling/nonfinite_engine_logprobs": total}
+
+
+TOOLS_WITH_ENV = ("tools= with an environment (environment_factory, task.env): the environment's episode loop "
+                  "runs the tool calls there; give the tools to the environment, or drop the environment")
+TOOLS_PLAIN_PROMPTS = ("tools= with plain-text prompts (row {row} of train_dataset): TRL's tool loop reads each "
+                       "completion as a message list; give conversational prompts (a list of messages per row)")
+
+
+def tool_refusals(trainer: Any, tools: Any, has_env: bool) -> list[str]:
+    """Why TRL's own ``tools=`` cannot pass through here (one line each; empty when it can)."""
+    if not tools:
+        return []
+    if has_env:
+        return [TOOLS_WITH_ENV]
+    data = trainer.train_dataset
+    prompts = data["prompt"] if "prompt" in data.column_names else []
+    plain = next((i for i, p in enumerate(prompts) if isinstance(p, str)), None)
+    return [TOOLS_PLAIN_PROMPTS.format(row=plain)] if plain is not None else []
+
+
+def set_tool_dicts(trainer: Any, rows: int) -> None:
+    """TRL's per-row tool tables (``_sync_tool_dicts``, ``_async_tool_dicts``) for a round of
+    ``rows``: TRL builds them in ``_generate_and_score_completions``, which the rounds bypass
+    (they call ``_generate``), and its tool loop reads them when a completion calls a tool. The
+    standalone tools only: an environment's tools are its episode loop's."""
+    import inspect
+
+    tools = list(getattr(trainer, "_standalone_tools", None) or getattr(trainer, "tools", None) or [])
+    if not tools:
+        return
+    sync = {t.__name__: t for t in tools if not inspect.iscoroutinefunction(t)}
+    asynchronous = {t.__name__: t for t in tools if inspect.iscoroutinefunction(t)}
+    trainer._sync_tool_dicts = [dict(sync) for _ in range(rows)]
+    trainer._async_tool_dicts = [dict(asynchronous) for _ in range(rows)]
+
+
+def hard_coding_signs(trainer: Any, rows: Sequence[dict], texts: Sequence[str]) -> Any:
+    """Per row of this rank's round: (graded as a program, hard_coded, quotes_outputs), read
+    from the reward functions that keep them (a code task's: trl_rewards) and gathered from
+    every rank [ranks * rows, 3]: TRL grades the rollouts, so the samples carry no verdict of
+    their own and the ``hard_coding`` health check saw none."""
+    import torch
+
+    found: dict = {}
+    for func in getattr(trainer, "reward_funcs", None) or []:
+        found.update(getattr(func, "vigor_signs", None) or {})
+    column = getattr(trainer, "vigor_uid_column", "uid")
+    flags = []
+    for row, text in zip(rows, texts):
+        sign = found.get((str(row.get(column)), text))
+        flags.append([1, int(sign["hard_coded"]), int(sign["quotes_outputs"])] if sign else [0, 0, 0])
+    acc = trainer.accelerator
+    local = torch.tensor(flags, dtype=torch.int64, device=acc.device).view(len(flags), 3)
+    return acc.gather(local).cpu()
+
+
+def every_rank_texts(trainer: Any, texts: dict) -> dict:
+    """This rank's completion texts by row key merged with every other rank's (the health
+    checks that read text, ``empty`` and ``identical``, see the whole step on every rank)."""
+    acc = trainer.accelerator
+    if acc.num_processes == 1:
+        return dict(texts)
+    from accelerate.utils import gather_object
+
+    merged: dict = {}
+    for part in gather_object([list(texts.items())]):
+        merged.update(dict((tuple(k), v) for k, v in part))
+    return merged

@@ -230,7 +230,9 @@ def step_health(trainer: Any, batch: RolloutBatch, update: Mapping[str, float]) 
         prompt = tr.train_dataset[tr.vigor_index[uid]]["prompt"]
         prompts[uid] = health.PromptInfo(tr._prompt_tokens.get(uid, 0),
                                          templated=not has_template or not isinstance(prompt, str))
-    texts = tr.last_rounds.texts if tr.last_rounds is not None else {}
+    from vigor_cli.integrations.trl_checks import every_rank_texts
+
+    texts = every_rank_texts(tr, tr.last_rounds.texts if tr.last_rounds is not None else {})
     return tr.vigor_health.step(tr.vigor_step, batch.generated, update, text=lambda s: texts.get(s.rollout))
 
 

@@ -12,6 +12,9 @@ from vigor_cli.rewards import _completion_text
 from vigor_cli.rollout_core import sandbox_metrics
 from vigor_cli.tasks.base import score_once
 
+HARD_CODING_SIGNS = ("hard_coded", "quotes_outputs")
+"""A code verdict's signs of a hard-coded program (vigor_cli/health.py's ``hard_coding``)."""
+
 
 def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[..., list[Any]]:
     """The task's Scores for a TRL reward call's completions: each distinct (uid, completion)
@@ -23,6 +26,7 @@ def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[...,
     graded: dict[tuple[str, str], Any] = {}
     seen_step: list[Any] = [None]
     sandbox: dict[str, Any] = {}  # this step's isolation level, read by the TRL path's step line
+    signs: dict[tuple[str, str], dict] = {}  # (uid, text) -> a graded program's hard-coding signs, this call
 
     def scores(prompts: list, completions: list, _forward: bool = True, **kwargs: Any) -> list[Any]:
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
@@ -35,6 +39,10 @@ def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[...,
         texts = [_completion_text(c) for c in completions]
         out = score_once(task, examples, list(zip(kwargs[uid_column], texts)), graded, kwargs.get("completion_ids"))
         sandbox.update(sandbox_metrics(out))  # a code task's: the level its programs ran under
+        signs.clear()
+        for uid, text, score in zip(kwargs[uid_column], texts, out):
+            if "hard_coded" in (score.details or {}):  # the health check's hard_coding (trl_checks.hard_coding_signs)
+                signs[(str(uid), text)] = {k: bool(score.details[k]) for k in HARD_CODING_SIGNS}
         if step is None:  # no step to key the memo by: nothing is kept across calls
             graded.clear()
         if _forward:  # what the functions logged, to TRL's log_metric and log_extra (once per call)
@@ -42,6 +50,7 @@ def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[...,
         return out
 
     scores.vigor_sandbox = sandbox  # type: ignore[attr-defined]
+    scores.vigor_signs = signs  # type: ignore[attr-defined]
     return scores
 
 
@@ -57,6 +66,7 @@ def task_reward(task: Any, uid_column: str = "uid", env: Any = None) -> Any:
 
     reward.__name__ = f"{task.name}_verifier"
     reward.vigor_sandbox = scores.vigor_sandbox  # type: ignore[attr-defined]
+    reward.vigor_signs = scores.vigor_signs  # type: ignore[attr-defined]
     return reward
 
 
@@ -76,6 +86,7 @@ def task_reward_funcs(task: Any, uid_column: str = "uid", env: Any = None) -> tu
 
         part.__name__ = name
         part.vigor_sandbox = whole.vigor_sandbox  # type: ignore[attr-defined]
+        part.vigor_signs = whole.vigor_signs  # type: ignore[attr-defined]
         funcs.append(part)
     return funcs, list(task.weights)
 
@@ -89,6 +100,7 @@ def task_reward_components(task: Any, uid_column: str = "uid", env: Any = None) 
         return [s.components for s in scores(prompts, completions, _forward, **kwargs)]
 
     components.vigor_sandbox = scores.vigor_sandbox  # type: ignore[attr-defined]
+    components.vigor_signs = scores.vigor_signs  # type: ignore[attr-defined]
     return components
 
 

@@ -183,8 +183,9 @@ class TRLRounds:
     def score(self, generated: Sequence[Generated]) -> list[Score]:
         tr = self.tr
         chunks, mine, out = self._round
-        per_func = tr._score_round(mine, out)  # [ranks * width, functions], every rank's
+        per_func, signs = tr._score_round(mine, out)  # [ranks * width, functions], [ranks * width, 3]: every rank's
         width = len(chunks[0])
+        signs = signs.view(self.layout.ranks, width, 3).tolist()
         real = torch.tensor([[is_real for _, is_real in chunk] for chunk in chunks])
         kept = real & ~self.failed  # an episode the environment failed is not scored
         per_func = per_func.view(self.layout.ranks, width, -1).masked_fill(~kept[..., None], float("nan"))
@@ -201,7 +202,9 @@ class TRLRounds:
                 if not is_real:
                     continue
                 parts = {n: (None if math.isnan(v) else v) for n, v in zip(names, values[r][j])}
-                scores[key] = Score(None if unscored[r][j] else rewards[r][j], components=parts)
+                graded, hard_coded, quotes = signs[r][j]
+                details = {"hard_coded": bool(hard_coded), "quotes_outputs": bool(quotes)} if graded else {}
+                scores[key] = Score(None if unscored[r][j] else rewards[r][j], components=parts, details=details)
         self.rows += mine
         self.outputs.append(out)
         self.per_func.append(per_func)

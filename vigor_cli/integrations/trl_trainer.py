@@ -23,7 +23,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from vigor_cli import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
-from vigor_cli.integrations import trl_checks, trl_metrics, trl_update
+from vigor_cli.integrations import trl_checks, trl_metrics, trl_update, trl_vllm
 from vigor_cli.integrations.trl_config import VigorGRPOConfig
 from vigor_cli.integrations.trl_evaluation import TRLEngine
 from vigor_cli.integrations.trl_metrics import write_run_files
@@ -65,6 +65,9 @@ class VigorGRPOTrainer(GRPOTrainer):
         env, positional, kwargs = trl_episodes.environment_for(self, environment_factory, vigor_env, env_timeout_s,
                                                                (model, reward_funcs, args, *rest), kwargs)
         super().__init__(*positional, **kwargs)
+        refused = trl_checks.tool_refusals(self, kwargs.get("tools"), env is not None)
+        if refused:
+            raise ValueError(refused[0])
         trl_checks.float32_adapters(self.model)
         a = self.args
         if a.multi_objective_aggregation != "sum_then_normalize":
@@ -149,8 +152,10 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_step += 1
         rounds = TRLRounds(self)
         marks = trl_metrics.completion_marks(self)
-        batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds, _scale(self.args.scale_rewards),
-                           reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
+        with trl_vllm.one_push_per_phase(self):  # colocated vLLM: the weights pushed once, not once per round
+            batch = run_rounds(self.vigor_step, self.allocator, self.vigor_data, rounds,
+                               _scale(self.args.scale_rewards),
+                               reward_range(self.args.allocation.reward_range, self.reward_weights.tolist()))
         self.last_batch, self.last_rounds = batch, rounds  # the step just generated (tests, debugging)
         generated, per_func, advantages = rounds.replay(batch)
         engine_logprobs, nonfinite = trl_checks.nonfinite_to_nan(generated[4])
@@ -278,6 +283,7 @@ class VigorGRPOTrainer(GRPOTrainer):
             out, sizes = self.vigor_episodes.generate_round(rows, self.vigor_uid_column)
             return out, self.accelerator.gather(sizes).cpu()
         prompts = [row["prompt"] for row in rows]
+        trl_checks.set_tool_dicts(self, len(prompts))  # tools=: TRL's tool loop reads them
         with self._one_generation_per_row():
             out = super()._generate(prompts)
         prompt_ids, completion_ids, extra = out[0], out[1], out[5]
@@ -289,19 +295,23 @@ class VigorGRPOTrainer(GRPOTrainer):
                               for p, c in zip(prompt_ids, completion_ids)], device=self.accelerator.device)
         return out, self.accelerator.gather(sizes).cpu()
 
-    def _score_round(self, rows: list[dict], out: tuple) -> torch.Tensor:
-        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions].
-        Episodes: the functions get their environment instances (``environments=``), which
-        are released after."""
+    def _score_round(self, rows: list[dict], out: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions],
+        and every rank's hard-coding signs [rows, 3] (trl_checks.hard_coding_signs). Episodes:
+        the functions get their environment instances (``environments=``), released after."""
+        from vigor_cli.rewards import _completion_text
+
         prompts = [row["prompt"] for row in rows]
         if self.vigor_episodes is None:
-            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
-        self.environments = self.vigor_episodes.environments()
-        try:
-            return super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
-        finally:
-            self.environments = None
-            self.vigor_episodes.release()
+            rewards = super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+        else:
+            self.environments = self.vigor_episodes.environments()
+            try:
+                rewards = super()._calculate_rewards(rows, prompts, out[3], out[1]).float().cpu()
+            finally:
+                self.environments = None
+                self.vigor_episodes.release()
+        return rewards, trl_checks.hard_coding_signs(self, rows, [_completion_text(c) for c in out[3]])
 
     # ------------------------------------------------------------------ evaluation's generation
     @contextlib.contextmanager

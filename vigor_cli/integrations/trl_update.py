@@ -29,6 +29,10 @@ RATIO_METRICS = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/regi
 
 EXTREMES = {"clip_ratio/low_min": min, "clip_ratio/high_max": max}
 
+ROW_COUNTED = ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio")
+"""Ratio metrics TRL averages over every row it forwards at the sequence level (GSPO), the
+filler rows included (each 0: no advantage): rescaled to the rows with loss tokens."""
+
 VIGOR_KEYS = {"kl": "losses/kl", "entropy": "losses/entropy", "clip_ratio/low_mean": "losses/clipfrac_low",
               "clip_ratio/high_mean": "losses/clipfrac_high"}
 """TRL's update metrics under the names `vigor train` writes (and the health checks read)."""
@@ -130,6 +134,9 @@ class Plan:
     widths: list[int] = field(default_factory=list)
     """Per micro-batch, the rows of the rank with most: every rank forwards that many (TRL
     gathers per-row values of each forward, which need the same count on every rank)."""
+    forwarded: list[float] = field(default_factory=list)
+    """Per micro-batch, the rows forwarded over every rank (``widths`` x ranks), filler rows
+    included: what TRL divides its sequence-level ratio metrics by."""
 
 
 def plan_update(inputs: dict, beta: float, budget: int, gather: Callable[[torch.Tensor], torch.Tensor],
@@ -154,7 +161,7 @@ def plan_update(inputs: dict, beta: float, budget: int, gather: Callable[[torch.
     totals = every[:, :2].sum(0)
     widths = [max(1, int(w)) for w in every[:, 2].max(0).values.tolist()]
     return Plan(batches, int(first[:, 1].sum()), float(per_row_tokens.sum()), totals[0].tolist(), totals[1].tolist(),
-                widths)
+                widths, [float(w * ranks) for w in widths])
 
 
 def batch_scale(loss_type: str, rows: int, plan: Plan, inputs: dict, ranks: int, width: int | None = None) -> float:
@@ -171,16 +178,27 @@ def batch_scale(loss_type: str, rows: int, plan: Plan, inputs: dict, ranks: int,
     return 1.0
 
 
+def holds_full_gradients_when_unsynced(accelerator: Any) -> bool:
+    """Whether skipping the gradient sync would keep a full gradient per rank: FSDP's no_sync
+    (FSDP1's, and FSDP2's set_requires_gradient_sync) accumulates unsharded gradients, so under
+    FSDP every micro-batch's backward reduce-scatters into the rank's shard instead."""
+    from accelerate.utils import DistributedType
+
+    return getattr(accelerator, "distributed_type", None) == DistributedType.FSDP
+
+
 @contextlib.contextmanager
 def accumulating(accelerator: Any, model: Any) -> Iterator[None]:
     """A micro-batch's backward that only accumulates: no gradient sync over the ranks (DDP's
     no_sync) and no optimizer step inside DeepSpeed's backward, as accelerate's own gradient
-    accumulation does."""
+    accumulation does. Under FSDP the sync is kept (each backward reduce-scatters into the
+    rank's shard, where the gradients accumulate): no rank holds a full gradient copy."""
     state = accelerator.gradient_state
     saved = state.sync_gradients
     state._set_sync_gradients(False)
     try:
-        with accelerator.no_sync(model):
+        with (contextlib.nullcontext() if holds_full_gradients_when_unsynced(accelerator)
+              else accelerator.no_sync(model)):
             yield
     finally:
         state._set_sync_gradients(saved)
@@ -209,6 +227,8 @@ def merge_metrics(metrics: dict[str, list], before: dict[str, int], plan: Plan, 
     the ratio's metrics at the sequence level) over every rank; extremes as extremes. Returns
     the merged values."""
     merged: dict[str, float] = {}
+    if sequence_level and plan.forwarded:
+        real_rows_only(metrics, before, plan)
     for key in (*TOKEN_METRICS, *RATIO_METRICS, *EXTREMES):
         values = metrics.get(key)
         if values is None or len(values) <= before.get(key, 0):
@@ -225,6 +245,28 @@ def merge_metrics(metrics: dict[str, list], before: dict[str, int], plan: Plan, 
         values.append(value)
         merged[key] = value
     return merged
+
+
+def real_rows_only(metrics: dict[str, list], before: dict[str, int], plan: Plan) -> None:
+    """At the sequence level, TRL's per-forward clip fractions over the rows with loss tokens
+    only (in place): TRL divides by every row forwarded, filler rows included, so a rank's
+    padding diluted them. Each filler row counts 0 (its advantage is 0), so the sum is exact:
+    value x forwarded / real rows. ``clip_ratio/low_min`` (a row is 0 or 1 at this level)
+    becomes 1 only where every real row is clipped, as the fillers' zeros hid."""
+    for key in ROW_COUNTED:
+        values = metrics.get(key)
+        start = before.get(key, 0)
+        if values is None or len(values) - start != len(plan.units):
+            continue
+        for k, (units, forwarded) in enumerate(zip(plan.units, plan.forwarded)):
+            if units > 0 and not math.isnan(values[start + k]):
+                values[start + k] = values[start + k] * forwarded / units
+    low, low_min = metrics.get("clip_ratio/low_mean"), metrics.get("clip_ratio/low_min")
+    if low is not None and low_min is not None and len(low_min) - before.get("clip_ratio/low_min", 0) == len(plan.units):
+        start, start_min = before.get("clip_ratio/low_mean", 0), before.get("clip_ratio/low_min", 0)
+        for k, units in enumerate(plan.units):
+            if units > 0:
+                low_min[start_min + k] = 1.0 if low[start + k] >= 1.0 - 1e-6 else 0.0
 
 
 def micro_batched_loss(trainer: Any, model: Any, inputs: dict, loss_fn: Callable[[Any, dict], torch.Tensor],

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 from vigor_cli.errors import UserError
 
-EXTRA = "trl>=1.16,<1.20"
+EXTRA = "trl>=1.16,<1.17"
 """The ``trl`` extra's range (pyproject.toml; a test keeps the two equal)."""
 
 OLDEST = "1.16.0"
@@ -66,6 +66,41 @@ LOSS_KINDS = {"grpo": "row mean", "sapo": "row mean", "dr_grpo": "row mean", "lu
               "bnpo": "rank token mean", "dapo": "token mean", "cispo": "token mean", "vespo": "token mean"}
 """How each TRL loss type is normalised (vigor_cli/integrations/trl_update.py rescales by it):
 every loss type of a supported release must be here."""
+
+METRICS_READ = ("completions/mean_length", "completions/min_length", "completions/max_length",
+                "completions/clipped_ratio", "completions/mean_terminated_length", "completions/min_terminated_length",
+                "completions/max_terminated_length", "frac_reward_zero_std", "kl", "entropy", "clip_ratio/low_mean",
+                "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio", "vespo/phi_seq_mean",
+                "clip_ratio/low_min", "clip_ratio/high_max")
+"""Names in GRPOTrainer's ``_metrics`` that vigor reads, merges or rewrites (trl_metrics,
+trl_update): a release that renames one would leave vigor reading nothing."""
+
+_ROW = "loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean(); " \
+       "normalizer = self.current_gradient_accumulation_steps if mode == 'train' else 1.0; loss = loss / normalizer"
+_TOKENS = "normalizer = inputs['num_items_in_batch'].clamp(min=1.0) / self.accelerator.num_processes; " \
+          "loss = (per_token_loss * mask).sum() / normalizer"
+_ACCUM = "normalizer = self.current_gradient_accumulation_steps if mode == 'train' else 1.0; loss = loss / normalizer"
+NORMALISERS = {
+    "grpo": _ROW, "sapo": _ROW,
+    "bnpo": "loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0); " + _ACCUM,
+    "dr_grpo": "loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * self.max_completion_length); " + _ACCUM,
+    "cispo": _TOKENS, "dapo": _TOKENS, "vespo": _TOKENS,
+    "luspo": "loss = (per_token_loss * mask).sum(-1).mean(); " + _ACCUM,
+}
+"""Each loss type's normalisation in ``_compute_loss`` (its branch's assignments to ``loss`` and
+``normalizer``, as ``ast.unparse`` writes them), as read from TRL 1.16.0: what LOSS_KINDS and
+trl_update's rescaling assume. A release that normalises otherwise is refused."""
+
+METRIC_MEAN = ("def global_masked_mean(x):\n    if x.shape[1] == 1:\n        local_sum, local_count = (x.sum(), "
+               "torch.tensor(float(x.shape[0]), device=x.device))\n    else:\n        local_sum, local_count = ((x * "
+               "mask).sum(), mask.sum().float())\n    totals = self.accelerator.reduce(torch.stack([local_sum, "
+               "local_count]), reduction='sum')\n    return (totals[0] / totals[1].clamp(min=1.0)).item()")
+"""How ``_compute_loss`` averages its metrics over the ranks (1.16.0): at the sequence level
+over every row forwarded, which trl_update.real_rows_only corrects for the filler rows."""
+
+RECORDED = ("1.16.0",)
+"""The releases whose source was read and recorded (tests/fixtures/trl_signatures.json) that
+the path runs on: a trainer refuses any other release in one line."""
 
 SOURCES = ("trainer/grpo_trainer.py", "trainer/grpo_config.py", "trainer/utils.py", "kernels/chunked_logprob.py")
 
@@ -150,6 +185,44 @@ def _loss_types(fn: ast.FunctionDef) -> list[str]:
     return sorted(names)
 
 
+def _metric_names(tree: ast.Module) -> list[str]:
+    """The literal names GRPOTrainer writes into ``self._metrics[mode][NAME]``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Subscript):
+            inner = node.value.value
+            if isinstance(inner, ast.Attribute) and inner.attr == "_metrics" and isinstance(node.slice, ast.Constant) \
+                    and isinstance(node.slice.value, str):
+                names.add(node.slice.value)
+    return sorted(names)
+
+
+def _normalisers(fn: ast.FunctionDef) -> dict[str, str]:
+    """Per loss type, the assignments to ``loss`` and ``normalizer`` in the first branch on
+    ``self.loss_type`` that makes them (``_compute_loss``), unparsed."""
+    out: dict[str, str] = {}
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.If) or not any(
+                isinstance(n, ast.Attribute) and n.attr == "loss_type" for n in ast.walk(node.test)):
+            continue
+        text = "; ".join(ast.unparse(st) for st in node.body if isinstance(st, (ast.Assign, ast.AugAssign)) and any(
+            isinstance(t, ast.Name) and t.id in ("loss", "normalizer")
+            for t in (st.targets if isinstance(st, ast.Assign) else [st.target])))
+        if text:
+            for sub in ast.walk(node.test):
+                if isinstance(sub, ast.Constant) and isinstance(sub.value, str):
+                    out.setdefault(sub.value, text)
+    return dict(sorted(out.items()))
+
+
+def _nested(fn: ast.FunctionDef | None, name: str) -> str | None:
+    """A function defined inside ``fn``, unparsed (comments dropped)."""
+    for node in ast.walk(fn) if fn is not None else []:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return ast.unparse(node)
+    return None
+
+
 def _reader(root: str | Path) -> Any:
     """file -> text of a TRL package directory (the folder holding ``trainer/``) or a wheel."""
     root = Path(root)
@@ -201,6 +274,9 @@ def seams(root: str | Path) -> dict[str, Any]:
         "loss_types": [] if loss is None else _loss_types(loss),
         "fused_head": "def add_fused_lm_head(" in utils,
         "fused_head_without_triton": not _imports_triton_unconditionally(kernel),
+        "metrics": _metric_names(trainer),
+        "normalisers": {} if loss is None else _normalisers(loss),
+        "metric_mean": _nested(loss, "global_masked_mean"),
     }
 
 
@@ -229,6 +305,22 @@ def problems(record: Mapping[str, Any]) -> list[str]:
     elif not record.get("fused_head_without_triton"):
         out.append("its fused output layer needs Triton (no torch fallback before 1.16): it cannot train on a "
                    "torch build without Triton, a CPU one")
+    return out + meaning_problems(record)
+
+
+def meaning_problems(record: Mapping[str, Any]) -> list[str]:
+    """Where a release's meaning differs from what the path relies on: a metric vigor reads
+    that it no longer writes, a loss type normalised otherwise, metrics averaged otherwise."""
+    out = []
+    gone = [m for m in METRICS_READ if m not in record.get("metrics", [])]
+    if gone:
+        out.append(f"GRPOTrainer no longer logs {', '.join(gone)}, which vigor reads")
+    normalisers = record.get("normalisers") or {}
+    moved = [t for t in record.get("loss_types", []) if normalisers.get(t) != NORMALISERS.get(t)]
+    if moved:
+        out.append(f"_compute_loss normalises {', '.join(moved)} otherwise than the micro-batched update assumes")
+    if record.get("metric_mean") != METRIC_MEAN:
+        out.append("_compute_loss averages its metrics over the ranks otherwise than vigor corrects them")
     return out
 
 
@@ -243,6 +335,9 @@ def installed() -> tuple[str, dict[str, Any]]:
 def check_installed() -> None:
     """Refuse, in one line, an installed TRL whose seams moved (:func:`problems`)."""
     version, record = installed()
+    if version not in RECORDED:
+        raise TRLVersionError(f"trl {version}: a release vigor has not read and recorded (recorded: "
+                              f"{', '.join(RECORDED)}); pip install 'vigor[trl]' ({EXTRA})")
     found = problems(record)
     if found:
         raise TRLVersionError(f"trl {version}: {found[0]}; VigorGRPOTrainer is built on {EXTRA} "

@@ -63,7 +63,7 @@ def _free_port() -> int:
 def own_process_group() -> Iterator[dict[str, str]]:
     """The environment vLLM's external launcher reads, for a group of this one process.
 
-    vLLM 0.33's ``ExecutorWithExternalLauncher`` takes RANK and LOCAL_RANK from the environment
+    vLLM's ``ExecutorWithExternalLauncher`` (0.33, 0.34) takes RANK and LOCAL_RANK from the environment
     and starts ``torch.distributed`` with ``env://`` (MASTER_ADDR, MASTER_PORT; under torchrun
     TORCHELASTIC_USE_AGENT_STORE makes it a client of the launcher's store). Inherited from a
     torchrun or a cluster scheduler they make the engine wait for ranks that never come or join
