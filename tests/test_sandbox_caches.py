@@ -20,6 +20,7 @@ import os
 import platform
 import shutil
 import textwrap
+import threading
 
 import pytest
 
@@ -135,15 +136,19 @@ def test_the_measure_sees_a_dropped_cache(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cache_runs():
+def pool():
     with SandboxPool(workers=1) as pool:
-        assert pool.isolation == "full", pool.capabilities["detail"]
-        _read_whole(STDLIB_FILE)
-        before = resident_pages(STDLIB_FILE)
-        hostile, honest = pool.run([Job(textwrap.dedent(HOSTILE_CACHE), f"{STDLIB_FILE}\n".encode(), LIMITS),
-                                    Job(textwrap.dedent(HONEST_CACHE), f"{STDLIB_FILE}\n".encode(), LIMITS)])
-        yield {"before": before, "after": resident_pages(STDLIB_FILE), "hostile": hostile,
-               "honest": honest}
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def cache_runs(pool):
+    assert pool.isolation == "full", pool.capabilities["detail"]
+    _read_whole(STDLIB_FILE)
+    before = resident_pages(STDLIB_FILE)
+    hostile, honest = pool.run([Job(textwrap.dedent(HOSTILE_CACHE), f"{STDLIB_FILE}\n".encode(), LIMITS),
+                                Job(textwrap.dedent(HONEST_CACHE), f"{STDLIB_FILE}\n".encode(), LIMITS)])
+    return {"before": before, "after": resident_pages(STDLIB_FILE), "hostile": hostile, "honest": honest}
 
 
 def test_a_job_cannot_drop_the_hosts_page_cache(cache_runs):
@@ -187,3 +192,208 @@ def test_the_filter_names_the_advice_it_refuses():
     with open(os.path.join(docs, "verifiers.md")) as f:
         table = f.read().split("### The seccomp filter")[1].split("\n## ")[0]
     assert all(word in table for word in ("`fadvise64` `POSIX_FADV_DONTNEED`", "`MADV_COLD`", "`MADV_PAGEOUT`"))
+
+
+# =========================================================================== 2. shared memory
+SYSV = """
+    import ctypes, mmap, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+
+    def segment(mb):
+        shmid = libc.shmget(0, ctypes.c_size_t(mb << 20), 0o1000 | 0o600)
+        if shmid < 0:
+            return None
+        at = libc.shmat(shmid, None, 0)
+        assert at not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        return at
+
+    def tmpfs_file(name, mb):  # filled through mappings: no buffer of the program's own grows
+        views = []
+        for part in range(0, mb, 16):  # files of at most 16 MiB (RLIMIT_FSIZE)
+            size = min(16, mb - part) << 20
+            fd = os.open(f"{name}.{part}", os.O_RDWR | os.O_CREAT)
+            os.ftruncate(fd, size)
+            views.append(mmap.mmap(fd, size))
+            for offset in range(0, size, mmap.PAGESIZE):
+                views[-1][offset] = 1
+        return views
+    """
+"""Helpers every shared-memory program starts with."""
+
+MEMORY_PROGRAMS = {
+    # System V segments and /dev/shm files together: 96 MiB at a 64 MiB limit
+    "sysv_and_tmpfs": (64, """
+        at = segment(48)
+        ctypes.memset(at, 1, 48 << 20)
+        held = tmpfs_file("/dev/shm/held", 48)
+        print("held 96 MiB")
+        """),
+    # the segment filled by the kernel (read() from /dev/zero into it), then memory of its own
+    "sysv_filled_by_the_kernel": (64, """
+        at = segment(64)
+        fd = os.open("/dev/zero", os.O_RDONLY)
+        done = 0
+        while done < 64 << 20:
+            done += libc.read(fd, ctypes.c_void_p(at + done), ctypes.c_size_t(1 << 20))
+        block = bytearray(48 << 20)
+        print("held", done >> 20, "+ 48 MiB")
+        """),
+    # tmpfs alone, within the job's 64 MiB disk, beyond a 32 MiB limit
+    "tmpfs_beyond_the_limit": (32, """
+        held = tmpfs_file(os.path.join(os.environ["TMPDIR"], "held"), 56)
+        print("held 56 MiB")
+        """),
+    # shared anonymous memory is tmpfs memory too
+    "shared_anonymous": (64, """
+        view = mmap.mmap(-1, 100 << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        for offset in range(0, 100 << 20, mmap.PAGESIZE):
+            view[offset] = 1
+        print("held 100 MiB")
+        """),
+    # many segments and files written with write(): 112 MiB
+    "many_segments_and_files": (64, """
+        for _ in range(4):
+            ctypes.memset(segment(16), 1, 16 << 20)
+        chunk = b"x" * (1 << 20)
+        for i in range(4):
+            with open(f"/dev/shm/f{i}", "wb") as f:
+                for _ in range(12):
+                    f.write(chunk)
+        print("held 112 MiB")
+        """),
+    # System V alone never passes the limit: the job's IPC namespace is sized to it
+    "sysv_beyond_the_namespace": (64, """
+        held = 0
+        while (at := segment(16)) is not None:
+            ctypes.memset(at, 1, 16 << 20)
+            held += 16
+        print(held, ctypes.get_errno())
+        """),
+    # an honest program with a little of each
+    "honest_shared": (64, """
+        at = segment(8)
+        ctypes.memset(at, 7, 8 << 20)
+        files = [tmpfs_file("/dev/shm/a", 8), tmpfs_file(os.path.join(os.environ["TMPDIR"], "b"), 4)]
+        view = mmap.mmap(-1, 8 << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        view[:4] = b"abcd"
+        print(ctypes.string_at(at, 3) == bytes([7] * 3), files[0][0][0], view[:4].decode())
+        """),
+}
+HOLD_AND_WAIT = """
+    at = segment(24)
+    ctypes.memset(at, 1, 24 << 20)
+    held = tmpfs_file("/dev/shm/held", 16)
+    import time
+    time.sleep(1.5)
+    print("held 40 MiB")
+    """
+
+
+def _memory_job(name: str) -> Job:
+    memory_mb, body = MEMORY_PROGRAMS[name]
+    return Job(textwrap.dedent(SYSV) + textwrap.dedent(body), b"", Limits(timeout_s=15.0, memory_mb=memory_mb))
+
+
+@pytest.fixture(scope="module")
+def memory_runs(pool):
+    names = sorted(MEMORY_PROGRAMS)
+    return dict(zip(names, pool.run([_memory_job(n) for n in names])))
+
+
+def test_the_slot_cgroup_was_measured_to_count_shared_memory(pool):
+    """Never assumed: the zygote held 8 MiB of System V memory and 8 MiB in a tmpfs file and
+    the slot's cgroup (cgroup v1 here) was charged for both, so the level says ``full``."""
+    from vigor_cli.sandbox.probe import SHARED_PROBE_BYTES
+
+    caps = pool.capabilities
+    assert caps["memory_cgroup"] and caps["shared_memory_counted"] is True, caps["detail"]
+    assert all(charged >= SHARED_PROBE_BYTES * 3 // 4 for charged in caps["shared_memory_charged"]), caps
+    assert pool.isolation == "full"
+
+
+@pytest.mark.parametrize("name", ["sysv_and_tmpfs", "sysv_filled_by_the_kernel", "tmpfs_beyond_the_limit",
+                                  "shared_anonymous", "many_segments_and_files"])
+def test_shared_memory_beyond_the_limit_fails_naming_it(memory_runs, name):
+    run = memory_runs[name]
+    limit = MEMORY_PROGRAMS[name][0]
+    assert run.outcome == "memory", (name, run.outcome, run.detail, run.stdout[:100], run.stderr_head)
+    assert f"memory limit {limit} MiB" in run.detail and run.stdout == b""
+
+
+def test_system_v_alone_stops_at_the_limit(memory_runs):
+    """The job's IPC namespace allows segments up to its memory limit (ENOSPC past it)."""
+    run = memory_runs["sysv_beyond_the_namespace"]
+    assert (run.outcome, run.stdout) == ("ok", b"64 28\n"), (run.detail, run.stderr_head)
+
+
+def test_honest_shared_memory_within_the_limit_passes(memory_runs):
+    run = memory_runs["honest_shared"]
+    assert (run.outcome, run.stdout) == ("ok", b"True 1 abcd\n"), (run.detail, run.stderr_head)
+
+
+def test_the_slot_is_charged_for_what_a_job_holds(pool):
+    """Read from outside while the program holds 24 MiB of System V memory and a 16 MiB
+    /dev/shm file: the slot cgroup's ``shmem`` counts all of it."""
+    from vigor_cli.sandbox.memory_cgroup import FOLDER, find_parent
+
+    parent, why = find_parent()
+    assert parent is not None, why
+    stat = os.path.join(parent.path, FOLDER, f"slot-{pool.capabilities['uids'][0]}", "memory.stat")
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                with open(stat) as f:
+                    fields = dict(line.split() for line in f)
+                peak[0] = max(peak[0], int(fields.get("shmem", 0)))
+            except OSError:
+                pass
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        run = pool.run_one(Job(textwrap.dedent(SYSV) + textwrap.dedent(HOLD_AND_WAIT), b"",
+                               Limits(timeout_s=15.0, memory_mb=64)))
+    finally:
+        done.set()
+        watcher.join()
+    assert (run.outcome, run.stdout) == ("ok", b"held 40 MiB\n"), (run.detail, run.stderr_head)
+    assert peak[0] >= 38 << 20, peak
+
+
+def test_the_measure_of_shared_memory_charges(tmp_path):
+    """Measured in this process's own cgroup it sees both kinds charged (this machine's
+    cgroup v1); against a usage file that never moves, nothing: that is what would make the
+    level say ``memory: shared memory not counted``."""
+    from vigor_cli.sandbox.memory_cgroup import _FILES, find_parent
+    from vigor_cli.sandbox.probe import SHARED_PROBE_BYTES, shared_memory_charges
+
+    parent, why = find_parent()
+    assert parent is not None, why
+    fd = os.open(os.path.join(parent.path, _FILES[parent.version]["usage"]), os.O_RDONLY)
+    try:
+        charged = shared_memory_charges(fd)
+    finally:
+        os.close(fd)
+    assert isinstance(charged, tuple) and min(charged) >= SHARED_PROBE_BYTES * 3 // 4, charged
+    still = tmp_path / "usage"
+    still.write_text("1048576\n")
+    fd = os.open(still, os.O_RDONLY)
+    try:
+        assert shared_memory_charges(fd) == (0, 0)
+    finally:
+        os.close(fd)
+
+
+def test_the_level_says_when_shared_memory_is_not_counted():
+    from vigor_cli.sandbox import pool as pool_module
+
+    full = {layer: True for layer in pool_module.ISOLATION_LAYERS}
+    assert pool_module.isolation_level({**full, "memory_cgroup": True, "shared_memory_counted": True}) == "full"
+    assert pool_module.isolation_level({**full, "memory_cgroup": True, "shared_memory_counted": False}) == (
+        "full, memory: shared memory not counted")
+    assert pool_module.isolation_level({**full, "shared_memory_counted": False}) == "full, memory: rlimit only"
