@@ -366,20 +366,32 @@ def test_the_slot_is_charged_for_what_a_job_holds(pool):
 
 
 def test_the_measure_of_shared_memory_charges(tmp_path):
-    """Measured in this process's own cgroup it sees both kinds charged (this machine's
-    cgroup v1); against a usage file that never moves, nothing: that is what would make the
-    level say ``memory: shared memory not counted``."""
-    from vigor_cli.sandbox.memory_cgroup import _FILES, find_parent
+    """Measured in a fresh memory cgroup of its own (this machine's cgroup v1), by a process
+    that joined it, it sees both kinds charged; against a usage file that never moves,
+    nothing: that is what makes the level say ``memory: shared memory not counted``."""
+    from vigor_cli.sandbox.memory_cgroup import SlotCgroup, find_parent, join
     from vigor_cli.sandbox.probe import SHARED_PROBE_BYTES, shared_memory_charges
 
     parent, why = find_parent()
     assert parent is not None, why
-    fd = os.open(os.path.join(parent.path, _FILES[parent.version]["usage"]), os.O_RDONLY)
+    slot = SlotCgroup(parent, f"test-caches-{os.getpid()}")
     try:
-        charged = shared_memory_charges(fd)
+        slot.set_limit(256 << 20)
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # joins the cgroup, so nothing else charged there blurs the figures
+            try:
+                join(slot.procs_fd)
+                os.write(write_fd, json.dumps(shared_memory_charges(slot.usage_fd)).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as f:
+            charged = json.loads(f.read() or b"null")
+        os.waitpid(pid, 0)
     finally:
-        os.close(fd)
-    assert isinstance(charged, tuple) and min(charged) >= SHARED_PROBE_BYTES * 3 // 4, charged
+        slot.close()
+    assert isinstance(charged, list) and min(charged) >= SHARED_PROBE_BYTES * 3 // 4, charged
     still = tmp_path / "usage"
     still.write_text("1048576\n")
     fd = os.open(still, os.O_RDONLY)
