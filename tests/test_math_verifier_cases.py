@@ -124,6 +124,18 @@ def test_cli_problem_flag_and_field(tmp_path, capsys):
     assert code == 0 and json.loads(out)["reward"] == 1.0
 
 
+def test_cli_problem_decides_rounding_on_the_plain_number_path(capsys):
+    """Plain numbers on both sides are graded without a child (the fast path): the problem
+    text still reaches it, so a request to round lets another precision match."""
+    for problem, reward in (("Round your answer to the nearest hundredth.", 1.0), (None, 0.0)):
+        args = ["verify", "math", "--gold", "3.14", "--pred", r"\boxed{3.1416}", "--json"]
+        code, out, _ = _cli(args + (["--problem", problem] if problem else []), capsys)
+        assert code == 0 and json.loads(out)["reward"] == reward, problem
+    code, out, _ = _cli(["verify", "math", "--gold", "0.333", "--pred", r"\boxed{1/3}", "--problem",
+                         "Round your answer to the nearest thousandth.", "--json"], capsys)
+    assert code == 0 and json.loads(out)["reward"] == 0.0  # a rounded gold is no fraction
+
+
 def test_cli_bad_problem_field_is_one_line_exit_2(tmp_path, capsys):
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps({"gold": "20", "pred": "20", "problem": 5}) + "\n")
