@@ -73,6 +73,19 @@ def test_decimal_matches_an_exact_value_only_when_rounded_to_its_digits(exact, t
 
 
 @pytest.mark.parametrize(
+    "exact, text, same",
+    [
+        (Fraction(1, 4), "0.25", True), (Fraction(1, 4), "0.250", True), (Fraction(3, 2), "1.5", True),
+        (Fraction(1, 80), r"1.25\times10^{-2}", True),  # equal: the same answer at any precision
+        (Fraction(1, 3), "0.333", False), (Fraction(2, 3), "0.667", False), (Fraction(1, 3), "0.333333", False),
+        (Fraction(1, 77), r"1.30\times10^{-2}", False),  # a rounding, where none was asked
+    ],
+)
+def test_decimal_matches_an_exact_value_only_when_equal_without_rounding(exact, text, same):
+    assert decimal_matches(exact, read_decimal(text), rounding=False) is same
+
+
+@pytest.mark.parametrize(
     "gold, pred, same",
     [
         ("0.000004", "0.000005", False),  # equal to 6 places, 25 % apart
@@ -220,9 +233,11 @@ def test_a_unit_of_another_dimension_says_so():
 @pytest.mark.parametrize(
     "gold, pred, reward",
     [
-        (r"\frac{1}{4}", "0.2500003", 0.0), (r"\frac{1}{3}", "0.333", 1.0), ("0.000004", "0.000005", 0.0),
-        ("0.0000004", "0.0000005", 0.0), (r"\sqrt{2}", "1.4142", 1.0), (r"\sqrt{2}", "1.4143", 0.0),
-        (r"\pi", "3.1416", 1.0), (r"\frac{1}{77}", r"1.30\times10^{-2}", 1.0), ("33.3", r"\frac{100}{3}", 0.0),
+        # no problem text, so no rounding asked: a decimal for an exact gold must equal it (issue 47)
+        (r"\frac{1}{4}", "0.2500003", 0.0), (r"\frac{1}{3}", "0.333", 0.0), ("0.000004", "0.000005", 0.0),
+        ("0.0000004", "0.0000005", 0.0), (r"\sqrt{2}", "1.4142", 0.0), (r"\sqrt{2}", "1.4143", 0.0),
+        (r"\pi", "3.1416", 0.0), (r"\frac{1}{77}", r"1.30\times10^{-2}", 0.0), ("33.3", r"\frac{100}{3}", 0.0),
+        (r"\frac{1}{4}", "0.25", 1.0), (r"\frac{1}{80}", r"1.25\times10^{-2}", 1.0),
         (r"(1, \frac{1}{4})", "(1, 0.2500003)", 0.0), (r"(1, \frac{1}{4})", "(1, 0.25)", 1.0),
         ("4.5e33", r"4.5 \times 10^{33}", 1.0),
     ],
@@ -332,9 +347,46 @@ def test_precision_and_rounded_golds(gold, pred, problem, reward):
     assert grade(gold, r"\boxed{" + pred + "}", problem).reward == reward
 
 
+THOUSANDTH = "Round your answer to the nearest thousandth."
+
+
+@pytest.mark.parametrize(
+    "gold, pred, problem, reward",
+    [
+        # an exact gold: a decimal that is not its value is another precision unless rounding is asked
+        (r"\frac{1}{3}", "0.333", None, 0.0), (r"\frac{1}{3}", "0.333", THOUSANDTH, 1.0),
+        (r"\frac{1}{3}", "0.333", "What is the probability?", 0.0),
+        (r"\frac{1}{3}", "0.333333", None, 0.0), (r"\frac{1}{3}", "0.3333", "Approximately what is x?", 1.0),
+        ("1/3", "0.333", None, 0.0), ("1/3", "0.333", THOUSANDTH, 1.0), (r"-\frac{1}{3}", "-0.333", None, 0.0),
+        (r"-\frac{1}{3}", "-0.333", THOUSANDTH, 1.0), (r"\frac{2}{3}", "0.667", None, 0.0),
+        (r"\frac{2}{3}", "0.667", THOUSANDTH, 1.0), (r"\sqrt{2}", "1.414", None, 0.0),
+        (r"\sqrt{2}", "1.414", "Estimate the diagonal.", 1.0), (r"\pi", "3.1416", None, 0.0),
+        (r"\pi", "3.1416", "Give the area to 4 decimal places.", 1.0), (r"\pi", r"\approx 3.1416", None, 0.0),
+        (r"\frac{1}{77}", r"1.30\times10^{-2}", None, 0.0),
+        (r"\frac{1}{77}", r"1.30\times10^{-2}", "to 3 significant figures", 1.0),
+        (r"\frac{1}{9900}", "0.00010101", "Give 5 significant figures.", 1.0),  # no exact-value guard veto
+        (r"\frac{1}{3}", "0.333", "Eight people sit around a round table. Find the probability.", 0.0),
+        # with rounding asked the decimal must still be the gold rounded, with 3 significant digits
+        (r"\frac{1}{3}", "0.334", THOUSANDTH, 0.0), (r"\frac{2}{3}", "0.666", THOUSANDTH, 0.0),
+        (r"\pi", "3.1415", "Give the area to 4 decimal places.", 0.0), (r"\frac{1}{3}", "0.3", THOUSANDTH, 0.0),
+        # a decimal equal to the exact gold is the same answer, rounding asked or not
+        (r"\frac{1}{2}", "0.5", None, 1.0), (r"\frac14", "0.25", None, 1.0), (r"\frac{1}{4}", "0.250", None, 1.0),
+        ("3/2", "1.5", None, 1.0), (r"\frac{3}{8}", "0.375", THOUSANDTH, 1.0), (r"\sqrt{16}", "4.0", None, 1.0),
+        # inside tuples, lists and intervals the same
+        (r"(1, \frac{1}{3})", "(1, 0.333)", None, 0.0), (r"(1, \frac{1}{3})", "(1, 0.333)", THOUSANDTH, 1.0),
+        (r"(1, \frac{1}{4})", "(1, 0.25)", None, 1.0), (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", None, 0.0),
+        (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", "Round the endpoints to four decimal places.", 1.0),
+    ],
+)
+def test_a_decimal_for_an_exact_gold_only_where_rounding_is_asked(gold, pred, problem, reward):
+    verdict = grade(gold, r"\boxed{" + pred + "}", problem)
+    assert verdict.reward == reward, verdict
+
+
 @pytest.mark.parametrize("gold, pred, problem", [
     ("3.14", "3.1416", None), ("3.14", "3.1416", ROUND), ("0.333", r"\frac{1}{3}", None), ("0.333", "1/3", ROUND),
-    ("0.5", r"\frac{1}{2}", None), ("-0.33", "-0.333", None),
+    ("0.5", r"\frac{1}{2}", None), ("-0.33", "-0.333", None), ("1/3", "0.333", None), ("1/3", "0.333", THOUSANDTH),
+    (r"\frac{1}{3}", "0.333", None), (r"\frac{1}{3}", "0.333", THOUSANDTH), ("1/4", "0.25", None),
 ])
 def test_fast_path_and_full_grader_agree_with_a_problem(gold, pred, problem, monkeypatch):
     from vigor_cli.verifiers import math_grade

@@ -141,7 +141,8 @@ def compare_numbers(gold_text: str, gold_parsed: list, pred_text: str, pred_pars
                     rounding: bool = True) -> bool | None:
     """The verdict when both answers are single numbers, at least one a decimal literal; None
     when the rule does not apply (Math-Verify decides). ``rounding``: the problem asks for a
-    rounded answer (:func:`asks_for_rounding`), so two decimals may differ in precision."""
+    rounded answer (:func:`asks_for_rounding`), so two decimals may differ in precision and a
+    decimal may be an exact gold rounded."""
     gold_dec, pred_dec = read_decimal(gold_text), read_decimal(pred_text)
     if gold_dec is None and pred_dec is None:
         return None
@@ -149,7 +150,7 @@ def compare_numbers(gold_text: str, gold_parsed: list, pred_text: str, pred_pars
         return decimals_match(gold_dec, pred_dec, rounding)
     if pred_dec is not None:
         exact = _exact_of(gold_text, gold_parsed)
-        return None if exact is None else decimal_matches(exact, pred_dec)
+        return None if exact is None else decimal_matches(exact, pred_dec, rounding)
     exact = _exact_of(pred_text, pred_parsed)
     return None if exact is None else exact == gold_dec.value  # a rounded decimal gold is no fraction
 
@@ -168,7 +169,7 @@ def _numeric_eq(original, a, b, float_rounding, numeric_precision, rounding=True
                 exact = exact_value(b if a_float else a)
                 dec = float_digits(a if a_float else b)
                 if exact is not None and dec is not None:
-                    return exact == dec.value if a_float else decimal_matches(exact, dec)
+                    return exact == dec.value if a_float else decimal_matches(exact, dec, rounding)
         except (TypeError, ValueError, ArithmeticError):
             pass
     return original(a, b, float_rounding, numeric_precision)

@@ -85,8 +85,8 @@ def fast_grade(gold: str, completion: str, problem: str | None = None) -> MathVe
     Only for a plain-number gold and a completion whose answer (its last box, with no
     "final answer is" after it) is a plain number: exact values must be equal; a decimal
     follows the decimal rule of :mod:`math_numbers`, as the full grader does (another
-    precision only where ``problem`` asks for rounding; a decimal gold is never a fraction's
-    rounding).
+    precision, or a decimal for an exact gold it is not equal to, only where ``problem`` asks
+    for rounding; a decimal gold is never a fraction's rounding).
     """
     g = _plain_number(gold)
     if g is None:
@@ -107,7 +107,7 @@ def fast_grade(gold: str, completion: str, problem: str | None = None) -> MathVe
     elif g[0] == "decimal" and p[0] == "decimal":
         same = decimals_match(g[1], p[1], asks_for_rounding(problem))
     elif p[0] == "decimal":
-        same = decimal_matches(g[1], p[1])
+        same = decimal_matches(g[1], p[1], asks_for_rounding(problem))
     else:
         same = p[1] == g[1].value  # a decimal gold: an exact answer must be its value
     shown_gold = str(g[1] if g[0] == "exact" else g[1].value)

@@ -103,12 +103,15 @@ def float_digits(value: float) -> DecimalNumber | None:
     return DecimalNumber(value_f, Fraction(10) ** exponent, max(len(stripped), 1))
 
 
-def decimal_matches(exact: Fraction, dec: DecimalNumber) -> bool:
+def decimal_matches(exact: Fraction, dec: DecimalNumber, rounding: bool = True) -> bool:
     """Whether ``dec`` is ``exact`` (an exact value: a fraction, or an irrational value to
-    enough places) rounded to the digits ``dec`` gives, with at least MIN_SIGNIFICANT of them."""
+    enough places): equal, or, only where the problem asks for rounding (``rounding``), that
+    value rounded to the digits ``dec`` gives, with at least MIN_SIGNIFICANT of them. Without
+    ``rounding`` a decimal approximation is another precision than the exact gold's (``0.333``
+    for 1/3, ``1.4142`` for the square root of 2), as Math-Verify and Qwen2.5-Math also say."""
     if dec.value == exact:
         return True
-    return dec.significant >= MIN_SIGNIFICANT and abs(dec.value - exact) * 2 <= dec.last_place
+    return rounding and dec.significant >= MIN_SIGNIFICANT and abs(dec.value - exact) * 2 <= dec.last_place
 
 
 def decimals_match(gold: DecimalNumber, pred: DecimalNumber, rounding: bool = True) -> bool:
