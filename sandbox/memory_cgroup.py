@@ -15,11 +15,12 @@ FOLDER = "vigor-sandbox"
 
 _FILES = {
     1: {"limit": "memory.limit_in_bytes", "swap": "memory.memsw.limit_in_bytes",
-        "events": "memory.oom_control"},
-    2: {"limit": "memory.max", "swap": "memory.swap.max", "events": "memory.events"},
+        "events": "memory.oom_control", "usage": "memory.usage_in_bytes"},
+    2: {"limit": "memory.max", "swap": "memory.swap.max", "events": "memory.events",
+        "usage": "memory.current"},
 }
-"""Per cgroup version: the limit, the limit with swap, and the file counting OOM kills
-(``oom_kill N`` in both)."""
+"""Per cgroup version: the limit, the limit with swap, the file counting OOM kills
+(``oom_kill N`` in both) and the bytes charged now."""
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
@@ -143,6 +144,11 @@ def _read_limit(path: str) -> int | None:
     return None if text == "max" or int(text) >= 1 << 62 else int(text)  # v1's "none" is near 2**63
 
 
+def read_usage(usage_fd: int) -> int:
+    """Bytes charged to a cgroup now, from its usage file open at ``usage_fd``."""
+    return int(os.pread(usage_fd, 64, 0).split()[0])
+
+
 def join(procs_fd: int) -> None:
     """Move the calling process into the cgroup whose ``cgroup.procs`` is open at
     ``procs_fd`` ("0" names the writer in both versions). Raises OSError."""
@@ -174,9 +180,13 @@ class SlotCgroup:
         self.procs_fd = -1
         self.limit = _read_limit(os.path.join(self.path, self.files["limit"]))
         """The limit in force (None: none), which a dead worker of the slot may have set."""
+        self.usage_fd = -1
+        """The slot's charge now (``read_usage``): the zygote measures with it that shared
+        memory is charged (``probe.shared_memory_charges``)."""
         try:
             self.procs_fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
             self._events_fd = os.open(os.path.join(self.path, self.files["events"]), os.O_RDONLY | os.O_CLOEXEC)
+            self.usage_fd = os.open(os.path.join(self.path, self.files["usage"]), os.O_RDONLY | os.O_CLOEXEC)
             self._swap = os.path.exists(os.path.join(self.path, self.files["swap"]))
             if self.version == 2 and self._swap:
                 _write(os.path.join(self.path, self.files["swap"]), "0")
@@ -211,7 +221,7 @@ class SlotCgroup:
     def close(self) -> None:
         """Close its files and remove it (left for the next worker of the slot if a process
         is still in it)."""
-        for name in ("procs_fd", "_events_fd"):
+        for name in ("procs_fd", "_events_fd", "usage_fd"):
             fd = getattr(self, name, -1)
             if fd >= 0:
                 os.close(fd)

@@ -75,6 +75,10 @@ def claim_uid_block(base: int) -> tuple[int, int | None]:
 
 
 MEMORY_RLIMIT_ONLY = "memory: rlimit only"
+SHARED_MEMORY_UNCOUNTED = "memory: shared memory not counted"
+"""Said where a slot's memory cgroup was measured not to be charged for System V and tmpfs
+memory (``probe.shared_memory_charges``): the IPC namespace and the job tmpfs bound it beside
+the limit instead."""
 """What the isolation level adds where no memory cgroup bounds a program (``sandbox.memory_cgroup``):
 its address-space limit does not count System V shared memory, tmpfs files or page tables."""
 
@@ -86,10 +90,16 @@ def missing_layers(capabilities: dict) -> list[str]:
 
 def isolation_level(capabilities: dict) -> str:
     """'full', or 'weak (no landlock, no pid_namespace)' naming the missing layers; either
-    followed by ', memory: rlimit only' where no memory cgroup bounds each program."""
+    followed by ', memory: rlimit only' where no memory cgroup bounds each program, or by
+    ', memory: shared memory not counted' where the cgroup was measured not to count System V
+    and tmpfs memory."""
     missing = missing_layers(capabilities)
     level = "full" if not missing else "weak (no " + ", no ".join(missing) + ")"
-    return level if capabilities.get("memory_cgroup") else f"{level}, {MEMORY_RLIMIT_ONLY}"
+    if not capabilities.get("memory_cgroup"):
+        return f"{level}, {MEMORY_RLIMIT_ONLY}"
+    if capabilities.get("shared_memory_counted") is False:
+        return f"{level}, {SHARED_MEMORY_UNCOUNTED}"
+    return level
 
 
 def usable_cpus() -> int:
@@ -342,7 +352,7 @@ class SandboxPool:
         self.capabilities = dict(self._workers[0].capabilities)
         self.capabilities["uids"] = [w.uid for w in self._workers]
         for worker in self._workers[1:]:  # the weakest slot sets the level
-            for layer in (*ISOLATION_LAYERS, "memory_cgroup"):
+            for layer in (*ISOLATION_LAYERS, "memory_cgroup", "shared_memory_counted"):
                 self.capabilities[layer] = self.capabilities.get(layer) and worker.capabilities.get(layer)
         self.isolation = isolation_level(self.capabilities)
         _warn_once_if_degraded(self.capabilities)

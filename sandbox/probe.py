@@ -5,13 +5,16 @@
 namespace, Landlock (a read of the project and a write outside the job refused, the
 standard library still readable), seccomp (a socket and a fork refused) and the slot's memory
 cgroup (the child is in it). :func:`job_ipc_fails` checks that a child can have an IPC
-namespace of its own. What a layer's probe does not confirm is reported missing, and the
-pool's isolation level says so.
+namespace of its own, :func:`shared_memory_charges` that the slot's cgroup is charged for
+System V and tmpfs memory. What a layer's probe does not confirm is reported missing, and
+the pool's isolation level says so.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import socket
 from typing import Callable
@@ -147,6 +150,54 @@ def job_ipc_fails() -> str | None:
     from vigor_cli.sandbox.namespace import enter_job_ipc_namespace
 
     return fork_fails(lambda: enter_job_ipc_namespace(Limits().memory_mb))
+
+
+SHARED_PROBE_BYTES = 8 << 20
+"""What :func:`shared_memory_charges` holds of each kind of shared memory."""
+SHARED_COUNTED_SHARE = 0.75
+"""The share of it the cgroup must be charged for (its per-CPU charge batches blur a few
+pages either way) before shared memory counts as counted."""
+
+
+def shared_memory_charges(usage_fd: int, size: int = SHARED_PROBE_BYTES) -> tuple[int, int] | str:
+    """(System V bytes, tmpfs bytes) the cgroup whose usage file is open at ``usage_fd`` was
+    charged while a forked child (in the caller's cgroup) held ``size`` of each: a System V
+    segment it attached and touched, then a memfd (a tmpfs file) it filled through a mapping,
+    so no buffer of the caller's own grows meanwhile. A string says why it could not
+    measure. Runs in the zygote, which is in the slot's cgroup."""
+    from vigor_cli.sandbox.memory_cgroup import read_usage
+
+    def measure() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+        before = read_usage(usage_fd)
+        shmid = libc.shmget(0, ctypes.c_size_t(size), 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+        if shmid < 0:
+            raise OSError(ctypes.get_errno(), "shmget")
+        at = libc.shmat(shmid, None, 0)
+        libc.shmctl(shmid, 0, None)  # IPC_RMID: gone once this child is
+        if at in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "shmat")
+        ctypes.memset(at, 1, size)
+        middle = read_usage(usage_fd)
+        fd = os.memfd_create("vigor-probe")
+        os.ftruncate(fd, size)
+        with mmap.mmap(fd, size) as view:
+            for offset in range(0, size, mmap.PAGESIZE):
+                view[offset] = 1
+            after = read_usage(usage_fd)
+        raise _Measured(f"{middle - before} {after - middle}")
+
+    why = fork_fails(measure)
+    if why and why.startswith("_Measured: "):
+        sysv, tmpfs = why.split(": ", 1)[1].split()
+        return int(sysv), int(tmpfs)
+    return why or "the measuring child reported nothing"
+
+
+class _Measured(Exception):
+    """How the measuring child reports its figures through :func:`fork_fails`."""
 
 
 def fork_fails(action: Callable[[], None]) -> str | None:

@@ -111,8 +111,16 @@ _SOL_SOCKET = 1
 _SOCKET_BUFFER_OPTIONS = (7, 8, 32, 33)
 """SO_SNDBUF, SO_RCVBUF, SO_SNDBUFFORCE, SO_RCVBUFFORCE."""
 _FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
+_POSIX_FADV_DONTNEED = 4
+"""``fadvise64``'s advice (its fourth argument) that drops a file's clean pages from the
+host's page cache for everyone: any file the program can read (the standard library's)."""
+_MADV_COLD, _MADV_PAGEOUT = 20, 21
+"""``madvise`` advice that deactivates or reclaims the pages of a mapping, file pages shared
+with the host's cache included; the other advice (``MADV_DONTNEED`` unmaps, the cache stays)
+is allowed."""
 _LOW_32_BITS = 0xFFFFFFFF
-"""fcntl's and ioctl's command argument is an ``unsigned int`` to the kernel: compare only it."""
+"""fcntl's and ioctl's command argument (like fadvise64's and madvise's advice) is a 32-bit
+number to the kernel: compare only it."""
 
 
 def build_filter(own_pid: int):
@@ -139,6 +147,9 @@ def build_filter(own_pid: int):
     for option in _SOCKET_BUFFER_OPTIONS:
         filt.add_rule(deny, "setsockopt", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, _SOL_SOCKET),
                       sc.Arg(2, sc.MASKED_EQ, _LOW_32_BITS, option))
+    filt.add_rule(deny, "fadvise64", sc.Arg(3, sc.MASKED_EQ, _LOW_32_BITS, _POSIX_FADV_DONTNEED))
+    for advice in (_MADV_COLD, _MADV_PAGEOUT):
+        filt.add_rule(deny, "madvise", sc.Arg(2, sc.MASKED_EQ, _LOW_32_BITS, advice))
     for request in (_FIOSETOWN, _SIOCSPGRP):
         filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, _LOW_32_BITS, request))
     for name in _DENIED_OUTRIGHT:

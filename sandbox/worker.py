@@ -146,8 +146,8 @@ class ForkServer:
         except (OSError, ValueError) as exc:
             self._close_cgroup()
             return f"no memory cgroup below {parent.path}: {exc}"
-        settings.update(cgroup_fd=self.cgroup.procs_fd, cgroup_version=self.cgroup.version,
-                        cgroup_name=os.path.basename(self.cgroup.path))
+        settings.update(cgroup_fd=self.cgroup.procs_fd, cgroup_usage_fd=self.cgroup.usage_fd,
+                        cgroup_version=self.cgroup.version, cgroup_name=os.path.basename(self.cgroup.path))
         return ""
 
     def _cgroup_limit(self, memory_mb: int) -> int:

@@ -25,7 +25,9 @@ import time
 
 from vigor_cli.sandbox.child import run_child
 from vigor_cli.sandbox.memory_cgroup import join
-from vigor_cli.sandbox.probe import job_ipc_fails, probe
+from vigor_cli.sandbox.probe import (
+    SHARED_COUNTED_SHARE, SHARED_PROBE_BYTES, job_ipc_fails, probe, shared_memory_charges,
+)
 
 OOM_SCORE_ADJ_MIN = -1000
 """The kernel's "never kill this one for memory"."""
@@ -91,8 +93,14 @@ def zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str
         except OSError as exc:
             detail.append(f"could not mount a private /proc: {exc}")
     procs_fd = settings.pop("cgroup_fd", None)  # the slot cgroup's cgroup.procs, from the server
+    usage_fd = settings.pop("cgroup_usage_fd", None)  # and its usage file
+    shared: dict = {}
     if procs_fd is not None:
         settings["memory_cgroup"] = _enter_cgroup(procs_fd, detail)
+        if settings["memory_cgroup"] and usage_fd is not None:
+            shared = _check_shared_memory(usage_fd, detail)
+    if usage_fd is not None:
+        os.close(usage_fd)
     if settings.get("job_ipc"):
         why = job_ipc_fails()
         if why:
@@ -112,6 +120,7 @@ def zygote_main(sock: socket.socket, settings: dict, rules: list, probe_dir: str
             detail.append(f"Landlock unavailable: {exc}")
     report = probe(settings, probe_dir)
     settings["memory_cgroup"] = report["memory_cgroup"]  # else children keep the address-space limit
+    report.update(shared)
     report["detail"] = detail + report["detail"]
     report["landlock_abi"] = settings.get("landlock_abi", 0)
     report["job_ipc_namespace"] = bool(settings.get("job_ipc"))
@@ -143,6 +152,21 @@ def _enter_cgroup(procs_fd: int, detail: list[str]) -> bool:
         return False
     finally:
         os.close(procs_fd)
+
+
+def _check_shared_memory(usage_fd: int, detail: list[str]) -> dict:
+    """Whether the slot's cgroup is charged for System V and tmpfs memory (measured, never
+    assumed: ``probe.shared_memory_charges``), as ``shared_memory_counted`` and the figures."""
+    charges = shared_memory_charges(usage_fd)
+    if isinstance(charges, str):
+        detail.append(f"memory: shared memory not counted (could not measure: {charges})")
+        return {"shared_memory_counted": False}
+    counted = min(charges) >= SHARED_PROBE_BYTES * SHARED_COUNTED_SHARE
+    if not counted:
+        detail.append(f"memory: shared memory not counted (the cgroup was charged {charges[0] >> 10} KiB "
+                      f"for {SHARED_PROBE_BYTES >> 10} KiB of System V memory, {charges[1] >> 10} KiB for "
+                      "as much in a tmpfs file)")
+    return {"shared_memory_counted": counted, "shared_memory_charged": list(charges)}
 
 
 def _serve(sock: socket.socket, settings: dict) -> None:

@@ -225,11 +225,12 @@ def _fake_host(tmp_path, version: int, procs: str = "") -> tuple[str, str, str]:
 def _fill(path: str, version: int) -> None:
     """What the kernel would show in a new cgroup folder."""
     files = {"cgroup.procs": "", "memory.limit_in_bytes": str((1 << 63) - 4096),
-             "memory.memsw.limit_in_bytes": str((1 << 63) - 4096), "memory.oom_control": "oom_kill 0\n"}
+             "memory.memsw.limit_in_bytes": str((1 << 63) - 4096), "memory.oom_control": "oom_kill 0\n",
+             "memory.usage_in_bytes": "0\n"}
     if version == 2:
         files = {"cgroup.procs": "", "memory.max": "max", "memory.swap.max": "max",
                  "memory.events": "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n",
-                 "cgroup.subtree_control": "", "cgroup.controllers": "memory"}
+                 "cgroup.subtree_control": "", "cgroup.controllers": "memory", "memory.current": "0\n"}
     os.makedirs(path, exist_ok=True)
     for name, text in files.items():
         with open(os.path.join(path, name), "w") as f:
@@ -253,6 +254,7 @@ def test_the_slot_cgroup_goes_below_the_callers_own_and_sets_its_limit(tmp_path,
     assert read(limit) == str(200 << 20)
     assert read(swap) == (str(200 << 20) if version == 1 else "0")  # swap never adds room
     assert slot.oom_kills() == (0 if version == 1 else 1)
+    assert memory_cgroup.read_usage(slot.usage_fd) == 0  # what the zygote measures shared memory with
     slot.close()
 
 

@@ -73,6 +73,19 @@ def test_decimal_matches_an_exact_value_only_when_rounded_to_its_digits(exact, t
 
 
 @pytest.mark.parametrize(
+    "exact, text, same",
+    [
+        (Fraction(1, 4), "0.25", True), (Fraction(1, 4), "0.250", True), (Fraction(3, 2), "1.5", True),
+        (Fraction(1, 80), r"1.25\times10^{-2}", True),  # equal: the same answer at any precision
+        (Fraction(1, 3), "0.333", False), (Fraction(2, 3), "0.667", False), (Fraction(1, 3), "0.333333", False),
+        (Fraction(1, 77), r"1.30\times10^{-2}", False),  # a rounding, where none was asked
+    ],
+)
+def test_decimal_matches_an_exact_value_only_when_equal_without_rounding(exact, text, same):
+    assert decimal_matches(exact, read_decimal(text), rounding=False) is same
+
+
+@pytest.mark.parametrize(
     "gold, pred, same",
     [
         ("0.000004", "0.000005", False),  # equal to 6 places, 25 % apart
@@ -220,9 +233,11 @@ def test_a_unit_of_another_dimension_says_so():
 @pytest.mark.parametrize(
     "gold, pred, reward",
     [
-        (r"\frac{1}{4}", "0.2500003", 0.0), (r"\frac{1}{3}", "0.333", 1.0), ("0.000004", "0.000005", 0.0),
-        ("0.0000004", "0.0000005", 0.0), (r"\sqrt{2}", "1.4142", 1.0), (r"\sqrt{2}", "1.4143", 0.0),
-        (r"\pi", "3.1416", 1.0), (r"\frac{1}{77}", r"1.30\times10^{-2}", 1.0), ("33.3", r"\frac{100}{3}", 1.0),
+        # no problem text, so no rounding asked: a decimal for an exact gold must equal it (issue 47)
+        (r"\frac{1}{4}", "0.2500003", 0.0), (r"\frac{1}{3}", "0.333", 0.0), ("0.000004", "0.000005", 0.0),
+        ("0.0000004", "0.0000005", 0.0), (r"\sqrt{2}", "1.4142", 0.0), (r"\sqrt{2}", "1.4143", 0.0),
+        (r"\pi", "3.1416", 0.0), (r"\frac{1}{77}", r"1.30\times10^{-2}", 0.0), ("33.3", r"\frac{100}{3}", 0.0),
+        (r"\frac{1}{4}", "0.25", 1.0), (r"\frac{1}{80}", r"1.25\times10^{-2}", 1.0),
         (r"(1, \frac{1}{4})", "(1, 0.2500003)", 0.0), (r"(1, \frac{1}{4})", "(1, 0.25)", 1.0),
         ("4.5e33", r"4.5 \times 10^{33}", 1.0),
     ],
@@ -292,3 +307,149 @@ def test_answers_are_read_whole(gold, completion, reward):
 )
 def test_false_rejects_fixed_and_their_neighbours(gold, completion, reward):
     assert _verdict(gold, completion) == reward
+
+
+# ------------------------------------- precision, rounded golds and the unit the question asks
+
+ROUND = "Round your answer to the nearest hundredth."
+CM = "A rope is 5 m long. What is its length in centimeters?"
+
+
+@pytest.mark.parametrize(
+    "gold, pred, problem, reward",
+    [
+        # another precision than the gold's, both ways, is another answer unless rounding is asked
+        ("0.33", "0.333", None, 0.0), ("0.333", "0.33", None, 0.0), ("3.14", "3.1416", None, 0.0),
+        ("3.1416", "3.14", None, 0.0), ("1.234", "1.23", "Compute the ratio.", 0.0), ("-0.33", "-0.333", None, 0.0),
+        ("-0.333", "-0.33", None, 0.0), ("16386.17", "16386.169", None, 0.0),
+        (r"1.23\times10^{-2}", "0.01234", None, 0.0), ("1.5e3", "1502.1", None, 0.0),
+        ("3.14", "3.1416", ROUND, 1.0), ("3.1416", "3.14", ROUND, 1.0), ("2.72", "2.718", "Approximately what is e?", 1.0),
+        ("1.23", "1.234", "Give it to 3 significant figures.", 1.0), ("1.23", "1.234", "to two decimal places", 1.0),
+        ("3.14", "3.15", ROUND, 0.0), ("0.33", "0.333", ROUND, 0.0),  # a wrong rounding; a 2-digit gold
+        ("3.14", "3.1416", "Eight people sit around a round table. Find the ratio.", 0.0),
+        # the same value at another precision is the same answer
+        ("0.50", "0.5", None, 1.0), ("0.5", "0.50", None, 1.0), ("3", "3.0", None, 1.0), ("3.0", "3", None, 1.0),
+        ("-0.75", "-0.750", None, 1.0), (r"2.5\times10^{-3}", "0.0025", None, 1.0), ("0.0025", "2.5e-3", None, 1.0),
+        ("4.5e33", r"4.50 \times 10^{33}", None, 1.0), ("0.25", r"25\%", None, 1.0),
+        # a rounded decimal gold is no fraction or root, even where rounding is asked
+        ("0.33", r"\frac{1}{3}", None, 0.0), ("0.333", r"\frac{1}{3}", None, 0.0), ("0.333", "1/3", ROUND, 0.0),
+        ("0.667", r"\frac{2}{3}", None, 0.0), ("-0.33", r"-\frac{1}{3}", None, 0.0), ("1.41", r"\sqrt{2}", None, 0.0),
+        ("33.3", r"\frac{100}{3}", None, 0.0),
+        ("0.5", r"\frac{1}{2}", None, 1.0), ("-0.25", r"-\frac{1}{4}", None, 1.0), ("1.5", "3/2", None, 1.0),
+        ("0.125", r"\frac{1}{8}", ROUND, 1.0),
+        # inside tuples the same rules
+        ("(0.33, 1)", "(0.333, 1)", None, 0.0), ("(0.33, 1)", r"(\frac{1}{3}, 1)", None, 0.0),
+        ("(0.5, 1)", r"(\frac{1}{2}, 1)", None, 1.0), ("(3.14, 1)", "(3.1416, 1)", ROUND, 1.0),
+        ("(0.50, 2)", "(0.5, 2)", None, 1.0),
+    ],
+)
+def test_precision_and_rounded_golds(gold, pred, problem, reward):
+    assert grade(gold, r"\boxed{" + pred + "}", problem).reward == reward
+
+
+THOUSANDTH = "Round your answer to the nearest thousandth."
+
+
+@pytest.mark.parametrize(
+    "gold, pred, problem, reward",
+    [
+        # an exact gold: a decimal that is not its value is another precision unless rounding is asked
+        (r"\frac{1}{3}", "0.333", None, 0.0), (r"\frac{1}{3}", "0.333", THOUSANDTH, 1.0),
+        (r"\frac{1}{3}", "0.333", "What is the probability?", 0.0),
+        (r"\frac{1}{3}", "0.333333", None, 0.0), (r"\frac{1}{3}", "0.3333", "Approximately what is x?", 1.0),
+        ("1/3", "0.333", None, 0.0), ("1/3", "0.333", THOUSANDTH, 1.0), (r"-\frac{1}{3}", "-0.333", None, 0.0),
+        (r"-\frac{1}{3}", "-0.333", THOUSANDTH, 1.0), (r"\frac{2}{3}", "0.667", None, 0.0),
+        (r"\frac{2}{3}", "0.667", THOUSANDTH, 1.0), (r"\sqrt{2}", "1.414", None, 0.0),
+        (r"\sqrt{2}", "1.414", "Estimate the diagonal.", 1.0), (r"\pi", "3.1416", None, 0.0),
+        (r"\pi", "3.1416", "Give the area to 4 decimal places.", 1.0), (r"\pi", r"\approx 3.1416", None, 0.0),
+        (r"\frac{1}{77}", r"1.30\times10^{-2}", None, 0.0),
+        (r"\frac{1}{77}", r"1.30\times10^{-2}", "to 3 significant figures", 1.0),
+        (r"\frac{1}{9900}", "0.00010101", "Give 5 significant figures.", 1.0),  # no exact-value guard veto
+        (r"\frac{1}{3}", "0.333", "Eight people sit around a round table. Find the probability.", 0.0),
+        # with rounding asked the decimal must still be the gold rounded, with 3 significant digits
+        (r"\frac{1}{3}", "0.334", THOUSANDTH, 0.0), (r"\frac{2}{3}", "0.666", THOUSANDTH, 0.0),
+        (r"\pi", "3.1415", "Give the area to 4 decimal places.", 0.0), (r"\frac{1}{3}", "0.3", THOUSANDTH, 0.0),
+        # a decimal equal to the exact gold is the same answer, rounding asked or not
+        (r"\frac{1}{2}", "0.5", None, 1.0), (r"\frac14", "0.25", None, 1.0), (r"\frac{1}{4}", "0.250", None, 1.0),
+        ("3/2", "1.5", None, 1.0), (r"\frac{3}{8}", "0.375", THOUSANDTH, 1.0), (r"\sqrt{16}", "4.0", None, 1.0),
+        # inside tuples, lists and intervals the same
+        (r"(1, \frac{1}{3})", "(1, 0.333)", None, 0.0), (r"(1, \frac{1}{3})", "(1, 0.333)", THOUSANDTH, 1.0),
+        (r"(1, \frac{1}{4})", "(1, 0.25)", None, 1.0), (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", None, 0.0),
+        (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", "Round the endpoints to four decimal places.", 1.0),
+    ],
+)
+def test_a_decimal_for_an_exact_gold_only_where_rounding_is_asked(gold, pred, problem, reward):
+    verdict = grade(gold, r"\boxed{" + pred + "}", problem)
+    assert verdict.reward == reward, verdict
+
+
+@pytest.mark.parametrize("gold, pred, problem", [
+    ("3.14", "3.1416", None), ("3.14", "3.1416", ROUND), ("0.333", r"\frac{1}{3}", None), ("0.333", "1/3", ROUND),
+    ("0.5", r"\frac{1}{2}", None), ("-0.33", "-0.333", None), ("1/3", "0.333", None), ("1/3", "0.333", THOUSANDTH),
+    (r"\frac{1}{3}", "0.333", None), (r"\frac{1}{3}", "0.333", THOUSANDTH), ("1/4", "0.25", None),
+])
+def test_fast_path_and_full_grader_agree_with_a_problem(gold, pred, problem, monkeypatch):
+    from vigor_cli.verifiers import math_grade
+
+    quick = grade(gold, r"\boxed{" + pred + "}", problem)
+    monkeypatch.setattr(math_grade, "fast_grade", lambda *a: None)
+    assert grade(gold, r"\boxed{" + pred + "}", problem).reward == quick.reward
+
+
+@pytest.mark.parametrize(
+    "gold, pred, problem, reward",
+    [
+        ("500", r"500\text{ m}", CM, 0.0), ("500", r"5\text{ m}", CM, 0.0), ("500", "500 meters", CM, 0.0),
+        ("500", r"500\text{ cm}", CM, 1.0), ("500", "500 centimeters", CM, 1.0), ("500", "500", CM, 1.0),
+        ("500", r"500\text{ m}", "What is the length of the rope (in cm)?", 0.0),
+        ("500", r"500\text{ cm}", "What is the length of the rope (in cm)?", 1.0),
+        ("90", "1.5 hours", "How many minutes does the trip take?", 0.0),
+        ("90", "90 minutes", "How many more minutes does the trip take?", 1.0),
+        ("120", "120 feet", "What is the area of the room, in square feet?", 0.0),
+        ("120", "120 square feet", "What is the area of the room, in square feet?", 1.0),
+        ("120", r"120\text{ ft}^2", "What is the area of the room, in square feet?", 1.0),
+        ("5", "500 cents", "How many dollars did she spend?", 0.0), ("5", r"\$5", "How many dollars did she spend?", 1.0),
+        ("60", "60 km/h", "What is the car's speed in miles per hour?", 0.0),
+        ("60", "60 mph", "What is the car's speed in miles per hour?", 1.0),
+        ("30", r"30^\circ", "What is the temperature in degrees Celsius?", 1.0),
+        ("30", r"30^\circ\text{F}", "What is the temperature in degrees Celsius?", 0.0),
+        ("12", r"12\text{ cm}", r"Give the height in \text{m}.", 0.0),
+        # no unit asked: convertible units and a gold's own unit decide as before
+        (r"500\text{ cm}", r"5\text{ m}", "How long is the rope?", 1.0), (r"500\text{ cm}", r"5\text{ m}", None, 1.0),
+        ("60", "60 km/h", "A car travels 120 km in 2 hours. What is its speed?", 1.0),
+        (r"500\text{ cm}", r"500\text{ cm}", CM, 1.0), (r"2\text{ hours}", r"2\text{ minutes}", None, 0.0),
+    ],
+)
+def test_a_quantity_in_another_unit_than_asked_is_rejected(gold, pred, problem, reward):
+    verdict = grade(gold, r"\boxed{" + pred + "}", problem)
+    assert verdict.reward == reward, verdict.reason
+
+
+def test_the_unit_rule_says_which_unit_was_asked():
+    assert grade("500", r"\boxed{500\text{ m}}", CM).reason == "wrong answer (unit: the question asks for cm)"
+
+
+@pytest.mark.parametrize("problem, rounding", [
+    (ROUND, True), ("Express your answer as a decimal to the nearest tenth.", True), ("to 2 decimal places", True),
+    ("Give 3 significant digits.", True), ("What is the approximate area?", True), ("Estimate the sum.", True),
+    ("About how many marbles are there?", True), (r"Find $x \approx$ what?", True), ("Rounded to the nearest cent", True),
+    ("Eight people sit around a round table.", False), ("Compute 1/3.", False), ("", False), (None, False),
+    ("Each round of the game lasts 3 minutes.", False), ("Express your answer as a decimal.", False),
+])
+def test_asks_for_rounding(problem, rounding):
+    from vigor_cli.verifiers.math_compare import asks_for_rounding
+
+    assert asks_for_rounding(problem) is rounding
+
+
+@pytest.mark.parametrize("problem, unit", [
+    (CM, "cm"), ("(in cm)", "cm"), ("(in m)", "m"), ("in square meters?", "m^2"), ("How many seconds?", "s"),
+    ("in miles per hour", "mph"), ("in km/h", "km*h^-1"), ("in degrees Celsius", "°C"), ("in degrees?", "degree"),
+    ("It travels 120 km in 2 hours. How far?", None), ("In how many ways?", None), ("in total", None),
+    ("in m", None), ("How many ways are there?", None), ("in terms of x", None), (None, None),
+])
+def test_asked_unit(problem, unit):
+    from vigor_cli.verifiers.math_compare import asked_unit
+
+    found = asked_unit(problem)
+    assert (found.name if found else None) == unit

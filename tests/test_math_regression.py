@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 CASES = Path(__file__).resolve().parent / "fixtures" / "math_regression_cases.jsonl"
-CLASSES = ("units", "near-miss", "prefix", "false-reject", "percent")
+CLASSES = ("units", "near-miss", "prefix", "false-reject", "percent", "precision", "rounded-gold", "unit-asked",
+           "exact-gold")
 
 
 def _cases() -> list[dict]:

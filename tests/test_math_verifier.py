@@ -42,7 +42,7 @@ def raw_math_verify(gold: str, pred: str) -> bool:
         (r"\frac{\sqrt{3}}{3}", r"\boxed{\frac{1}{\sqrt{3}}}"),
         ("x^2+2x+1", r"\boxed{(x+1)^2}"),
         ("9900", r"\boxed{\frac{100!}{98!}}"),
-        (r"\frac{1}{3}", r"\boxed{0.333333}"),
+        (r"\frac{3}{8}", r"\boxed{0.375}"),  # exactly 3/8 (0.333333 for 1/3 needs a request to round)
         ("1.6", r"\boxed{1.6 \mathrm{~cm}}"),
         ("5", "First I guess 4. The final answer is 5."),  # no box: Math-Verify's extraction
         ("5", r"\boxed{4} was wrong; correcting: \boxed{5}"),  # the last box counts
@@ -97,7 +97,7 @@ def test_guard_rejects_what_math_verify_wrongly_accepts(gold, pred, why):
         (r"\frac{98!}{100!}", r"\boxed{\frac{1}{9900}}"),
         ("4090506", r"\boxed{\frac{2023!}{2021!}}"),
         (r"\frac{25!}{20!}", r"\boxed{6375600}"),
-        (r"\frac{1}{9900}", r"\boxed{0.00010101}"),  # decimals still compare by rounding
+        (r"\frac{1}{8000}", r"\boxed{0.000125}"),  # a decimal equal to the fraction passes the exact-value guard
         ("0.05", r"\boxed{5\%}"),
         (r"50\%", r"\boxed{0.5}"),
         (r"50\%", r"\boxed{50}"),
@@ -418,7 +418,7 @@ def test_problem_text_reaches_workers_and_multi_answer_grading():
         ("007", r"\boxed{7}"),
         ("0.5", r"\boxed{1/2}"),
         ("100", r"\boxed{100.0}"),
-        ("1/3", r"\boxed{0.333333}"),  # a decimal that differs: the full grader decides (accepts)
+        ("1/3", r"\boxed{0.333333}"),  # a decimal that differs: rejected, no rounding asked
         ("10", r"\boxed{10.000001}"),
         ("2", r"\boxed{1} or \boxed{2}"),
         ("5", r"\boxed{5} The final answer is $6$. I hope it is correct."),

@@ -124,6 +124,31 @@ def test_cli_problem_flag_and_field(tmp_path, capsys):
     assert code == 0 and json.loads(out)["reward"] == 1.0
 
 
+def test_cli_problem_decides_rounding_on_the_plain_number_path(capsys):
+    """Plain numbers on both sides are graded without a child (the fast path): the problem
+    text still reaches it, so a request to round lets another precision match."""
+    for problem, reward in (("Round your answer to the nearest hundredth.", 1.0), (None, 0.0)):
+        args = ["verify", "math", "--gold", "3.14", "--pred", r"\boxed{3.1416}", "--json"]
+        code, out, _ = _cli(args + (["--problem", problem] if problem else []), capsys)
+        assert code == 0 and json.loads(out)["reward"] == reward, problem
+    code, out, _ = _cli(["verify", "math", "--gold", "0.333", "--pred", r"\boxed{1/3}", "--problem",
+                         "Round your answer to the nearest thousandth.", "--json"], capsys)
+    assert code == 0 and json.loads(out)["reward"] == 0.0  # a rounded gold is no fraction
+
+
+def test_cli_problem_decides_a_decimal_for_an_exact_gold(capsys):
+    """0.333 for gold 1/3 is a rounding: correct only when the problem asks for one, on the
+    plain-number path (``1/3``) and through the full grader (``\\frac{1}{3}``, ``\\pi``) alike."""
+    thousandth = "Round your answer to the nearest thousandth."
+    for gold, pred in (("1/3", "0.333"), (r"\frac{1}{3}", "0.333"), (r"\pi", "3.142")):
+        for problem, reward in ((thousandth, 1.0), (None, 0.0), ("What is the probability?", 0.0)):
+            args = ["verify", "math", "--gold", gold, "--pred", r"\boxed{" + pred + "}", "--json"]
+            code, out, _ = _cli(args + (["--problem", problem] if problem else []), capsys)
+            assert code == 0 and json.loads(out)["reward"] == reward, (gold, problem)
+    code, out, _ = _cli(["verify", "math", "--gold", r"\frac{1}{4}", "--pred", r"\boxed{0.25}", "--json"], capsys)
+    assert code == 0 and json.loads(out)["reward"] == 1.0  # equal: no rounding needed
+
+
 def test_cli_bad_problem_field_is_one_line_exit_2(tmp_path, capsys):
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps({"gold": "20", "pred": "20", "problem": 5}) + "\n")

@@ -16,7 +16,7 @@ from vigor_cli.verifiers.math_latex import Answer, math_verify, parse_latex
 from vigor_cli.verifiers.math_numbers import (
     decimal_matches, decimals_match, float_digits, plain_value, read_decimal,
 )
-from vigor_cli.verifiers.math_units import Unit
+from vigor_cli.verifiers.math_units import Unit, read_unit
 
 PERCENT = re.compile(r"\\?%")
 _BASE_NUMBER = re.compile(r"([0-9A-Z]*[0-9][0-9A-Z]*)_\{?(\d{1,2})\}?")
@@ -41,6 +41,64 @@ EXACT_DIGITS = 40
 def asks_for_percent(problem: str | None) -> bool:
     """Whether the problem text asks for its answer as a percentage."""
     return bool(problem) and _ASKS_PERCENT.search(problem) is not None
+
+
+_ASKS_ROUNDING = re.compile(
+    r"\bround(?:ed|ing)?(?:\s+(?:off|up|down))?(?:\s+(?:your|the|this|each|final|answer|answers|result|value|"
+    r"values|it|them|number|numbers))*\s+(?:to|up|down|off)\b"
+    r"|\bto\s+the\s+nearest\b|\bnearest\s+(?:tenth|hundredth|thousandth|ten[- ]thousandth|whole|integer|percent|cent)"
+    r"|\bdecimal\s+places?\b|\bsignificant\s+(?:figures?|digits?)\b|\bsig\.?\s+figs?\b"
+    r"|\bapproximat(?:e|ely|ion)\b|\bestimat(?:e|ed|ion)\b|\babout\s+how\s+(?:many|much|long|far)\b"
+    r"|\\approx\b|≈",
+    re.IGNORECASE,
+)
+"""A question that asks for a rounded or approximate answer: "Round your answer to the nearest
+tenth", "to two decimal places", "to 3 significant figures", "approximately", "estimate".
+A round table is not rounding."""
+
+
+def asks_for_rounding(problem: str | None) -> bool:
+    """Whether the problem text asks for its answer rounded (or approximate): only then does a
+    decimal at another precision than the gold's count."""
+    return bool(problem) and _ASKS_ROUNDING.search(problem) is not None
+
+
+_ASKS_UNIT = re.compile(
+    r"\(\s*(?:in|units?\s*:?)\s+(?P<paren>[^()]{1,40}?)\s*\)"
+    r"|\b(?:in|into)\s+\\(?:text|mathrm|textrm|mbox|rm)\s*\{\s*(?P<wrapped>[^{}]{1,30}?)\s*\}"
+    r"|\bhow\s+many\s+(?:(?:more|fewer|less|additional|whole|total|full|complete|extra)\s+)?(?P<many>[^\d,;:?!()$]{1,40})"
+    r"|\b(?:in|into)\s+(?:units\s+of\s+)?(?P<unit>[^\d,;:?!()$\\]{1,40})",
+    re.IGNORECASE,
+)
+"""Where a question names the unit of its answer: "(in cm)", "in \\text{cm}", "how many
+minutes", "in square meters", "in miles per hour"."""
+
+
+def asked_unit(problem: str | None) -> Unit | None:
+    """The unit the problem asks its answer in (its last mention), or None. Single letters
+    count only in parentheses or ``\\text{}`` ("(in m)"), as in answers."""
+    if not problem:
+        return None
+    found = None
+    for m in _ASKS_UNIT.finditer(problem):
+        kind = m.lastgroup
+        words = m.group(kind).replace("$", " ").split()
+        for size in range(min(len(words), 4), 0, -1):
+            phrase = " ".join(words[:size]).rstrip(".?!")
+            unit = read_unit(phrase, kind in ("paren", "wrapped")) or (
+                read_unit(phrase.lower(), False) if " " in phrase else None)  # "degrees Celsius"
+            if unit is not None:
+                found = unit
+                break
+    return found
+
+
+def same_unit(a: Unit, b: Unit) -> bool:
+    """One unit under two spellings (``cm``, ``centimeters``); a bare degree sign is any of
+    the degrees (angle, Celsius, Fahrenheit) the question names."""
+    if (a.dimension, a.size, a.pi_power) == (b.dimension, b.size, b.pi_power):
+        return True
+    return "degree" in (a.name, b.name) and {a.name, b.name} <= {"degree", "°C", "°F"}
 
 
 # ------------------------------------------------------------------------------- numbers
@@ -79,22 +137,25 @@ def _exact_of(text: str, parsed: list) -> Fraction | None:
     return value
 
 
-def compare_numbers(gold_text: str, gold_parsed: list, pred_text: str, pred_parsed: list) -> bool | None:
+def compare_numbers(gold_text: str, gold_parsed: list, pred_text: str, pred_parsed: list,
+                    rounding: bool = True) -> bool | None:
     """The verdict when both answers are single numbers, at least one a decimal literal; None
-    when the rule does not apply (Math-Verify decides)."""
+    when the rule does not apply (Math-Verify decides). ``rounding``: the problem asks for a
+    rounded answer (:func:`asks_for_rounding`), so two decimals may differ in precision and a
+    decimal may be an exact gold rounded."""
     gold_dec, pred_dec = read_decimal(gold_text), read_decimal(pred_text)
     if gold_dec is None and pred_dec is None:
         return None
     if gold_dec is not None and pred_dec is not None:
-        return decimals_match(gold_dec, pred_dec)
+        return decimals_match(gold_dec, pred_dec, rounding)
     if pred_dec is not None:
         exact = _exact_of(gold_text, gold_parsed)
-        return None if exact is None else decimal_matches(exact, pred_dec)
+        return None if exact is None else decimal_matches(exact, pred_dec, rounding)
     exact = _exact_of(pred_text, pred_parsed)
-    return None if exact is None else decimal_matches(exact, gold_dec)  # a decimal gold rounds the exact answer
+    return None if exact is None else exact == gold_dec.value  # a rounded decimal gold is no fraction
 
 
-def _numeric_eq(original, a, b, float_rounding, numeric_precision):
+def _numeric_eq(original, a, b, float_rounding, numeric_precision, rounding=True):
     """Math-Verify's number comparison with the decimal rule for floats (``a`` is the gold)."""
     sympy = _sympy()
     a_float, b_float = isinstance(a, sympy.Float), isinstance(b, sympy.Float)
@@ -103,12 +164,12 @@ def _numeric_eq(original, a, b, float_rounding, numeric_precision):
             if a_float and b_float:
                 gold, pred = float_digits(a), float_digits(b)
                 if gold is not None and pred is not None:
-                    return decimals_match(gold, pred)
+                    return decimals_match(gold, pred, rounding)
             else:
                 exact = exact_value(b if a_float else a)
                 dec = float_digits(a if a_float else b)
                 if exact is not None and dec is not None:
-                    return decimal_matches(exact, dec)
+                    return exact == dec.value if a_float else decimal_matches(exact, dec, rounding)
         except (TypeError, ValueError, ArithmeticError):
             pass
     return original(a, b, float_rounding, numeric_precision)
@@ -118,13 +179,13 @@ _RULE_LOCK = threading.RLock()
 
 
 @contextmanager
-def decimal_rule():
+def decimal_rule(rounding: bool = True):
     """Math-Verify's float comparison (rounding to 6 places) replaced by the decimal rule while
     in the block, for the numbers it compares inside tuples, sets, intervals and matrices."""
     grader = math_verify().grader
     with _RULE_LOCK:
         original = grader.sympy_numeric_eq
-        grader.sympy_numeric_eq = lambda a, b, r, p: _numeric_eq(original, a, b, r, p)
+        grader.sympy_numeric_eq = lambda a, b, r, p: _numeric_eq(original, a, b, r, p, rounding)
         try:
             yield
         finally:
@@ -134,8 +195,8 @@ def decimal_rule():
 # ------------------------------------------------------------------------- equivalences
 
 
-def _verify(gold: list, pred: list) -> bool:
-    with decimal_rule():
+def _verify(gold: list, pred: list, rounding: bool = True) -> bool:
+    with decimal_rule(rounding):
         return bool(math_verify().verify(gold, pred, timeout_seconds=None))
 
 
@@ -192,16 +253,16 @@ def _equal_for_positive_symbols(g, p) -> bool:
         return False
 
 
-def equivalent(gold: list, pred: list) -> bool:
+def equivalent(gold: list, pred: list, rounding: bool = True) -> bool:
     """Math-Verify's verdict with the decimal rule, then the extra equivalences."""
-    if _verify(gold, pred):
+    if _verify(gold, pred, rounding):
         return True
     g, p = gold[0] if gold else None, pred[0] if pred else None
     if _uses_i(gold) or _uses_i(pred):
-        if _verify(_imaginary(gold), _imaginary(pred)):
+        if _verify(_imaginary(gold), _imaginary(pred), rounding):
             return True
     g_rhs, p_rhs = _function_rhs(g), _function_rhs(p)
-    if g_rhs is not None and p_rhs is not None and _verify([g_rhs], [p_rhs]):
+    if g_rhs is not None and p_rhs is not None and _verify([g_rhs], [p_rhs], rounding):
         return True
     return _equal_for_positive_symbols(g, p)
 
@@ -269,22 +330,27 @@ def _converted(pred: Answer, gold_unit: Unit) -> list:
 
 
 def compare(gold: Answer, pred: Answer, problem: str | None = None) -> tuple[bool, str]:
-    """(equal, reason) for a parsed gold and a parsed answer."""
+    """(equal, reason) for a parsed gold and a parsed answer. ``problem``: the question's text
+    (or None), for the unit it asks for, rounding and percentages."""
     g_base, p_base = base_value(gold.text), base_value(pred.text)
     if g_base is not None and p_base is not None:  # 1011_2 vs 11_{10}: compare the values
         return (True, "correct") if g_base == p_base and g_base >= 0 else (False, "wrong answer (number base)")
     pred_parsed = pred.parsed
+    asked = asked_unit(problem) if pred.unit is not None else None
+    if asked is not None and not same_unit(asked, pred.unit) and not (gold.unit and same_unit(gold.unit, pred.unit)):
+        return False, f"wrong answer (unit: the question asks for {asked.name})"
+    rounding = asks_for_rounding(problem)
     if gold.unit is not None and pred.unit is not None and gold.unit != pred.unit:
         if gold.unit.dimension != pred.unit.dimension:
             return False, "wrong answer (unit)"
         if (gold.unit.size, gold.unit.pi_power) != (pred.unit.size, pred.unit.pi_power):
             pred_parsed = _converted(pred, gold.unit)
-            if not equivalent(gold.parsed, pred_parsed):
+            if not equivalent(gold.parsed, pred_parsed, rounding):
                 return False, "wrong answer (unit)"
             return True, "correct"
-    verdict = compare_numbers(gold.text, gold.parsed, pred.text, pred_parsed)
+    verdict = compare_numbers(gold.text, gold.parsed, pred.text, pred_parsed, rounding)
     if verdict is None:
-        verdict = equivalent(gold.parsed, pred_parsed)
+        verdict = equivalent(gold.parsed, pred_parsed, rounding)
     if not verdict:
         return False, "wrong answer"
     vetoed = _guard(gold.text, gold.parsed, pred.text, pred_parsed, problem)

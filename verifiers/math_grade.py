@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from vigor_cli.verifiers.math_answers import all_boxed, boxed_spans, split_top_level
-from vigor_cli.verifiers.math_compare import compare
+from vigor_cli.verifiers.math_compare import asks_for_rounding, compare
 from vigor_cli.verifiers.math_extract import (
     ANSWER_SEPARATORS, FINAL_ANSWER, extract_answer, joined_boxes, several_parts,
 )
@@ -79,12 +79,14 @@ def _plain_number(text: str):
     return ("exact", value) if value is not None else None
 
 
-def fast_grade(gold: str, completion: str) -> MathVerdict | None:
+def fast_grade(gold: str, completion: str, problem: str | None = None) -> MathVerdict | None:
     """The verdict without Math-Verify when it is certain, else None.
 
     Only for a plain-number gold and a completion whose answer (its last box, with no
     "final answer is" after it) is a plain number: exact values must be equal; a decimal
-    follows the decimal rule of :mod:`math_numbers`, as the full grader does.
+    follows the decimal rule of :mod:`math_numbers`, as the full grader does (another
+    precision, or a decimal for an exact gold it is not equal to, only where ``problem`` asks
+    for rounding; a decimal gold is never a fraction's rounding).
     """
     g = _plain_number(gold)
     if g is None:
@@ -103,11 +105,11 @@ def fast_grade(gold: str, completion: str) -> MathVerdict | None:
     if g[0] == "exact" and p[0] == "exact":
         same = g[1] == p[1]
     elif g[0] == "decimal" and p[0] == "decimal":
-        same = decimals_match(g[1], p[1])
+        same = decimals_match(g[1], p[1], asks_for_rounding(problem))
     elif p[0] == "decimal":
-        same = decimal_matches(g[1], p[1])
+        same = decimal_matches(g[1], p[1], asks_for_rounding(problem))
     else:
-        same = decimal_matches(p[1], g[1])
+        same = p[1] == g[1].value  # a decimal gold: an exact answer must be its value
     shown_gold = str(g[1] if g[0] == "exact" else g[1].value)
     shown_pred = str(p[1] if p[0] == "exact" else p[1].value)
     return MathVerdict(1.0 if same else 0.0, "correct" if same else "wrong answer", shown_gold, shown_pred)
@@ -117,10 +119,12 @@ def grade(gold: str, completion: str, problem: str | None = None, *, question: s
     """Grade one completion against one gold answer in this process (no time limit).
 
     ``problem`` (optional; ``question`` is the same) is the question's text: when it asks
-    for a percentage, a bare gold ``20`` also matches ``20\\%``.
+    for a percentage, a bare gold ``20`` also matches ``20\\%``; when it asks for rounding,
+    a decimal at another precision than the gold's may match; when it names a unit, an
+    answer in another unit does not.
     """
     problem = problem if problem is not None else question
-    quick = fast_grade(gold, completion)
+    quick = fast_grade(gold, completion, problem)
     if quick is not None:
         return quick
     parsed_gold = parse_gold(gold)

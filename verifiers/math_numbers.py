@@ -103,22 +103,29 @@ def float_digits(value: float) -> DecimalNumber | None:
     return DecimalNumber(value_f, Fraction(10) ** exponent, max(len(stripped), 1))
 
 
-def decimal_matches(exact: Fraction, dec: DecimalNumber) -> bool:
+def decimal_matches(exact: Fraction, dec: DecimalNumber, rounding: bool = True) -> bool:
     """Whether ``dec`` is ``exact`` (an exact value: a fraction, or an irrational value to
-    enough places) rounded to the digits ``dec`` gives, with at least MIN_SIGNIFICANT of them."""
+    enough places): equal, or, only where the problem asks for rounding (``rounding``), that
+    value rounded to the digits ``dec`` gives, with at least MIN_SIGNIFICANT of them. Without
+    ``rounding`` a decimal approximation is another precision than the exact gold's (``0.333``
+    for 1/3, ``1.4142`` for the square root of 2), as Math-Verify and Qwen2.5-Math also say."""
     if dec.value == exact:
         return True
-    return dec.significant >= MIN_SIGNIFICANT and abs(dec.value - exact) * 2 <= dec.last_place
+    return rounding and dec.significant >= MIN_SIGNIFICANT and abs(dec.value - exact) * 2 <= dec.last_place
 
 
-def decimals_match(gold: DecimalNumber, pred: DecimalNumber) -> bool:
-    """Two decimals: equal, or one a rounding of the other. A less precise answer must be the
+def decimals_match(gold: DecimalNumber, pred: DecimalNumber, rounding: bool = True) -> bool:
+    """Two decimals: equal in value (``0.50`` and ``0.5``), or, only where the problem asks for
+    rounding (``rounding``), one a rounding of the other. A less precise answer must be the
     gold rounded (:func:`decimal_matches`); a more precise one counts when the gold, having
     MIN_SIGNIFICANT digits, may itself be rounded, the answer rounds to it, and it is no near
     miss (see NEAR_MISS): ``16386.169`` for ``16386.17``; not ``0.5000001`` for ``0.5`` (one
-    digit: the gold is exact) nor ``3.1400001`` for ``3.14``."""
+    digit: the gold is exact) nor ``3.1400001`` for ``3.14``. Without ``rounding`` an answer
+    at another precision than the gold's is another answer (``0.333`` for ``0.33``)."""
     if gold.value == pred.value:
         return True
+    if not rounding:
+        return False
     if pred.last_place >= gold.last_place:
         return decimal_matches(gold.value, pred)
     gap = abs(gold.value - pred.value)

@@ -192,7 +192,8 @@ def grade_forked(pairs: Sequence[tuple], timeout_s: float = 5.0, extra_memory: i
     if timeout_s <= 0:
         raise ValueError("timeout_s must be positive")
     items = _plain_items(pairs)
-    quick = [fast_grade(gold, completion) if isinstance(gold, str) else None for _, gold, completion, _ in items]
+    quick = [fast_grade(gold, completion, problem) if isinstance(gold, str) else None
+             for _, gold, completion, problem in items]
     if all(v is not None for v in quick):
         if _prestarted is not None:
             _end_child(_prestarted)  # not needed: stop its import

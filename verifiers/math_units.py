@@ -160,7 +160,7 @@ _UNIT_EXPR = re.compile(
 )
 
 
-def _read_unit(text: str, in_text: bool) -> Unit | None:
+def read_unit(text: str, in_text: bool) -> Unit | None:
     """A whole unit expression: ``cm``, ``cm^2``, ``square feet``, ``km/h``, ``m/s^2``,
     ``meters per second``, ``kmph``. None when any part is not a known unit; a single letter
     counts only inside ``\\text{}`` (``in_text``), where it cannot be a variable."""
@@ -181,7 +181,7 @@ def _read_unit(text: str, in_text: bool) -> Unit | None:
     if power != 1:
         unit = unit.power(power)
     if m.group("below"):
-        below = _read_unit(m.group("below"), True)
+        below = read_unit(m.group("below"), True)
         if below is None:
             return None
         unit = unit * below.power(-1)
@@ -218,7 +218,7 @@ def split_unit(text: str) -> tuple[str, Unit | None]:
     value = _SPACES.sub(" ", value).strip()
     if not value or not re.search(r"[\d}\)]", value[-1:]) and not value.endswith("\\pi"):
         return text, None
-    unit = _read_unit(tail, in_text)
+    unit = read_unit(tail, in_text)
     if unit is None:
         return text, None
     return value, unit
