@@ -37,6 +37,8 @@ class ExitCalled(BaseException):
 
 
 _REAL_EXIT = os._exit
+OWN_STOPS = 0
+"""SIGINTs sent by a call's time limit so far (vigor_cli.interrupt tells them from a person's)."""
 
 
 _LEFT: list[tuple[threading.Thread, str]] = []
@@ -55,6 +57,19 @@ def call(fn: Callable[[], Any], *, describe: Callable[[BaseException], str], tim
     it raised; ``timeout_line(seconds, where)`` the line for a call past ``timeout`` seconds
     (``where``: the user's file and line it was stopped at); ``label`` names it in the
     threads it leaves."""
+    line = timeout_line or _timeout_line
+    value, error, timed_out = attempt(fn, timeout=timeout, label=label, timeout_line=line)
+    if timed_out:
+        raise UserError(line(timeout or 0.0, user_frame(error) if error is not None else "")) from None
+    if error is None:
+        return value
+    raise UserError(describe(error)) from None
+
+
+def attempt(fn: Callable[[], Any], *, timeout: float | None = None, label: str = "the user's code",
+            timeout_line: Callable[[float, str], str] | None = None) -> tuple[Any, BaseException | None, bool]:
+    """``fn()`` behind the boundary, its outcome returned: ``(value, what it raised, timed
+    out)``; a Ctrl-C or the trainer's stop signal is raised on, as an outer call's limit."""
     guard = _Guard(timeout, timeout_line or _timeout_line)
     guard.enter()
     try:
@@ -68,15 +83,14 @@ def call(fn: Callable[[], Any], *, describe: Callable[[BaseException], str], tim
         guard.leaving = True
     guard.exit(label)
     if guard.timed_out:
-        where = user_frame(error) if error is not None else ""
-        raise UserError(guard.timeout_line(guard.timeout or 0.0, where)) from None
+        return None, error, True
     if error is None:
-        return value
+        return value, None, False
     if isinstance(error, TrainingInterrupted) or (isinstance(error, KeyboardInterrupt) and guard.user_sigint):
         raise error  # the user's Ctrl-C, the trainer's stop signal
     if isinstance(error, CallTimedOut):  # an outer call's limit (a call inside a call)
         raise error
-    raise UserError(describe(error)) from None
+    return None, error, False
 
 
 def raised(e: BaseException) -> str:
@@ -183,8 +197,10 @@ class _Guard:
         self.threads = set(threading.enumerate())
         self.daemonic = _mark_daemon(threading.current_thread(), True)
         self.handlers: dict[int, Any] = {}
+        self.others: dict[int, Any] = {}
         if self.main:
             self.handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            self.others = _other_handlers()
             signal.signal(signal.SIGINT, self._on_sigint)
             if self.timeout:
                 self._watchdog = threading.Thread(target=self._watch, args=(threading.main_thread().ident,),
@@ -202,6 +218,10 @@ class _Guard:
         for sig, handler in self.handlers.items():
             with contextlib.suppress(TypeError, ValueError):  # a handler not installed from Python
                 signal.signal(sig, handler)
+        for sig, handler in self.others.items():  # any other handler the call replaced
+            if handler is not None and signal.getsignal(sig) != handler:
+                with contextlib.suppress(TypeError, ValueError, OSError):
+                    signal.signal(sig, handler)
         _mark_daemon(threading.current_thread(), self.daemonic)
         if self.cwd is not None and _cwd() != self.cwd:
             with contextlib.suppress(OSError):
@@ -237,6 +257,8 @@ class _Guard:
                     return
                 if not self.pending:
                     self.pending = True
+                    global OWN_STOPS
+                    OWN_STOPS += 1  # (before the signal: the stop watcher reads it when the signal arrives)
                     signal.pthread_kill(main_ident, signal.SIGINT)
             if self._done.wait(RESEND_S):
                 return
@@ -267,6 +289,8 @@ class _Settings:
         pid, thread = os.getpid(), threading.get_ident()
 
         def exit_called(code: int) -> None:
+            if os.getpid() == pid and threading.get_ident() != thread:  # another thread: named on the way out
+                named_exit(code, sys._getframe(1))
             if os.getpid() != pid or threading.get_ident() != thread:
                 _REAL_EXIT(code)
             raise ExitCalled(code)
@@ -286,6 +310,32 @@ class _Settings:
             torch.set_grad_enabled(grad)
             if dtype is not None and torch.get_default_dtype() != dtype:
                 torch.set_default_dtype(dtype)
+
+
+def named_exit(code: Any, frame: Any) -> None:
+    """One line on stderr naming the user's ``os._exit(code)`` (its file and line, its
+    thread) before the process ends: a call from a thread the user's code started cannot be
+    turned into an exception."""
+    where = ""
+    while frame is not None:
+        if not _library_file(frame.f_code.co_filename):
+            where = f" ({os.path.basename(frame.f_code.co_filename)}, line {frame.f_lineno})"
+            break
+        frame = frame.f_back
+    with contextlib.suppress(OSError, ValueError):
+        os.write(2, f"error: the user's code called os._exit({code!r}){where} in thread "
+                    f"'{threading.current_thread().name}'; the process ends here, with exit code {code!r}\n".encode())
+
+
+def _other_handlers() -> dict[int, Any]:
+    """The handler of every signal a call could replace, but SIGINT and SIGTERM (restored apart)."""
+    out = {}
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            out[sig] = signal.getsignal(sig)
+    return out
 
 
 def _cwd() -> str | None:
