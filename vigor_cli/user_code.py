@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from vigor_cli.errors import EXIT_USER, UserError
+from vigor_cli import interrupt
 from vigor_cli.interrupt import TrainingInterrupted
 
 STOP_GRACE_S = 10.0
@@ -37,8 +38,6 @@ class ExitCalled(BaseException):
 
 
 _REAL_EXIT = os._exit
-OWN_STOPS = 0
-"""SIGINTs sent by a call's time limit so far (vigor_cli.interrupt tells them from a person's)."""
 
 
 _LEFT: list[tuple[threading.Thread, str]] = []
@@ -257,8 +256,7 @@ class _Guard:
                     return
                 if not self.pending:
                     self.pending = True
-                    global OWN_STOPS
-                    OWN_STOPS += 1  # (before the signal: the stop watcher reads it when the signal arrives)
+                    interrupt.OWN_STOPS += 1  # (before the signal: the stop watcher reads it when it arrives)
                     signal.pthread_kill(main_ident, signal.SIGINT)
             if self._done.wait(RESEND_S):
                 return
