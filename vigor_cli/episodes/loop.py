@@ -96,6 +96,9 @@ class EpisodeRunner:
             limit = self.limits.max_prompt_tokens
             if limit is None or len(ids) <= limit:
                 return ids, None
+            limit = max(limit, len(self.prompt_of(example, None)))  # (a tool list may take more on its own)
+            if len(ids) <= limit:
+                return ids, None
             obs_ids = list(self.fmt.tokenizer(observation, add_special_tokens=False)["input_ids"])
             for _ in range(3):  # the observation's tokens cut by the excess (a re-tokenized cut may differ a little)
                 keep = len(obs_ids) - (len(ids) - limit) - 2
