@@ -161,11 +161,19 @@ def rerun(path: str | Path, out: Any, steps: int | None = None, output_dir: str 
         else:
             for line in provenance.summary_lines(record)[:2]:
                 say(f"recorded: {line}")
-        differ = provenance.differences(record) if record is not None else []
-        for line in differ:
+        before = provenance.differences(record, threads=False) if record is not None else []
+        for line in before:
             say(f"differs from the record: {line}")
         summary = train(cfg, out=out)
     new = Path(summary["run_dir"]).absolute()
+    here = provenance.read(new)  # written once the model loaded: the threads vigor set
+    differ = before
+    if record is not None and here is not None:
+        threads = [f"{k}: recorded {a}, here {b}" for k, a, b in provenance.version_changes(record, here)
+                   if k == provenance.THREADS]
+        for line in threads:
+            say(f"differs from the record: {line}")
+        differ = before + threads
     _mark_rerun(new, original.path)
     found = compare_runs(original.path, new, upto)
     if found is None:
