@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from vigor_cli.episodes.base import ENV_ERROR, ENV_TIMEOUT, MAX_TURNS, Environment, Episode, Reply, Start
@@ -108,6 +109,10 @@ class ToolEnvironment(Environment):
         self.schemas = tool_schemas(probe, spec)
         self.reward_name = self.name if callable(getattr(probe, "get_reward", None)) else None
         self.pool: list[Any] = [probe]
+        self.cls = cls
+        self.shared = shared_state(cls)
+        """Its class's and module's data at the start: state kept there outlives an episode,
+        and a resumed run starts it afresh (warned once, when it changes)."""
         self.returned = False
         """A reset has returned in time (before one has, :data:`FIRST_TIMEOUTS` stop the run)."""
         self.timeouts: list[str] = []
@@ -217,6 +222,16 @@ class ToolEnvironment(Environment):
             if ep.session is not None and ep.ended != ENV_TIMEOUT:
                 self.pool.append(ep.session)
             ep.session = None
+        if self.shared is not None:
+            changed = [name for name, text in shared_state(self.cls).items() if self.shared.get(name) != text]
+            if changed:
+                self.shared = None  # said once
+                from vigor_cli.console import err_console
+
+                err_console.print(f"warning: environment {self.name} (--env {self.spec}) keeps state at class or module level "
+                     f"({', '.join(changed[:3])} changed during the run): a resumed run starts it afresh from "
+                     "the file, so it will not match an uninterrupted run; keep an episode's state on its instance",
+                                  style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     # ------------------------------------------------------------------ the prompt
     def template_kwargs(self) -> dict:
@@ -226,6 +241,33 @@ class ToolEnvironment(Environment):
         if not self.schemas:
             return text
         return PLAIN_TOOLS.format(tools="\n".join(tool_line(s) for s in self.schemas)) + text
+
+
+def shared_state(cls: type) -> dict[str, str]:
+    """'Class.name' or 'module.name' -> repr of each data attribute of an environment's class
+    (and its bases) and module: what every instance shares (functions, classes and modules aside)."""
+    import sys
+    import types
+
+    def data(space: dict, owner: str) -> dict[str, str]:
+        out = {}
+        for name, value in list(space.items()):
+            if name.startswith("__") or isinstance(value, (types.FunctionType, types.ModuleType, type, staticmethod,
+                                                            classmethod, property, types.BuiltinFunctionType)):
+                continue
+            try:
+                out[f"{owner}.{name}"] = repr(value)[:10_000]
+            except Exception:  # noqa: BLE001 - a repr that fails: compared by identity
+                out[f"{owner}.{name}"] = f"<id {id(value)}>"
+        return out
+
+    state: dict[str, str] = {}
+    for klass in cls.__mro__[:-1]:
+        state.update(data(dict(vars(klass)), klass.__name__))
+    module = sys.modules.get(cls.__module__)
+    if module is not None and not cls.__module__.startswith(("vigor_cli", "builtins")):
+        state.update(data(dict(vars(module)), Path(getattr(module, "__file__", "") or "module").stem))
+    return state
 
 
 def tool_line(schema: dict) -> str:
