@@ -352,15 +352,16 @@ def test_a_second_signal_stops_a_run_stuck_in_a_c_call_naming_it(sig):
 
 
 @pytest.mark.slow
-def test_os_exit_from_a_thread_the_users_code_started_is_named_on_the_way_out():
-    code = textwrap.dedent("""
+def test_os_exit_from_a_thread_the_users_code_started_is_named_on_the_way_out(tmp_path):
+    script = tmp_path / "game.py"
+    script.write_text(textwrap.dedent("""
         import os, threading, time
         from vigor_cli.episodes.calls import bounded_call
         def reset():
             t = threading.Thread(target=lambda: os._exit(7)); t.start(); t.join()
         bounded_call(reset, 5)
         print("not ended")
-    """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 7 and "not ended" not in result.stdout
-    assert "the user's code called os._exit(7) (<string>, line 5)" in result.stderr
+    assert "the user's code called os._exit(7) (game.py, line 5)" in result.stderr

@@ -154,7 +154,7 @@ def rerun(path: str | Path, out: Any, steps: int | None = None, output_dir: str 
     def say(line: str) -> None:
         out.print(shown(line), highlight=False, soft_wrap=True)
 
-    original = RunDir.open_existing(Path(os.path.abspath(path)))
+    original = RunDir.open_existing(Path(os.path.abspath(path)), flag="--rerun")
     record = provenance.read(original.path)
     if record is not None and record.get("trainer", "vigor train") != "vigor train":
         raise UserError(f"--rerun {path}: the run was trained through TRL (python -m vigor_cli.integrations.trl); "
