@@ -90,6 +90,9 @@ class Blocks(Base):
     made = []
     def reset(self, **kwargs):
         Blocks.made.append(1)
+        if os.environ.get("RESETS_LOG"):
+            with open(os.environ["RESETS_LOG"], "a") as f:
+                print("reset", file=f)
         time.sleep(60)
 
 class Exits(Base):
@@ -365,3 +368,35 @@ def test_os_exit_from_a_thread_the_users_code_started_is_named_on_the_way_out(tm
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 7 and "not ended" not in result.stdout
     assert "the user's code called os._exit(7) (game.py, line 5)" in result.stderr
+
+
+def _train(tmp_path, cls, *extra, env=None):
+    (tmp_path / "envs.py").write_text(ENVS)
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(f'{{"prompt": "Guess my number=", "answer": {k}}}\n' for k in range(1, 9)))
+    return subprocess.run(
+        [sys.executable, "-m", "vigor_cli", "train", "--data", str(data), "--env", f"{tmp_path}/envs.py:{cls}",
+         "--reward", f"{ROOT}/examples/number-game/reward.py:few_guesses", "--steps", "1", "--output-dir",
+         str(tmp_path / "runs"), "--set", "train.prompts_per_step=4", "--set", "allocation.strategy=grpo",
+         "--set", "allocation.group_size=2", "--set", "train.eval_limit=2", "--set", "sampling.max_new_tokens=8",
+         "--set", "task.max_prompt_tokens=192", *extra], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_vigor_train_with_a_4_mb_observation_trains_on_prompts_cut_to_the_budget(tmp_path):
+    result = _train(tmp_path, "Huge")
+    assert result.returncode == 0, result.stderr[-2000:]
+    [run] = (tmp_path / "runs").iterdir()
+    lines = [json.loads(x) for x in (run / "episodes.jsonl").read_text().splitlines()]
+    assert len(lines) == 8 and all(line["error"] is None for line in lines)
+
+
+@pytest.mark.slow
+def test_vigor_train_with_a_reset_that_blocks_stops_after_two_limits(tmp_path):
+    log = tmp_path / "resets.txt"
+    result = _train(tmp_path, "Blocks", "--set", "task.env_timeout_s=2", env={"RESETS_LOG": str(log)})
+    assert result.returncode == 2, result.stderr[-2000:]
+    [line] = result.stderr.strip().splitlines()[-1:]
+    assert "reset timed out on each of the first 2 episodes" in line and "envs.py, line" in line
+    assert log.read_text().count("reset") == 2  # two limits, not one per episode
