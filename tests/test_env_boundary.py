@@ -400,3 +400,11 @@ def test_vigor_train_with_a_reset_that_blocks_stops_after_two_limits(tmp_path):
     [line] = result.stderr.strip().splitlines()[-1:]
     assert "reset timed out on each of the first 2 episodes" in line and "envs.py, line" in line
     assert log.read_text().count("reset") == 2  # two limits, not one per episode
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls", ["Moves", "Prints", "Handles"])
+def test_vigor_train_with_an_environment_that_changes_the_process_finishes(tmp_path, cls):
+    result = _train(tmp_path, cls)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "run directory" in result.stdout and "held-out reward" in result.stdout  # lines after reset still seen
