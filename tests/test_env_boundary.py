@@ -408,3 +408,22 @@ def test_vigor_train_with_an_environment_that_changes_the_process_finishes(tmp_p
     result = _train(tmp_path, cls)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "run directory" in result.stdout and "held-out reward" in result.stdout  # lines after reset still seen
+
+
+@pytest.mark.slow
+def test_os_exit_from_a_thread_left_running_after_the_call_is_named_too(tmp_path):
+    script = tmp_path / "game.py"
+    script.write_text(textwrap.dedent("""
+        import os, threading, time
+        from vigor_cli.episodes.calls import bounded_call
+        def later():
+            time.sleep(0.5); os._exit(9)
+        def reset():
+            threading.Thread(target=later, daemon=True).start()
+        bounded_call(reset, 5)
+        time.sleep(30)
+        print("not ended")
+    """))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 9 and "not ended" not in result.stdout
+    assert "the user's code called os._exit(9) (game.py, line 5)" in result.stderr

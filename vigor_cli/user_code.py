@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 from vigor_cli.errors import EXIT_USER, UserError
@@ -38,6 +39,17 @@ class ExitCalled(BaseException):
 
 
 _REAL_EXIT = os._exit
+_PID = os.getpid()
+_USER_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+"""Threads the user's code started and left running: an ``os._exit`` from one is named."""
+
+
+def _exit_after_call(code: Any) -> None:
+    """``os._exit`` once a call left threads of the user's running: from one of those, the
+    line naming it first (vigor's own calls, and forked children, exit as usual)."""
+    if os.getpid() == _PID and threading.current_thread() in _USER_THREADS:
+        named_exit(code, sys._getframe(1))
+    _REAL_EXIT(code)
 
 
 _LEFT: list[tuple[threading.Thread, str]] = []
@@ -225,6 +237,7 @@ class _Guard:
         if self.cwd is not None and _cwd() != self.cwd:
             with contextlib.suppress(OSError):
                 os.chdir(self.cwd)
+        _USER_THREADS.update(t for t in threading.enumerate() if t not in self.threads and t.is_alive())
         self.settings.restore()
         for stream in self.stdio:
             stream.restore()
@@ -298,7 +311,7 @@ class _Settings:
     def restore(self) -> None:
         import warnings
 
-        os._exit = _REAL_EXIT
+        os._exit = _exit_after_call if _USER_THREADS else _REAL_EXIT
         if warnings.filters != self.filters:
             warnings.resetwarnings()  # (marks the filters changed, as warnings' own functions do)
             warnings.filters[:] = self.filters
