@@ -33,6 +33,9 @@ def test_a_path_that_is_not_a_run_is_named_for_what_it_is(trained, tmp_path):
                             f"run: --run {run} --checkpoint step-4")
     with pytest.raises(UserError, match=r"^--rerun .*step-4: a checkpoint folder.*: --rerun .*/r$"):
         check_run_path(run / "checkpoints" / "step-4", "--rerun")
+    with pytest.raises(UserError, match=r"checkpoints: the checkpoints folder of a run, not a run directory; give "
+                                        r"the run: --run .*/r$"):
+        check_run_path(run / "checkpoints", "--run")
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match=r"empty: not a run directory \(no config.yaml\)"):
         check_run_path(tmp_path / "empty", "--run")

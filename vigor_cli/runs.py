@@ -99,10 +99,16 @@ def check_run_path(path: str | Path, flag: str) -> None:
         raise UserError(f"{flag} {path}: no such directory")
     if not p.is_dir():
         raise UserError(f"{flag} {path}: a file, not a run directory")
-    if (p / COMPLETE).is_file() or (p.parent.name == "checkpoints" and (p.parent.parent / "config.yaml").is_file()):
+    from vigor_cli.checkpoints import STEP_DIR
+
+    if (p / COMPLETE).is_file() or (p / MANIFEST).is_file() or (
+            p.parent.name == "checkpoints" and STEP_DIR.match(p.name) and not (p / "metrics.jsonl").exists()):
         pick = f" --checkpoint {p.name}" if flag == "--run" else ""
         raise UserError(f"{flag} {path}: a checkpoint folder, not a run directory; give its run: "
                         f"{flag} {p.parent.parent}{pick}")
+    if p.name == "checkpoints" and (p.parent / "config.yaml").is_file():
+        raise UserError(f"{flag} {path}: the checkpoints folder of a run, not a run directory; give the run: "
+                        f"{flag} {p.parent}")
     if not (p / "config.yaml").is_file():
         raise UserError(f"{flag} {path}: not a run directory (no config.yaml)")
 
