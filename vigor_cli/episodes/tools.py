@@ -228,10 +228,11 @@ class ToolEnvironment(Environment):
                 self.shared = None  # said once
                 from vigor_cli.console import err_console
 
-                err_console.print(f"warning: environment {self.name} (--env {self.spec}) keeps state at class or module level "
-                     f"({', '.join(changed[:3])} changed during the run): a resumed run starts it afresh from "
-                     "the file, so it will not match an uninterrupted run; keep an episode's state on its instance",
-                                  style="yellow", markup=False, highlight=False, soft_wrap=True)
+                line = (f"warning: environment {self.name} (--env {self.spec}) keeps state at class or module "
+                        f"level ({', '.join(changed[:3])} changed during the run): a resumed run starts it afresh "
+                        "from the file, so it will not match an uninterrupted run; keep an episode's state on "
+                        "its instance")
+                err_console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     # ------------------------------------------------------------------ the prompt
     def template_kwargs(self) -> dict:
