@@ -427,3 +427,21 @@ def test_os_exit_from_a_thread_left_running_after_the_call_is_named_too(tmp_path
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert result.returncode == 9 and "not ended" not in result.stdout
     assert "the user's code called os._exit(9) (game.py, line 5)" in result.stderr
+
+
+def test_class_and_module_state_is_read_cheaply_and_changes_are_seen():
+    from vigor_cli.episodes.tools import shared_state
+
+    class Counter:
+        seen: list = []
+        big = list(range(5000))
+
+        def reset(self, **kwargs):
+            return None
+
+    before = shared_state(Counter)
+    assert before["Counter.seen"] == "[]" and before["Counter.big"].startswith("<list of 5000 at ")
+    Counter.seen.append(1)
+    Counter.big.append(1)
+    after = shared_state(Counter)
+    assert [k for k in before if before[k] != after[k]] == ["Counter.seen", "Counter.big"]

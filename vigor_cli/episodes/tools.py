@@ -256,8 +256,10 @@ def shared_state(cls: type) -> dict[str, str]:
             if name.startswith("__") or isinstance(value, (types.FunctionType, types.ModuleType, type, staticmethod,
                                                             classmethod, property, types.BuiltinFunctionType)):
                 continue
-            try:
-                out[f"{owner}.{name}"] = repr(value)[:10_000]
+            try:  # a large container by its size (a repr of it each batch would cost more than the batch)
+                big = isinstance(value, (list, dict, set, tuple, str, bytes)) and len(value) > 1000
+                out[f"{owner}.{name}"] = (f"<{type(value).__name__} of {len(value)} at {id(value)}>" if big
+                                          else repr(value)[:10_000])
             except Exception:  # noqa: BLE001 - a repr that fails: compared by identity
                 out[f"{owner}.{name}"] = f"<id {id(value)}>"
         return out
