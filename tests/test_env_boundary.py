@@ -71,6 +71,12 @@ class Handles(Base):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         return None
 
+class Alarms(Base):
+    def reset(self, **kwargs):
+        signal.signal(signal.SIGALRM, lambda *a: None)
+        signal.alarm(2)  # due after the call, when its handler is gone: it would end the process
+        return None
+
 class Surrogate(Base):
     def reset(self, **kwargs):
         return " \\ud800 x" if kwargs["answer"] == 3 else " fine"
@@ -210,6 +216,12 @@ def test_a_reset_that_installs_signal_handlers_has_them_put_back(tmp_path, token
     usr1, term = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
     run(tmp_path, tokenizer, "Handles")
     assert signal.getsignal(signal.SIGUSR1) == usr1 and signal.getsignal(signal.SIGTERM) == term
+
+
+def test_an_alarm_a_reset_set_is_cancelled_with_its_handler(tmp_path, tokenizer):
+    alarm = signal.getsignal(signal.SIGALRM)
+    run(tmp_path, tokenizer, "Alarms")
+    assert signal.getsignal(signal.SIGALRM) == alarm and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
 
 # --------------------------------------------------------------------------- faults: one episode's

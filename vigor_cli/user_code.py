@@ -209,9 +209,11 @@ class _Guard:
         self.daemonic = _mark_daemon(threading.current_thread(), True)
         self.handlers: dict[int, Any] = {}
         self.others: dict[int, Any] = {}
+        self.timer: tuple[float, float] | None = None
         if self.main:
             self.handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
             self.others = _other_handlers()
+            self.timer = signal.getitimer(signal.ITIMER_REAL) if hasattr(signal, "getitimer") else None
             signal.signal(signal.SIGINT, self._on_sigint)
             if self.timeout:
                 self._watchdog = threading.Thread(target=self._watch, args=(threading.main_thread().ident,),
@@ -233,6 +235,8 @@ class _Guard:
             if handler is not None and signal.getsignal(sig) != handler:
                 with contextlib.suppress(TypeError, ValueError, OSError):
                     signal.signal(sig, handler)
+        if self.main and self.timer == (0.0, 0.0) and signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+            signal.setitimer(signal.ITIMER_REAL, 0)  # an alarm it set, due after its handler is gone
         _mark_daemon(threading.current_thread(), self.daemonic)
         if self.cwd is not None and _cwd() != self.cwd:
             with contextlib.suppress(OSError):
