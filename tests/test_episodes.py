@@ -173,7 +173,7 @@ def test_a_raising_tool_ends_one_episode_unscored_and_counted(tmp_path, policy):
 def test_a_reset_past_the_time_limit_ends_its_episode_and_drops_the_instance(tmp_path, policy):
     cfg, task, env = game_setup(tmp_path, policy, "Sleepy", "task.env_timeout_s=0.2")
     starts = env.start(task.train_examples()[:1])
-    assert starts[0].ended == ENV_TIMEOUT and "still running after 0.2 s (task.env_timeout_s)" in starts[0].error
+    assert starts[0].ended == ENV_TIMEOUT and "did not return within 0.2 s (task.env_timeout_s) and was stopped" in starts[0].error
     assert env.pool == []  # the instance still sleeping is never handed out again
     task.close()
 

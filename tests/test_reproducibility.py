@@ -184,7 +184,7 @@ def test_allow_changed_files_goes_with_resume_and_rerun_with_few_flags(vigor, tm
     code, _, err = vigor("train", "--rerun", str(tmp_path), "--strategy", "grpo", "--set", "train.seed=1")
     assert code == 2 and "--rerun repeats the run's saved config; drop --strategy, --set" in err
     code, _, err = vigor("train", "--rerun", str(tmp_path / "nothing"))
-    assert code == 2 and "not a run directory" in err
+    assert code == 2 and f"--rerun {tmp_path / 'nothing'}: no such directory" in err
 
 
 # --------------------------------------------------------------------------- the generators

@@ -37,9 +37,17 @@ def resolve_model_path(name_or_path: str, *, to_load: bool = False) -> str:
         if not (p / "config.json").is_file():
             raise UserError(f"model.name_or_path={name_or_path}: directory has no config.json")
         return str(p)
+    if looks_local(name_or_path):
+        raise UserError(f"model.name_or_path={name_or_path}: no such directory (a local model folder, moved or "
+                        "deleted since; a hub id is ORG/NAME)")
     if to_load:
         _check_hub_reachable(name_or_path)
     return name_or_path
+
+
+def looks_local(name: str) -> bool:
+    """A path a hub id cannot be: absolute, from '.', '~' or a drive, or more than ORG/NAME deep."""
+    return name.startswith(("/", ".", "~", "\\")) or name.count("/") > 1 or (len(name) > 1 and name[1] == ":")
 
 
 def _check_hub_reachable(repo_id: str) -> None:

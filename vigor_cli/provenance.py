@@ -4,8 +4,9 @@ One JSON object: vigor's version (with the commit and a dirty flag when it runs 
 checkout), Python and the libraries on a step's path, the machine (device and its name, the
 CPU's instruction set torch uses, thread counts), the seed and the rule of every seed derived
 from it (vigor_cli/seeding.py), the task's examples (count and a hash of their content), and
-every file the config names: data, held-out data, reward files and a local model, each with
-its path as given, size, rows (data) and sha256. Layout in docs/run-directory.md.
+every file the config names: data, held-out data, reward files, the environment's file
+(``--env FILE.py:Class``) and a local model, each with its path as given, size, rows (data)
+and sha256 (not the modules those files import). Layout in docs/run-directory.md.
 
 Details: docs/modules.md.
 """
@@ -179,6 +180,9 @@ def named_files(cfg: Any) -> list[dict]:
         if is_file_spec(spec):
             path = Path(spec.rpartition(":")[0]).expanduser()
             out.append({"key": "task.rewards", "given": spec, **describe_path(path)})
+    env = getattr(cfg.task, "env", None)
+    if env and is_file_spec(env):
+        out.append({"key": "task.env", "given": env, **describe_path(Path(env.rpartition(":")[0]).expanduser())})
     model = cfg.model.name_or_path
     path = None if model == "tiny" else _local(model)
     if model == "tiny" or path is not None:
@@ -283,10 +287,25 @@ def _flat_versions(record: dict) -> dict[str, Any]:
     return out
 
 
-def version_changes(recorded: dict, now: dict) -> list[tuple[str, Any, Any]]:
-    """(name, recorded, now) for every version, machine or thread count that differs."""
+THREADS = "torch threads"
+"""The thread count's name among the versions: compared only once vigor has set it (the model
+loaded: model.cpu_threads), never before."""
+
+
+def version_changes(recorded: dict, now: dict, threads: bool = True) -> list[tuple[str, Any, Any]]:
+    """(name, recorded, now) for every version, machine or thread count that differs
+    (``threads``: the thread count too; ``now`` then read after vigor set it)."""
     a, b = _flat_versions(recorded), _flat_versions(now)
-    return [(k, a.get(k), b.get(k)) for k in a if k in b and a.get(k) != b.get(k)]
+    return [(k, a.get(k), b.get(k)) for k in a if k in b and a.get(k) != b.get(k) and (threads or k != THREADS)]
+
+
+def thread_change(recorded: dict | None) -> tuple[Any, Any] | None:
+    """(recorded, now) when the torch thread count set here (read after the model loaded) is
+    not the run's, else None."""
+    if recorded is None:
+        return None
+    was, now = recorded.get("threads", {}).get("torch_intra_op"), threads()["torch_intra_op"]
+    return (was, now) if was is not None and was != now else None
 
 
 def file_changes(recorded: dict) -> list[tuple[dict, dict]]:
@@ -297,7 +316,7 @@ def file_changes(recorded: dict) -> list[tuple[dict, dict]]:
         if entry.get("kind") in ("hub", None) or entry.get("sha256") is None:
             continue
         given = entry["given"]
-        path = Path(given.rpartition(":")[0]) if entry["key"] == "task.rewards" else _local(given)
+        path = Path(given.rpartition(":")[0]) if entry["key"] in ("task.rewards", "task.env") else _local(given)
         if entry["key"] == "model.name_or_path" and given == "tiny":
             from vigor_cli.models import TINY_DIR
 
@@ -315,10 +334,11 @@ def _file_line(entry: dict, now: dict) -> str:
             f"(sha256 {entry['sha256'][:12]}, now {now['sha256'][:12] if now.get('sha256') else 'not hashed'})")
 
 
-def differences(recorded: dict, now: dict | None = None) -> list[str]:
-    """One line per recorded version, machine property or file that differs from here."""
+def differences(recorded: dict, now: dict | None = None, threads: bool = True) -> list[str]:
+    """One line per recorded version, machine property or file that differs from here
+    (``threads``: the thread count too, which only a record written after the model loaded has right)."""
     now = now or environment(recorded.get("machine", {}).get("device"))
-    lines = [f"{k}: recorded {a}, here {b}" for k, a, b in version_changes(recorded, now)]
+    lines = [f"{k}: recorded {a}, here {b}" for k, a, b in version_changes(recorded, now, threads)]
     return lines + [_file_line(e, n) for e, n in file_changes(recorded)]
 
 
@@ -337,7 +357,7 @@ def check_resume(run_path: Path, allow_changed_files: bool, warn: Callable[[str]
         raise UserError(f"--resume: {_file_line(entry, now)}{more}; resuming would mix it into the run: restore "
                         "it, or resume with --allow-changed-files (recorded in provenance.json)")
     now = environment(record.get("machine", {}).get("device"))
-    versions = version_changes(record, now)
+    versions = version_changes(record, now, threads=False)  # threads: once the model is loaded (thread_change)
     for name, was, is_now in versions:
         warn(f"{name} was {was} when the run started, is {is_now} now (recorded in {RECORD})")
     for entry, n in changed:

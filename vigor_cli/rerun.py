@@ -78,12 +78,19 @@ def _by_step(log: RunLog, name: str, upto: int) -> dict[int, list[dict]]:
     return out
 
 
-def compare_runs(a: Path, b: Path, upto: int) -> Difference | None:
+def compare_runs(a: Path, b: Path, upto: int, cut_short: bool = False) -> Difference | None:
     """The first difference between two runs' logs and evaluations, steps 0..``upto``,
-    in the order a step writes them (None: identical)."""
+    in the order a step writes them (None: identical). ``cut_short``: ``b`` stopped at
+    ``upto`` before ``a`` did, so its end-of-training evaluation there, which ``a`` never
+    ran (``upto`` not one of its evaluation steps), is not compared."""
     la, lb = RunLog(a), RunLog(b)
     logs = {name: (_by_step(la, name, upto), _by_step(lb, name, upto)) for name in LOGS}
     evals = ({s: p for s, p in la.eval_steps().items() if s <= upto}, {s: p for s, p in lb.eval_steps().items() if s <= upto})
+    if cut_short and upto not in evals[0]:
+        evals[1].pop(upto, None)
+        ra, rb = logs["metrics.jsonl"]
+        if not any(_is_eval(row) for row in ra.get(upto, [])):
+            rb[upto] = [row for row in rb.get(upto, []) if not _is_eval(row)]
     for step in range(upto + 1):
         for name, (ra, rb) in logs.items():
             found = first_difference(ra.get(step, []), rb.get(step, []))
@@ -99,6 +106,11 @@ def compare_runs(a: Path, b: Path, upto: int) -> Difference | None:
         if found:
             return Difference(step, f"eval/step-{step}.json", *found)
     return None
+
+
+def _is_eval(row: dict) -> bool:
+    """A metrics.jsonl line of an evaluation (its keys eval/...), not of a training step."""
+    return any(k.startswith("eval/") for k in row) and "reward/mean" not in row
 
 
 def _read_json(path: Path) -> Any:
@@ -142,15 +154,15 @@ def rerun(path: str | Path, out: Any, steps: int | None = None, output_dir: str 
     def say(line: str) -> None:
         out.print(shown(line), highlight=False, soft_wrap=True)
 
-    original = RunDir.open_existing(Path(os.path.abspath(path)))
+    original = RunDir.open_existing(Path(os.path.abspath(path)), flag="--rerun")
     record = provenance.read(original.path)
     if record is not None and record.get("trainer", "vigor train") != "vigor train":
         raise UserError(f"--rerun {path}: the run was trained through TRL (python -m vigor_cli.integrations.trl); "
                         "--rerun repeats `vigor train` runs")
-    upto = last_step(original.path)
-    if steps is not None and steps > upto:
-        raise UserError(f"--steps {steps}: {original.path} logged steps up to {upto}; a rerun repeats at most those")
-    upto = steps if steps is not None else upto
+    logged = last_step(original.path)
+    if steps is not None and steps > logged:
+        raise UserError(f"--steps {steps}: {original.path} logged steps up to {logged}; a rerun repeats at most those")
+    upto = steps if steps is not None else logged
     cfg = build_config(original.path / "config.yaml")
     cfg.train.steps = max(upto, 1)
     cfg.train.output_dir = output_dir or str(original.path.parent)
@@ -161,13 +173,21 @@ def rerun(path: str | Path, out: Any, steps: int | None = None, output_dir: str 
         else:
             for line in provenance.summary_lines(record)[:2]:
                 say(f"recorded: {line}")
-        differ = provenance.differences(record) if record is not None else []
-        for line in differ:
+        before = provenance.differences(record, threads=False) if record is not None else []
+        for line in before:
             say(f"differs from the record: {line}")
         summary = train(cfg, out=out)
     new = Path(summary["run_dir"]).absolute()
+    here = provenance.read(new)  # written once the model loaded: the threads vigor set
+    differ = before
+    if record is not None and here is not None:
+        threads = [f"{k}: recorded {a}, here {b}" for k, a, b in provenance.version_changes(record, here)
+                   if k == provenance.THREADS]
+        for line in threads:
+            say(f"differs from the record: {line}")
+        differ = before + threads
     _mark_rerun(new, original.path)
-    found = compare_runs(original.path, new, upto)
+    found = compare_runs(original.path, new, upto, cut_short=upto < logged)
     if found is None:
         same, what = compare_weights(original.path, new, upto)
         if same is False:

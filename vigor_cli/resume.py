@@ -222,6 +222,32 @@ def check_history(run: "RunDir", step: int, completions_every: int = 0) -> list[
                         f"and the checkpoint (step {step}) covers it; {_KEEP}")
     if shown:
         _require(path, step, "completions line", shown - {s for s, _ in _covered(run, "completions.jsonl", step)})
+    check_episodes(run, step, metrics)
     if lost:
         read_eval_line(run.log.eval_steps()[step])  # damaged: refused before anything changes
     return sorted(lost)
+
+
+def check_episodes(run: "RunDir", step: int, metrics: list[tuple[int, dict]]) -> None:
+    """A run with an environment logs every episode of every step in episodes.jsonl, as many
+    lines as its metrics line counts (``episodes/ended/...``): refuse a resume whose file is
+    gone, lacks a covered step's lines, or ends in a torn line of a covered step."""
+    counts = {s: sum(v for k, v in r.items() if k.startswith("episodes/ended/")) for s, r in metrics
+              if 0 < s <= step and "eval/accuracy" not in r and any(k.startswith("episodes/ended/") for k in r)}
+    if not counts:
+        return
+    path = run.path / "episodes.jsonl"
+    lines = _covered(run, "episodes.jsonl", step)
+    torn = _torn_step(path, run.log.read("episodes.jsonl"))
+    if torn is not None and torn <= step:
+        raise UserError(f"--resume: {path}: the last line, of step {torn}, is cut short and the checkpoint "
+                        f"(step {step}) covers it; {_KEEP}")
+    have: dict[int, int] = {}
+    for s, _ in lines:
+        have[s] = have.get(s, 0) + 1
+    short = sorted(s for s, n in counts.items() if have.get(s, 0) < n)
+    if short:
+        first = short[0]
+        more = f" (and {len(short) - 1} more steps)" if len(short) > 1 else ""
+        raise UserError(f"--resume: {path}: step {first} has {have.get(first, 0)} of its {counts[first]} episode "
+                        f"lines{more}, and the checkpoint (step {step}) covers it; {_KEEP}")

@@ -94,6 +94,29 @@ class RunLock:
             self.fd = -1
 
 
+def check_run_path(path: str | Path, flag: str) -> None:
+    """Refuse, in one line naming the real cause, a ``flag`` (``--run``, ``--resume``,
+    ``--rerun``) path that is not a run directory: missing, a file, one of a run's checkpoint
+    folders (which carry a config.yaml too), or a folder without config.yaml."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{flag} {path}: no such directory")
+    if not p.is_dir():
+        raise UserError(f"{flag} {path}: a file, not a run directory")
+    from vigor_cli.checkpoints import STEP_DIR
+
+    if (p / COMPLETE).is_file() or (p / MANIFEST).is_file() or (
+            p.parent.name == "checkpoints" and STEP_DIR.match(p.name) and not (p / "metrics.jsonl").exists()):
+        pick = f" --checkpoint {p.name}" if flag == "--run" else ""
+        raise UserError(f"{flag} {path}: a checkpoint folder, not a run directory; give its run: "
+                        f"{flag} {p.parent.parent}{pick}")
+    if p.name == "checkpoints" and (p.parent / "config.yaml").is_file():
+        raise UserError(f"{flag} {path}: the checkpoints folder of a run, not a run directory; give the run: "
+                        f"{flag} {p.parent}")
+    if not (p / "config.yaml").is_file():
+        raise UserError(f"{flag} {path}: not a run directory (no config.yaml)")
+
+
 def never_started(path: Path) -> bool:
     """Whether ``path`` holds only what a run writes before its first step (its lock, maybe
     its config and empty folders): what a run killed while loading leaves."""
@@ -218,13 +241,12 @@ class RunDir:
         self.release()
 
     @classmethod
-    def open_existing(cls, path: str | Path) -> "RunDir":
+    def open_existing(cls, path: str | Path, flag: str = "--resume") -> "RunDir":
         run = cls(Path(path))
-        if not (run.path / "config.yaml").is_file():
-            if run.path.is_dir() and never_started(run.path):
-                raise UserError(f"--resume {path}: the run was stopped before it wrote its config, so there "
-                                "is nothing to resume; start it again (a new run of that name reuses the directory)")
-            raise UserError(f"--resume {path}: not a run directory (no config.yaml)")
+        if run.path.is_dir() and not (run.path / "config.yaml").is_file() and never_started(run.path):
+            raise UserError(f"{flag} {path}: the run was stopped before it wrote its config, so there "
+                            "is nothing to resume; start it again (a new run of that name reuses the directory)")
+        check_run_path(path, flag)
         return run
 
     def launch_dir(self) -> Path | None:

@@ -98,12 +98,11 @@ def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], set
     """A run's checkpoint with the run's own config (the task flags and ``--set`` change it):
     the target, and the run (whose launch folder the evaluation works in)."""
     from vigor_cli.export_card import absolute_from, map_paths
-    from vigor_cli.runs import RunDir, read_config
+    from vigor_cli.runs import RunDir, check_run_path, read_config
     from vigor_cli.settings import build_config
 
+    check_run_path(run, "--run")
     run = Path(os.path.abspath(run))
-    if not (run / "config.yaml").is_file():
-        raise UserError(f"--run {run}: not a run directory (no config.yaml)")
     rundir = RunDir(run)
     ckpt = rundir.store.pick(checkpoint, warn)
     tree = read_config(run)

@@ -206,20 +206,21 @@ class Trainer:
         try:
             if self.step == 0:
                 self.start_accuracy = self.last_accuracy = self.evaluate(0)
-            with progress(self.out) as bars:
-                bar = bars.add_task("train", total=t.max_rollouts if by_rollouts else t.steps,
-                                    completed=self.rollouts_total if by_rollouts else self.step, info="")
-                while not self.finished():
-                    with self.signals.deferred():
-                        log = self._step()
-                    bars.update(
-                        bar, completed=self.rollouts_total if by_rollouts else self.step,
-                        info=f"reward {log.metrics['reward/mean']:.3f}{reward_parts(log.metrics)}  "
-                        f"{self.held_out_text()}  rollouts {self.rollouts_total}",
-                    )
-                    if self.signals.requested and not self.finished():
-                        raise self.signals.interruption()
+            # from the first step to the summary a first signal waits for the step under way, and
+            # after the last one for the final evaluation and checkpoint (no gap between them)
             with self.signals.deferred():
+                with progress(self.out) as bars:
+                    bar = bars.add_task("train", total=t.max_rollouts if by_rollouts else t.steps,
+                                        completed=self.rollouts_total if by_rollouts else self.step, info="")
+                    while not self.finished():
+                        log = self._step()
+                        bars.update(
+                            bar, completed=self.rollouts_total if by_rollouts else self.step,
+                            info=f"reward {log.metrics['reward/mean']:.3f}{reward_parts(log.metrics)}  "
+                            f"{self.held_out_text()}  rollouts {self.rollouts_total}",
+                        )
+                        if self.signals.requested and not self.finished():
+                            raise self.signals.interruption()
                 return self._finish()
         except TrainingInterrupted as stop:
             stop.status = self.stop_status(stop.signal_name)
@@ -476,6 +477,11 @@ def _resume(path: Path, steps: int | None, out: Any, signals: StopSignals | None
         plan = resume.prepare(run, steps, warn)  # reads only: a refusal changes nothing
         changes = provenance.check_resume(run.path, allow_changed_files, warn)  # so does a changed file
         trainer = Trainer(plan.cfg, run, plan.checkpoint, out, signals)
+        threads = provenance.thread_change(provenance.read(run.path))  # read now: vigor has set them
+        if threads is not None and changes is not None:
+            warn(f"{provenance.THREADS} was {threads[0]} when the run started, is {threads[1]} now (recorded in "
+                 f"{provenance.RECORD})")
+            changes["versions"][provenance.THREADS] = {"recorded": threads[0], "now": threads[1]}
         plan.apply(run, warn, trainer.relog_eval)
         provenance.add_resume(run.path, max(plan.step, 0), changes)
     except BaseException:

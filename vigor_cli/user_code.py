@@ -12,9 +12,11 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 from vigor_cli.errors import EXIT_USER, UserError
+from vigor_cli import interrupt
 from vigor_cli.interrupt import TrainingInterrupted
 
 STOP_GRACE_S = 10.0
@@ -37,6 +39,17 @@ class ExitCalled(BaseException):
 
 
 _REAL_EXIT = os._exit
+_PID = os.getpid()
+_USER_THREADS: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
+"""Threads the user's code started and left running: an ``os._exit`` from one is named."""
+
+
+def _exit_after_call(code: Any) -> None:
+    """``os._exit`` once a call left threads of the user's running: from one of those, the
+    line naming it first (vigor's own calls, and forked children, exit as usual)."""
+    if os.getpid() == _PID and threading.current_thread() in _USER_THREADS:
+        named_exit(code, sys._getframe(1))
+    _REAL_EXIT(code)
 
 
 _LEFT: list[tuple[threading.Thread, str]] = []
@@ -55,6 +68,19 @@ def call(fn: Callable[[], Any], *, describe: Callable[[BaseException], str], tim
     it raised; ``timeout_line(seconds, where)`` the line for a call past ``timeout`` seconds
     (``where``: the user's file and line it was stopped at); ``label`` names it in the
     threads it leaves."""
+    line = timeout_line or _timeout_line
+    value, error, timed_out = attempt(fn, timeout=timeout, label=label, timeout_line=line)
+    if timed_out:
+        raise UserError(line(timeout or 0.0, user_frame(error) if error is not None else "")) from None
+    if error is None:
+        return value
+    raise UserError(describe(error)) from None
+
+
+def attempt(fn: Callable[[], Any], *, timeout: float | None = None, label: str = "the user's code",
+            timeout_line: Callable[[float, str], str] | None = None) -> tuple[Any, BaseException | None, bool]:
+    """``fn()`` behind the boundary, its outcome returned: ``(value, what it raised, timed
+    out)``; a Ctrl-C or the trainer's stop signal is raised on, as an outer call's limit."""
     guard = _Guard(timeout, timeout_line or _timeout_line)
     guard.enter()
     try:
@@ -68,15 +94,14 @@ def call(fn: Callable[[], Any], *, describe: Callable[[BaseException], str], tim
         guard.leaving = True
     guard.exit(label)
     if guard.timed_out:
-        where = user_frame(error) if error is not None else ""
-        raise UserError(guard.timeout_line(guard.timeout or 0.0, where)) from None
+        return None, error, True
     if error is None:
-        return value
+        return value, None, False
     if isinstance(error, TrainingInterrupted) or (isinstance(error, KeyboardInterrupt) and guard.user_sigint):
         raise error  # the user's Ctrl-C, the trainer's stop signal
     if isinstance(error, CallTimedOut):  # an outer call's limit (a call inside a call)
         raise error
-    raise UserError(describe(error)) from None
+    return None, error, False
 
 
 def raised(e: BaseException) -> str:
@@ -183,8 +208,12 @@ class _Guard:
         self.threads = set(threading.enumerate())
         self.daemonic = _mark_daemon(threading.current_thread(), True)
         self.handlers: dict[int, Any] = {}
+        self.others: dict[int, Any] = {}
+        self.timer: tuple[float, float] | None = None
         if self.main:
             self.handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            self.others = _other_handlers()
+            self.timer = signal.getitimer(signal.ITIMER_REAL) if hasattr(signal, "getitimer") else None
             signal.signal(signal.SIGINT, self._on_sigint)
             if self.timeout:
                 self._watchdog = threading.Thread(target=self._watch, args=(threading.main_thread().ident,),
@@ -202,10 +231,17 @@ class _Guard:
         for sig, handler in self.handlers.items():
             with contextlib.suppress(TypeError, ValueError):  # a handler not installed from Python
                 signal.signal(sig, handler)
+        for sig, handler in self.others.items():  # any other handler the call replaced
+            if handler is not None and signal.getsignal(sig) != handler:
+                with contextlib.suppress(TypeError, ValueError, OSError):
+                    signal.signal(sig, handler)
+        if self.main and self.timer == (0.0, 0.0) and signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0):
+            signal.setitimer(signal.ITIMER_REAL, 0)  # an alarm it set, due after its handler is gone
         _mark_daemon(threading.current_thread(), self.daemonic)
         if self.cwd is not None and _cwd() != self.cwd:
             with contextlib.suppress(OSError):
                 os.chdir(self.cwd)
+        _USER_THREADS.update(t for t in threading.enumerate() if t not in self.threads and t.is_alive())
         self.settings.restore()
         for stream in self.stdio:
             stream.restore()
@@ -237,6 +273,7 @@ class _Guard:
                     return
                 if not self.pending:
                     self.pending = True
+                    interrupt.OWN_STOPS += 1  # (before the signal: the stop watcher reads it when it arrives)
                     signal.pthread_kill(main_ident, signal.SIGINT)
             if self._done.wait(RESEND_S):
                 return
@@ -267,6 +304,8 @@ class _Settings:
         pid, thread = os.getpid(), threading.get_ident()
 
         def exit_called(code: int) -> None:
+            if os.getpid() == pid and threading.get_ident() != thread:  # another thread: named on the way out
+                named_exit(code, sys._getframe(1))
             if os.getpid() != pid or threading.get_ident() != thread:
                 _REAL_EXIT(code)
             raise ExitCalled(code)
@@ -276,7 +315,7 @@ class _Settings:
     def restore(self) -> None:
         import warnings
 
-        os._exit = _REAL_EXIT
+        os._exit = _exit_after_call if _USER_THREADS else _REAL_EXIT
         if warnings.filters != self.filters:
             warnings.resetwarnings()  # (marks the filters changed, as warnings' own functions do)
             warnings.filters[:] = self.filters
@@ -286,6 +325,32 @@ class _Settings:
             torch.set_grad_enabled(grad)
             if dtype is not None and torch.get_default_dtype() != dtype:
                 torch.set_default_dtype(dtype)
+
+
+def named_exit(code: Any, frame: Any) -> None:
+    """One line on stderr naming the user's ``os._exit(code)`` (its file and line, its
+    thread) before the process ends: a call from a thread the user's code started cannot be
+    turned into an exception."""
+    where = ""
+    while frame is not None:
+        if not _library_file(frame.f_code.co_filename):
+            where = f" ({os.path.basename(frame.f_code.co_filename)}, line {frame.f_lineno})"
+            break
+        frame = frame.f_back
+    with contextlib.suppress(OSError, ValueError):
+        os.write(2, f"error: the user's code called os._exit({code!r}){where} in thread "
+                    f"'{threading.current_thread().name}'; the process ends here, with exit code {code!r}\n".encode())
+
+
+def _other_handlers() -> dict[int, Any]:
+    """The handler of every signal a call could replace, but SIGINT and SIGTERM (restored apart)."""
+    out = {}
+    for sig in signal.valid_signals():
+        if sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(ValueError, OSError):
+            out[sig] = signal.getsignal(sig)
+    return out
 
 
 def _cwd() -> str | None:

@@ -2,7 +2,9 @@
 documentation shows environments: ``reset`` per episode, public methods with type hints and a
 Google-style docstring as tools, ``get_reward`` from the instance's state. vigor runs it as it
 is: ``vigor train --data examples/number-game/games.jsonl --reward
-examples/number-game/reward.py:few_guesses --env examples/number-game/env.py:NumberGame``."""
+examples/number-game/reward.py:few_guesses --env examples/number-game/env.py:NumberGame --max-turns 6
+--set task.max_prompt_tokens=200 --prompts-per-step 16`` (a prompt with its tool list takes up to 182
+tokens; 64 rows hold auto's census of twice 16 prompts)."""
 
 
 class NumberGame:

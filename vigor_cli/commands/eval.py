@@ -94,10 +94,9 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
     if run is not None:
         if model is not None or adapter is not None:
             raise UserError("--run evaluates a run's checkpoint: drop MODEL and --adapter")
-        from vigor_cli.runs import RunDir, read_config
+        from vigor_cli.runs import RunDir, check_run_path, read_config
 
-        if not (run / "config.yaml").is_file():
-            raise UserError(f"--run {run}: not a run directory (no config.yaml)")
+        check_run_path(run, "--run")
         try:
             cfg = RunConfig.model_validate(read_config(run), context=checks())
         except Exception as e:  # pydantic's message names the key

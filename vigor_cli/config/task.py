@@ -188,7 +188,9 @@ class TaskConfig(_Section):
         gt=0,
         le=86400,
         description="With task.env FILE.py:Factory: seconds one call into the environment (making "
-        "it, reset, a tool, get_reward) may take; past it that episode ends unscored (env_timeout).",
+        "it, reset, a tool, str() of a result, get_reward) may take; past it the call is stopped and "
+        "that episode ends unscored (env_timeout); a get_reward past it, or reset past it on each of "
+        "the first two episodes, stops the run.",
     )
 
     @field_validator("name")

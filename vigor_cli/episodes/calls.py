@@ -1,10 +1,12 @@
-"""Calls into a user's environment, each bounded in time and unable to stop the run.
+"""Calls into a user's environment, behind the boundary a reward function's call has.
 
-:func:`bounded_call` runs one call on a thread of its own and waits at most ``timeout_s``:
-an exception becomes one line (``ValueError: bad move (env.py, line 12)``) and a call still
-running at the limit is given up (Python cannot stop a thread: it keeps running in the
-background, and the caller drops the environment instance it was using). Either way the
-caller ends that one episode, never the run.
+:func:`bounded_call` runs one call (``__init__``, ``reset``, a tool, ``str()`` of its
+result, ``get_reward``) through :mod:`vigor_cli.user_code`: at most ``timeout_s`` seconds
+(stopped there), the working directory, ``sys.stdout``/``stderr``, signal handlers and the
+process settings put back, ``os._exit`` turned into an error; what it raised becomes one
+line (``ValueError: bad move (env.py, line 12)``). :func:`bounded_text` cuts an
+observation or a tool result to :data:`ENV_TEXT_CHARS` before anything renders it, and
+refuses text that cannot be encoded (a lone surrogate). The caller ends that one episode.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from vigor_cli import user_code
+
+ENV_TEXT_CHARS = 20_000
+"""Characters of an observation or a tool result kept (the rest cut, marked with
+:data:`CUT_MARK`) before it is rendered and tokenized; then the episode's token budget applies."""
+CUT_MARK = " ...[cut at {n:,} characters]"
 
 
 @dataclass
@@ -25,24 +32,58 @@ class Outcome:
 
 
 def bounded_call(fn: Callable[..., Any], timeout_s: float, *args: Any, **kwargs: Any) -> Outcome:
-    """``fn(*args, **kwargs)``, at most ``timeout_s`` seconds (see the module docstring)."""
+    """``fn(*args, **kwargs)`` behind the boundary, at most ``timeout_s`` seconds (see the
+    module docstring). Off the main thread (where no signal can stop it) the call runs on a
+    thread of its own, given up at the limit."""
+    name = getattr(fn, "__name__", "call")
+    label = f"the environment's {name}()"
+    if threading.current_thread() is threading.main_thread():
+        value, error, timed_out = user_code.attempt(lambda: fn(*args, **kwargs), timeout=timeout_s, label=label)
+        if timed_out:
+            where = user_code.user_frame(error) if error is not None else ""
+            return Outcome(error=f"{name}() did not return within {timeout_s:g} s (task.env_timeout_s) and was "
+                                 f"stopped{where}", timed_out=True)
+        return Outcome(value=value) if error is None else Outcome(error=describe(error))
     box: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            box["value"] = fn(*args, **kwargs)
+            value, error, _ = user_code.attempt(lambda: fn(*args, **kwargs), label=label)
         except BaseException as e:  # noqa: BLE001 - the user's code: anything it raises is one line
-            box["error"] = describe(e)
+            value, error = None, e
+        box.update(value=value) if error is None else box.update(error=describe(error))
 
-    worker = threading.Thread(target=run, name=f"vigor-env-{getattr(fn, '__name__', 'call')}", daemon=True)
+    worker = threading.Thread(target=run, name=f"vigor-env-{name}", daemon=True)
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        return Outcome(error=f"{getattr(fn, '__name__', 'call')}() still running after {timeout_s:g} s "
-                             "(task.env_timeout_s)", timed_out=True)
+        return Outcome(error=f"{name}() still running after {timeout_s:g} s (task.env_timeout_s)", timed_out=True)
     if "error" in box:
         return Outcome(error=box["error"])
     return Outcome(value=box.get("value"))
+
+
+def bounded_text(value: Any, timeout_s: float, what: str) -> Outcome:
+    """``value`` as the text an episode shows: ``str()`` of it behind the boundary, cut to
+    :data:`ENV_TEXT_CHARS`, refused (an error naming ``what``) when it cannot be encoded."""
+    if isinstance(value, str):
+        text = value
+    else:
+        out = bounded_call(str, timeout_s, value)
+        if out.error is not None:
+            out.error = f"str() of {what}: {out.error}"
+            return out
+        text = out.value
+        if not isinstance(text, str):  # a str subclass's __str__ returning something else
+            return Outcome(error=f"str() of {what} returned a {type(text).__name__}")
+    if len(text) > ENV_TEXT_CHARS:
+        text = text[:ENV_TEXT_CHARS] + CUT_MARK.format(n=ENV_TEXT_CHARS)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return Outcome(error=f"{what} is not valid text: {e.reason} at character {e.start} "
+                             f"({text[e.start:e.end]!r})")
+    return Outcome(value=str(text))
 
 
 def describe(e: BaseException) -> str:

@@ -35,6 +35,9 @@ class EpisodeLimits:
     """Model turns per episode (task.max_turns)."""
     max_tokens: int
     """Tokens after the prompt, the model's and the environment's (task.max_episode_tokens)."""
+    max_prompt_tokens: int | None = None
+    """Tokens of a prompt ``reset``'s observation extends (task.max_prompt_tokens; the
+    observation is cut to fit)."""
 
 
 class EpisodeRunner:
@@ -58,8 +61,13 @@ class EpisodeRunner:
             ep = Episode(token_ids=[], logprobs=[], text="", truncated=False, session=start.session)
             if start.error is not None:  # never generated; its prompt stays the example's
                 ep.ended, ep.error = start.ended or ENV_ERROR, start.error
+            own = None
             if start.observation and start.error is None:  # reset changed the prompt: this episode's own
-                base = ep.prompt_ids = self.prompt_of(examples[i], start.observation)
+                own, error = self._observed_prompt(examples[i], start.observation)
+                if error is not None:
+                    ep.ended, ep.error = ENV_ERROR, error
+            if own is not None:
+                base = ep.prompt_ids = own
             else:
                 base = list(prompt_ids[i]) if prompt_ids is not None else self.prompt_of(examples[i], None)
             if self.keep_prompts:
@@ -79,6 +87,31 @@ class EpisodeRunner:
         for i, ep in zip(owners, episodes):
             grouped[i].append(ep)
         return grouped
+
+    def _observed_prompt(self, example: Any, observation: str) -> tuple[list[int] | None, str | None]:
+        """(the prompt ids with ``reset``'s observation, None) or (None, the episode's error):
+        an observation that cannot be rendered, or that a prompt cannot hold even cut."""
+        try:
+            ids = self.prompt_of(example, observation)
+            limit = self.limits.max_prompt_tokens
+            if limit is None or len(ids) <= limit:
+                return ids, None
+            limit = max(limit, len(self.prompt_of(example, None)))  # (a tool list may take more on its own)
+            if len(ids) <= limit:
+                return ids, None
+            obs_ids = list(self.fmt.tokenizer(observation, add_special_tokens=False)["input_ids"])
+            for _ in range(3):  # the observation's tokens cut by the excess (a re-tokenized cut may differ a little)
+                keep = len(obs_ids) - (len(ids) - limit) - 2
+                if keep <= 0:
+                    break
+                obs_ids = obs_ids[:keep]
+                ids = self.prompt_of(example, self.fmt.tokenizer.decode(obs_ids, skip_special_tokens=True))
+                if len(ids) <= limit:
+                    return ids, None
+        except Exception as e:  # an observation the tokenizer or template cannot take: this episode's
+            return None, f"reset's observation cannot be rendered: {type(e).__name__}: {e}"[:300]
+        return None, (f"reset's observation makes the prompt {len(ids)} tokens, over task.max_prompt_tokens="
+                      f"{limit}, even cut")
 
     # ------------------------------------------------------------------ one turn
     def _model_turn(self, episodes: list[Episode], prompts: list[list[int]], active: list[int],
@@ -161,5 +194,5 @@ def make_runner(cfg: Any, task: Any, tokenizer: Any, engine: Any, env: Environme
     def prompt_of(example: Any, observation: str | None) -> list[int]:
         return encode_prompt(tokenizer, render_prompt(task, example, tokenizer, env, observation))
 
-    limits = EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens())
+    limits = EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens(), cfg.task.max_prompt_tokens)
     return EpisodeRunner(engine, env, MessageFormat(tokenizer, stop_ids, task.follow_up), limits, prompt_of)

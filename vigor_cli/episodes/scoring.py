@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from vigor_cli.episodes.base import Environment, Episode
-from vigor_cli.errors import UserError
 from vigor_cli.task_base import Score
 
 
@@ -62,14 +61,9 @@ class EpisodeScorer:
     def _own_rewards(self, episodes: list[Episode]) -> list[float | None]:
         from vigor_cli.rewards import check_values
 
-        values = []
-        for ep, value in zip(episodes, self.env.reward(episodes)):
-            try:
-                values.append(check_values([value], 1, f"{self.env.reward_name}.get_reward")[0])
-            except UserError as e:
-                ep.error = str(e)
-                values.append(None)
-        return values
+        # a fault or a value that is not a number stops the run, as a --reward function's does
+        return [check_values([value], 1, f"environment {self.env.reward_name}.get_reward")[0]
+                for value in self.env.reward(episodes)]
 
     def _with_own(self, score: Score, value: float | None, ep: Episode) -> Score:
         """The task's score plus the environment's reward (weight 1), each kept as a component."""

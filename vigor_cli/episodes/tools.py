@@ -8,10 +8,11 @@ from __future__ import annotations
 import inspect
 import json
 import re
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from vigor_cli.episodes.base import ENV_ERROR, ENV_TIMEOUT, MAX_TURNS, Environment, Episode, Reply, Start
-from vigor_cli.episodes.calls import bounded_call
+from vigor_cli.episodes.calls import bounded_call, bounded_text
 from vigor_cli.errors import UserError
 
 ANSWERED = "answered"
@@ -20,6 +21,8 @@ BAD_TOOL_CALL = "bad_tool_call"
 """The model's tool call could not be read or run (unparsable, unknown tool, wrong arguments)."""
 RESERVED = ("reset", "get_reward")
 """Public methods that are not tools."""
+FIRST_TIMEOUTS = 2
+"""Calls to ``reset`` past the time limit, before any returned, that stop the run (one line)."""
 
 _CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 PLAIN_TOOLS = "Tools (call one as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>):\n{tools}\n"
@@ -106,6 +109,13 @@ class ToolEnvironment(Environment):
         self.schemas = tool_schemas(probe, spec)
         self.reward_name = self.name if callable(getattr(probe, "get_reward", None)) else None
         self.pool: list[Any] = [probe]
+        self.cls = cls
+        self.shared = shared_state(cls)
+        """Its class's and module's data at the start: state kept there outlives an episode,
+        and a resumed run starts it afresh (warned once, when it changes)."""
+        self.returned = False
+        """A reset has returned in time (before one has, :data:`FIRST_TIMEOUTS` stop the run)."""
+        self.timeouts: list[str] = []
 
     def describe(self) -> str:
         own = f"; get_reward: its own reward, weight 1, logged as {self.reward_name}" if self.reward_name else ""
@@ -119,22 +129,43 @@ class ToolEnvironment(Environment):
 
     # ------------------------------------------------------------------ episodes
     def start(self, examples: Sequence[Any]) -> list[Start]:
-        starts = []
-        for example in examples:
-            instance = self.pool.pop() if self.pool else self._make()
-            out = bounded_call(instance.reset, self.timeout_s, **row_of(example))
-            if out.error is not None:
-                starts.append(Start(None, error=f"reset: {out.error}", ended=ENV_TIMEOUT if out.timed_out else ENV_ERROR))
-                if not out.timed_out:
-                    self.pool.append(instance)
-                continue
-            observation = out.value
-            if observation is not None and not isinstance(observation, str):
-                starts.append(Start(instance, error=f"reset returned a {type(observation).__name__}; it returns "
-                                    "None or a string", ended=ENV_ERROR))
-                continue
-            starts.append(Start(instance, observation=observation))
-        return starts
+        return [self._start_one(example) for example in examples]
+
+    def _start_one(self, example: Any) -> Start:
+        if self.pool:
+            instance = self.pool.pop()
+        else:
+            made = bounded_call(self.factory, self.timeout_s)
+            if made.error is not None:
+                return Start(None, error=f"making an environment: {made.error}",
+                             ended=ENV_TIMEOUT if made.timed_out else ENV_ERROR)
+            instance = made.value
+        out = bounded_call(instance.reset, self.timeout_s, **row_of(example))
+        if out.timed_out:
+            self._timed_out(out.error or "")
+            return Start(None, error=f"reset: {out.error}", ended=ENV_TIMEOUT)
+        if out.error is not None:
+            self.pool.append(instance)
+            return Start(None, error=f"reset: {out.error}", ended=ENV_ERROR)
+        self.returned = True
+        observation = out.value
+        if observation is None:
+            return Start(instance)
+        if not isinstance(observation, str):
+            return Start(instance, error=f"reset returned a {type(observation).__name__}; it returns "
+                         "None or a string", ended=ENV_ERROR)
+        text = bounded_text(observation, self.timeout_s, "reset's observation")
+        if text.error is not None:
+            return Start(instance, error=f"reset: {text.error}", ended=ENV_ERROR)
+        return Start(instance, observation=text.value)
+
+    def _timed_out(self, error: str) -> None:
+        """A reset past the limit: before any reset has returned, the second stops the run."""
+        self.timeouts.append(error)
+        if not self.returned and len(self.timeouts) >= FIRST_TIMEOUTS:
+            raise UserError(f"--env {self.spec}: reset timed out on each of the first {len(self.timeouts)} episodes "
+                            f"(first: {self.timeouts[0]}); stopping: the environment does not start "
+                            "(a slower one needs --set task.env_timeout_s=SECONDS)")
 
     def answer(self, episodes: Sequence[Episode], examples: Sequence[Any], last: bool) -> list[Reply]:
         return [self._answer_one(ep, last) for ep in episodes]
@@ -159,15 +190,20 @@ class ToolEnvironment(Environment):
             except TypeError:
                 return Reply(done=True, ended=BAD_TOOL_CALL, tool_calls=calls)
             out = bounded_call(method, self.timeout_s, **arguments)
+            if out.error is None:
+                out = bounded_text(out.value, self.timeout_s, f"{name}()'s result")
             if out.error is not None:
                 if out.timed_out:
-                    ep.session = None  # still running: never reused
+                    ep.session = None  # stopped mid-call: its state is not to be trusted, never reused
                 return Reply(error=f"{name}: {out.error}", ended=ENV_TIMEOUT if out.timed_out else ENV_ERROR,
                              tool_calls=calls)
-            messages.append({"role": "tool", "name": name, "content": str(out.value)})
+            messages.append({"role": "tool", "name": name, "content": out.value})
         return Reply(messages=messages, tool_calls=calls)
 
     def reward(self, episodes: Sequence[Episode]) -> list[float | None]:
+        """Each live episode's ``get_reward()`` (None for a failed one). As a ``--reward``
+        function's, a fault stops the run in one line naming it: what it raised, a call past
+        the limit; its values are checked by the caller (rewards.check_values)."""
         values: list[float | None] = []
         for ep in episodes:
             if ep.session is None or ep.failed:
@@ -175,10 +211,10 @@ class ToolEnvironment(Environment):
                 continue
             out = bounded_call(ep.session.get_reward, self.timeout_s)
             if out.error is not None:
-                ep.error = f"get_reward: {out.error}"
-                values.append(None)
-            else:
-                values.append(out.value)
+                did = out.error if out.timed_out else f"raised {out.error}"
+                raise UserError(f"environment {self.name}.get_reward (--env {self.spec}): {did}; a reward "
+                                "it cannot give is None, as a reward function's")
+            values.append(out.value)
         return values
 
     def release(self, episodes: Sequence[Episode]) -> None:
@@ -186,6 +222,17 @@ class ToolEnvironment(Environment):
             if ep.session is not None and ep.ended != ENV_TIMEOUT:
                 self.pool.append(ep.session)
             ep.session = None
+        if self.shared is not None:
+            changed = [name for name, text in shared_state(self.cls).items() if self.shared.get(name) != text]
+            if changed:
+                self.shared = None  # said once
+                from vigor_cli.console import err_console
+
+                line = (f"warning: environment {self.name} (--env {self.spec}) keeps state at class or module "
+                        f"level ({', '.join(changed[:3])} changed during the run): a resumed run starts it afresh "
+                        "from the file, so it will not match an uninterrupted run; keep an episode's state on "
+                        "its instance")
+                err_console.print(line, style="yellow", markup=False, highlight=False, soft_wrap=True)
 
     # ------------------------------------------------------------------ the prompt
     def template_kwargs(self) -> dict:
@@ -195,6 +242,35 @@ class ToolEnvironment(Environment):
         if not self.schemas:
             return text
         return PLAIN_TOOLS.format(tools="\n".join(tool_line(s) for s in self.schemas)) + text
+
+
+def shared_state(cls: type) -> dict[str, str]:
+    """'Class.name' or 'module.name' -> repr of each data attribute of an environment's class
+    (and its bases) and module: what every instance shares (functions, classes and modules aside)."""
+    import sys
+    import types
+
+    def data(space: dict, owner: str) -> dict[str, str]:
+        out = {}
+        for name, value in list(space.items()):
+            if name.startswith("__") or isinstance(value, (types.FunctionType, types.ModuleType, type, staticmethod,
+                                                            classmethod, property, types.BuiltinFunctionType)):
+                continue
+            try:  # a large container by its size (a repr of it each batch would cost more than the batch)
+                big = isinstance(value, (list, dict, set, tuple, str, bytes)) and len(value) > 1000
+                out[f"{owner}.{name}"] = (f"<{type(value).__name__} of {len(value)} at {id(value)}>" if big
+                                          else repr(value)[:10_000])
+            except Exception:  # noqa: BLE001 - a repr that fails: compared by identity
+                out[f"{owner}.{name}"] = f"<id {id(value)}>"
+        return out
+
+    state: dict[str, str] = {}
+    for klass in cls.__mro__[:-1]:
+        state.update(data(dict(vars(klass)), klass.__name__))
+    module = sys.modules.get(cls.__module__)
+    if module is not None and not cls.__module__.startswith(("vigor_cli", "builtins")):
+        state.update(data(dict(vars(module)), Path(getattr(module, "__file__", "") or "module").stem))
+    return state
 
 
 def tool_line(schema: dict) -> str:

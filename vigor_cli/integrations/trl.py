@@ -74,7 +74,8 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
         from vigor_cli.episodes.loop import EpisodeLimits
 
         episodes = dict(vigor_env=env, vigor_task=task, env_timeout_s=cfg.task.env_timeout_s,
-                        episode_limits=(EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens()),
+                        episode_limits=(EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens(),
+                                                      cfg.task.max_prompt_tokens),
                                         cfg.sampling.max_new_tokens))
     trainer = VigorGRPOTrainer(model=model, reward_funcs=funcs, args=args,
                                train_dataset=task_dataset(task, tok, cfg.task.max_prompt_tokens, env),

@@ -155,13 +155,9 @@ class TRLEpisodes:
         """The environment's ``get_reward`` of each row's episode (None where it failed)."""
         from vigor_cli.rewards import check_values
 
-        values = []
-        for ep, value in zip(self.round, self.env.reward(self.round)):
-            try:
-                values.append(check_values([value], 1, f"{self.env.reward_name}.get_reward")[0])
-            except Exception:  # noqa: BLE001 - a bad value leaves that episode unscored by it
-                values.append(None)
-        return values
+        # a fault or a value that is not a number stops the run, as a reward function's does
+        return [check_values([value], 1, f"environment {self.env.reward_name}.get_reward")[0]
+                for value in self.env.reward(self.round)]
 
     def release(self) -> None:
         self.env.release(self.round)
