@@ -33,7 +33,7 @@ UPDATE_KEYS = ("losses/kl", "losses/clipfrac_low", "losses/clipfrac_high", "loss
 
 
 def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics: dict | None = None,
-                    config: dict | None = None, evaluation: dict | None = None) -> None:
+                    config: dict | None = None, evaluation: dict | None = None, new_run: bool = False) -> None:
     """The one place the TRL path writes vigor's run-directory files (docs/run-directory.md):
     ``config.yaml`` (the allocation section and the step's prompts), one ``allocation.jsonl``
     record, one ``metrics.jsonl`` line and an evaluation's ``eval/step-<N>.json``, so `vigor
@@ -46,6 +46,15 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
 
     run = RunDir(Path(run_dir))
     run.path.mkdir(parents=True, exist_ok=True)
+    if new_run:  # what vigor train writes at a run's start: its id (every checkpoint records it), where it started
+        import os
+        import secrets
+
+        from vigor_cli.runs import LAUNCH_DIR, RUN_ID
+
+        write_text_atomic(run.path / RUN_ID, secrets.token_hex(16) + "\n")
+        write_text_atomic(run.path / LAUNCH_DIR, os.getcwd() + "\n")
+        (run.path / "checkpoints").mkdir(exist_ok=True)
     if config is not None:
         write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     if allocation is not None:
