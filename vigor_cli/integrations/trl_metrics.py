@@ -205,7 +205,7 @@ def finish_step(trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
     line = {**pending.line, "losses/loss": float(losses.mean()) if pending.loss is not None else None, **update,
             "losses/grad_norm": _number(logs.get("grad_norm")), "lr": _number(logs.get("learning_rate")),
             "time/update": time.perf_counter() - pending.started, **checks}
-    # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does). A
+    # health.strict: stop after this step's checkpoint, as vigor train does (when saving is on). A
     # rank's checks see its own texts, so the ranks may differ: every rank stops together,
     # none is left waiting in TRL's collectives.
     fatal = next((a for a in alerts if a.fatal), None)
@@ -219,7 +219,13 @@ def finish_step(trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
         write_run_files(tr.vigor_run_dir, metrics=line)
     if stop:
         text = fatal.line if fatal is not None else "a health check held on another rank"
-        raise health.HealthError(f"{text} (health.strict: stopped after step {pending.step})")
+        saved = ""
+        if tr.args.save_strategy != "no":
+            from vigor_cli.integrations import trl_save
+
+            trl_save.save(tr)
+            saved = f"; checkpoint saved; resume with: python -m vigor_cli.integrations.trl --resume {tr.vigor_run_dir}"
+        raise health.HealthError(f"{text} (health.strict: stopped after step {pending.step}{saved})")
     return checks
 
 
