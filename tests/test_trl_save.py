@@ -83,6 +83,8 @@ RESUME_REFUSALS = {
     "with --config": (lambda t: _fake_run(t / "r", 3, 1), ["--config", "configs/tiny-math.yaml"], ["drop --config"]),
     "not a run": (lambda t: (t / "r").mkdir(), [], ["not a run directory", "config.yaml"]),
     "a vigor train run": (lambda t: _fake_run(t / "r", 3, 1, trainer=None), [], ["vigor train --resume"]),
+    "a vigor train run's record": (lambda t: (_fake_run(t / "r", 3, None) / "provenance.json").write_text(
+        '{"trainer": "vigor train"}'), [], ["vigor train --resume"]),
     "finished": (lambda t: _fake_run(t / "r", 2, 2), [], ["finished", "step 2 of train.steps=2"]),
 }
 
@@ -98,6 +100,13 @@ def test_resume_refusals_are_one_line_exit_2_and_change_nothing(tmp_path, capfd,
     for fragment in fragments:
         assert fragment in lines[0]
     assert {p: p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == before
+
+
+def test_vigor_train_resume_of_a_trl_run_names_the_trl_entry_point(tmp_path, vigor):
+    run = _fake_run(tmp_path / "r", 3, 1)
+    (run / "provenance.json").write_text('{"trainer": "trl"}')
+    code, out, err = vigor("train", "--resume", str(run))
+    assert code == 2 and "python -m vigor_cli.integrations.trl --resume" in err and "damaged" not in err
 
 
 def test_neither_output_dir_nor_resume_is_one_line(tmp_path, capfd):

@@ -145,6 +145,9 @@ def _resume_plan(a: argparse.Namespace, own: Mapping[str, Any]) -> tuple[Any, st
     if given:
         raise UserError(f"--resume continues the run's saved config; drop {', '.join(given)}")
     run = RunDir.open_existing(a.resume)
+    record = run.path / "provenance.json"
+    if record.is_file() and json.loads(record.read_text()).get("trainer") not in (None, "trl"):
+        raise UserError(f"--resume {a.resume}: a vigor train run; resume it with vigor train --resume {a.resume}")
     cfg = build_config(run.path / "config.yaml")
     checkpoint = run.store.newest_intact(lambda line: print(f"warning: {line}", file=sys.stderr))
     if checkpoint is not None:
