@@ -292,3 +292,70 @@ def test_two_processes_save_once_and_resume_as_if_never_stopped(tmp_path):
     done = _torchrun("--resume", str(copy))
     assert done.returncode == 0, done.stderr[-3000:]
     _same_run(run, copy)
+
+
+# --------------------------------------------------------------------------- FSDP / ZeRO-3: the seam
+def test_the_save_seams_match_the_installed_libraries():
+    """What trl_save.py calls under FSDP and ZeRO-3, which cannot run on this CPU (accelerate
+    turns an FSDP request with use_cpu into plain DDP, and without use_cpu Transformers refuses
+    FSDP outside a GPU group): the signatures it relies on, from the installed releases."""
+    import inspect
+
+    from accelerate import Accelerator
+    from peft import PeftModel
+    from transformers import PreTrainedModel, Trainer
+
+    def params(fn):
+        return list(inspect.signature(fn).parameters)
+
+    assert params(Accelerator.get_state_dict)[:3] == ["self", "model", "unwrap"]
+    assert "state_dict" in params(PreTrainedModel.save_pretrained)
+    assert 'kwargs.get("state_dict"' in inspect.getsource(PeftModel.save_pretrained)  # peft reads it from **kwargs
+    for name in ("_save_optimizer_and_scheduler", "_save_scaler", "_save_rng_state"):
+        assert params(getattr(Trainer, name)) == ["self", "output_dir"], name
+    assert params(Trainer._save_checkpoint) == ["self", "model", "trial"]
+    assert params(Trainer.train)[:2] == ["self", "resume_from_checkpoint"]
+    assert params(Trainer._load_rng_state) == ["self", "checkpoint"]
+
+
+@pytest.mark.slow
+def test_the_weights_saved_are_the_gathered_ones_written_once(tmp_path, monkeypatch):
+    """The policy's weights come from accelerate's get_state_dict (called on every rank: it
+    gathers FSDP and ZeRO-3 shards; under DeepSpeed it is given the engine), not from the
+    local module; a gather that cannot be made is one line."""
+    import torch
+
+    from vigor_cli.errors import UserError
+    from vigor_cli.integrations import trl_save
+    from vigor_cli.integrations.trl import build_trainer
+    from vigor_cli.settings import build_config
+
+    cfg = build_config("configs/tiny-math.yaml", sets=["train.steps=1", "train.prompts_per_step=8",
+                                                        "train.eval_limit=8"])
+    trainer, _, task = build_trainer(cfg, tmp_path / "run", use_cpu=True)
+    try:
+        calls = []
+        real = trainer.accelerator.get_state_dict
+
+        def gathered(model, unwrap=True):
+            calls.append(model)
+            return {k: v + 1 for k, v in real(model, unwrap).items()}  # what "the other shards" hold
+
+        monkeypatch.setattr(trainer.accelerator, "get_state_dict", gathered)
+        trainer.create_optimizer_and_scheduler(num_training_steps=1)
+        trainer.vigor_step = 1
+        final = trl_save.save(trainer)
+        assert calls == [trainer.model]
+        saved = _weights(final)
+        local = dict(trainer.model.named_parameters())
+        assert saved and all(torch.equal(v, local[k].detach() + 1) for k, v in saved.items() if k in local)
+        monkeypatch.setattr(trainer, "is_deepspeed_enabled", True)
+        monkeypatch.setattr(trainer.accelerator, "get_state_dict", lambda model, unwrap=True: (calls.append(model), (
+            _ for _ in ()).throw(ValueError("Cannot get 16bit model weights because ...")))[1])
+        trainer.vigor_step = 2
+        with pytest.raises(UserError, match="zero3_save_16bit_model"):
+            trl_save.save(trainer)
+        assert calls[-1] is trainer.model_wrapped
+        assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-1"]  # none half-written
+    finally:
+        task.close()

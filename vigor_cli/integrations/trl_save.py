@@ -67,11 +67,11 @@ def save(trainer: Any) -> Path | None:
     if main:
         tmp = run.begin_checkpoint(step)
     _barrier(tr)
-    state_dict = _gathered_state_dict(tr)
     try:
+        state_dict = _gathered_state_dict(tr)
         if main:
             policy = tr.accelerator.unwrap_model(tr.model)
-            policy.save_pretrained(tmp, state_dict=state_dict, safe_serialization=True)
+            policy.save_pretrained(tmp, state_dict=state_dict)  # safetensors; peft keeps the adapter's keys
             tr.processing_class.save_pretrained(tmp)
         del state_dict
         tr._save_optimizer_and_scheduler(str(tmp))  # Transformers' own: sharded optimizers included
