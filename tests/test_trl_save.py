@@ -112,6 +112,8 @@ def test_vigor_train_resume_of_a_trl_run_names_the_trl_entry_point(tmp_path, vig
 def test_neither_output_dir_nor_resume_is_one_line(tmp_path, capfd):
     code, _, err = _main(["--cpu"], capfd)
     assert code == 2 and "--output-dir is required" in err and "--resume" in err
+    code, _, err = _main(["--cpu", "--output-dir", str(tmp_path / "o"), "--allow-changed-files"], capfd)
+    assert code == 2 and "--allow-changed-files goes with --resume" in err and not (tmp_path / "o").exists()
 
 
 def test_resolve_names_a_damaged_checkpoint_and_a_folder_that_is_no_run(tmp_path):
@@ -241,6 +243,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(full_run, tmp_path, capfd):
     assert json.loads(out.strip().splitlines()[-1])["held_out"] == {"2": json.loads(
         (full_run / "eval" / "step-2.json").read_text())["accuracy"]}
     _same_run(full_run, copy)
+    record = json.loads((copy / "provenance.json").read_text())
+    assert record["trainer"] == "trl" and [r["from_step"] for r in record["resumes"]] == [1]
 
 
 @pytest.mark.slow
