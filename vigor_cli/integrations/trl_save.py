@@ -74,9 +74,10 @@ def save(trainer: Any) -> Path | None:
             policy.save_pretrained(tmp, state_dict=state_dict)  # safetensors; peft keeps the adapter's keys
             tr.processing_class.save_pretrained(tmp)
         del state_dict
-        tr._save_optimizer_and_scheduler(str(tmp))  # Transformers' own: sharded optimizers included
-        tr._save_scaler(str(tmp))
-        tr._save_rng_state(str(tmp))  # rng_state.pth, or rng_state_<rank>.pth per rank
+        if not tr.args.save_only_model:  # Transformers' own (sharded optimizers included), as its save
+            tr._save_optimizer_and_scheduler(str(tmp))
+            tr._save_scaler(str(tmp))
+            tr._save_rng_state(str(tmp))  # rng_state.pth, or rng_state_<rank>.pth per rank
         if main:
             tr.state.save_to_json(str(tmp / TRAINER_STATE))
             write_json_atomic(tmp / "allocator.json", tr.allocator.state_dict())
@@ -129,6 +130,8 @@ def load(trainer: Any, path: Path) -> int:
         data = json.loads((path / "data_state.json").read_text())
         if data.get("trainer") != "trl" or not (path / TRAINER_STATE).is_file():
             raise ValueError("written by vigor train, not the TRL path: resume it with vigor train --resume")
+        if not list(path.glob("rng_state*.pth")):
+            raise ValueError("saved with save_only_model: no optimizer or RNG state to continue from")
         tr.allocator.load_state_dict(allocator)
         tr.vigor_data.load_state_dict(data["data"])
         tr.vigor_step = int(data["step"])
