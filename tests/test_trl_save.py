@@ -363,3 +363,41 @@ def test_the_weights_saved_are_the_gathered_ones_written_once(tmp_path, monkeypa
         assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["step-1"]  # none half-written
     finally:
         task.close()
+
+
+@pytest.mark.slow
+def test_vigor_grpo_trainer_from_python_saves_by_trls_keys_and_resumes(tmp_path):
+    """VigorGRPOTrainer built by hand (TRL's keys: save_strategy, save_steps, save_total_limit,
+    resume_from_checkpoint=True) writes the same layout and continues exactly."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from vigor_cli.config import TaskConfig
+    from vigor_cli.integrations.trl import VigorGRPOConfig, VigorGRPOTrainer, task_dataset, task_reward
+    from vigor_cli.models import TINY_DIR
+    from vigor_cli.tasks import get_task
+
+    def run(out: Path, **kw):
+        tok = AutoTokenizer.from_pretrained(TINY_DIR)
+        task = get_task(TaskConfig(name="tiny-math"))
+        args = VigorGRPOConfig(output_dir=str(out), max_steps=3, per_device_train_batch_size=8, num_generations=8,
+                               max_completion_length=16, logging_steps=1, report_to=[], use_cpu=True, seed=0,
+                               learning_rate=5e-4, prompts_per_step=8, bf16=False, save_strategy="steps",
+                               save_steps=1, save_total_limit=2, vigor={"strategy": "vigor"}, **kw)
+        trainer = VigorGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(TINY_DIR),
+                                   reward_funcs=[task_reward(task)], args=args, train_dataset=task_dataset(task, tok),
+                                   processing_class=tok)
+        try:
+            trainer.train()
+        finally:
+            task.close()
+
+    whole = tmp_path / "whole"
+    run(whole)
+    assert sorted(p.name for p in (whole / "checkpoints").iterdir()) == ["step-2", "step-3"]  # kept 2
+    copy = tmp_path / "copy"
+    shutil.copytree(whole, copy)
+    shutil.rmtree(copy / "checkpoints" / "step-3")
+    run(copy, resume_from_checkpoint=True)
+    assert (whole / "allocation.jsonl").read_bytes() == (copy / "allocation.jsonl").read_bytes()
+    a, b = _weights(whole / "checkpoints" / "step-3"), _weights(copy / "checkpoints" / "step-3")
+    assert all((a[k] == b[k]).all() for k in a)
