@@ -206,8 +206,10 @@ def test_the_trl_path_logs_the_same_checks(tmp_path, strict):
     trainer, _, task = build_trainer(cfg, tmp_path / "trl", use_cpu=True)
     try:
         if strict:
-            with pytest.raises(health.HealthError, match=r"truncated.*\(health.strict: stopped after step 1\)"):
+            with pytest.raises(health.HealthError, match=r"truncated.*\(health.strict: stopped after step 1; "
+                               r"checkpoint saved; resume with: python -m vigor_cli.integrations.trl --resume "):
                 trainer.train()
+            assert (tmp_path / "trl" / "checkpoints" / "step-1" / "COMPLETE").is_file()  # as vigor train stops
             return
         trainer.train()
     finally:

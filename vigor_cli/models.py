@@ -214,6 +214,9 @@ def load_tokenizer(cfg: ModelConfig, path: str | None = None) -> Any:
         tok = AutoTokenizer.from_pretrained(source, revision=cfg.revision)
     except OSError as e:
         raise UserError(f"model.name_or_path={cfg.name_or_path}: cannot load tokenizer ({_first_line(e)})") from None
+    if not tok("a 1", add_special_tokens=False)["input_ids"]:  # transformers builds an empty one from config.json alone
+        raise UserError(f"model.name_or_path={cfg.name_or_path}: its tokenizer encodes text to no tokens "
+                        f"(no tokenizer files beside config.json?)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if cfg.enable_thinking is not None:  # read by tasks/prompts.render and rollout/weights

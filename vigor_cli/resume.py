@@ -50,6 +50,7 @@ def prepare(run: "RunDir", steps: int | None, warn: Warn) -> ResumePlan:
     """Every check above, reading only (the run's lock is held); refusals are one line."""
     from vigor_cli.settings import build_config
 
+    refuse_trl_run(run)
     cfg = build_config(run.path / "config.yaml")
     checkpoint = run.store.newest_intact(warn)
     check_resume_config(run, cfg, checkpoint, steps, warn)
@@ -60,6 +61,22 @@ def prepare(run: "RunDir", steps: int | None, warn: Warn) -> ResumePlan:
     if steps is not None:
         cfg.train.steps = steps
     return ResumePlan(cfg, checkpoint, at, relog)
+
+
+def refuse_trl_run(run: "RunDir") -> None:
+    """A run trained through TRL (its record says so) resumes through TRL: its checkpoints hold
+    Transformers' optimizer and RNG files, not vigor train's trainer_state.pt."""
+    import json
+
+    from vigor_cli.provenance import RECORD
+
+    try:
+        trainer = json.loads((run.path / RECORD).read_text()).get("trainer")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return
+    if trainer == "trl":
+        raise UserError(f"--resume {run.path}: a run trained through TRL; resume it with "
+                        f"python -m vigor_cli.integrations.trl --resume {run.path}")
 
 
 # --------------------------------------------------------------------------- the config

@@ -231,7 +231,10 @@ def dry_run_health(cfg: RunConfig) -> list[str]:
             train_examples = task.train_examples()
         except HubUnavailable as e:  # data only the hub has: the run reads it, a dry run says so
             return [f"the checks before the first step read the training data, which is not here: {e}"]
-        tokenizer = load_tokenizer(cfg.model)
+        try:
+            tokenizer = load_tokenizer(cfg.model)
+        except UserError as e:  # a folder holding a config.json alone: the plan was made, the prompts cannot be
+            return [f"the checks before the first step encode the prompts, and there is no tokenizer here: {e}"]
         env = make_env(cfg, task, tokenizer)  # a bad environment file fails here
         if env is not None:
             from vigor_cli.console import console

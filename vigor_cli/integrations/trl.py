@@ -102,9 +102,14 @@ def _parser() -> _Parser:
     from vigor_cli.commands.flags import DEFAULT_CONFIG
 
     ap = _Parser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
-    ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="vigor run config (YAML)")
+    ap.add_argument("--config", help=f"vigor run config (YAML; default {DEFAULT_CONFIG.name})")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="override a key: section.key=value")
-    ap.add_argument("--output-dir", required=True, help="TRL's output_dir; vigor's run files go here too")
+    ap.add_argument("--output-dir", help="TRL's output_dir, the run directory: vigor's run files and "
+                    "checkpoints/step-N go here")
+    ap.add_argument("--resume", metavar="RUN", help="continue the TRL run in RUN from its newest intact checkpoint "
+                    "(its saved config; instead of --output-dir)")
+    ap.add_argument("--allow-changed-files", action="store_true", help="with --resume: continue although a data, "
+                    "reward or model file changed since the run started (its provenance.json records the change)")
     ap.add_argument("--vllm-mode", choices=["server", "colocate"], help="generate with TRL's vLLM integration")
     ap.add_argument("--cpu", action="store_true", help="train on the CPU (TRL's use_cpu)")
     ap.add_argument("--trl", dest="trl_keys", action="append", default=[],
@@ -130,6 +135,43 @@ def _check_output_dirs(output_dir: str, trl_keys: Mapping[str, Any]) -> None:
         raise UserError(f"{flag} {run}: already holds a run's allocation.jsonl; give a new directory")
 
 
+def _resume_plan(a: argparse.Namespace, own: Mapping[str, Any]) -> tuple[Any, str, str, tuple[int, Any]]:
+    """``--resume RUN``: the run's saved config, its directory, and what to resume from (its
+    newest intact checkpoint, else the run itself: started over) and, for its record, the step
+    and the changed files and versions; refused in one line when a flag would change the
+    config, RUN is not a TRL run, or a file it read changed (vigor_cli/provenance.py)."""
+    from vigor_cli import provenance
+    from vigor_cli.checkpoints import step_of
+    from vigor_cli.errors import UserError
+    from vigor_cli.resume import check_resume_config
+    from vigor_cli.runs import RunDir
+
+    given = [f for f, v in (("--config", a.config), ("--set", a.sets), ("--output-dir", a.output_dir)) if v]
+    given += [f"the flag setting {k}" for k, v in own.items() if v is not None]
+    if given:
+        raise UserError(f"--resume continues the run's saved config; drop {', '.join(given)}")
+    def warn(line: str) -> None:
+        print(f"warning: {line}", file=sys.stderr)
+
+    run = RunDir.open_existing(a.resume)
+    record = run.path / "provenance.json"
+    if record.is_file() and json.loads(record.read_text()).get("trainer") not in (None, "trl"):
+        raise UserError(f"--resume {a.resume}: a vigor train run; resume it with vigor train --resume {a.resume}")
+    cfg = build_config(run.path / "config.yaml")
+    checkpoint = run.store.newest_intact(warn)
+    if checkpoint is not None:
+        data = json.loads((checkpoint / "data_state.json").read_text())
+        if data.get("trainer") != "trl":
+            raise UserError(f"--resume {a.resume}: a vigor train run; resume it with vigor train --resume {a.resume}")
+    check_resume_config(run, cfg, checkpoint, None, warn)
+    if checkpoint is not None and step_of(checkpoint) >= cfg.train.steps:
+        raise UserError(f"--resume {a.resume}: the run is finished (its checkpoint is at step {step_of(checkpoint)} "
+                        f"of train.steps={cfg.train.steps})")
+    changes = provenance.check_resume(run.path, a.allow_changed_files, warn)
+    return cfg, str(run.path), str(checkpoint if checkpoint is not None else run.path), (
+        max(step_of(checkpoint), 0), changes)
+
+
 def _train(a: argparse.Namespace) -> int:
     from vigor_cli.errors import UserError, user_message
 
@@ -138,21 +180,35 @@ def _train(a: argparse.Namespace) -> int:
         from vigor_cli.commands.train import FLAG_OF_KEY
 
         own = task_overrides(vars(a))
-        cfg = build_config(a.config, overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         extra: dict[str, Any] = {"use_cpu": a.cpu}
+        if a.resume is not None:
+            cfg, a.output_dir, extra["resume_from_checkpoint"], resumed = _resume_plan(a, own)
+        else:
+            if a.output_dir is None:
+                raise UserError("--output-dir is required (or --resume RUN to continue a run)")
+            if a.allow_changed_files:
+                raise UserError("--allow-changed-files goes with --resume RUN only")
+            from vigor_cli.commands.flags import DEFAULT_CONFIG
+
+            cfg = build_config(a.config or str(DEFAULT_CONFIG), overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         for text in a.trl_keys:
             key, value = parse_override(text)
             extra[key] = value
         if a.vllm_mode:
             extra.update(use_vllm=True, vllm_mode=a.vllm_mode)
-        _check_output_dirs(a.output_dir, extra)
+        if a.resume is None:
+            _check_output_dirs(a.output_dir, extra)
         from vigor_cli.console import console
         from vigor_cli.integrations import trl_plan
 
         main_process = int(os.environ.get("RANK", "0")) == 0  # every rank checks; the main one prints
         trl_plan.announce(cfg, extra, console if main_process else None)  # one rank's plan, before the model loads
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
-        if trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/provenance.py)
+        if trainer.accelerator.is_main_process and a.resume is not None:
+            from vigor_cli import provenance
+
+            provenance.add_resume(Path(a.output_dir), *resumed)
+        elif trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/provenance.py)
             from vigor_cli import provenance
 
             train = task.train_examples()

@@ -79,6 +79,12 @@ class VigorGRPOConfig(GRPOConfig):
                   "phase at its phase's rate, constant after; weight decay on every trained parameter "
                   "(Transformers exempts biases and norms). Set by build_trainer."},
     )
+    vigor_config: dict | None = field(
+        default=None,
+        metadata={"help": "The vigor run config (a RunConfig as a dict) this run trains: written as the run's "
+                  "config.yaml and into each checkpoint, so vigor export, eval --run and report read the run as "
+                  "a vigor train run. Set by build_trainer."},
+    )
     micro_batch_tokens: int = field(
         default_factory=lambda: _grpo_default("micro_batch_tokens"),
         metadata={"help": "Token budget of one forward/backward of the update (vigor's "
@@ -98,6 +104,9 @@ class VigorGRPOConfig(GRPOConfig):
             self.prompts_per_step = self.generation_batch_size // self.num_generations
         if self.prompts_per_step < 1:
             raise ValueError(f"prompts_per_step must be >= 1 (got {self.prompts_per_step})")
+        if self.save_strategy == "steps" and self.save_steps and self.save_steps % self.num_iterations:
+            raise ValueError(f"save_steps={self.save_steps}: a checkpoint is taken between rollout phases, so "
+                             f"save_steps must be a multiple of num_iterations={self.num_iterations}")
         if self.micro_batch_tokens < 1:
             raise ValueError(f"micro_batch_tokens must be >= 1 (got {self.micro_batch_tokens})")
         self.allocation = allocation_config(self.vigor, self.prompts_per_step)
@@ -167,7 +176,11 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
         pass_threshold=cfg.task.pass_threshold,
         # an episode (task.env): the whole exchange, as TRL bounds a tool-calling completion
         temperature=s.temperature or 1.0, top_p=s.top_p, max_completion_length=cfg.completion_tokens(),
-        logging_steps=1, save_strategy="no", disable_tqdm=True,
+        logging_steps=1, disable_tqdm=True,
+        # checkpoints as vigor train's: every train.save_every rollout phases and at the end
+        # (trl_save.py), keeping train.keep_checkpoints of them
+        save_strategy="steps", save_steps=(t.save_every or t.steps) * g.mu, save_total_limit=t.keep_checkpoints,
+        vigor_config=cfg.model_dump(mode="json"),
         report_to=list(t.report_to) or "none",  # train.report_to: TRL's own dashboard callbacks
         # grpo.importance_sampling: vigor's token-level truncated ratio (the Learner's), which
         # TRL applies on its vLLM path; 'auto' is on there (TRL's own default mode masks sequences)

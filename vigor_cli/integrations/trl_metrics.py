@@ -33,7 +33,7 @@ UPDATE_KEYS = ("losses/kl", "losses/clipfrac_low", "losses/clipfrac_high", "loss
 
 
 def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics: dict | None = None,
-                    config: dict | None = None, evaluation: dict | None = None) -> None:
+                    config: dict | None = None, evaluation: dict | None = None, new_run: bool = False) -> None:
     """The one place the TRL path writes vigor's run-directory files (docs/run-directory.md):
     ``config.yaml`` (the allocation section and the step's prompts), one ``allocation.jsonl``
     record, one ``metrics.jsonl`` line and an evaluation's ``eval/step-<N>.json``, so `vigor
@@ -46,6 +46,15 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
 
     run = RunDir(Path(run_dir))
     run.path.mkdir(parents=True, exist_ok=True)
+    if new_run:  # what vigor train writes at a run's start: its id (every checkpoint records it), where it started
+        import os
+        import secrets
+
+        from vigor_cli.runs import LAUNCH_DIR, RUN_ID
+
+        write_text_atomic(run.path / RUN_ID, secrets.token_hex(16) + "\n")
+        write_text_atomic(run.path / LAUNCH_DIR, os.getcwd() + "\n")
+        (run.path / "checkpoints").mkdir(exist_ok=True)
     if config is not None:
         write_text_atomic(run.path / "config.yaml", yaml.safe_dump(config, sort_keys=False))
     if allocation is not None:
@@ -196,7 +205,7 @@ def finish_step(trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
     line = {**pending.line, "losses/loss": float(losses.mean()) if pending.loss is not None else None, **update,
             "losses/grad_norm": _number(logs.get("grad_norm")), "lr": _number(logs.get("learning_rate")),
             "time/update": time.perf_counter() - pending.started, **checks}
-    # health.strict (the TRL path keeps no vigor checkpoint: TRL's save_strategy does). A
+    # health.strict: stop after this step's checkpoint, as vigor train does (when saving is on). A
     # rank's checks see its own texts, so the ranks may differ: every rank stops together,
     # none is left waiting in TRL's collectives.
     fatal = next((a for a in alerts if a.fatal), None)
@@ -210,7 +219,13 @@ def finish_step(trainer: Any, logs: Mapping[str, Any]) -> dict[str, float]:
         write_run_files(tr.vigor_run_dir, metrics=line)
     if stop:
         text = fatal.line if fatal is not None else "a health check held on another rank"
-        raise health.HealthError(f"{text} (health.strict: stopped after step {pending.step})")
+        saved = ""
+        if tr.args.save_strategy != "no":
+            from vigor_cli.integrations import trl_save
+
+            trl_save.save(tr)
+            saved = f"; checkpoint saved; resume with: python -m vigor_cli.integrations.trl --resume {tr.vigor_run_dir}"
+        raise health.HealthError(f"{text} (health.strict: stopped after step {pending.step}{saved})")
     return checks
 
 

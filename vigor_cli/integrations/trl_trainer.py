@@ -23,7 +23,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 from vigor_cli import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
-from vigor_cli.integrations import trl_checks, trl_metrics, trl_update, trl_vllm
+from vigor_cli.integrations import trl_checks, trl_metrics, trl_save, trl_update, trl_vllm
 from vigor_cli.integrations.trl_config import VigorGRPOConfig
 from vigor_cli.integrations.trl_evaluation import TRLEngine
 from vigor_cli.integrations.trl_metrics import write_run_files
@@ -114,16 +114,50 @@ class VigorGRPOTrainer(GRPOTrainer):
         config = getattr(self.model, "config", None)
         context = getattr(config, "max_position_embeddings", None) if config is not None else None
         self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context)
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process and not a.resume_from_checkpoint:
             if (self.vigor_run_dir / "allocation.jsonl").exists():
-                raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir")
-            write_run_files(self.vigor_run_dir, config={
+                raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir "
+                                 "(or resume_from_checkpoint to continue it)")
+            write_run_files(self.vigor_run_dir, config=a.vigor_config or {
                 "allocation": a.allocation.model_dump(mode="json"),
                 "train": {"seed": a.seed, "prompts_per_step": a.prompts_per_step,
                           "steps": a.max_steps // max(1, a.num_iterations)},
                 "trainer": {"kind": "trl", "loss_type": a.loss_type, "scale_rewards": a.scale_rewards,
                             "processes": self.accelerator.num_processes},
-            })
+            }, new_run=True)
+
+    # ------------------------------------------------------------------ checkpoints (trl_save.py)
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Transformers' save (save_strategy, save_steps) in `vigor train`'s layout:
+        ``<vigor_run_dir>/checkpoints/step-N/``, sealed, N the rollout phase (trl_save.py)."""
+        trl_save.save(self)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL's training; ``resume_from_checkpoint`` (else ``args.resume_from_checkpoint``): a
+        ``checkpoints/step-N`` directory, a run directory (its newest intact checkpoint) or True
+        (this run's). The allocator, data order and counters come back with Transformers'
+        optimizer, RNG and step, and the logs are cut back to the checkpoint's step."""
+        target = resume_from_checkpoint if resume_from_checkpoint is not None else self.args.resume_from_checkpoint
+        if target is True:
+            target = self.vigor_run_dir
+        path = None
+        if target:
+            from vigor_cli.resume import keep_logs_until
+            from vigor_cli.runs import RunDir
+
+            path = trl_save.resolve(target, self._vigor_warn)
+            step = trl_save.load(self, path) if path is not None else -1
+            if self.accelerator.is_main_process:
+                keep_logs_until(RunDir(self.vigor_run_dir), step, self._vigor_warn)
+            if self.accelerator.num_processes > 1:
+                self.accelerator.wait_for_everyone()
+        return super().train(str(path) if path is not None else None, *args, **kwargs)
+
+    def _vigor_warn(self, line: str) -> None:
+        if self.accelerator.is_main_process:
+            import sys
+
+            print(f"warning: {line}", file=sys.stderr)
 
     def _log_metric(self, name: str, value: float) -> None:
         """TRL's ``log_metric`` (a reward function's scalar), also kept for vigor's metrics.jsonl."""

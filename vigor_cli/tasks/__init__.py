@@ -138,7 +138,8 @@ def _math(cfg: Any, workers: int) -> Task:
     return MathTask(cfg)
 
 
-def _code_preview(cfg: Any) -> list[str]:
+def _code_preview(cfg: Any, tokenizer: Any = None) -> list[str]:
+    """The code protocol the run will split by (the prompts are not rendered: ``tokenizer`` unused)."""
     from vigor_cli.tasks.code_split import CODE_PROTOCOLS
 
     protocol = CODE_PROTOCOLS[cfg.code_protocol]
