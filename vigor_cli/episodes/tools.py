@@ -136,6 +136,14 @@ class ToolEnvironment(Environment):
             starts.append(Start(instance, observation=observation))
         return starts
 
+    def observation(self, example: Any) -> str | None:
+        """What ``reset`` returns for ``example`` (a preview; its instance goes back to the pool)."""
+        [start] = self.start([example])
+        if start.error is not None:
+            raise UserError(f"--env {self.spec}: {start.error}")
+        self.pool.append(start.session)
+        return start.observation
+
     def answer(self, episodes: Sequence[Episode], examples: Sequence[Any], last: bool) -> list[Reply]:
         return [self._answer_one(ep, last) for ep in episodes]
 
