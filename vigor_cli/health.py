@@ -22,7 +22,9 @@ def template_suffix(tokenizer: Any) -> str | None:
     """What the chat template puts after a user turn when it opens the assistant's (the
     generation prompt); None when the tokenizer has no chat template. A prompt the template
     rendered ends with it; one that bypassed the template does not."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    from vigor_cli.tasks.prompts import has_chat_template
+
+    if tokenizer is None or not has_chat_template(tokenizer):
         return None
     marker = "\u2063vigor-health\u2063"
     try:

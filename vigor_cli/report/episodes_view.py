@@ -71,8 +71,8 @@ def turns_text(episode: dict) -> str:
     for m in episode.get("messages", []):
         names = ", ".join(c["function"]["name"] for c in m.get("tool_calls") or [])
         calls = f" [calls {names}]" if names else ""
-        parts.append(f"{ROLE_LABEL.get(m.get('role'), m.get('role', '?'))}: {' '.join(str(m.get('content', '')).split())}"
-                     f"{calls}")
+        said = " ".join(f"{' '.join(str(m.get('content', '')).split())}{calls}".split())
+        parts.append(f"{ROLE_LABEL.get(m.get('role'), m.get('role', '?'))}: {said}")
     return " | ".join(parts)
 
 
