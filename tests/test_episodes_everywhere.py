@@ -188,3 +188,60 @@ def test_trls_own_grpo_trainer_takes_the_tiny_model_with_an_environment(calc, tm
     assert [t.__name__ for t in trainer.tools] == ["multiply"]
     trainer.train()
     assert trainer.state.global_step == 1
+
+
+# --------------------------------------------------------------------------- the whole journey
+@pytest.mark.slow
+def test_an_environment_run_dry_runs_trains_evaluates_exports_and_inspects(calc, vigor, monkeypatch):
+    """A user's environment class and data: the dry run shows the prompts as the model receives
+    them (with the default task.max_prompt_tokens, which bounds the task's part), two steps
+    train, `vigor eval --run` plays the run's episodes and reproduces its last held-out numbers
+    exactly, the export's tokenizer renders the run's tools, inspect shows each episode."""
+    from transformers import AutoTokenizer
+
+    monkeypatch.chdir(calc["dir"])
+    task = ["--data", "data.jsonl", "--reward", "reward.py:right", "--env", "calc.py:Calculator"]
+    code, out, err = vigor("train", *task, "--dry-run")
+    assert code == 0, err
+    assert "the first 3 prompts as the model receives them under the environment" in out
+    assert "custom/train/0: 162 tokens (4 of the task's prompt, 135 of the tool descriptions, 23 of the reset text)" in out
+    assert "| multiply(a: integer, b: integer): Multiply two integers." in out and "| 3*4= Use the multiply tool." in out
+    code, out, err = vigor("train", *task, "--steps", "2", "--prompts-per-step", "4", "--strategy", "grpo",
+                           "--set", "allocation.group_size=2", "--set", "train.eval_limit=4",
+                           "--output-dir", "runs", "--run-name", "calc")
+    assert code == 0, err
+    run = calc["dir"] / "runs" / "calc"
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    step2 = next(s for s in steps if s["step"] == 2 and "episodes/turns/mean" in s)
+    assert step2["episodes/turns/limit"] == 3 and "episodes/tool_calls/mean" in step2
+    assert "no episode's model called a tool (task.env=calc.py:Calculator)" in err  # the tiny model never does
+    held = json.loads((run / "eval" / "step-2.json").read_text())["sets"]["custom"]
+    code, out, err = vigor("eval", "--run", str(run), "--output", str(calc["dir"] / "again.json"))
+    assert code == 0, err
+    assert "environment Calculator (calc.py:Calculator): tools multiply" in err and "warning" not in err
+    again = json.loads((calc["dir"] / "again.json").read_text())["sets"]["custom"]
+    assert again["metrics"] == held["metrics"] and again["accuracy"] == held["accuracy"]
+    assert [s["episode"] for s in again["samples"]] == [s["episode"] for s in held["samples"]]
+    assert "episodes" in again["metrics"] and "turns" in out and "tool calls" in out
+    code, out, err = vigor("export", str(run), "--out", str(calc["dir"] / "exported"))
+    assert code == 0, err
+    tok = AutoTokenizer.from_pretrained(calc["dir"] / "exported")
+    shown = tok.apply_chat_template([{"role": "user", "content": "3*4="}], tokenize=False, add_generation_prompt=True)
+    assert shown.startswith("Tools (call one as") and "multiply(a: integer, b: integer): Multiply two integers." in shown
+    code, out, err = vigor("inspect-allocation", str(run), "--step", "1", "--episodes", "0")
+    assert code == 0, err
+    assert "model: " in out and "Tools (call one" not in out
+
+
+@pytest.mark.slow
+def test_vigor_eval_plays_any_model_on_any_environment(calc, vigor, monkeypatch):
+    monkeypatch.chdir(calc["dir"])
+    code, out, err = vigor("eval", "tiny", "--eval-data", "data.jsonl", "--reward", "reward.py:right",
+                           "--env", "calc.py:Calculator", "--max-turns", "2", "--limit", "3",
+                           "--output", str(calc["dir"] / "any.json"))
+    assert code == 0, err
+    assert "each sample is an episode of at most 2 model turns" in err
+    result = json.loads((calc["dir"] / "any.json").read_text())["sets"]["custom"]
+    assert result["metrics"]["episodes"]["turns/mean"] >= 1 and all("episode" in s for s in result["samples"])
+    code, out, err = vigor("eval", "tiny", "--env", "calc.py:Calculator")
+    assert code == 2 and "--env and --max-turns play episodes on your own set" in err
