@@ -213,8 +213,11 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None
         key = "sampling.max_new_tokens" if cfg.task.env is None else "task.max_episode_tokens"
         over = sum(len(ids) + room > context for ids in kept.values()) if context else 0
         if over:
+            fits = context - max(len(ids) for ids in kept.values())
+            hint = f" (at most {fits} fits every one)" if fits > 0 else ""
             warn(f"{over} of {len(kept)} held-out prompts of set {label} plus {key}={room} exceed the model's "
-                 f"context ({context} tokens): their completions will be cut; lower {key} or task.max_prompt_tokens")
+                 f"context ({context} tokens): their completions will be cut; lower {key}{hint} or "
+                 "task.max_prompt_tokens")
         if not sets[label]:
             raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
                             f"{cfg.task.max_prompt_tokens}; raise it, or give held-out data the model can take")
