@@ -103,6 +103,10 @@ def test_health_names_a_run_whose_episodes_call_no_tool_and_strict_stops_it():
     from vigor_cli.settings import build_config
 
     cfg = build_config(sets=["task.env=calc.py:Calculator", "task.max_turns=3"], strategy_rules=False)
+    strict_cfg = cfg.model_copy(deep=True)
+    strict_cfg.health.strict = True
+    plain_cfg = cfg.model_copy(deep=True)
+    plain_cfg.task.env = "retry"
     idle = [SimpleNamespace(uid=f"u{i % 2}", reward=0.0, tokens=5, truncated=False, components={}, details={},
                             episode=None, rollout=Episode([1], [0.0], "12", False, mask=[1], ended="answered",
                                                           messages=[{"role": "assistant", "content": "12"}]))
@@ -114,13 +118,11 @@ def test_health_names_a_run_whose_episodes_call_no_tool_and_strict_stops_it():
     [alert] = [a for a in alerts2 if a.check == "no_tool_calls"]
     assert "steps 1–2: no episode's model called a tool" in alert.line and "task.max_turns=3" in alert.line
     assert "\n" not in alert.line and not alert.fatal
-    strict = health.RunHealth(build_config(sets=["task.env=calc.py:Calculator", "health.strict=true"],
-                                           strategy_rules=False), {}, None)
+    strict = health.RunHealth(strict_cfg, {}, None)
     strict.step(1, idle, {})
     assert [a.fatal for a in strict.step(2, idle, {})[0] if a.check == "no_tool_calls"] == [True]
     # a run without tools (a built-in environment, or none) is never named
-    plain = health.RunHealth(build_config(sets=["task.name=tiny-guess", "task.env=retry"], strategy_rules=False),
-                             {}, None)
+    plain = health.RunHealth(plain_cfg, {}, None)
     assert all(plain.step(s, idle, {})[1]["health/no_tool_calls"] == 0.0 for s in (1, 2, 3))
 
 
@@ -245,3 +247,47 @@ def test_vigor_eval_plays_any_model_on_any_environment(calc, vigor, monkeypatch)
     assert result["metrics"]["episodes"]["turns/mean"] >= 1 and all("episode" in s for s in result["samples"])
     code, out, err = vigor("eval", "tiny", "--env", "calc.py:Calculator")
     assert code == 2 and "--env and --max-turns play episodes on your own set" in err
+
+
+# --------------------------------------------------------------------------- prompt limits, exports
+@pytest.mark.slow  # a custom task and its reward file: over a second of CPU
+def test_the_prompt_limit_bounds_the_tasks_part_and_the_tools_come_on_top(calc):
+    from vigor_cli.episodes.tools import ToolEnvironment
+    from vigor_cli.models import load_tokenizer
+    from vigor_cli.rewards import import_function
+    from vigor_cli.settings import build_config
+    from vigor_cli.tasks import get_task
+    from vigor_cli.train_data import fit_prompts
+
+    cfg = build_config(sets=["model.name_or_path=tiny", "task.name=custom", f"task.data={calc['data']}",
+                             f"task.rewards=[{calc['reward']}:right]", f"task.env={calc['env']}:Calculator"])
+    task, tok = get_task(cfg.task, workers=1), load_tokenizer(cfg.model)
+    try:
+        env = ToolEnvironment(import_function(f"{calc['env']}:Calculator", flag="--env"), "calc.py:Calculator", tok, 5)
+        examples = task.train_examples()
+        kept, long, _ = fit_prompts(5, task, tok, examples, env=env)
+        assert sorted(kept) == [ex.uid for ex in examples if len(ex.question) <= 5] and long == [6]
+        assert all(len(ids) > 100 for ids in kept.values())  # the tools are there, on top of the task's part
+        assert tok.decode(kept[examples[0].uid]).startswith("Tools (call one as")
+    finally:
+        task.close()
+
+
+def test_an_exported_template_renders_the_runs_tools_unless_others_are_passed():
+    from jinja2 import Template
+
+    from vigor_cli.episodes.plain_template import PLAIN_CHAT_TEMPLATE, is_plain
+    from vigor_cli.export_card import JOIN_TEMPLATE, with_default_tools
+
+    schema = {"type": "function", "function": {"name": "multiply", "description": "Multiply.",
+                                               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}
+    other = {"type": "function", "function": {"name": "divide", "description": "Divide.",
+                                              "parameters": {"type": "object", "properties": {}}}}
+    template = with_default_tools(PLAIN_CHAT_TEMPLATE, [schema])
+    assert is_plain(template)  # the mark stays first: vigor still reads it as plain text
+    user = [{"role": "user", "content": "3*4="}]
+    assert Template(template).render(messages=user, eos_token="<eos>").startswith(
+        'Tools (call one as <tool_call>{"name": ..., "arguments": {...}}</tool_call>):\nmultiply(a: integer): Multiply.\n3*4=')
+    passed = Template(template).render(messages=user, tools=[other], eos_token="<eos>")
+    assert "divide(): Divide." in passed and "multiply" not in passed
+    assert Template(with_default_tools(JOIN_TEMPLATE, [schema])).render(messages=user) == "3*4="  # no tool slot
