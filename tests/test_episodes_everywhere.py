@@ -230,6 +230,12 @@ def test_an_environment_run_dry_runs_trains_evaluates_exports_and_inspects(calc,
     tok = AutoTokenizer.from_pretrained(calc["dir"] / "exported")
     shown = tok.apply_chat_template([{"role": "user", "content": "3*4="}], tokenize=False, add_generation_prompt=True)
     assert shown.startswith("Tools (call one as") and "multiply(a: integer, b: integer): Multiply two integers." in shown
+    record = json.loads((calc["dir"] / "exported" / "vigor_run.json").read_text())["task"]
+    assert record["env"] == "../calc.py:Calculator" and record["max_turns"] == 3
+    code, out, err = vigor("eval", str(calc["dir"] / "exported"), "--output", str(calc["dir"] / "export.json"))
+    assert code == 0, err  # the export's record plays the run's episodes too
+    from_export = json.loads((calc["dir"] / "export.json").read_text())["sets"]["custom"]
+    assert from_export["metrics"] == held["metrics"]
     code, out, err = vigor("inspect-allocation", str(run), "--step", "1", "--episodes", "0")
     assert code == 0, err
     assert "model: " in out and "Tools (call one" not in out

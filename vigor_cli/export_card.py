@@ -157,6 +157,9 @@ def map_paths(tree: dict, change: Callable[[str], str]) -> dict:
     rewards = (out.get("task") or {}).get("rewards") or []
     out.setdefault("task", {})["rewards"] = [f"{change(r.rpartition(':')[0])}:{r.rpartition(':')[2]}"
                                              if is_file_spec(r) else r for r in rewards]
+    env = out["task"].get("env")
+    if isinstance(env, str) and is_file_spec(env):  # an environment class: FILE.py:Class
+        out["task"]["env"] = f"{change(env.rpartition(':')[0])}:{env.rpartition(':')[2]}"
     return out
 
 
@@ -195,6 +198,9 @@ def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: 
                           relative_to(folder, run.launch_dir()))["task"]
         task.update(prompt_template=t.prompt_template, system_prompt=t.system_prompt, chat_template=t.chat_template,
                     fields=dict(t.fields), reward_weights=list(t.reward_weights), **paths)
+    if t.env is not None:  # the environment the run's episodes played (its file relative to the export)
+        env = map_paths({"task": {"env": t.env}}, relative_to(folder, run.launch_dir()))["task"]["env"]
+        task.update(env=env, max_turns=t.max_turns, max_episode_tokens=t.episode_tokens(cfg.sampling.max_new_tokens))
     return {
         "format": FORMAT,
         "run": run.path.name,
