@@ -1,6 +1,6 @@
 """Does code-feedback beat one attempt? tiny-code episodes on paired seeds, on the CPU.
 
-    nice -n 10 python bench/episodes_code.py                    # 4 seeds, 12 steps
+    nice -n 10 python bench/episodes_code.py                    # 4 seeds, 6 steps of 8 prompts
     python bench/episodes_code.py --seeds 1 --steps 1 --quick   # the plumbing only
 
 Three arms at the same training budget (prompts and rollouts per step): code-feedback (two
@@ -41,7 +41,7 @@ def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> lis
         "model.name_or_path=tiny", "model.lora.enabled=false", "task.name=tiny-code", "task.max_prompt_tokens=128",
         "task.code_reward=full", "allocation.strategy=grpo", "allocation.group_size=8", "sampling.max_new_tokens=48",
         "engine.kind=hf", "grpo.learning_rate=5.0e-4", f"train.steps={steps}",
-        f"train.prompts_per_step={4 if quick else 16}", f"train.eval_every={steps if quick else 6}",
+        f"train.prompts_per_step={4 if quick else 8}", f"train.eval_every={steps}",
         f"train.eval_samples={1 if quick else 4}", "train.eval_temperature=1.0", "train.save_every=0",
         "train.log_completions_every=0", "train.reward_workers=2", f"train.seed={seed}",
         f"train.output_dir={workdir}", f"train.run_name={arm}-s{seed}",
@@ -120,7 +120,7 @@ def table(summary: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--quick", action="store_true", help="4 prompts, 4 held-out problems: the plumbing only")
     ap.add_argument("--out", type=Path, help="the results file (default: bench/episodes_code_results.json; "

@@ -26,7 +26,7 @@ def preview_lines(task: Any, tokenizer: Any, env: Any, examples: Sequence[Any], 
     from vigor_cli.evaluation import encode_prompt
     from vigor_cli.tasks.prompts import has_chat_template
 
-    form = "the chat template" if has_chat_template(tokenizer) else "plain text (the tokenizer has no chat template)"
+    form = "the chat template" if has_chat_template(tokenizer) else "plain text (no chat template renders prompts)"
     out = [f"the first {min(rows, len(examples))} prompts as the model receives them under the environment "
            f"(rendered as {form}; task.max_prompt_tokens={limit} bounds the task's part):"]
     for ex in examples[:rows]:
