@@ -297,3 +297,17 @@ def test_an_exported_template_renders_the_runs_tools_unless_others_are_passed():
     passed = Template(template).render(messages=user, tools=[other], eos_token="<eos>")
     assert "divide(): Divide." in passed and "multiply" not in passed
     assert Template(with_default_tools(JOIN_TEMPLATE, [schema])).render(messages=user) == "3*4="  # no tool slot
+
+
+@pytest.mark.slow
+def test_the_code_feedback_example_fits_the_tiny_models_context(vigor):
+    """docs/episodes.md's code-feedback command: every held-out episode fits the 256-token
+    context; the default budget (2 x 3 x 48) does not, and the warning names what fits."""
+    code, out, err = vigor("train", "--task", "tiny-code", "--env", "code-feedback", "--max-turns", "2",
+                           "--set", "task.max_episode_tokens=200", "--dry-run")
+    assert code == 0, err
+    assert "exceed the model's context" not in err and "at most 2 model turns and 200 tokens per episode" in out
+    code, out, err = vigor("train", "--task", "tiny-code", "--env", "code-feedback", "--max-turns", "3", "--dry-run")
+    assert code == 0, err
+    assert "40 of 40 held-out prompts of set tiny-code plus task.max_episode_tokens=288 exceed" in " ".join(err.split())
+    assert "(at most 212 fits every one)" in " ".join(err.split())
