@@ -311,3 +311,21 @@ def test_the_code_feedback_example_fits_the_tiny_models_context(vigor):
     assert code == 0, err
     assert "40 of 40 held-out prompts of set tiny-code plus task.max_episode_tokens=288 exceed" in " ".join(err.split())
     assert "(at most 212 fits every one)" in " ".join(err.split())
+
+
+@pytest.mark.slow
+def test_eval_run_reproduces_a_built_in_environment_run_sampled(tmp_path, vigor, monkeypatch):
+    """higher-lower on tiny-guess, sampled (temperature 1, two samples): the same episodes,
+    the accuracy after the answers and at the first attempt."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = vigor("train", "--task", "tiny-guess", "--env", "higher-lower", "--steps", "1",
+                           "--prompts-per-step", "4", "--strategy", "grpo", "--set", "allocation.group_size=2",
+                           "--set", "train.eval_limit=6", "--set", "train.eval_samples=2",
+                           "--set", "train.eval_temperature=1.0", "--output-dir", "runs", "--run-name", "guess")
+    assert code == 0, err
+    code, out, err = vigor("eval", "--run", "runs/guess", "--output", "again.json")
+    assert code == 0, err
+    again = json.loads((tmp_path / "again.json").read_text())["sets"]["tiny-guess"]
+    held = json.loads((tmp_path / "runs" / "guess" / "eval" / "step-1.json").read_text())["sets"]["tiny-guess"]
+    assert again["metrics"] == held["metrics"] and "first_attempt" in again["metrics"]
+    assert [s["completion"] for s in again["samples"]] == [s["completion"] for s in held["samples"]]
