@@ -116,6 +116,11 @@ class EvalResult:
         parts = reward_components(s.rewards for s in self.samples)
         if parts:
             out["rewards"] = parts
+        records = [s.episode for s in self.samples if s.episode is not None]
+        if records:  # episodes: turns, tool calls (all, failed, per tool), how they ended, per episode
+            from vigor_cli.episodes.base import record_metrics
+
+            out["episodes"] = record_metrics(records)
         firsts = [s.first_reward for s in self.samples if s.first_reward is not None]
         if firsts:  # an environment of attempts: the first attempt alone, beside after its answers
             first_by_uid: dict[str, list[float]] = {}
@@ -450,4 +455,10 @@ def eval_line_of(held: Mapping[str, Any], rollouts: int, tokens: int) -> dict:
     }
     for name, s in sets.items():
         line.update({f"eval/{name}/{key}": v for key, v in (s["metrics"].get("rewards") or {}).items()})
+        episodes = s["metrics"].get("episodes") or {}
+        line.update({f"eval/{name}/{key}": episodes[key] for key in EPISODE_EVAL_KEYS if key in episodes})
     return line
+
+
+EPISODE_EVAL_KEYS = ("turns/mean", "tool_calls/mean", "tool_calls/failed")
+"""An evaluation's episode numbers its metrics.jsonl line carries per set (``eval/<set>/turns/mean``...)."""

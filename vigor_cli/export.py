@@ -208,7 +208,8 @@ def export(run_path: Path, out: Path, step: int | None = None, merge_lora: bool 
     quiet_transformers()
     tokenizer = load_tokenizer(cfg.model)  # the run's: its base's, with enable_thinking
     gen = generation_config(cfg, checkpoint, tokenizer)
-    how = card.set_run_template(cfg, tokenizer)  # after the stop tokens: those are the run's own
+    tools = card.run_tools(cfg, run.launch_dir(), warn)  # the environment's, rendered by default
+    how = card.set_run_template(cfg, tokenizer, tools)  # after the stop tokens: those are the run's own
     base = card.portable_base(cfg, out)
     record = card.run_record(cfg, run, checkpoint, kind, how, base, out)
     _write(out, lambda tmp: _fill(tmp, kind, cfg, checkpoint, dtype, tokenizer, gen, base, record, out.name))

@@ -35,17 +35,60 @@ def rendering(cfg: Any, tokenizer: Any) -> str:
     return "base"
 
 
-def set_run_template(cfg: Any, tokenizer: Any) -> str:
+def set_run_template(cfg: Any, tokenizer: Any, tools: list[dict] | None = None) -> str:
     """Give ``tokenizer`` the chat template that reproduces the run's rendering (module
-    docstring); returns :func:`rendering`'s word for what the run did."""
+    docstring); returns :func:`rendering`'s word for what the run did. ``tools``: the JSON
+    schemas of the run's environment's tools: the template renders them when a caller passes
+    no ``tools`` (as every prompt of the run showed them), and a plain-text run's template is
+    the one that writes tool lists, calls and results as the run did
+    (vigor_cli/episodes/plain_template.py)."""
+    from vigor_cli.episodes.plain_template import PLAIN_CHAT_TEMPLATE
+
     how = rendering(cfg, tokenizer)
     if how == "join":
-        tokenizer.chat_template = JOIN_TEMPLATE
+        tokenizer.chat_template = PLAIN_CHAT_TEMPLATE if tools else JOIN_TEMPLATE
     elif how == "base" and cfg.model.enable_thinking is not None:  # the run passed it to every render
         value = "true" if cfg.model.enable_thinking else "false"
         tokenizer.chat_template = (f"{{%- if enable_thinking is not defined %}}{{%- set enable_thinking = {value} %}}"
                                    f"{{%- endif %}}{tokenizer.chat_template}")
+    if tools and getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = with_default_tools(tokenizer.chat_template, tools)
     return how
+
+
+def with_default_tools(template: str, tools: list[dict]) -> str:
+    """``template`` rendering ``tools`` when the caller passes none (a plain-text template's
+    first line, its mark, stays first)."""
+    from vigor_cli.episodes.plain_template import PLAIN_MARK, is_plain
+
+    head = PLAIN_MARK if is_plain(template) else ""
+    setting = f"{{%- if tools is not defined or tools is none %}}{{%- set tools = {json.dumps(tools)} %}}{{%- endif %}}"
+    return head + setting + template[len(head):]
+
+
+def run_tools(cfg: Any, launch_dir: Path | None, warn: Callable[[str], Any]) -> list[dict]:
+    """The JSON schemas of the tools of the run's environment (task.env=FILE.py:Class, imported
+    from the run's launch folder); none for a built-in environment or none at all, and a
+    warning when the class cannot be had here."""
+    from vigor_cli.episodes.registry import is_file_spec
+
+    spec = cfg.task.env
+    if not spec or not is_file_spec(spec):
+        return []
+    head, _, name = spec.rpartition(":")
+    path = Path(head).expanduser()
+    if not path.is_absolute() and launch_dir is not None:
+        path = launch_dir / path
+    try:
+        from vigor_cli.episodes.tools import ToolEnvironment
+        from vigor_cli.rewards import import_function
+
+        env = ToolEnvironment(import_function(f"{path}:{name}", flag="--env"), spec, None, cfg.task.env_timeout_s)
+        return list(env.schemas)
+    except Exception as e:  # the run's environment file is not here, or no longer loads
+        warn(f"task.env={spec}: its tools cannot be read here ({str(e).splitlines()[0][:200]}); the exported "
+             "chat template renders only the tools a caller passes")
+        return []
 
 
 def portable_base(cfg: Any, folder: Path) -> dict[str, Any]:
@@ -114,6 +157,9 @@ def map_paths(tree: dict, change: Callable[[str], str]) -> dict:
     rewards = (out.get("task") or {}).get("rewards") or []
     out.setdefault("task", {})["rewards"] = [f"{change(r.rpartition(':')[0])}:{r.rpartition(':')[2]}"
                                              if is_file_spec(r) else r for r in rewards]
+    env = out["task"].get("env")
+    if isinstance(env, str) and is_file_spec(env):  # an environment class: FILE.py:Class
+        out["task"]["env"] = f"{change(env.rpartition(':')[0])}:{env.rpartition(':')[2]}"
     return out
 
 
@@ -152,6 +198,9 @@ def run_record(cfg: Any, run: Any, checkpoint: Path, kind: str, how: str, base: 
                           relative_to(folder, run.launch_dir()))["task"]
         task.update(prompt_template=t.prompt_template, system_prompt=t.system_prompt, chat_template=t.chat_template,
                     fields=dict(t.fields), reward_weights=list(t.reward_weights), **paths)
+    if t.env is not None:  # the environment the run's episodes played (its file relative to the export)
+        env = map_paths({"task": {"env": t.env}}, relative_to(folder, run.launch_dir()))["task"]["env"]
+        task.update(env=env, max_turns=t.max_turns, max_episode_tokens=t.episode_tokens(cfg.sampling.max_new_tokens))
     return {
         "format": FORMAT,
         "run": run.path.name,

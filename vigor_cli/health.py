@@ -22,7 +22,9 @@ def template_suffix(tokenizer: Any) -> str | None:
     """What the chat template puts after a user turn when it opens the assistant's (the
     generation prompt); None when the tokenizer has no chat template. A prompt the template
     rendered ends with it; one that bypassed the template does not."""
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    from vigor_cli.tasks.prompts import has_chat_template
+
+    if tokenizer is None or not has_chat_template(tokenizer):
         return None
     marker = "\u2063vigor-health\u2063"
     try:
@@ -49,14 +51,15 @@ class PromptInfo:
 
 def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_new_tokens: int,
             context: int | None, update: Mapping[str, float] | None = None,
-            text: Callable[[Any], str | None] = lambda s: s.rollout.text) -> dict[str, float]:
+            text: Callable[[Any], str | None] = lambda s: s.rollout.text, tools: bool = False) -> dict[str, float]:
     """The step's health numbers from its generated rollouts.
 
     ``samples``: every rollout generated this step, each with ``uid``, ``reward`` (None when
     unscored), ``tokens`` and ``truncated``; ``text(sample)`` is its completion (None where it
     is not known here: another rank's, on the TRL path). ``prompts``: the step's prompts by
     uid. ``context``: the longest prompt + completion the engine takes (None: unknown).
-    ``update``: the update's metrics (``losses/kl``, clip fractions)."""
+    ``update``: the update's metrics (``losses/kl``, clip fractions). ``tools``: the
+    rollouts are episodes of an environment with tools (``no_tool_calls`` is measured)."""
     samples = list(samples)
     groups: dict[str, list[Any]] = defaultdict(list)
     for s in samples:
@@ -87,6 +90,7 @@ def measure(samples: Iterable[Any], prompts: Mapping[str, PromptInfo], *, max_ne
     out["chat_template"] = _share(not p.templated for p in step_prompts)
     out.update(_unscored(samples))
     out.update(hard_coding(samples))
+    out.update(tool_use(samples) if tools else {"no_tool_calls": 0.0})
     update = update or {}
     out["kl"] = float(update.get("losses/kl", 0.0))
     out["clipfrac"] = float(update.get("losses/clipfrac_low", 0.0)) + float(update.get("losses/clipfrac_high", 0.0))
@@ -116,6 +120,18 @@ def hard_coding(samples: Sequence[Any]) -> dict[str, float]:
     return {"hard_coding": _share(d["hard_coded"] or d["quotes_outputs"] for d in graded),
             "hard_coded": _share(d["hard_coded"] for d in graded),
             "quoted_outputs": _share(d["quotes_outputs"] for d in graded)}
+
+
+def tool_use(samples: Sequence[Any]) -> dict[str, float]:
+    """Over the step's episodes: the share whose model called no tool (not even one that
+    failed) and took one turn only (``no_tool_calls``), and the mean turns per episode."""
+    from vigor_cli.episodes.base import is_episode, tool_calls
+
+    episodes = [e for e in ((s.episode if getattr(s, "episode", None) is not None else s.rollout) for s in samples)
+                if is_episode(e)]
+    idle = [tool_calls(e.messages, e.ended).written == 0 and e.turns <= 1 for e in episodes]
+    return {"no_tool_calls": _share(idle),
+            "episode_turns": sum(e.turns for e in episodes) / len(episodes) if episodes else 0.0}
 
 
 def _share(flags: Iterable[bool]) -> float:
@@ -238,6 +254,17 @@ def _hard_coding(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
         fix = ("they earn little, as every test is rewarded; if it persists the programs are learning "
                "the samples, or are too slow for the large private tests")
     return f"{span}: {_pct(v)} of graded programs look hard-coded ({signs}): {fix}"
+
+
+@register_check("no_tool_calls", "environments with tools: share of episodes whose model called no tool and "
+                "took one turn only", value=lambda m, h, rule: m.get("no_tool_calls", 0.0))
+def _no_tool_calls(span: str, v: float, m: Mapping[str, float], cfg: Any) -> str:
+    every = "no episode's model called a tool" if v >= 1.0 else f"{_pct(v)} of episodes called no tool"
+    env = f" (task.env={cfg.task.env})" if cfg.task.env else ""
+    return (f"{span}: {every}{env}; they took one turn of task.max_turns={cfg.task.max_turns}, "
+            "so no tool use can be learned: check that the prompt shows the tools in a form the model writes "
+            "(`vigor train --dry-run` renders it; a chat template with tools, a model that knows the "
+            "<tool_call> format), or warm the model on tool calls first")
 
 
 def _jump(key: str) -> Callable[[Mapping[str, float], list[Mapping[str, float]], Any], float]:
@@ -412,6 +439,8 @@ class RunHealth:
     cfg: Any
     prompts: dict[str, PromptInfo]
     context: int | None
+    tools: bool | None = None
+    """The rollouts are episodes of an environment with tools (None: task.env is a FILE.py:Class)."""
     monitor: HealthMonitor = field(init=False)
 
     def __post_init__(self) -> None:
@@ -420,6 +449,11 @@ class RunHealth:
     def step(self, step: int, generated: Iterable[Any], update: Mapping[str, float],
              text: Callable[[Any], str | None] = lambda s: s.rollout.text) -> tuple[list[Alert], dict[str, float]]:
         """The step's alerts to print and its ``health/*`` metrics."""
+        from vigor_cli.episodes.registry import is_file_spec
+
+        tools = self.tools
+        if tools is None:  # an environment class in TRL's convention: tools
+            tools = bool(self.cfg.task.env) and is_file_spec(self.cfg.task.env)
         measured = measure(generated, self.prompts, max_new_tokens=self.cfg.sampling.max_new_tokens,
-                           context=self.context, update=update, text=text)
+                           context=self.context, update=update, text=text, tools=tools)
         return self.monitor.observe(step, measured)

@@ -244,11 +244,11 @@ def _score(runner: RoundRunner, rollouts: Sequence[Generated], step: int) -> lis
 
 # --------------------------------------------------------------------------- metrics
 def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
-                 pass_threshold: float = 1.0) -> dict[str, Any]:
+                 pass_threshold: float = 1.0, max_turns: int | None = None) -> dict[str, Any]:
     """The rollout half of a step's metrics.jsonl line (both trainers): counts, rewards over
     the scored rollouts and the share of them that pass (reward >= ``pass_threshold``),
     unscored and grading-error counts, per-function means and unscored counts, group and
-    completion statistics."""
+    completion statistics, and for episodes their turns (of ``max_turns``) and tool calls."""
     every = batch.generated
     values = [s.reward for s in every if s.reward is not None]
     rewards = torch.tensor(values, dtype=torch.float64)
@@ -275,7 +275,7 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
         "completions/max_length": max(lengths, default=0),
         "completions/truncated_frac": sum(bool(s.truncated) for s in every) / len(every) if every else 0.0,
         **sandbox_metrics(every),
-        **episode_metrics([s.episode if s.episode is not None else s.rollout for s in every]),
+        **episode_metrics([s.episode if s.episode is not None else s.rollout for s in every], max_turns),
     }
 
 

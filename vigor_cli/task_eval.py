@@ -34,6 +34,8 @@ class Target:
     from_run: bool = False
     """The settings are a run's (its checkpoint, or an export's record): its train.eval_limit
     applies unless --limit is given."""
+    env: Any = None
+    """task.env's environment (made with the sets, before the model): each sample is an episode."""
 
 
 def _absolute_path(value: str) -> str:
@@ -112,10 +114,6 @@ def run_target(run: Path, checkpoint: str | None, overrides: dict[str, Any], set
         cfg = build_config(tree=tree, overrides=keys, sets=sets, flags=flags)
     except ValueError as e:  # pydantic's message names the key
         raise UserError(f"--run {run}: {str(e).splitlines()[0]}") from None
-    if cfg.task.env is not None:  # never a silent change of what is measured
-        warn(f"the run trained with an environment (task.env={cfg.task.env}); vigor eval scores one "
-             "completion per sample (a first attempt); the run's eval/step-N.json has both, after the "
-             "environment's answers and at the first attempt (docs/episodes.md)")
     changed = [k for k, v in keys.items() if v is not None] + [s.split("=", 1)[0] for s in sets or []]
     source = f"the run's own settings, {run.name}/config.yaml" + (f"; changed: {', '.join(changed)}" if changed else "")
     desc = {"run": str(run), "checkpoint": ckpt.name, "name_or_path": cfg.model.name_or_path}
@@ -204,6 +202,9 @@ def describe(target: Target, sets: dict[str, list], sampling: dict, task: Any = 
             parts.append(f"prompt template {t.prompt_template!r}")
         parts.append(f"a sample passes at reward >= {t.pass_threshold:g}")
         lines.append("  " + "; ".join(parts))
+    if target.env is not None:
+        lines.append(f"  environment {target.env.describe()}; each sample is an episode of at most {t.max_turns} "
+                     f"model turns and {target.cfg.completion_tokens()} tokens")
     cut = " (the run's train.eval_limit; --limit changes it)" if target.from_run and target.cfg.train.eval_limit else ""
     table = getattr(task, "tables", {}).get("eval")
     for name, exs in sets.items():
@@ -242,25 +243,36 @@ def load_sets(target: Target, limit: int | None) -> tuple[Any, dict[str, list]]:
                 raise UserError(f"set {name}: no problems to evaluate")
         sets = fit_sets(target, task, sets)
     except BaseException:
-        task.close()
+        close(target, task)
         raise
     return task, sets
 
 
+def close(target: Target, task: Any) -> None:
+    """Close the environment (if any) and the task's reward workers."""
+    try:
+        if target.env is not None:
+            target.env.close()
+    finally:
+        task.close()
+
+
 def fit_sets(target: Target, task: Any, sets: dict[str, list]) -> dict[str, list]:
     """Each set without the prompts the model cannot take, as a run's evaluation leaves them
-    out (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token):
-    `vigor eval --run` scores the prompts the run scored. One warning line per set that loses
-    some; a set that loses all is refused."""
+    out (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token;
+    under task.env, rendered with the environment's tools as the model sees them): `vigor
+    eval --run` scores the prompts the run scored. One warning line per set that loses some;
+    a set that loses all is refused. The environment is made here (``target.env``)."""
     from vigor_cli.models import load_tokenizer
-    from vigor_cli.train_data import keep_fitting
+    from vigor_cli.train_data import keep_fitting, make_env
 
     cfg = target.cfg
     tokenizer = load_tokenizer(cfg.model, target.tokenizer_dir)
+    target.env = make_env(cfg, task, tokenizer)  # a bad environment file fails here, before the model
     limit = cfg.task.max_prompt_tokens
     fitted: dict[str, list] = {}
     for name, exs in sets.items():
-        fitted[name], _ = keep_fitting(limit, task, tokenizer, exs, f"held-out prompts of set {name}")
+        fitted[name], _ = keep_fitting(limit, task, tokenizer, exs, f"held-out prompts of set {name}", env=target.env)
         if not fitted[name]:
             raise UserError(f"set {name}: none of its {len(exs)} prompts fit task.max_prompt_tokens={limit} "
                             "(raise it with --set task.max_prompt_tokens=N)")
@@ -272,6 +284,7 @@ def evaluate_target(target: Target, task: Any, sets: dict[str, list], sampling: 
     """Load the model (and adapter), evaluate every set as training does; the HeldOut."""
     import torch
 
+    from vigor_cli import seeding
     from vigor_cli.evaluation import evaluate_sets, held_out_sampling
     from vigor_cli.models import load_policy, load_tokenizer
     from vigor_cli.reward_log import trainer_state
@@ -288,10 +301,17 @@ def evaluate_target(target: Target, task: Any, sets: dict[str, list], sampling: 
     task.trainer_state = trainer_state(target.step, cfg.train.steps)
     params = held_out_sampling(sampling["seed"], target.step, sampling["temperature"], sampling["top_p"],
                                sampling["max_new_tokens"])
+    episodes = None
+    if target.env is not None:  # the run's episodes: its environment, max_turns and episode budget
+        from vigor_cli.episodes.loop import make_runner
+        from vigor_cli.rollout.weights import stop_token_ids
+
+        episodes = make_runner(cfg, task, tokenizer, engine, target.env, stop_token_ids(policy, tokenizer))
+    seeding.seed_step(sampling["seed"], target.step, "eval")  # a reward's draws, as the run's evaluation
     try:
         with torch.no_grad():
             return evaluate_sets(engine, task, tokenizer, sets, sampling["n"], params, target.step,
-                                 pass_threshold=cfg.task.pass_threshold)
+                                 pass_threshold=cfg.task.pass_threshold, episodes=episodes)
     finally:
         engine.close()
 

@@ -56,7 +56,7 @@ def build_tokenizer():
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS])
     core.add_tokens([AddedToken(t, normalized=False) for t in PIECE_TOKENS])
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token="<bos>",
         eos_token="<eos>",
@@ -64,6 +64,18 @@ def build_tokenizer():
         unk_token="<unk>",
         model_max_length=ARCH["max_position_embeddings"],
     )
+    speak_tools(tokenizer)
+    return tokenizer
+
+
+def speak_tools(tokenizer: Any) -> None:
+    """Give the tiny tokenizer its plain-text chat template and its parser: tool-calling
+    conversations render (TRL's environment_factory accepts it) while vigor's prompts stay
+    plain text (vigor_cli/episodes/plain_template.py)."""
+    from vigor_cli.episodes.plain_template import PLAIN_CHAT_TEMPLATE, RESPONSE_TEMPLATE
+
+    tokenizer.chat_template = PLAIN_CHAT_TEMPLATE
+    tokenizer.response_template = RESPONSE_TEMPLATE
 
 
 def build_config(tokenizer):

@@ -101,19 +101,24 @@ def fit_prompts(limit: int, task: Any, tokenizer: Any, examples: list[Example],
     """The token ids of the prompts the model can take, by uid (rendered as ``env`` shows
     them: with its tools); the lengths of those longer than ``limit`` (task.max_prompt_tokens),
     and how many encode to no token at all (both left out: an empty prompt gives the model
-    nothing to continue). ``texts`` gets each kept prompt as rendered."""
+    nothing to continue). Under an environment the limit bounds the task's own prompt: the
+    text the environment adds to every prompt (its tool descriptions) comes on top of it, so
+    a limit that fits the task's prompts fits them with tools too. ``texts`` gets each kept
+    prompt as rendered."""
     from vigor_cli.episodes.messages import render_prompt
 
     kept: dict[str, list[int]] = {}
     long: list[int] = []
     empty = 0
     for ex in examples:
-        text = task.render_prompt(ex, tokenizer) if env is None else render_prompt(task, ex, tokenizer, env)
+        own = task.render_prompt(ex, tokenizer)
+        text = own if env is None else render_prompt(task, ex, tokenizer, env)
         ids = encode_prompt(tokenizer, text)
+        size = len(ids) if env is None or text == own else len(encode_prompt(tokenizer, own))
         if not ids:
             empty += 1
-        elif len(ids) > limit:
-            long.append(len(ids))
+        elif size > limit:
+            long.append(size)
         else:
             kept[ex.uid] = ids
             if texts is not None:
@@ -208,8 +213,11 @@ def held_out_sets(cfg: RunConfig, task: Any, tokenizer: Any, context: int | None
         key = "sampling.max_new_tokens" if cfg.task.env is None else "task.max_episode_tokens"
         over = sum(len(ids) + room > context for ids in kept.values()) if context else 0
         if over:
+            fits = context - max(len(ids) for ids in kept.values())
+            hint = f" (at most {fits} fits every one)" if fits > 0 else ""
             warn(f"{over} of {len(kept)} held-out prompts of set {label} plus {key}={room} exceed the model's "
-                 f"context ({context} tokens): their completions will be cut; lower {key} or task.max_prompt_tokens")
+                 f"context ({context} tokens): their completions will be cut; lower {key}{hint} or "
+                 "task.max_prompt_tokens")
         if not sets[label]:
             raise UserError(f"evaluation set {label}: none of its {len(exs)} prompts fit task.max_prompt_tokens="
                             f"{cfg.task.max_prompt_tokens}; raise it, or give held-out data the model can take")
@@ -238,10 +246,13 @@ def dry_run_health(cfg: RunConfig) -> list[str]:
         env = make_env(cfg, task, tokenizer)  # a bad environment file fails here
         if env is not None:
             from vigor_cli.console import console
+            from vigor_cli.episodes.preview import preview_lines
 
             console.print(f"environment: {env.describe()}; at most {cfg.task.max_turns} model turns and "
                           f"{cfg.completion_tokens()} tokens per episode", markup=False, highlight=False,
                           soft_wrap=True)
+            for line in preview_lines(task, tokenizer, env, train_examples, cfg.task.max_prompt_tokens):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
         try:  # the prompts a run would leave out, said alike
             examples, prompt_ids, _ = fitted_sets(cfg, task, tokenizer, train_examples, enough=False, env=env)
         except HubUnavailable as e:  # a held-out set only the hub has

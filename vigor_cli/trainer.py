@@ -306,7 +306,8 @@ class Trainer:
         self.tokens_total += batch.tokens
         metrics = {
             "step": step,
-            **step_metrics(batch, self.rollouts_total, self.tokens_total, self.cfg.task.pass_threshold),
+            **step_metrics(batch, self.rollouts_total, self.tokens_total, self.cfg.task.pass_threshold,
+                           self.episodes.limits.max_turns if self.episodes is not None else None),
             **update_metrics,
             "time/generate": batch.generate_seconds,
             "time/reward": batch.reward_seconds,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, List, Optional, Sequence
 import typer
 
 from vigor_cli.commands import options as opt
-from vigor_cli.commands.flags import TASK_FLAGS, command
+from vigor_cli.commands.flags import EPISODE_FLAGS, TASK_FLAGS, command
 from vigor_cli.settings import set_key
 from vigor_cli.console import console, err_console, shown
 from vigor_cli.errors import UserError
@@ -171,8 +171,12 @@ def _evaluate(
 
     if rescore is not None:
         return rescore_file(rescore, data_dir, output)
-    keys = task_overrides(own_task)
-    mine = any(v is not None for v in keys.values())
+    keys = task_overrides(own_task, TASK_FLAGS + EPISODE_FLAGS)
+    episodic = keys["task.env"] is not None or keys["task.max_turns"] is not None
+    mine = any(v is not None for k, v in keys.items() if k not in ("task.env", "task.max_turns"))
+    if episodic and (benchmarks is not None or not (mine or run is not None or _is_export(model))):
+        raise UserError("--env and --max-turns play episodes on your own set (--data/--eval-data with --reward) "
+                        "or a run's (--run); the benchmarks take one completion per sample")
     if benchmarks is not None and mine:
         raise UserError("--benchmarks evaluates bundled benchmarks, --data/--eval-data/--reward your own set: give one")
     if benchmarks is None and (mine or run is not None or _is_export(model)):
@@ -190,8 +194,9 @@ def _evaluate(
                           "--data/--eval-data with --reward your own set)", highlight=False, soft_wrap=True)
 
 
-evaluate = command(_evaluate, TASK_FLAGS)
-"""`vigor eval`: its options, then the task flags of `vigor train` (commands/flags.py)."""
+evaluate = command(_evaluate, TASK_FLAGS + EPISODE_FLAGS)
+"""`vigor eval`: its options, then the task flags and the episode flags of `vigor train`
+(commands/flags.py)."""
 evaluate.__name__ = "evaluate"
 
 

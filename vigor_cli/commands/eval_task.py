@@ -57,7 +57,7 @@ def evaluate_task(model: Optional[str], adapter: Optional[Path], base: Optional[
             held = task_eval.evaluate_target(target, task, held_out, sampling, announce=say)
             logged = task.logged_metrics()
         finally:
-            task.close()
+            task_eval.close(target, task)
     results = task_eval.results_of(held, target, sampling, logged)
     if output is not None:
         write_results(results, output)

@@ -102,6 +102,14 @@ TASK_FLAGS: tuple[Flag, ...] = (
 """The options that describe the user's own task (README "Train on your own task"), taken by
 every command that builds a task: train, probe, eval and the TRL entry point."""
 
+EPISODES = "Episodes (an environment answers)"
+"""The help panel of the flags of multi-turn episodes (task.env)."""
+EPISODE_FLAGS: tuple[Flag, ...] = (
+    Flag("--env", "task.env", panel=EPISODES),
+    Flag("--max-turns", "task.max_turns", panel=EPISODES),
+)
+"""An environment that answers the model's turns (docs/episodes.md): `vigor train` and `vigor eval`."""
+
 
 def value_type(key: str) -> type:
     """The Python type Typer parses the flag into: the key's own (without Optional) when it is
@@ -185,11 +193,11 @@ def given(flags: Sequence[Flag], values: dict[str, Any]) -> dict[str, Any]:
     return {f.name: values[f.param] for f in flags if set_(values.get(f.param))}
 
 
-def task_overrides(values: dict[str, Any]) -> dict[str, Any]:
+def task_overrides(values: dict[str, Any], flags: Sequence[Flag] = TASK_FLAGS) -> dict[str, Any]:
     """The keys the task flags set, from their values by parameter name (``data``, ``reward``,
     ...). ``--data`` without ``--task`` also selects task 'custom': a bundled config's tiny-math
     must not swallow it."""
-    out = {f.key: flag_value(f, values.get(f.param)) for f in TASK_FLAGS}
+    out = {f.key: flag_value(f, values.get(f.param)) for f in flags}
     if out["task.data"] is not None and values.get("task") is None:
         out["task.name"] = "custom"
     return out

@@ -45,7 +45,7 @@ def inspect_allocation(
     held = health_by_step(run_path)
     summaries = [{**summarize_step(s), "health": held.get(s.step, {})} for s in steps]
     record = provenance.read(run_path)
-    from vigor_cli.report.episodes_view import by_prompt, load_step_episodes, print_episodes
+    from vigor_cli.report.episodes_view import by_prompt, load_step_episodes, print_episodes, with_episode_text
 
     if as_json:
         out = view.as_json(run_path, chosen, summaries, notes, held)
@@ -57,7 +57,8 @@ def inspect_allocation(
         return
     print_records(console, {run_path.name: record})
     for s in chosen:
-        view.print_step(console, s, text_width, held.get(s.step, {}))
+        view.print_step(console, with_episode_text(s, load_step_episodes(run_path, s.step)), text_width,
+                        held.get(s.step, {}))
         if episodes:
             print_episodes(console, s.step, load_step_episodes(run_path, s.step), episodes, max(text_width, 100))
     view.print_overview(console, summaries, overview_rows)

@@ -11,7 +11,8 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.commands.flags import (  # noqa: F401  (Flag, value_type, default_text: this table's, for tests)
-    DEFAULT_CONFIG, TASK_FLAGS, Flag, command, default_text, flag_value, given, task_overrides, value_type,
+    DEFAULT_CONFIG, EPISODE_FLAGS, EPISODES, TASK_FLAGS, Flag, command, default_text, flag_value, given,
+    task_overrides, value_type,
 )
 from vigor_cli.errors import UserError
 from vigor_cli.package_data import CONFIGS_DIR
@@ -55,8 +56,6 @@ def resolve_config(path: Path) -> Path:
                     f"(bundled: {', '.join(bundled_configs())})")
 
 
-EPISODES = "Episodes (an environment answers)"
-"""The help panel of the flags of multi-turn episodes (task.env)."""
 FLAGS: tuple[Flag, ...] = (
     Flag("--model", "model.name_or_path"),
     Flag("--device", "model.device", option=opt.device),
@@ -81,9 +80,7 @@ FLAGS: tuple[Flag, ...] = (
          parse=lambda text: text),  # names as typed, comma-separated (not YAML: ',,' is no value)
     Flag("--strict", "health.strict", panel="Logging and checkpoints"),
     *TASK_FLAGS,  # your own task (task 'custom'; README "Train on your own task"): shared, commands/flags.py
-    # an environment that answers the model's turns (docs/episodes.md)
-    Flag("--env", "task.env", panel=EPISODES),
-    Flag("--max-turns", "task.max_turns", panel=EPISODES),
+    *EPISODE_FLAGS,  # an environment that answers the model's turns (docs/episodes.md)
 )
 """Every option of `vigor train` that sets a config key, in help order (the other options,
 --config, --set, --resume and --dry-run, are in ``train``'s own signature below)."""

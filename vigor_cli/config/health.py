@@ -39,6 +39,7 @@ HEALTH_DEFAULTS: dict[str, dict[str, float]] = {
     "chat_template": {"threshold": 0.5, "steps": 1},
     "unscored": {"threshold": 1.0, "steps": 1},
     "hard_coding": {"threshold": 0.3, "steps": 3},
+    "no_tool_calls": {"threshold": 1.0, "steps": 2},
     "kl_jump": {"threshold": 10.0, "steps": 1, "floor": 0.01},
     "clip_jump": {"threshold": 5.0, "steps": 1, "floor": 0.05},
 }
@@ -79,6 +80,9 @@ class HealthConfig(_Section):
         "hard_coding", "Code tasks: share of the step's graded programs that look hard-coded: they pass "
         "every public test but fail most private ones, or their source holds the public tests' "
         "expected outputs (vigor_cli/verifiers/hard_coding.py).")
+    no_tool_calls: HealthRule = _rule(
+        "no_tool_calls", "Episodes of an environment with tools (task.env=FILE.py:Class): share of the step's "
+        "episodes whose model called no tool and took one turn only (task.max_turns unused).")
     kl_jump: JumpRule = _rule("kl_jump", "losses/kl over the median of the previous (up to 10) steps' losses/kl.")
     clip_jump: JumpRule = _rule(
         "clip_jump", "The clipped share of tokens over the median of the previous (up to 10) steps'.")

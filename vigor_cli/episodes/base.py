@@ -173,6 +173,11 @@ class Environment(ABC):
         """Extra arguments of ``apply_chat_template`` for the prompt (``tools``); default none."""
         return {}
 
+    def observation(self, example: Any) -> str | None:
+        """The text an episode of ``example`` adds to its prompt at the start (a preview's;
+        default none)."""
+        return None
+
     def release(self, episodes: Sequence[Episode]) -> None:
         """The episodes' rewards are in: their sessions may be reused."""
 
@@ -181,22 +186,78 @@ class Environment(ABC):
 
 
 # --------------------------------------------------------------------------- metrics
-def episode_metrics(rollouts: Sequence[Any]) -> dict[str, float]:
+CALL_FAILED = ("bad_tool_call", ENV_ERROR, ENV_TIMEOUT)
+"""How an episode ends when the tool calls of its last turn failed (could not be read or run)."""
+
+
+@dataclass
+class ToolCalls:
+    """The tool calls an episode's model wrote: ``ran`` (their results came back), ``failed``
+    (unreadable, an unknown tool, arguments that do not fit, a tool that raised or timed out)
+    and ``by_tool`` (every call written, by tool name; an unreadable call has no name)."""
+
+    ran: int = 0
+    failed: int = 0
+    by_tool: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def written(self) -> int:
+        """Every call the model wrote: ran, failed, and those of a last turn never run."""
+        return max(sum(self.by_tool.values()), self.ran + self.failed)
+
+
+def tool_calls(messages: Sequence[dict], ended: str) -> ToolCalls:
+    """Count an episode's tool calls from its messages (see :class:`ToolCalls`)."""
+    out = ToolCalls()
+    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    for i in turns:
+        calls = messages[i].get("tool_calls") or []
+        for c in calls:
+            name = str((c.get("function") or c).get("name", "?"))
+            out.by_tool[name] = out.by_tool.get(name, 0) + 1
+        answered = i + 1 < len(messages) and messages[i + 1].get("role") == "tool"
+        if answered:
+            out.ran += len(calls)
+        elif i == turns[-1] and ended in CALL_FAILED:
+            out.failed += max(1, len(calls)) if ended == "bad_tool_call" or calls else 0
+    return out
+
+
+def episode_metrics(rollouts: Sequence[Any], max_turns: int | None = None) -> dict[str, float]:
     """The episode half of a step's metrics.jsonl line (empty when no rollout is an episode):
-    model turns per episode, model and environment tokens, and how many ended each way."""
+    model turns per episode (and their share of ``max_turns``), tool calls per episode (all,
+    failed, per tool), model and environment tokens, and how many ended each way."""
     episodes = [r for r in rollouts if is_episode(r)]
     if not episodes:
         return {}
     n = len(episodes)
     turns = [e.turns for e in episodes]
     ended = Counter(e.ended or "unknown" for e in episodes)
-    return {
+    calls = [tool_calls(e.messages, e.ended) for e in episodes]
+    tools = sorted({name for c in calls for name in c.by_tool})
+    out = {
         "episodes/turns/mean": sum(turns) / n,
         "episodes/turns/max": max(turns),
+        "episodes/tool_calls/mean": sum(c.written for c in calls) / n,
+        "episodes/tool_calls/failed": sum(c.failed for c in calls) / n,
+        "episodes/tool_calls/none": sum(c.written == 0 for c in calls) / n,
+        **{f"episodes/tool_calls/tool/{name}": sum(c.by_tool.get(name, 0) for c in calls) / n for name in tools},
         "episodes/model_tokens": sum(e.model_tokens for e in episodes),
         "episodes/env_tokens": sum(e.env_tokens for e in episodes),
         **{f"episodes/ended/{reason}": count for reason, count in sorted(ended.items())},
     }
+    if max_turns:
+        out["episodes/turns/limit"] = max_turns
+        out["episodes/turns/used"] = sum(turns) / (n * max_turns)
+    return out
+
+
+def record_metrics(records: Sequence[dict]) -> dict[str, float]:
+    """:func:`episode_metrics` of episodes as their records hold them (an evaluation's samples),
+    without the ``episodes/`` prefix: turns, tool calls, tokens, how they ended."""
+    summaries = [EpisodeSummary(r["turns"], r["model_tokens"], r["env_tokens"], r["ended"], r.get("error"),
+                                r.get("messages") or []) for r in records]
+    return {k.removeprefix("episodes/"): v for k, v in episode_metrics(summaries).items()}
 
 
 def episode_record(episode: Any, text_limit: int) -> dict:

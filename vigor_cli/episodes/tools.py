@@ -58,9 +58,13 @@ def tool_schemas(instance: Any, spec: str) -> list[dict]:
 def parse_tool_calls(text: str, ids: Sequence[int], tokenizer: Any) -> list[dict]:
     """The tool calls of a model turn, ``[{"type": "function", "function": {"name", "arguments"}}]``
     (empty: none); :class:`ToolCallError` when one is there but cannot be read."""
-    if getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None:
+    from vigor_cli.tasks.prompts import has_chat_template
+
+    parser = getattr(tokenizer, "response_template", None) is not None or getattr(tokenizer, "response_schema", None) is not None
+    if parser and has_chat_template(tokenizer):  # a plain-text template's calls are read below, in the same form
         try:
-            parsed = tokenizer.parse_response(list(ids))
+            takes_prefix = "prefix" in inspect.signature(tokenizer.parse_response).parameters
+            parsed = tokenizer.parse_response(list(ids), **({"prefix": ""} if takes_prefix else {}))
         except Exception as e:  # the parser's errors vary by template
             raise ToolCallError(f"the response parser failed: {type(e).__name__}: {e}") from None
         calls = (parsed or {}).get("tool_calls") or []
@@ -166,6 +170,14 @@ class ToolEnvironment(Environment):
             raise UserError(f"--env {self.spec}: reset timed out on each of the first {len(self.timeouts)} episodes "
                             f"(first: {self.timeouts[0]}); stopping: the environment does not start "
                             "(a slower one needs --set task.env_timeout_s=SECONDS)")
+
+    def observation(self, example: Any) -> str | None:
+        """What ``reset`` returns for ``example`` (a preview; its instance goes back to the pool)."""
+        [start] = self.start([example])
+        if start.error is not None:
+            raise UserError(f"--env {self.spec}: {start.error}")
+        self.pool.append(start.session)
+        return start.observation
 
     def answer(self, episodes: Sequence[Episode], examples: Sequence[Any], last: bool) -> list[Reply]:
         return [self._answer_one(ep, last) for ep in episodes]

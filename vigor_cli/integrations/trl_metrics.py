@@ -114,7 +114,9 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     tr.vigor_totals["rollouts"] += n
     tr.vigor_totals["tokens"] += batch.tokens
     rows = sum(len(r) for r in layout.rows)
-    metrics = step_metrics(batch, tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"], tr.args.pass_threshold)
+    turns = tr.vigor_episodes.limits.max_turns if tr.vigor_episodes is not None else None
+    metrics = step_metrics(batch, tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"], tr.args.pass_threshold,
+                           turns)
     if "sandbox/isolation" not in metrics:  # TRL graded the rollouts: the reward functions know the level
         metrics.update(reward_sandbox(tr))
     logged = {name: sum(v) / len(v) for name, v in tr._vigor_logged.items() if v}  # log_metric, this step

@@ -113,7 +113,8 @@ class VigorGRPOTrainer(GRPOTrainer):
             self.vigor_episodes = trl_episodes.TRLEpisodes(self, TRLEngine(self), env, limits, turn_tokens, vigor_task)
         config = getattr(self.model, "config", None)
         context = getattr(config, "max_position_embeddings", None) if config is not None else None
-        self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context)
+        self.vigor_health = health.RunHealth(a.health_view, {}, a.vllm_max_model_length or context,
+                                             tools=bool(getattr(env, "tools", None)))
         if self.accelerator.is_main_process and not a.resume_from_checkpoint:
             if (self.vigor_run_dir / "allocation.jsonl").exists():
                 raise ValueError(f"{self.vigor_run_dir} already holds allocation.jsonl; use a new output_dir "

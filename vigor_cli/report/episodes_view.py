@@ -63,3 +63,28 @@ def print_episodes(console: Any, step: int, episodes: list[dict], per_prompt: in
                 calls = f" {shown(f'[calls {names}]')}" if names else ""
                 console.print(f"    {turn:>2} {label:<5} {shown(_one_line(m.get('content', ''), text_width))}{calls}",
                               highlight=False, soft_wrap=True)
+
+
+def turns_text(episode: dict) -> str:
+    """An episode's own turns on one line (``model: ... [calls multiply] | tool: 42 | model: ...``)."""
+    parts = []
+    for m in episode.get("messages", []):
+        names = ", ".join(c["function"]["name"] for c in m.get("tool_calls") or [])
+        calls = f" [calls {names}]" if names else ""
+        said = " ".join(f"{' '.join(str(m.get('content', '')).split())}{calls}".split())
+        parts.append(f"{ROLE_LABEL.get(m.get('role'), m.get('role', '?'))}: {said}")
+    return " | ".join(parts)
+
+
+def with_episode_text(step: Any, episodes: list[dict]) -> Any:
+    """``step`` (its allocation record) with each prompt's text column showing its first
+    episode's turns, for a run with an environment: every prompt there starts with the same
+    tool description, so its text tells the rows apart no more (unchanged without episodes)."""
+    from dataclasses import replace
+
+    first = by_prompt(episodes, 1)
+    if not first:
+        return step
+    prompts = [replace(p, text=turns_text(first[p.uid][0])) if first.get(p.uid) else p for p in step.prompts]
+    return replace(step, prompts=prompts)
+

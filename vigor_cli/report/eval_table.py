@@ -60,15 +60,22 @@ def task_results_table(results: dict, title: str) -> Table:
     threshold = next(iter(sets.values()), {}).get("pass_threshold", 1.0)
     t = Table(title=literal(title), title_justify="left", caption_justify="left",
               caption=f"pass: reward >= {threshold:g} (task.pass_threshold); pass@k: unbiased estimator over n samples")
+    episodes = any(s["metrics"].get("episodes") for s in sets.values())
+    extra = ("turns", "tool calls", "failed calls") if episodes else ()
     for column in ("set", "problems", "n", "mean reward", "pass rate", *[f"pass@{k}" for k in ks], "unscored",
-                   *[f"{p} mean" for p in parts]):
+                   *[f"{p} mean" for p in parts], *extra):
         t.add_column(literal(column), justify="left" if column == "set" else "right")
+    if episodes:
+        t.caption += "; turns, tool calls and failed calls: per episode"
     for name, s in sets.items():
         m = s["metrics"]
         rewards = m.get("rewards") or {}
+        ep = m.get("episodes") or {}
         t.add_row(literal(name), str(m["problems"]), str(m["n"]), _num(s["accuracy"]), _num(m["pass@k"].get("1")),
                   *[_num(m["pass@k"].get(k)) for k in ks], str(m.get("unscored", 0)),
-                  *[_num(rewards.get(f"reward/{p}/mean")) for p in parts])
+                  *[_num(rewards.get(f"reward/{p}/mean")) for p in parts],
+                  *([_num(ep.get("turns/mean")), _num(ep.get("tool_calls/mean")), _num(ep.get("tool_calls/failed"))]
+                    if episodes else []))
     return t
 
 

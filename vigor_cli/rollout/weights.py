@@ -131,7 +131,9 @@ def end_of_turn_ids(tokenizer: Any) -> list[int]:
     every multi-line answer). No template, or a template that refuses this
     conversation: [].
     """
-    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+    from vigor_cli.tasks.prompts import has_chat_template
+
+    if tokenizer is None or not has_chat_template(tokenizer):  # none, or plain text (the tiny model's)
         return []
     try:
         text = tokenizer.apply_chat_template(

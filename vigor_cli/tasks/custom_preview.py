@@ -44,6 +44,9 @@ def preview(cfg: Any, tokenizer: Any = None) -> list[str]:
         lines.append(f"prompt: from {prompt_from} ({' and '.join(sorted(kinds))}{system}); chat template: "
                      f"{_template_rule(cfg.chat_template, kinds)}")
         lines += _looks_like_messages(train, task.fields.get("prompt", "prompt"))
+        if cfg.env is not None:
+            lines.append(f"the task's prompts below are before the environment's (task.env={cfg.env}) tools and "
+                         "reset text; the prompts as the model receives them follow the memory plan")
         for ex in train[:PREVIEW_ROWS]:
             lines += rendered_lines(task, ex, tokenizer)
         for reward, weight in zip(task.rewards, task.weights):

@@ -1,8 +1,8 @@
 """Prompt rendering and answer extraction shared by the tasks.
 
 A tokenizer with a chat template (instruct models) gets the problem as one
-user message with the generation prompt appended; one without (base models,
-the bundled tiny model) gets plain text.
+user message with the generation prompt appended; one without (base models)
+or with a plain-text one (the bundled tiny model) gets plain text.
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from typing import Any
 
 
 def has_chat_template(tokenizer: Any) -> bool:
-    return bool(getattr(tokenizer, "chat_template", None))
+    """A chat template prompts are rendered with (a plain-text template, the bundled tiny
+    model's, renders tool conversations for other libraries only:
+    vigor_cli/episodes/plain_template.py)."""
+    from vigor_cli.episodes.plain_template import is_plain
+
+    template = getattr(tokenizer, "chat_template", None)
+    return bool(template) and not is_plain(template)
 
 
 def template_kwargs(tokenizer: Any) -> dict:
