@@ -273,16 +273,55 @@ def _samples(cfg: Any, micro_batches: int, vocab: int) -> tuple[list[Any], dict[
     return samples, prompts
 
 
-def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True) -> dict[str, float]:
+def _generate_peak(cfg: Any, learner: Any, tracker: LiveStorages, full_decode: bool) -> float:
+    """Peak of one generate call of the transformers engine (vigor_cli/rollout/hf.py) at the
+    plan's batch: engine.gen_batch_tokens // (prompt + completion) rows of task.max_prompt_tokens.
+
+    ``full_decode`` runs the engine's whole decode loop (minutes at full size under fake
+    tensors). Otherwise its two widest moments run: the engine's prefill and first token
+    (generate with one new token), and a decode step of the same model call against a cache
+    already holding prompt + completion - 1 positions (filled by a forward whose transients are
+    freed before the step is measured)."""
+    from vigor_cli.models import load_tokenizer
+    from vigor_cli.rollout import make_engine
+    from vigor_cli.rollout.base import SamplingParams
+    from vigor_cli.rollout.sampler import Sampler
+
+    p, n = cfg.task.max_prompt_tokens, cfg.completion_tokens()
+    rows = max(1, cfg.engine.gen_batch_tokens // (p + n))
+    engine = make_engine(cfg, learner.model, load_tokenizer(cfg.model))
+    prompts = [[3 + (i * 7 + j) % 1000 for j in range(p)] for i in range(rows)]
+    params = SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=n if full_decode else 1, seed=0)
+    tracker.reset_peak()
+    engine.generate(prompts, [1] * rows, params)
+    peak = tracker.peak
+    if full_decode or n < 2:
+        return peak
+    model, kwarg = learner.model, engine.cache_kwarg
+    sampler = Sampler(1.0, 1.0, 0, torch.device("cpu"))
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        ids = torch.full((rows, p + n - 1), 5, dtype=torch.long)
+        mask = torch.ones((rows, p + n), dtype=torch.long)
+        past = model(input_ids=ids, attention_mask=mask[:, :-1], use_cache=True, logits_to_keep=1)[kwarg]
+        tracker.reset_peak()
+        out = model(input_ids=ids[:, -1:], attention_mask=mask, position_ids=torch.full((rows, 1), p + n - 1),
+                    use_cache=True, logits_to_keep=1, **{kwarg: past})
+        logits = sampler.scale(out.logits[:, -1, :])
+        torch.log_softmax(logits, dim=-1).gather(-1, sampler.draw(logits).unsqueeze(-1))
+        peak = max(peak, tracker.peak)
+    model.train(was_training)
+    return peak
+
+
+def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True, full_decode: bool = False) -> dict[str, float]:
     """Execute each phase with vigor's own code under fake tensors; bytes alive at each peak."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from vigor_cli.learner import Learner
-    from vigor_cli.rollout import make_engine
-    from vigor_cli.rollout.base import SamplingParams
 
     tracker, peaks = LiveStorages(), {}
-    width = cfg.task.max_prompt_tokens + cfg.completion_tokens()
     with FakeTensorMode(allow_non_fake_inputs=True), tracker, fake_loading(), fake_lists(), fake_moves(), cuda_adamw():
         learner = Learner(cfg, None, {})
         samples, learner.prompt_ids = _samples(cfg, micro_batches, learner.model.config.vocab_size)
@@ -293,14 +332,7 @@ def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True) -> dict[
         learner.optimizer.zero_grad(set_to_none=True)
         peaks["resident"] = tracker.current
         if generate:
-            from vigor_cli.models import load_tokenizer
-
-            engine = make_engine(cfg, learner.model, load_tokenizer(cfg.model))
-            gen_rows = max(1, cfg.engine.gen_batch_tokens // width)
-            tracker.reset_peak()
-            engine.generate([s for s in list(learner.prompt_ids.values())[:1]] * gen_rows, [1] * gen_rows,
-                            SamplingParams(temperature=1.0, top_p=1.0, max_new_tokens=cfg.completion_tokens(), seed=0))
-            peaks["generate"] = tracker.peak
+            peaks["generate"] = _generate_peak(cfg, learner, tracker, full_decode)
         step = learner.optimizer.step
 
         def measured_step(*args: Any, **kwargs: Any) -> Any:
@@ -316,12 +348,13 @@ def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True) -> dict[
     return peaks
 
 
-def check(config: str | None, sets: list[str], micro_batches: int = 2, generate: bool = True) -> dict:
+def check(config: str | None, sets: list[str], micro_batches: int = 2, generate: bool = True,
+          full_decode: bool = False) -> dict:
     """Plan and execution of one config: the JSON memory_check writes."""
     cfg = gpu_config(config, sets)
     plan = plan_for(cfg)
     t0 = time.perf_counter()
-    executed = run_phases(cfg, micro_batches, generate)
+    executed = run_phases(cfg, micro_batches, generate, full_decode)
     seconds = time.perf_counter() - t0
     rows = []
     for phase in PHASES:
@@ -337,7 +370,7 @@ def check(config: str | None, sets: list[str], micro_batches: int = 2, generate:
                 "gradient_checkpointing": m.gradient_checkpointing, "micro_batch_tokens": cfg.grpo.micro_batch_tokens,
                 "logits_chunk_tokens": cfg.grpo.logits_chunk_tokens, "gen_batch_tokens": cfg.engine.gen_batch_tokens,
                 "max_prompt_tokens": cfg.task.max_prompt_tokens, "completion_tokens": cfg.completion_tokens(),
-                "micro_batches": micro_batches},
+                "micro_batches": micro_batches, "full_decode": full_decode},
         "phases": rows, "seconds": round(seconds, 1),
         "plan_items": [{"phase": i.phase, "name": i.name, "gib": round(i.bytes / GIB, 3)} for i in plan.items],
         "not_seen": UNSEEN,
@@ -371,11 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batches", type=int, default=2,
                     help="micro-batches of the update (the second runs with the first's gradients alive)")
     ap.add_argument("--no-generate", action="store_true", help="leave out the generation phase")
+    ap.add_argument("--full-decode", action="store_true",
+                    help="run the engine's whole decode loop (minutes) instead of its prefill and its last step")
     args = ap.parse_args(argv)
     from vigor_cli.errors import UserError
 
     try:
-        result = check(args.config, args.set, args.micro_batches, not args.no_generate)
+        result = check(args.config, args.set, args.micro_batches, not args.no_generate, args.full_decode)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
