@@ -48,10 +48,17 @@ UNSEEN = {
 
 
 # --------------------------------------------------------------------------- the tracker
+def _is_fake(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
+
+
 class LiveStorages(TorchDispatchMode):
     """Bytes of the tensor storages alive now, and their peak, over every storage an op
     creates while the mode is on (fake storages count their size: nothing is allocated).
-    Python numbers read from a fake tensor (``float(t)``, ``bool(t)``) come back as 1 (False for a boolean)."""
+    Python numbers read from a fake tensor (``float(t)``, ``bool(t)``, ``t.tolist()``) come back
+    as 1 (False for a boolean): its values do not exist."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,7 +67,7 @@ class LiveStorages(TorchDispatchMode):
         self._refs: dict[int, Any] = {}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default:
+        if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
             return False if args[0].dtype == torch.bool else 1
         out = func(*args, **(kwargs or {}))
         for t in tree_flatten(out)[0]:
@@ -85,28 +92,6 @@ class LiveStorages(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         self.peak = self.current
-
-
-@contextlib.contextmanager
-def fake_lists() -> Iterator[None]:
-    """``Tensor.tolist`` of a fake tensor: zeros of its shape (its values do not exist)."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    original = torch.Tensor.tolist
-
-    def tolist(self: torch.Tensor) -> Any:
-        if isinstance(self, FakeTensor):
-            z: Any = 0
-            for n in reversed(self.shape):
-                z = [z] * n if not isinstance(z, list) else [list(z) for _ in range(n)]
-            return z
-        return original(self)
-
-    torch.Tensor.tolist = tolist  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.Tensor.tolist = original  # type: ignore[method-assign]
 
 
 # --------------------------------------------------------------------------- 4-bit stand-in
@@ -322,7 +307,7 @@ def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True, full_dec
     from vigor_cli.learner import Learner
 
     tracker, peaks = LiveStorages(), {}
-    with FakeTensorMode(allow_non_fake_inputs=True), tracker, fake_loading(), fake_lists(), fake_moves(), cuda_adamw():
+    with FakeTensorMode(allow_non_fake_inputs=True), tracker, fake_loading(), fake_moves(), cuda_adamw():
         learner = Learner(cfg, None, {})
         samples, learner.prompt_ids = _samples(cfg, micro_batches, learner.model.config.vocab_size)
         # AdamW's states exist from the first step on: create them as the first step does
