@@ -128,3 +128,30 @@ def test_memory_check_command_for_the_15b_and_3b_configs(tmp_path, model):
     assert set(phases) == {"resident", "generate", "update", "optimizer"}
     for p in phases.values():
         assert 0.9 <= p["executed_gib"] / p["planned_gib"] <= 1.1, p
+
+
+def test_gpu_smoke_splits_the_update_peak_at_the_optimizer_step():
+    """bench/gpu_smoke.py's memory check (CUDA only, not run here): the peak before the AdamW
+    step is the update's, the step's own peak is the optimizer phase's, each judged against the plan."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(REPO))
+    from bench.gpu_checks.core import measure_optimizer_step
+
+    class Meter:
+        def __init__(self) -> None:
+            self.peaks, self.resets = [5.0, 2.0], 0
+
+        def peak(self) -> float:
+            return self.peaks.pop(0)
+
+        def reset_peak(self) -> None:
+            self.resets += 1
+
+    calls: list[int] = []
+    learner = SimpleNamespace(optimizer=SimpleNamespace(step=lambda: calls.append(1)))
+    meter = Meter()
+    seen = measure_optimizer_step(learner, meter)
+    assert seen == {}
+    learner.optimizer.step()
+    assert seen == {"update": 5.0, "optimizer": 2.0} and calls == [1] and meter.resets == 1
