@@ -107,6 +107,21 @@ def nf4_bytes(numel: int) -> int:
     return numel // 2 + blocks + 4 * -(-blocks // NF4_SCALE_BLOCKS)
 
 
+def bitsandbytes_nf4_bytes(in_features: int, out_features: int) -> int:
+    """Bytes bitsandbytes itself keeps for one NF4 linear layer (double quantisation), quantised
+    on this machine's CPU: the packed codes, the absmax codes, their float32 scales and offset."""
+    import bitsandbytes as bnb
+
+    weight = torch.nn.Linear(in_features, out_features, bias=False, dtype=torch.bfloat16).weight.data
+    layer = bnb.nn.Linear4bit(in_features, out_features, bias=False, compute_dtype=torch.bfloat16,
+                              quant_type="nf4", compress_statistics=True)
+    layer.weight = bnb.nn.Params4bit(weight, requires_grad=False, quant_type="nf4", compress_statistics=True)
+    layer = layer.to("cpu")
+    state = layer.weight.quant_state
+    parts = [layer.weight.data, state.absmax] + ([state.state2.absmax, state.offset] if state.nested else [])
+    return sum(t.numel() * t.element_size() for t in parts)
+
+
 class _NF4MatMul(torch.autograd.Function):
     """bitsandbytes' matmul_4bit's memory: the weight dequantised to the compute dtype for the
     call (forward, and again in backward), the compute-dtype input saved for backward."""
@@ -392,10 +407,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--micro-batches", type=int, default=2,
                     help="micro-batches of the update (the second runs with the first's gradients alive)")
     ap.add_argument("--no-generate", action="store_true", help="leave out the generation phase")
+    ap.add_argument("--nf4-layer", metavar="IN,OUT",
+                    help="quantise one IN x OUT linear layer with bitsandbytes on this CPU and compare its bytes "
+                         "with the stand-in's and the plan's, then exit")
     ap.add_argument("--full-decode", action="store_true",
                     help="run the engine's whole decode loop (minutes) instead of its prefill and its last step")
     args = ap.parse_args(argv)
     from vigor_cli.errors import UserError
+
+    if args.nf4_layer:
+        from vigor_cli.memory_plan import NF4_BYTES_PER_PARAM
+
+        i, o = (int(x) for x in args.nf4_layer.split(","))
+        real = bitsandbytes_nf4_bytes(i, o)
+        print(f"{i} x {o} NF4 layer: bitsandbytes {real} bytes, stand-in {nf4_bytes(i * o)}, "
+              f"plan {i * o * NF4_BYTES_PER_PARAM:.0f}")
+        return 0
 
     try:
         result = check(args.config, args.set, args.micro_batches, not args.no_generate, args.full_decode)

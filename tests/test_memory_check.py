@@ -86,6 +86,15 @@ def test_nf4_stand_in_holds_the_plans_bytes_and_computes_in_16_bit():
     assert x.grad.shape == x.shape
 
 
+def test_nf4_bytes_match_bitsandbytes_quantising_one_layer_on_this_cpu():
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes (the gpu extra) is not installed")
+    from memory_check import bitsandbytes_nf4_bytes, nf4_bytes
+
+    real = bitsandbytes_nf4_bytes(1024, 3072)
+    assert abs(real - nf4_bytes(1024 * 3072)) <= 8  # bitsandbytes adds its float32 offset
+    assert real / (1024 * 3072) == pytest.approx(mp.NF4_BYTES_PER_PARAM, rel=1e-4)
+
+
 def test_a_config_that_does_not_exist_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "memory_check.py"), "--config",
                            str(tmp_path / "missing.yaml"), "--json", str(tmp_path / "out.json")],
