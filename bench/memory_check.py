@@ -3,8 +3,8 @@
 A run config's policy is built on the meta device and given fake CPU storage
 (torch's FakeTensorMode: shapes and dtypes, no bytes), then vigor's own code runs each
 phase of the plan: the transformers engine's generate call at the plan's batch, the
-Learner's update (LoRA, checkpointing, chunked output layer) and its AdamW step, or the
-TRL path's update. A tracker of live tensor storages gives each phase's peak.
+Learner's update (LoRA, checkpointing, chunked output layer) and its AdamW step. A tracker
+of live tensor storages gives each phase's peak (the TRL path's update is not run).
 
     python bench/memory_check.py --config configs/qwen2.5-1.5b-math-vigor.yaml \\
         --set model.name_or_path=tests/fixtures/model_configs/Qwen2.5-1.5B --json out.json
@@ -238,7 +238,8 @@ def cuda_adamw() -> Iterator[None]:
 # --------------------------------------------------------------------------- the run
 def gpu_config(path: str | None, sets: list[str]) -> Any:
     """The run config as a CUDA run resolves it, on the transformers engine: model.dtype 'auto'
-    is bfloat16 and model.gradient_checkpointing 'auto' is on (a hub model on CUDA)."""
+    is bfloat16 and model.gradient_checkpointing 'auto' is on (a hub model on CUDA). The
+    engine's weight check is off: a no-grad forward of a few rows, below the update's peak."""
     from vigor_cli.settings import build_config
 
     cfg = build_config(path, sets=sets)
