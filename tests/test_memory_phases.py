@@ -77,19 +77,25 @@ def test_adamw_states_to_come_after_the_engine_have_the_parameters_dtype():
 def test_lora_float32_branch_in_generation_by_hand():
     """LoRA r=8 on gate/up/down of a bf16 base: at the up projection, the gate's activation and
     the up projection's output (bf16), the residual and normalised input (bf16), and peft's
-    float32 copy of the input, A's output, B's output and its scaled copy."""
+    float32 copy of the input, A's output, B's output and its scaled copy. The prompts' forward
+    and the last decode step are two moments: the plan counts the prefill beyond the full cache."""
     h, i, r = 64, 256, 8
     shape = _shape(lora_params=1, lora_targets=3, lora_linears=(("down_proj", i, h), ("gate_proj", h, i),
                                                                  ("up_proj", h, i)))
-    plan = _plan(["model.lora.enabled=true", "model.lora.r=8", "engine.kind=hf", "engine.gen_batch_tokens=1024",
-                  "task.max_prompt_tokens=100", "sampling.max_new_tokens=28"], shape)
+    sets = ["engine.kind=hf", "engine.gen_batch_tokens=1024", "task.max_prompt_tokens=100", "sampling.max_new_tokens=28"]
+    plan = _plan(["model.lora.enabled=true", "model.lora.r=8", *sets], shape)
     up = (2 * i + 2 * h) * 2 + 4 * h + 4 * r + 8 * i
-    prefill = 8 * 100
-    assert _items(plan)["generate", "LoRA float32 branch"] == prefill * (up - (3 * i + 6 * h) * 2)
-    no_lora = _items(_plan(["model.lora.enabled=false", "engine.kind=hf"], shape))
-    assert ("generate", "LoRA float32 branch") not in no_lora
-    fp32 = _items(_plan(["model.lora.enabled=true", "model.dtype=float32", "engine.kind=hf"], shape))
-    assert ("generate", "LoRA float32 branch") not in fp32  # a float32 base: peft's cast copies nothing
+    rows, prefill = 8, 8 * 100
+    kv_token = 2 * 2 * 2 * 16 * 2  # keys and values, 2 layers, 2 heads of 16, bf16
+    items = _items(plan)
+    assert items["generate", "hf generate KV cache"] == rows * 128 * kv_token
+    assert items["generate", "hf generate prefill"] == prefill * (up + kv_token) - rows * 128 * kv_token
+    no_lora = _items(_plan(["model.lora.enabled=false", *sets], shape))
+    assert no_lora["generate", "hf generate prefill"] == max(0, prefill * ((3 * i + 6 * h) * 2 + kv_token) - rows * 128 * kv_token)
+    assert no_lora["generate", "hf generate prefill"] < items["generate", "hf generate prefill"]
+    fp32 = _items(_plan(["model.lora.enabled=true", "model.dtype=float32", *sets], shape))
+    kv32 = rows * 128 * kv_token * 2
+    assert fp32["generate", "hf generate prefill"] == max(0, prefill * ((3 * i + 6 * h) * 4 + 2 * kv_token) - kv32)  # no cast copies
 
 
 def test_the_storage_tracker_counts_new_tensors_not_views_or_loaded_ones():

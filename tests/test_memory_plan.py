@@ -236,7 +236,7 @@ def test_a_run_is_refused_before_the_model_loads(vigor, tmp_path, monkeypatch):
 SHIPPED = {
     "qwen2.5-1.5b-math-grpo.yaml": "Qwen2.5-1.5B", "qwen2.5-1.5b-math-vigor.yaml": "Qwen2.5-1.5B",
     "qwen2.5-3b-math-grpo.yaml": "Qwen2.5-3B", "qwen2.5-3b-math-vigor.yaml": "Qwen2.5-3B",
-    "qwen3-8b-lcb-grpo.yaml": "Qwen3-8B", "qwen3-8b-lcb.yaml": "Qwen3-8B",
+    "qwen3-8b-lcb-grpo.yaml": "Qwen3-8B", "qwen3-8b-lcb.yaml": "Qwen3-8B", "qwen3-8b-lcb-24gb.yaml": "Qwen3-8B",
 }
 
 
@@ -255,7 +255,10 @@ def test_shipped_configs_fit_their_stated_gpu(name):
     cfg = build_config(path, sets=[f"model.name_or_path={FIXTURES / SHIPPED[name]}", f"train.gpu_memory_gib={gib}"])
     plan = mp.plan_run(cfg)
     assert plan.fits, plan.problems
-    assert plan.engine == "vllm" and plan.kv_sequences >= 8  # room for a useful batch of rollouts
+    if cfg.engine.kind == "hf":  # the 24 GB 8B config: no room for vLLM's bf16 copy, the policy samples
+        assert stated.group(1) == "24 GB" and plan.phase("generate") - plan.phase("resident") > 4 * GIB
+    else:
+        assert plan.engine == "vllm" and plan.kv_sequences >= 8  # room for a useful batch of rollouts
     smaller = {"24 GB": None, "48 GB": "24 GB", "80 GB": "48 GB"}[stated.group(1)]
     if smaller:  # the statement is the smallest class that fits
         cfg.train.gpu_memory_gib = mp.GPU_CLASSES[smaller]

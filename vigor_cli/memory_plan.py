@@ -75,6 +75,25 @@ def logits_chunk_bytes(vocab: int, chunk: int, head_bytes: int) -> float:
     return chunk * vocab * (head_bytes + (4 if head_bytes < 4 else 0) + 12)
 
 
+CHECKPOINTED_PEAK = {"16-bit": (27, 17.4), "float32": (7, 27.4), "4-bit": (19, 27.4)}
+"""Bytes per token, per unit of hidden and intermediate size, alive at the widest moment of a
+checkpointed update under LoRA (one layer's backward, the layer recomputed: its saved tensors,
+peft's float32 copies of the adapters' inputs, the gradients in flight, the final norm's
+tensors), beside the layer inputs checkpointing keeps; by how the policy is held. Measured by
+executing vigor's update at full size under fake tensors (bench/memory_check.py) for
+Qwen2.5-1.5B, Qwen2.5-3B and Qwen3-8B."""
+
+
+def checkpointed_layer_peak(s: ModelShape, p: "_Precision", width: int) -> float:
+    """Bytes per token at a checkpointed LoRA update's widest moment beyond the layer inputs
+    (:data:`CHECKPOINTED_PEAK`), plus the attention mask (a [width, width] matrix per row in
+    the compute dtype and as booleans) and, for models with per-head query/key norms, their
+    float32 copies."""
+    a, b = CHECKPOINTED_PEAK["4-bit" if p.four_bit else "16-bit" if p.act == 2 else "float32"]
+    qk = 12 * (s.heads + s.kv_heads) * s.head_dim if s.qk_norm else 0
+    return a * s.hidden + b * s.intermediate + (p.act + 1) * width + qk
+
+
 PHASES = ("resident", "generate", "update", "optimizer")
 
 
@@ -271,20 +290,25 @@ def _plan_vllm(plan: Plan, cfg: Any, shape: ModelShape) -> None:
 
 
 def _plan_hf_generate(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> None:
-    """transformers generation: a KV cache of engine.gen_batch_tokens and each row's logits."""
-    gen_tokens = cfg.engine.gen_batch_tokens
-    rows = max(1, gen_tokens // (cfg.task.max_prompt_tokens + cfg.completion_tokens()))
-    kv_hf = gen_tokens * _kv_per_token(shape) * p.act / 2
-    plan.items.append(Item("generate", "hf generate KV cache", kv_hf, f"engine.gen_batch_tokens={gen_tokens}"))
+    """transformers generation: two moments, not at once. The prompts' forward (the prompts'
+    KV cache, one layer's tensors at a time, peft's float32 branch) and the last decode step
+    (the cache of every row at full length, the rows' logits); the plan counts the larger."""
+    gen_tokens, prompt = cfg.engine.gen_batch_tokens, cfg.task.max_prompt_tokens
+    width = prompt + cfg.completion_tokens()
+    rows = max(1, gen_tokens // width)
+    per_token = _kv_per_token(shape) * p.act / 2
+    kv_hf = rows * width * per_token
+    plan.items.append(Item("generate", "hf generate KV cache", kv_hf,
+                           f"{rows} rows x {width} tokens (engine.gen_batch_tokens={gen_tokens})"))
     plan.items.append(Item("generate", "hf generate logits", rows * shape.vocab * (p.act + 8), f"{rows} rows"))
-    prefill = rows * cfg.task.max_prompt_tokens  # the prompts' forward: one layer's tensors at a time
+    prefill = rows * prompt  # the prompts' forward: one layer's tensors at a time
     mlp = (3 * shape.intermediate + 6 * shape.hidden) * p.act
-    plan.items.append(Item("generate", "hf generate prefill", prefill * mlp,
-                           f"{prefill} prompt tokens through one layer"))
-    extra = lora_float32_moment(shape, p, cfg.model.lora.r) - mlp
-    if extra > 0:
-        plan.items.append(Item("generate", "LoRA float32 branch", prefill * extra,
-                               "peft computes each adapter in float32 beside the 16-bit layer"))
+    extra = max(0.0, lora_float32_moment(shape, p, cfg.model.lora.r) - mlp)
+    forward = prefill * (mlp + extra + per_token)
+    beyond = max(0.0, forward - kv_hf)
+    plan.items.append(Item("generate", "hf generate prefill", beyond,
+                           f"{prefill} prompt tokens through one layer{' (LoRA: float32 branch)' if extra else ''}: "
+                           f"{forward / GIB:.2f} GiB at its own moment, counted beyond the full cache"))
 
 
 LORA_ALIVE = {"gate_proj": ("intermediate",), "up_proj": ("intermediate", "intermediate"),
@@ -320,6 +344,26 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
 
     tokens, stream = cfg.grpo.micro_batch_tokens, p.stream
     checkpointing = gradient_checkpointing_on(cfg.model, torch.device(plan.device))
+    width = min(cfg.task.max_prompt_tokens + cfg.completion_tokens(), tokens)
+    chunk = cfg.grpo.logits_chunk_tokens
+    if chunk > 0:
+        head, head_note = logits_chunk_bytes(shape.vocab, min(chunk, tokens), p.act), f"{min(chunk, tokens)} positions x {shape.vocab} vocabulary"
+    else:
+        head, head_note = tokens * shape.vocab * 10.6, "grpo.logits_chunk_tokens=0: every position x vocabulary, ~10.6 bytes each"
+    plan.items.append(Item("update", "gradients", p.trainable * p.train_bytes, ""))
+    if checkpointing and p.lora:
+        # Two moments, not at once: the output layer's backward (its chunk, the final hidden
+        # states and their gradient) and a layer's backward; the layer inputs live through both.
+        layer = tokens * checkpointed_layer_peak(shape, p, width)
+        plan.items.append(Item("update", "activations", tokens * shape.layers * stream * shape.hidden + layer,
+                               f"{tokens} tokens (grpo.micro_batch_tokens), checkpointed: {shape.layers} layer "
+                               "inputs + the widest moment of one layer's backward"))
+        output = head + tokens * (stream + 8) * shape.hidden
+        plan.items.append(Item("update", "output-layer chunk" if chunk > 0 else "full logits", max(0.0, output - layer),
+                               f"{head_note}: {output / GIB:.2f} GiB at its own moment, counted beyond the layer's"))
+        if plan.engine == "vllm":
+            plan.items.append(Item("update", "vLLM asleep", VLLM_ASLEEP_BYTES, f"sleep level {cfg.engine.sleep_level}; assumed"))
+        return checkpointing
     per_layer = layer_activation_bytes(shape, p.act, stream, cfg.model.lora.r if p.lora else 0, casts=p.master)
     if checkpointing:
         activations = tokens * (shape.layers * stream * shape.hidden + per_layer)
@@ -327,10 +371,8 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
     else:
         activations = tokens * shape.layers * per_layer
         how = f"{shape.layers} layers x {per_layer / 1024:.0f} KiB per token"
-    width = cfg.task.max_prompt_tokens + cfg.completion_tokens()
-    outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + min(width, tokens))  # final norm, kept rows, mask
+    outside = tokens * ((4 + stream) * shape.hidden + stream * shape.hidden + width)  # final norm, kept rows, mask
     transient = tokens * 4 * (stream * shape.hidden + p.act * shape.intermediate)  # one layer's gradients in flight
-    plan.items.append(Item("update", "gradients", p.trainable * p.train_bytes, ""))
     if p.master:  # autocast's 16-bit casts of the float32 weights (decoder linears and the head)
         copies = (shape.quantizable_params + shape.vocab * shape.hidden) * p.act
         plan.items.append(Item("update", "autocast weight copies", copies,
@@ -341,13 +383,7 @@ def _plan_update(plan: Plan, cfg: Any, shape: ModelShape, p: _Precision) -> bool
         kept = 1 if checkpointing else shape.layers
         plan.items.append(Item("update", "LoRA float32 inputs", tokens * kept * 4 * sum(i for _, i, _ in shape.lora_linears),
                                f"kept for the adapters' gradients, {kept} layer(s)"))
-    chunk = cfg.grpo.logits_chunk_tokens
-    if chunk > 0:
-        plan.items.append(Item("update", "output-layer chunk", logits_chunk_bytes(shape.vocab, min(chunk, tokens), p.act),
-                               f"{min(chunk, tokens)} positions x {shape.vocab} vocabulary"))
-    else:
-        plan.items.append(Item("update", "full logits", tokens * shape.vocab * 10.6,
-                               "grpo.logits_chunk_tokens=0: every position x vocabulary, ~10.6 bytes each"))
+    plan.items.append(Item("update", "output-layer chunk" if chunk > 0 else "full logits", head, head_note))
     if plan.engine == "vllm":
         plan.items.append(Item("update", "vLLM asleep", VLLM_ASLEEP_BYTES, f"sleep level {cfg.engine.sleep_level}; assumed"))
     return checkpointing

@@ -27,6 +27,7 @@ class ModelShape:
     lora_targets: int  # adapted linear layers per decoder layer
     lora_linears: tuple[tuple[str, int, int], ...] = ()
     """(name, in_features, out_features) of each adapted linear layer of a decoder layer."""
+    qk_norm: bool = False  # RMSNorm on each head's queries and keys (Qwen3)
 
 
 def _lora_matches(path: str, targets: str | list[str], head_path: str) -> bool:
@@ -87,5 +88,6 @@ def model_shape(model_cfg: Any) -> ModelShape:
         max_positions=getattr(text, "max_position_embeddings", None),
         lora_targets=len(adapted),
         lora_linears=tuple(sorted((name, i, o) for name, (i, o) in adapted.items())),
+        qk_norm=any(n.endswith(".q_norm") for n, _ in model.named_modules()),
     )
 

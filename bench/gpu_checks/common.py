@@ -46,6 +46,13 @@ class CudaMeter:
         torch.cuda.reset_peak_memory_stats()
         self.base = torch.cuda.memory_allocated()
 
+    def reset_peak(self) -> None:
+        """Start a new peak from what is allocated now (the start stays)."""
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
     def now(self) -> float:
         import torch
 

@@ -47,6 +47,23 @@ class OwnWeightsEngine:
     shares_policy = False
 
 
+def measure_optimizer_step(learner: Any, meter: Any) -> dict[str, float]:
+    """Split the update's peak at the optimizer step: ``update`` is the peak before it and
+    ``optimizer`` the step's own (both over the meter's start); filled as the step runs."""
+    seen: dict[str, float] = {}
+    step = learner.optimizer.step
+
+    def measured(*args: Any, **kwargs: Any) -> Any:
+        seen["update"] = meter.peak()
+        meter.reset_peak()
+        out = step(*args, **kwargs)
+        seen["optimizer"] = meter.peak()
+        return out
+
+    learner.optimizer.step = measured
+    return seen
+
+
 def memory_generate(ctx: Context, v: Verdicts) -> None:
     from vigor_cli.models import load_policy
     from vigor_cli.rollout.base import SamplingParams
@@ -97,14 +114,20 @@ def memory_update(ctx: Context, v: Verdicts, lora: bool) -> None:
         judge_memory(v, "memory: the weight check's frozen base copy", items[mp.BASE_COPY], ctx.meter.now(),
                      ctx.args.under, ctx.args.over)
     ctx.meter.start()
+    seen = measure_optimizer_step(learner, ctx.meter)
     metrics = learner.update(samples)
-    measured = ctx.meter.peak()
+    measured = seen.get("update", ctx.meter.peak())
     planned = plan.allocated_by_update()
+    # the first step creates AdamW's states: the step allocates them, the gradients are there
+    planned_step = plan.phase("optimizer") - plan.phase("resident") + items["AdamW states"]
     ctx.results[f"memory_update_{'lora' if lora else 'full'}"] = {
         "planned_gib": planned / GIB, "measured_gib": measured / GIB, "loaded_gib": loaded / GIB,
+        "optimizer_planned_gib": planned_step / GIB, "optimizer_measured_gib": seen.get("optimizer", 0.0) / GIB,
         "items_gib": {k: b / GIB for k, b in items.items()}, "grad_norm": metrics["losses/grad_norm"]}
     judge_memory(v, f"memory: one {what} update ({cfg.grpo.micro_batch_tokens} tokens)", planned, measured,
                  ctx.args.under, ctx.args.over)
+    if "optimizer" in seen:
+        judge_memory(v, f"memory: the {what} AdamW step", planned_step, seen["optimizer"], ctx.args.under, ctx.args.over)
     del learner
     release()
 
