@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 # The study's public names, for the tests and for reading the study from Python.
 from bench.efficiency_study.design import (  # noqa: E402,F401
-    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
+    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEFAULT150_ARMS, DEFAULT150_STUDY, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
     ISSUE11_ARMS, ISSUE11_STUDY, ISSUE25_ARMS, PLATEAU_ARMS, QUICK_STUDY, REGIMES, STUDY, TASK_SETS, TASK_SIZES,
     Cell, Plan, Regime, RunSpec, arm_sets, bad_flag, cell_key, make_plan, make_specs, rollouts_per_prompt,
 )
@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="Minutes: every strategy, 2 seeds, 8 prompts per step, 192 rollouts per run, default regime.")
-    p.add_argument("--study", choices=["issue25", "issue11", "issue7"], default="issue25",
+    p.add_argument("--study", choices=["issue25", "issue11", "issue7", "default150"], default="issue25",
                    help="issue25 (default): issue 11's 6 regimes, 3 plateau regimes and the compute axis, with Pilot-Commit; "
-                   "issue11: 6 regimes x 8 arms; issue7: the earlier tiny-math study (dapo, greso, pods, ablations).")
+                   "issue11: 6 regimes x 8 arms; issue7: the earlier tiny-math study (dapo, greso, pods, ablations); "
+                   "default150: the default config at its full 150 steps (auto, auto held wide, grpo, grpo-wide; 12 seeds).")
     p.add_argument("--tasks", default=None, help="Only the study's cells of these tasks (comma-separated).")
     p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
     p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
