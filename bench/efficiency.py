@@ -81,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="Results directory (default bench/results/efficiency[-quick]).")
     p.add_argument("--default-model", default=None, help="Starting model of the default, peaked and flat regimes (default: the bundled tiny model).")
     p.add_argument("--aggregate-only", action="store_true", help="Only recompute tables and plots from finished runs.")
+    p.add_argument("--publish", action="store_true",
+                   help="Write the committed copy (bench/efficiency_results.json) even with --out; --study default150 adds its cell to it.")
     p.add_argument("--keep-from", default=None, metavar="JSON",
                    help="An earlier study's results JSON: its runs (curves and measures) count for the seeds this study did not run, "
                    "measured against this study's targets (issue 25 keeps issue 11's five seeds).")
@@ -282,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
         run_timing(plan, models, out, steps, console)
     report(results, plan, args, out, models)
-    json_path, md_path = write_results(results, out, console, publish=not args.quick and args.out is None)
+    json_path, md_path = write_results(results, out, console, publish=not args.quick and (args.out is None or args.publish),
+                                       merge=args.study == "default150")
     console.print(f"results: {json_path}; tables: {md_path}; plots under {out}")
     if failures:
         console.print(f"[red]{len(failures)} runs failed:[/] " + "; ".join(f"{f['run']}: {f['last_line']}" for f in failures))
