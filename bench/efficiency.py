@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 # The study's public names, for the tests and for reading the study from Python.
 from bench.efficiency_study.design import (  # noqa: E402,F401
-    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEFAULT150_ARMS, DEFAULT150_STUDY, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
+    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEFAULT150_ARMS, DEFAULT150_SEEDS, DEFAULT150_STUDY, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
     ISSUE11_ARMS, ISSUE11_STUDY, ISSUE25_ARMS, PLATEAU_ARMS, QUICK_STUDY, REGIMES, STUDY, TASK_SETS, TASK_SIZES,
     Cell, Plan, Regime, RunSpec, arm_sets, bad_flag, cell_key, make_plan, make_specs, rollouts_per_prompt,
 )

@@ -175,7 +175,8 @@ def write_results(results: dict, out: Path, console: Any, publish: bool, merge: 
     if publish and merge and PUBLISHED.is_file():
         published = json.loads(PUBLISHED.read_text())
         for key, cell in results["cells"].items():
-            published["cells"][key] = _rounded({**cell, "study": {k: results.get(k) for k in (
+            seeds = min((a.get("seeds", 0) for a in cell.get("arms", {}).values()), default=0)
+            published["cells"][key] = _rounded({**cell, "seeds": seeds, "study": {k: results.get(k) for k in (
                 "command", "plan", "machine", "provenance", "study_seconds", "failures")}})
         PUBLISHED.write_text(json.dumps(published, separators=(",", ":")) + "\n")
     elif publish:
