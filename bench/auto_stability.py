@@ -71,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(head))
     for r in rows:
         print(" | ".join(f"{r[k]:.4f}" if isinstance(r[k], float) and k == "ratio_sd_median" else str(r[k]) for k in head))
+    def shown(path: Path) -> str:  # no machine paths in the results: the run's path in the repository
+        absolute = Path(path).absolute()
+        return str(absolute.relative_to(ROOT)) if absolute.is_relative_to(ROOT) else path.name
+
     args.out.write_text(json.dumps({"command": "python bench/auto_stability.py " + " ".join(
-        [*(r.name for r in args.runs), "--holds", args.holds]), "rows": rows}, indent=1) + "\n")
+        [*(shown(r) for r in args.runs), "--holds", args.holds]), "rows": rows}, indent=1) + "\n")
     print(f"written: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 
