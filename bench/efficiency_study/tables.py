@@ -45,7 +45,7 @@ def markdown_table(cell: dict) -> str:
             f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup']) if learned else '-'} "
             f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup']) if learned else '-'} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
-            f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
+            f"| {_pts(a['final_accuracy_delta'])} "  # None: the cell ran without grpo (--arms)
             f"| {_num(a.get('mean_accuracy_median'), 3)} | {_pts(a.get('mean_accuracy_delta'))} "
             f"| {_x(a['seconds_per_rollout_ratio'])} |"
         )
