@@ -138,3 +138,23 @@ def test_three_steps_every_line_and_every_view(tmp_path, vigor, capsys):
     code, out, err = vigor("report", str(run), "--out", str(tmp_path / "report"))
     assert code == 0, err
     assert "no signal" in out and f"{total:,} (" in out
+
+
+def test_the_progress_line_shows_it(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    from vigor_cli.rollout.weight_check import WeightCheck
+    from vigor_cli.train_log import StepLog, TrainLog
+
+    (tmp_path / "run").mkdir()
+    buffer = io.StringIO()
+    log = TrainLog(build_config(), RunDir(tmp_path / "run"), Console(file=buffer, width=80), {})
+    metrics = {"step": 1, "reward/mean": 0.5, "groups/zero_var_frac": 0.5, "rollouts/step": 512,
+               "rollouts/cumulative": 512, "rollouts/zero_variance": 218, "rollouts/zero_variance_share": 218 / 512,
+               "completions/mean_length": 4.8, "losses/loss": 0.001, "losses/clipfrac_low": 0.0,
+               "losses/clipfrac_high": 0.0, "time/generate": 0.4, "time/reward": 0.0, "time/update": 0.6}
+    log.step(StepLog(metrics=metrics), WeightCheck("unchecked", 0, 0.0, 0.0, 0.0, 0.0))
+    [line] = buffer.getvalue().splitlines()
+    assert "zero-var 0.50  no-signal 218 (43%)  rollouts 512" in line
