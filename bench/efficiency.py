@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 # The study's public names, for the tests and for reading the study from Python.
 from bench.efficiency_study.design import (  # noqa: E402,F401
-    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
+    ABLATIONS, ARM_SETS, BASELINE, COMPUTE_ARMS, COMPUTE_LENGTHS, DEFAULT150_ARMS, DEFAULT150_SEEDS, DEFAULT150_STUDY, DEPTH_ARMS, ISSUE7_ARMS, ISSUE7_STUDY,
     ISSUE11_ARMS, ISSUE11_STUDY, ISSUE25_ARMS, PLATEAU_ARMS, QUICK_STUDY, REGIMES, STUDY, TASK_SETS, TASK_SIZES,
     Cell, Plan, Regime, RunSpec, arm_sets, bad_flag, cell_key, make_plan, make_specs, rollouts_per_prompt,
 )
@@ -60,9 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="Minutes: every strategy, 2 seeds, 8 prompts per step, 192 rollouts per run, default regime.")
-    p.add_argument("--study", choices=["issue25", "issue11", "issue7"], default="issue25",
+    p.add_argument("--study", choices=["issue25", "issue11", "issue7", "default150"], default="issue25",
                    help="issue25 (default): issue 11's 6 regimes, 3 plateau regimes and the compute axis, with Pilot-Commit; "
-                   "issue11: 6 regimes x 8 arms; issue7: the earlier tiny-math study (dapo, greso, pods, ablations).")
+                   "issue11: 6 regimes x 8 arms; issue7: the earlier tiny-math study (dapo, greso, pods, ablations); "
+                   "default150: the default config at its full 150 steps (auto, auto held wide, grpo, grpo-wide; 12 seeds).")
     p.add_argument("--tasks", default=None, help="Only the study's cells of these tasks (comma-separated).")
     p.add_argument("--regimes", default=None, help=f"Only the study's cells of these regimes; a regime not in the study ({list(REGIMES)}) adds cells.")
     p.add_argument("--arms", default=None, help=f"Replace every cell's arms: strategies or ablations {sorted(ARM_SETS)}.")
@@ -80,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="Results directory (default bench/results/efficiency[-quick]).")
     p.add_argument("--default-model", default=None, help="Starting model of the default, peaked and flat regimes (default: the bundled tiny model).")
     p.add_argument("--aggregate-only", action="store_true", help="Only recompute tables and plots from finished runs.")
+    p.add_argument("--publish", action="store_true",
+                   help="Write the committed copy (bench/efficiency_results.json) even with --out; --study default150 adds its cell to it.")
     p.add_argument("--keep-from", default=None, metavar="JSON",
                    help="An earlier study's results JSON: its runs (curves and measures) count for the seeds this study did not run, "
                    "measured against this study's targets (issue 25 keeps issue 11's five seeds).")
@@ -281,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.timing_steps if args.timing_steps is not None else (2 if args.quick else 12)
         run_timing(plan, models, out, steps, console)
     report(results, plan, args, out, models)
-    json_path, md_path = write_results(results, out, console, publish=not args.quick and args.out is None)
+    json_path, md_path = write_results(results, out, console, publish=not args.quick and (args.out is None or args.publish),
+                                       merge=args.study == "default150")
     console.print(f"results: {json_path}; tables: {md_path}; plots under {out}")
     if failures:
         console.print(f"[red]{len(failures)} runs failed:[/] " + "; ".join(f"{f['run']}: {f['last_line']}" for f in failures))

@@ -339,7 +339,7 @@ def test_the_committed_study_holds_every_regime_with_intervals_and_no_machine_pa
     text = path.read_text()
     assert "/work/" not in text and "/tmp/" not in text and "/home/" not in text
     results = json.loads(text)
-    regimes = {k: c for k, c in results["cells"].items() if "compute_axis" not in c}
+    regimes = {k: c for k, c in results["cells"].items() if "compute_axis" not in c and "study" not in c}
     assert len(regimes) >= 8
     for key, cell in regimes.items():
         assert "pilot-commit" in cell["arms"] and "auto" in cell["arms"], key
@@ -358,6 +358,81 @@ def test_the_committed_study_holds_every_regime_with_intervals_and_no_machine_pa
         assert cell["plateau"]["plateaued"] and cell["plateau"]["command"].startswith("python bench/efficiency.py --make-plateau")
     compute = [c for c in results["cells"].values() if "compute_axis" in c]
     assert compute and len({len(r) for r in compute[0]["runs"].values()}) == 1
+
+
+def test_the_default_150_cell_is_the_default_config_at_full_length(tmp_path):
+    plan = _plan(study="default150")
+    [cell] = plan.cells
+    assert cell.key == "default-150" and plan.seeds == 12 == eff.DEFAULT150_SEEDS
+    assert cell.arms == ["grpo", "grpo-wide", "auto", "auto-wide", "auto-plain"]
+    assert (cell.prompts_per_step, cell.total_rollouts, cell.eval_every_rollouts) == (64, 150 * 512, 15 * 512)
+    specs = eff.make_specs(plan, tmp_path, {r: "tiny" for r in eff.REGIMES})
+    assert len(specs) == 12 * 5 and specs[0].run_dir.endswith("default-150/grpo-s0")
+    assert _plan(study="default150", seeds=2).seeds == 2
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.settings import build_config
+
+    def config(arm):
+        return build_config(default_config_file(None, "tiny-math"), sets=["train.prompts_per_step=64", *eff.arm_sets(arm, 64)])
+
+    wide = config("auto-wide")
+    assert wide.allocation.strategy == "auto" and wide.allocation.auto.margin == 100  # no plan clears 100x
+    assert config("auto-plain").allocation.auto.hold == 0 and config("auto").allocation.auto.hold == 1
+    assert config("grpo-wide").train.prompts_per_step * config("grpo-wide").allocation.group_size == 512
+    assert config("grpo").train.steps == 150  # the default config's length
+
+
+def test_rollouts_without_signal_from_the_allocation_record(tmp_path):
+    from bench.efficiency_study.measures import no_signal_at, no_signal_rollouts, update_signal
+
+    rec = {"strategy": "auto", "prompts": [
+        {"uid": "a", "rollouts": 4, "rounds": [{"rewards": [1, 1]}, {"rewards": [1, 1]}], "in_update": True},
+        {"uid": "b", "rollouts": 2, "rounds": [{"rewards": [0, 1]}], "in_update": True},
+        {"uid": "c", "rollouts": 2, "rounds": [{"rewards": [0, 0]}], "in_update": False},
+        {"uid": "d", "rollouts": 0, "rounds": [], "in_update": False}]}
+    assert no_signal_rollouts(rec) == (6, 8)
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{**rec, "step": 1, "totals": {"auto": {"decision": "wide"}}},
+             {**rec, "step": 2, "totals": {"auto": {"decision": "deep"}}, "prompts": rec["prompts"][:2]}]
+    (run / "allocation.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    signal = update_signal(run)
+    assert signal["zero_variance_share"] == pytest.approx((6 + 4) / (8 + 6))
+    assert signal["wide_zero_variance_share"] == pytest.approx(6 / 8)
+    assert signal["deep_zero_variance_share"] == pytest.approx(4 / 6)
+    assert signal["no_signal"] == [[8, 6], [14, 10]]
+    assert no_signal_at(signal["no_signal"], [0, 8, 10, 14]) == [0, 6, 6, 10]
+
+
+def test_a_cell_study_is_added_to_the_committed_copy_keeping_the_others(tmp_path, monkeypatch):
+    from bench.efficiency_study import results as res
+
+    published = tmp_path / "published.json"
+    published.write_text(json.dumps({"command": "the full study", "cells": {"tiny-facts": {"arms": {"grpo": {"seeds": 8}}}}}))
+    monkeypatch.setattr(res, "PUBLISHED", published)
+    monkeypatch.setattr(res, "print_tables", lambda *a: None)
+    monkeypatch.setattr(res, "render_markdown", lambda r: "")
+    new = {"command": "python bench/efficiency.py --study default150 --seeds 2", "plan": {"seeds": 2},
+           "cells": {"default-150": {"arms": {"grpo": {"seeds": 2}, "auto": {"seeds": 2}}, "runs": {}}}}
+    res.write_results(new, tmp_path / "out", None, publish=True, merge=True)
+    out = json.loads(published.read_text())
+    assert out["command"] == "the full study" and out["cells"]["tiny-facts"] == {"arms": {"grpo": {"seeds": 8}}}
+    cell = out["cells"]["default-150"]
+    assert cell["study"]["command"].endswith("--seeds 2") and cell["seeds"] == 2
+
+
+def test_the_committed_default_150_cell_says_its_arms_and_seeds():
+    """The default run at full length: every arm with its seed count and rollouts spent
+    without signal; auto with its deep share; the command that made it."""
+    results = json.loads((ROOT / "bench" / "efficiency_results.json").read_text())
+    cell = results["cells"]["default-150"]
+    assert {"grpo", "grpo-wide", "auto", "auto-wide"} <= set(cell["arms"])
+    assert cell["seeds"] == min(a["seeds"] for a in cell["arms"].values()) >= 1
+    for arm, a in cell["arms"].items():
+        assert 0 < a["zero_variance_share_median"] < 1, arm
+        assert len(cell["runs"][arm]) == a["seeds"]
+    assert cell["arms"]["auto"]["deep_share_median"] > 0 and cell["arms"]["auto-wide"]["deep_share_median"] == 0
+    assert cell["study"]["command"].startswith("python bench/efficiency.py --study default150")
 
 
 def test_a_cells_run_records_list_only_finished_runs(tmp_path):

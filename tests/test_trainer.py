@@ -21,7 +21,8 @@ from vigor_cli.trainer import Trainer, train
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_KEYS = [
     "rollouts/step", "rollouts/cumulative", "tokens/step", "tokens/cumulative", "reward/mean",
-    "reward/std", "reward/unscored", "reward/grading_errors", "groups/count", "groups/zero_var_frac", "completions/mean_length",
+    "reward/std", "reward/unscored", "reward/grading_errors", "groups/count", "groups/zero_var_frac",
+    "rollouts/zero_variance", "rollouts/zero_variance_share", "completions/mean_length",
     "completions/max_length", "completions/truncated_frac", "losses/loss", "losses/clipfrac_low",
     "losses/clipfrac_high", "losses/kl", "losses/entropy", "losses/grad_norm", "time/generate",
     "time/reward", "time/update", "time/step", "time/elapsed", "engine/logprob_diff",

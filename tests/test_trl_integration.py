@@ -218,6 +218,12 @@ def test_two_steps_through_grpotrainer(tmp_path, vigor, strategy, per_round):
     assert [h["vigor/rollouts_per_step"] for h in logged] == [sum(per_round)] * 2
     assert [h["vigor/round_1_rollouts"] for h in logged] == [per_round[0]] * 2
     assert all(0.0 <= h["vigor/zero_var_frac"] <= 1.0 for h in logged)
+    # rollouts spent in all-equal groups: TRL's logs and every step line, from the record
+    flat = [sum(p["rollouts"] for p in rec["prompts"] if len({r for rd in p["rounds"] for r in rd["rewards"]}) <= 1)
+            for rec in records]
+    assert [h["vigor/zero_variance_rollouts"] for h in logged] == flat
+    assert [h["vigor/zero_variance_share"] for h in logged] == pytest.approx([f / sum(per_round) for f in flat])
+    assert trainer.vigor_totals["zero_variance"] == sum(flat)
     # advantages handed to TRL's loss = vigor_cli.grpo's over the recorded rewards, by uid group
     for rec, (keys, handed) in zip(records, trainer.handed):
         pairs = [((p["uid"], i), r) for p in rec["prompts"]
@@ -238,6 +244,8 @@ def test_two_steps_through_grpotrainer(tmp_path, vigor, strategy, per_round):
     steps = [m for m in lines if "rollouts/per_rank" in m]
     assert {"reward/mean", "reward/unscored", "groups/zero_var_frac", "completions/mean_length",
             "tokens/per_rank"} <= set(steps[0])
+    assert [m["rollouts/zero_variance"] for m in steps] == flat
+    assert [m["rollouts/zero_variance_share"] for m in steps] == pytest.approx([f / sum(per_round) for f in flat])
     if strategy == "vigor":  # held-out accuracy lines and files: `vigor report` reads the run
         assert sorted(p.name for p in (run / "eval").iterdir()) == ["step-0.json", "step-2.json"]
         code, out, err = vigor("report", str(run), "--out", str(tmp_path / "report"), "--json")

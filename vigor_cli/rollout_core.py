@@ -258,9 +258,12 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
     for s in batch.samples:
         groups[s.uid].append(s.reward)
     zero_var = sum(1 for r in groups.values() if max(r) == min(r))
+    flat = zero_variance_rollouts(every)
     return {
         "rollouts/step": len(every),
         "rollouts/cumulative": rollouts_total,
+        "rollouts/zero_variance": flat,
+        "rollouts/zero_variance_share": flat / len(every) if every else 0.0,
         "tokens/step": tokens,
         "tokens/cumulative": tokens_total,
         "reward/mean": float(rewards.mean()) if values else 0.0,
@@ -277,6 +280,22 @@ def step_metrics(batch: RolloutBatch, rollouts_total: int, tokens_total: int,
         **sandbox_metrics(every),
         **episode_metrics([s.episode if s.episode is not None else s.rollout for s in every], max_turns),
     }
+
+
+def zero_variance_rollouts(generated: Sequence[Sample]) -> int:
+    """Rollouts spent without signal: every rollout of a prompt whose scored rewards this step
+    all came out equal (its advantage is 0 whatever the update uses; a group of one scored
+    reward is equal to itself; a prompt with none scored gave nothing either). The same count
+    for every strategy, the groups a strategy drops (DAPO's) included."""
+    by_prompt: dict[str, list[Sample]] = defaultdict(list)
+    for s in generated:
+        by_prompt[s.uid].append(s)
+    total = 0
+    for group in by_prompt.values():
+        rewards = [s.reward for s in group if s.reward is not None]
+        if not rewards or max(rewards) == min(rewards):
+            total += len(group)
+    return total
 
 
 def sandbox_metrics(samples: Sequence[Sample]) -> dict[str, Any]:

@@ -32,9 +32,9 @@ _METRIC_RULES: tuple[tuple[re.Pattern, float | None, float | None, bool, bool], 
     (re.compile(p), lo, hi, nan, null) for p, lo, hi, nan, null in (
         (r"eval/(.+/)?accuracy", None, None, False, False),  # a mean reward: your own rewards may pass 1
         (r"(eval/(.+/)?|reward/)pass_rate", 0.0, 1.0, False, False),
-        (r"eval/samples|rollouts/(step|cumulative)|tokens/(step|cumulative)|groups/count", 0.0, None, False, False),
+        (r"eval/samples|rollouts/(step|cumulative|zero_variance)|tokens/(step|cumulative)|groups/count", 0.0, None, False, False),
         (r"completions/(mean|max)_length|time/[^/]+|lr", 0.0, None, False, False),
-        (r"groups/zero_var_frac|completions/truncated_frac", 0.0, 1.0, False, False),
+        (r"groups/zero_var_frac|completions/truncated_frac|rollouts/zero_variance_share", 0.0, 1.0, False, False),
         (r"reward/(mean|std)", None, None, False, False),
         (r"losses/[^/]+", None, None, True, False),  # a diverged update is a fact, not damage
         (r"engine/[^/]+", None, None, True, True),  # null: not checked that step

@@ -33,6 +33,14 @@ class StepLog:
     """Every episode of the step, turn by turn (episodes.jsonl; empty without an environment)."""
 
 
+def no_signal_text(m: dict) -> str:
+    """``no-signal 218 (43%)  ``: the step's rollouts spent in groups whose rewards all came out
+    equal (empty for a line without the count)."""
+    if "rollouts/zero_variance" not in m:
+        return ""
+    return f"no-signal {m['rollouts/zero_variance']} ({m['rollouts/zero_variance_share']:.0%})  "
+
+
 class TrainLog:
     """The loop's writer and console: ``rundir`` (vigor_cli/runs.py) and ``out`` (rich)."""
 
@@ -58,6 +66,7 @@ class TrainLog:
         self.isolation(m)
         self.out.print(
             f"step {m['step']:>4}  reward {m['reward/mean']:.3f}{reward_parts(m)}  zero-var {m['groups/zero_var_frac']:.2f}  "
+            f"{no_signal_text(m)}"
             f"rollouts {m['rollouts/step']} ({m['rollouts/cumulative']})  len {m['completions/mean_length']:.1f}  "
             f"loss {m['losses/loss']:+.4f}  clip {m['losses/clipfrac_low'] + m['losses/clipfrac_high']:.3f}  "
             f"gen {m['time/generate']:.1f}s rew {m['time/reward']:.1f}s upd {m['time/update']:.1f}s",

@@ -95,6 +95,8 @@ class Trainer:
         # ---- counters (checkpointed)
         self.step = 0
         self.rollouts_total = 0
+        self.zero_variance_total = 0
+        """Rollouts spent in groups whose rewards all came out equal (rollouts/zero_variance)."""
         self.tokens_total = 0
         self.elapsed_before = 0.0
         self.step_elapsed = 0.0
@@ -275,6 +277,8 @@ class Trainer:
             "final_pass_rate": passed[1],
             "steps": self.step,
             "rollouts": self.rollouts_total,
+            "rollouts_zero_variance": self.zero_variance_total,
+            "rollouts_zero_variance_share": self.zero_variance_total / self.rollouts_total if self.rollouts_total else 0.0,
             "tokens": self.tokens_total,
             "wall_time": self.elapsed(),
         }
@@ -315,6 +319,7 @@ class Trainer:
             "time/step": time.time() - t0,
             "time/elapsed": 0.0,  # filled when written
         }
+        self.zero_variance_total += metrics["rollouts/zero_variance"]
         alerts, health_metrics = self.health.step(step, batch.generated, update_metrics)
         metrics.update(health_metrics)
         add_logged(metrics, self.task.logged_metrics(), getattr(getattr(self.task, "reward_log", None), "by", {}))
@@ -403,6 +408,7 @@ class Trainer:
             "step": self.step,
             "data": self.data.state_dict(),
             "rollouts_cumulative": self.rollouts_total,
+            "rollouts_zero_variance": self.zero_variance_total,
             "tokens_cumulative": self.tokens_total,
             "elapsed": self.elapsed(),
             "start_accuracy": self.start_accuracy,
@@ -414,6 +420,7 @@ class Trainer:
         self.data.load_state_dict(data["data"])
         self.step = int(data["step"])
         self.rollouts_total = int(data["rollouts_cumulative"])
+        self.zero_variance_total = int(data.get("rollouts_zero_variance", 0))  # older checkpoints: counted from here
         self.tokens_total = int(data["tokens_cumulative"])
         self.elapsed_before = float(data["elapsed"])
         self.start_accuracy = data["start_accuracy"]

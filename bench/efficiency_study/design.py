@@ -44,6 +44,11 @@ ARM_SETS: dict[str, list[str]] = {
     # issue 11: per-prompt loss weighting and the peers
     "vigor-prompt-mean": ["allocation.strategy=vigor", "grpo.loss_agg=prompt_mean"],
     "grpo-64": ["allocation.strategy=grpo", "train.prompts_per_step=64"],
+    # auto held wide: no plan can clear a margin of 100x, so every step spreads the budget
+    # evenly over the census prompts (auto's depth rule switched off, its census kept)
+    "auto-wide": ["allocation.strategy=auto", "allocation.auto.margin=100"],
+    # auto deciding by the plain margin, without the hysteresis in units of the ratio's noise
+    "auto-plain": ["allocation.strategy=auto", "allocation.auto.hold=0"],
 }
 """Config overrides per arm (``--set`` syntax): one arm per registered strategy
 (vigor_cli.allocation.STRATEGIES), then the ablations; the group size 8 and budget come from
@@ -189,6 +194,20 @@ every cell (so a study cut short has the same seeds everywhere); rows with the s
 one table. Issue 11's six regimes are ISSUE11_STUDY (`--study issue11`); issue 7's study
 (dapo, greso, pods, random, difficulty and the breadth ablations) is ISSUE7_STUDY."""
 
+DEFAULT150_ARMS = ["grpo", "grpo-wide", "auto", "auto-wide", "auto-plain"]
+"""The default run's cell: auto, auto held wide, grpo at 8 and 4 rollouts per prompt, and
+auto by the plain margin (its decision before the hysteresis)."""
+
+DEFAULT150_STUDY: list[tuple] = [
+    ("tiny-math", "default", DEFAULT150_ARMS,
+     {"name": "default-150", "prompts_per_step": 64, "total_rollouts": 64 * 8 * 150, "eval_every_rollouts": 64 * 8 * 15}),
+]
+"""`--study default150`: configs/tiny-math.yaml at its full length (150 steps of 64 prompts,
+512 rollouts each: 2,164 training prompts, so the census revisits prompts from step 18 on),
+evaluated every 15 steps; 12 seeds by default (DEFAULT150_SEEDS)."""
+
+DEFAULT150_SEEDS = 12
+
 QUICK_STUDY: list[tuple] = [("tiny-math", "default", ISSUE25_ARMS)]
 ISSUE7_STUDY: list[tuple[str, str, list[str]]] = [
     ("tiny-math", "default", ISSUE7_ARMS),
@@ -287,7 +306,8 @@ def bad_flag(message: str) -> NoReturn:
 
 def make_plan(args: argparse.Namespace) -> Plan:
     """The study's cells, filtered and resized by the command-line options."""
-    study = QUICK_STUDY if args.quick else {"issue7": ISSUE7_STUDY, "issue11": ISSUE11_STUDY}.get(args.study, STUDY)
+    study = QUICK_STUDY if args.quick else {"issue7": ISSUE7_STUDY, "issue11": ISSUE11_STUDY,
+                                            "default150": DEFAULT150_STUDY}.get(args.study, STUDY)
     tasks = args.tasks.split(",") if args.tasks else None
     regimes = args.regimes.split(",") if args.regimes else None
     for r in regimes or []:
@@ -315,6 +335,8 @@ def make_plan(args: argparse.Namespace) -> Plan:
         size = dict(QUICK_SIZE if args.quick else TASK_SIZES[t])
         if not args.quick:
             size["total_rollouts"] *= extra.get("length", 1)
+            for key in ("prompts_per_step", "total_rollouts"):  # a cell sized on its own
+                size[key] = extra.get(key, size[key])
             size["eval_every_rollouts"] = extra.get("eval_every_rollouts", size["eval_every_rollouts"])
         for key in size:
             if getattr(args, key) is not None:
@@ -328,5 +350,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
             cells.append(cell)
     if not cells:
         bad_flag("no cell of the study matches --tasks/--regimes")
-    return Plan(cells=cells, seeds=args.seeds or (2 if args.quick else 8), jobs=args.jobs,
+    default_seeds = 2 if args.quick else DEFAULT150_SEEDS if args.study == "default150" else 8
+    return Plan(cells=cells, seeds=args.seeds or default_seeds, jobs=args.jobs,
                 target_gain=args.target_gain, extra_sets=args.sets, first_seed=args.first_seed)

@@ -26,13 +26,16 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
     from vigor_cli.jsonl import read_jsonl
 
     empty = {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None, "kept_zero_var_share": None,
-             "deep_share": None}
+             "deep_share": None, "zero_variance_share": None, "deep_zero_variance_share": None,
+             "wide_zero_variance_share": None, "no_signal": None}
     path = run_path / "allocation.jsonl"
     if not path.is_file():
         return empty
     prompts, rollouts, top = [], [], []
     kept = kept_flat = 0
     decisions = []
+    spent: dict[str, list[int]] = {"deep": [0, 0], "wide": [0, 0], "all": [0, 0]}  # [no signal, rollouts]
+    cumulative: list[list[int]] = []  # per step: [rollouts so far, of them without signal]
     from vigor_cli.allocation import registry
 
     vigor_family = registry.in_family("vigor")
@@ -45,6 +48,12 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
                     if rnd.get("kept") is True:
                         kept += 1
                         kept_flat += rnd.get("var", 0) == 0
+        flat, total = no_signal_rollouts(rec)
+        plan = rec.get("totals", {}).get("auto", {}).get("decision")
+        for key in ("all", plan) if plan in spent else ("all",):
+            spent[key][0] += flat
+            spent[key][1] += total
+        cumulative.append([spent["all"][1], spent["all"][0]])
         sizes = []
         for p in rec.get("prompts", []):
             if not p.get("in_update"):
@@ -67,7 +76,38 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
         "kept_zero_var_share": kept_flat / kept if kept else None,
         # auto: the share of its steps that went deep
         "deep_share": statistics.mean(decisions) if decisions else None,
+        # rollouts spent without signal (all rewards of their prompt equal): over the run, and
+        # auto's in its deep and wide steps apart
+        **{("zero_variance_share" if key == "all" else f"{key}_zero_variance_share"): (f / n if n else None)
+           for key, (f, n) in spent.items()},
+        "no_signal": cumulative,
     }
+
+
+def no_signal_rollouts(record: dict) -> tuple[int, int]:
+    """An allocation record's rollouts spent without signal (every rollout of a prompt whose
+    recorded rewards are all equal, or none scored: metrics.jsonl's rollouts/zero_variance)
+    and its rollouts."""
+    flat = total = 0
+    for p in record.get("prompts", []):
+        n = int(p.get("rollouts", 0))
+        rewards = [r for rnd in p.get("rounds", []) for r in rnd.get("rewards", [])]
+        total += n
+        if n and (not rewards or max(rewards) == min(rewards)):
+            flat += n
+    return flat, total
+
+
+def no_signal_at(cumulative: list[list[int]] | None, points: list[float]) -> list[int] | None:
+    """Rollouts spent without signal up to each of ``points`` (cumulative rollouts: the
+    evaluations'), from update_signal's per-step ``no_signal``."""
+    if not cumulative:
+        return None
+    out = []
+    for x in points:
+        done = [flat for spent, flat in cumulative if spent <= x + 1e-9]
+        out.append(done[-1] if done else 0)
+    return out
 
 
 def run_measures(run: Any, target: float) -> dict:
@@ -81,6 +121,8 @@ def run_measures(run: Any, target: float) -> dict:
     steps = [r for r in run.metrics() if "time/step" in r]
     rollouts = sum(r["rollouts/step"] for r in steps)
     gen = sum(r["time/generate"] for r in steps)
+    signal = update_signal(run.path)
+    cumulative = signal.pop("no_signal")
     return {
         "run": run.name,
         "seed": run.config_value("train.seed"),
@@ -96,8 +138,9 @@ def run_measures(run: Any, target: float) -> dict:
         "generate_seconds_per_rollout": gen / rollouts if rollouts else None,
         "zero_var_frac": statistics.mean(r["groups/zero_var_frac"] for r in steps) if steps else None,
         "reward_mean": statistics.mean(r["reward/mean"] for r in steps) if steps else None,
-        **update_signal(run.path),
-        "curve": {"rollouts": curve.by_rollouts.x, "tokens": curve.by_tokens.x, "train_seconds": secs, "accuracy": curve.by_rollouts.y},
+        **signal,
+        "curve": {"rollouts": curve.by_rollouts.x, "tokens": curve.by_tokens.x, "train_seconds": secs, "accuracy": curve.by_rollouts.y,
+                  "no_signal": no_signal_at(cumulative, curve.by_rollouts.x)},
     }
 
 

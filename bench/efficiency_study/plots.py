@@ -14,6 +14,7 @@ ARM_COLORS = {
     "grpo": "#000000", "grpo-wide": "#7f7f7f", "vigor": "#1f77b4", "vigor-prompt-mean": "#17becf",
     "vigor-scale-none": "#9467bd", "knapsack": "#2ca02c", "reinforce-ada": "#ff7f0e", "auto": "#d62728",
     "pilot-commit": "#8c564b", "grpo-n2": "#e377c2", "grpo-n4": "#bcbd22", "grpo-n16": "#1f77b4",
+    "auto-wide": "#ff9896", "auto-plain": "#9467bd",
 }
 """One colour per arm, the same in every panel."""
 
@@ -102,6 +103,34 @@ def plot_cell(key: str, cell: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
     axes[0].set_ylabel("held-out accuracy" if not key.startswith("tiny-facts") else "recall of the facts (sampled)")
+    fig.suptitle(_finding(key, cell), fontsize=11)
+    return save(fig, path)
+
+
+def plot_no_signal(key: str, cell: dict, path: Path) -> Path:
+    """Per arm, against cumulative rollouts: held-out accuracy (mean over seeds, min-max band)
+    and the rollouts spent without signal so far (mean over seeds), with the seed count."""
+    import numpy as np
+
+    plt = pyplot()
+    fig, (acc, flat) = plt.subplots(1, 2, figsize=(12, 4.2), dpi=110)
+    for arm, runs in cell["runs"].items():
+        color = ARM_COLORS.get(arm, "#bcbd22")
+        x, mean, lo, hi = _mean_curve(runs)
+        acc.plot(x, mean, marker="o", markersize=3, color=color, label=f"{arm} ({len(runs)} seeds)")
+        acc.fill_between(x, lo, hi, color=color, alpha=0.12, linewidth=0)
+        with_flat = [m for m in runs if m["curve"].get("no_signal")]
+        if with_flat:
+            xs = with_flat[0]["curve"]["rollouts"]
+            ys = np.mean([np.interp(xs, m["curve"]["rollouts"], m["curve"]["no_signal"]) for m in with_flat], axis=0)
+            flat.plot(xs, ys, marker="o", markersize=3, color=color, label=arm)
+    acc.axhline(cell["target"], color="grey", linestyle="--", linewidth=1, label=f"target {cell['target']:.3f}")
+    acc.set_ylabel("held-out accuracy")
+    flat.set_ylabel("rollouts spent without signal (all rewards equal)")
+    for ax in (acc, flat):
+        ax.set_xlabel("cumulative rollouts")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left" if ax is flat else "lower right")
     fig.suptitle(_finding(key, cell), fontsize=11)
     return save(fig, path)
 

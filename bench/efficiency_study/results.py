@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from .design import BASELINE, COMPUTE_LENGTHS, DEPTH_ARMS
 from .measures import kept_measures, run_measures
 from .paths import PUBLISHED, rel_path
-from .plots import plot_cell, plot_compute, plot_summary
+from .plots import plot_cell, plot_compute, plot_no_signal, plot_summary
 from .stats import add_intervals, add_ratios, compute_axis, summarize_arm, target_for
 from .tables import print_tables, render_markdown
 
@@ -160,15 +160,26 @@ def add_plot(key: str, cell: dict, out: Path) -> None:
         cell["plot"] = rel_path(plot_compute(key, cell, out / key / "compute_axis.png"))
     elif len(cell["arms"]) > 1:
         cell["plot"] = rel_path(plot_cell(key, cell, out / key / "accuracy_vs_rollouts_panels.png"))
+    if any(m["curve"].get("no_signal") for ms in cell["runs"].values() for m in ms) and len(cell["runs"]) <= 6:
+        cell["plot_no_signal"] = rel_path(plot_no_signal(key, cell, out / key / "accuracy_and_no_signal.png"))
 
 
-def write_results(results: dict, out: Path, console: Any, publish: bool) -> tuple[Path, Path]:
+def write_results(results: dict, out: Path, console: Any, publish: bool, merge: bool = False) -> tuple[Path, Path]:
     """<out>.json and <out>.md beside ``out``, the committed compact copy when ``publish``, and
-    the tables on the console."""
+    the tables on the console. ``merge``: a study of its own cells (default150) adds them to
+    the committed copy, each with the command, plan and provenance that made it, and keeps
+    the other cells as they are."""
     json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path.write_text(render_markdown(results))
-    if publish:
+    if publish and merge and PUBLISHED.is_file():
+        published = json.loads(PUBLISHED.read_text())
+        for key, cell in results["cells"].items():
+            seeds = min((a.get("seeds", 0) for a in cell.get("arms", {}).values()), default=0)
+            published["cells"][key] = _rounded({**cell, "seeds": seeds, "study": {k: results.get(k) for k in (
+                "command", "plan", "machine", "provenance", "study_seconds", "failures")}})
+        PUBLISHED.write_text(json.dumps(published, separators=(",", ":")) + "\n")
+    elif publish:
         PUBLISHED.write_text(json.dumps(_rounded(results), separators=(",", ":")) + "\n")
     print_tables(results, console)
     return json_path, md_path

@@ -47,7 +47,8 @@ def summarize_arm(measures: list[dict]) -> dict:
     out["mean_accuracy_median"] = statistics.median(means) if means else None
     out["final_accuracy_min"], out["final_accuracy_max"] = min(finals), max(finals)
     for key in ("seconds_per_rollout", "generate_seconds_per_rollout", "zero_var_frac", "reward_mean",
-                "signal_prompts", "signal_rollouts", "top_prompt_share", "kept_zero_var_share", "deep_share"):
+                "signal_prompts", "signal_rollouts", "top_prompt_share", "kept_zero_var_share", "deep_share",
+                "zero_variance_share", "deep_zero_variance_share", "wide_zero_variance_share"):
         vals = [m[key] for m in measures if m.get(key) is not None]
         out[f"{key}_median"] = statistics.median(vals) if vals else None
     return out

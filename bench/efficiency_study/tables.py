@@ -45,7 +45,7 @@ def markdown_table(cell: dict) -> str:
             f"| {_count(a['tokens_to_target_median'])} | {_x(a['tokens_speedup']) if learned else '-'} "
             f"| {_count(a['seconds_to_target_median'], 's')} | {_x(a['seconds_speedup']) if learned else '-'} "
             f"| {a['final_accuracy_median']:.3f} [{a['final_accuracy_min']:.3f}-{a['final_accuracy_max']:.3f}] "
-            f"| {a['final_accuracy_delta'] * 100:+.1f} pts "
+            f"| {_pts(a['final_accuracy_delta'])} "  # None: the cell ran without grpo (--arms)
             f"| {_num(a.get('mean_accuracy_median'), 3)} | {_pts(a.get('mean_accuracy_delta'))} "
             f"| {_x(a['seconds_per_rollout_ratio'])} |"
         )
@@ -56,8 +56,9 @@ def mechanism_table(cell: dict) -> str:
     """Where each arm's rollouts went (medians over seeds of per-step means)."""
     lines = [
         "| strategy | zero-variance groups in update | prompts with signal / step | rollouts with signal / step "
-        "| largest prompt's share of them | kept prompts with zero variance so far | generate s/rollout vs grpo |",
-        "|---|---|---|---|---|---|---|",
+        "| largest prompt's share of them | kept prompts with zero variance so far | generate s/rollout vs grpo "
+        "| rollouts without signal (auto: deep / wide steps) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     base = cell["arms"].get(BASELINE, {}).get("generate_seconds_per_rollout_median")
     for arm, a in cell["arms"].items():
@@ -65,7 +66,8 @@ def mechanism_table(cell: dict) -> str:
         lines.append(
             f"| {arm} | {_num(a['zero_var_frac_median'], 2)} | {_num(a['signal_prompts_median'])} "
             f"| {_num(a['signal_rollouts_median'])} | {_num(a['top_prompt_share_median'], 2)} "
-            f"| {_num(a['kept_zero_var_share_median'], 2)} | {_x(gen / base if gen and base else None)} |"
+            f"| {_num(a['kept_zero_var_share_median'], 2)} | {_x(gen / base if gen and base else None)} "
+            f"| {_no_signal(a)} |"
         )
     return "\n".join(lines)
 
@@ -234,6 +236,15 @@ def compute_table(cell: dict) -> str:
             cells.append(f"{row['accuracy_mean']:.3f} [{row['accuracy_ci'][0]:.3f}, {row['accuracy_ci'][1]:.3f}]{mark}")
         lines.append(f"| {n} ({256 // n} of 256) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _no_signal(a: dict) -> str:
+    """The arm's share of rollouts spent without signal (median over seeds), auto's deep and
+    wide steps' beside it."""
+    share = a.get("zero_variance_share_median")
+    deep, wide = a.get("deep_zero_variance_share_median"), a.get("wide_zero_variance_share_median")
+    split = f" ({_num(deep, 3)} / {_num(wide, 3)})" if deep is not None or wide is not None else ""
+    return _num(share, 3) + split
 
 
 def render_markdown(results: dict) -> str:

@@ -5,14 +5,17 @@ prompts. :meth:`AutoAllocator.plan` fits an empirical-Bayes Beta prior of pass r
 (and to earlier censuses), scores two plans for the rest of the budget by the expected
 gradient signal they buy under each prompt's posterior (``wide``: evenly over the census
 prompts; ``deep``: greedily where the signal grows most) and picks one; round 2 gives its
-extra rollouts. The rule, its choices and the record's ``totals.auto`` are stated in this
-folder's README.md ("auto: the rule").
+extra rollouts. The ratio's noise, from the census prompts resampled, sets how far past the
+margin it must be to change the last step's plan. The rule, its choices and ``totals.auto``
+are stated in this folder's README.md ("auto: the rule").
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import random
+import statistics
 from typing import Any
 
 from pydantic import Field
@@ -71,8 +74,11 @@ class AutoAllocator(RoundAllocator):
         history: int,
         saturated: float = 1.0,
         warmup: int = 0,
+        hold: float = 0.0,
+        resamples: int = 0,
     ) -> None:
         super().__init__(prompts_per_step, seed)
+        self.seed, self.hold, self.resamples = seed, hold, resamples
         self.width_prompts = first_round_width(width, prompts_per_step)
         self.rules(budget, width, census, max_rollouts, prompts_per_step)
         self.budget, self.census, self.margin = budget, census, margin
@@ -83,6 +89,8 @@ class AutoAllocator(RoundAllocator):
         """[mean reward, pairwise disagreement] of past censuses (moving average)."""
         self.censuses = 0
         """Censuses taken so far in the run (this step's included once planned)."""
+        self.last_decision = "wide"
+        """The plan of the last step (hysteresis: kept while the ratio is within its noise)."""
 
     @staticmethod
     def rules(budget: int, width: float, census: int, max_rollouts: int, prompts_per_step: int,
@@ -163,13 +171,12 @@ class AutoAllocator(RoundAllocator):
         s_wide = sum(value(u, wide[u]) for u in uids)
         s_deep = sum(value(u, deep[u]) for u in uids)
         ratio = s_deep / s_wide if s_wide > 0 else (math.inf if s_deep > 0 else 1.0)
-        choice = "deep" if ratio >= self.margin else "wide"
+        sd = self._ratio_sd(uids, left, room, value)
+        choice, held, said = self._decide(ratio, sd)
         tail = "flat" if k is not None and not math.isfinite(k) else (f"{k:.2f}" if k is not None else "n/a")
         why = self._why(f"zero-var at {n_wide} {zero_wide:.0%}", saturated, warm)
         reason = (
-            f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide "
-            f"({_r(ratio, 2) if math.isfinite(ratio) else 'inf'}x {'>=' if choice == 'deep' else '<'} "
-            f"margin {self.margin:g}); {why}; prompts seen before {revisit:.0%}, census zero-var {zero_var:.0%} "
+            f"{choice}: expected signal {s_deep:.1f} deep vs {s_wide:.1f} wide, {said}; {why}; prompts seen before {revisit:.0%}, census zero-var {zero_var:.0%} "
             f"(successes 0..{n}: {'/'.join(map(str, histogram))}), tail k {tail}"
             + (f" (eta {eta:.2f})" if eta is not None else "")
             + f", prior Beta({prior[0]:.2f}, {prior[1]:.2f})"
@@ -187,11 +194,67 @@ class AutoAllocator(RoundAllocator):
             "tail_k": _r(k) if k is not None and math.isfinite(k) else None,
             "tail_flat": bool(k is not None and not math.isfinite(k)),
             "eta": _r(eta),
-            "signal": {"wide": _r(s_wide), "deep": _r(s_deep), "ratio": _r(ratio) if math.isfinite(ratio) else None},
+            "signal": {"wide": _r(s_wide), "deep": _r(s_deep), "ratio": _r(ratio) if math.isfinite(ratio) else None,
+                       "ratio_sd": _r(sd), "resamples": self.resamples},
             "margin": self.margin,
+            "margin_sds": _r((ratio - self.margin) / sd) if sd and math.isfinite(ratio) else None,
+            "hold": self.hold,
+            "previous": self._previous,
+            "held": held,
             "extra": sum(chosen.values()),
         }
         return {"extra": chosen, "record": record, "p_hat": p_hat}
+
+    def _decide(self, ratio: float, sd: float | None) -> tuple[str, bool, str]:
+        """deep or wide, whether the last plan was kept only because the ratio was within
+        ``hold`` sd of the margin (the plain rule would have switched), and the words for it.
+        Hysteresis: from wide, go deep when ratio - hold x sd >= margin; from deep, go wide
+        when ratio + hold x sd < margin; in between, the last plan stands."""
+        self._previous = previous = self.last_decision
+        band = self.hold * (sd or 0.0)
+        if previous == "deep":
+            choice = "wide" if ratio + band < self.margin else "deep"
+        else:
+            choice = "deep" if ratio - band >= self.margin else "wide"
+        plain = "deep" if ratio >= self.margin else "wide"
+        held = choice != plain
+        self.last_decision = choice
+        shown = f"{ratio:.2f}x" if math.isfinite(ratio) else "inf x"
+        if not sd or not math.isfinite(ratio):
+            return choice, held, f"{shown} {'>=' if choice == 'deep' else '<'} margin {self.margin:g}" + (
+                "" if sd is None else " (ratio without noise)")
+        sds = (ratio - self.margin) / sd
+        side = "above" if sds >= 0 else "below"
+        said = f"{shown} +- {sd:.2f} (sd over {self.resamples} resampled censuses), {abs(sds):.1f} sd {side} margin {self.margin:g}"
+        if held:
+            said += f": within {self.hold:g} sd, kept the last step's {previous}"
+        elif choice != previous:
+            said += f": past {self.hold:g} sd, switched from {previous}"
+        return choice, held, said
+
+    def _ratio_sd(self, uids: list[str], left: int, room: int, value) -> float | None:
+        """The deep/wide ratio's own noise: its sd over ``resamples`` censuses drawn from this
+        one's prompts with replacement (each plan made again on the draw), seeded by the run's
+        seed and the census number; None when not measured (resamples < 2, one prompt)."""
+        if self.resamples < 2 or len(uids) < 2:
+            return None
+        rng = random.Random(f"{self.seed}:auto-resample:{self.censuses}")
+        ratios = []
+        for _ in range(self.resamples):
+            draw = [rng.choice(uids) for _ in uids]
+            keys = list(range(len(draw)))
+
+            def signal(i: int, extra: int) -> float:
+                return value(draw[i], extra)
+
+            base, rest = divmod(max(left, 0), len(keys))
+            lucky = set(rng.sample(keys, rest)) if base < room else set()
+            wide = sum(signal(i, min(room, base + (i in lucky))) for i in keys)
+            deep_plan = self._greedy(keys, left, room, signal, rng)
+            deep = sum(signal(i, deep_plan[i]) for i in keys)
+            if wide > 0:
+                ratios.append(deep / wide)
+        return statistics.stdev(ratios) if len(ratios) > 1 else None
 
     def _update_moments(self, census: dict[str, list[float]], rewards: list[float]) -> tuple[float, float]:
         """The law's moments (mean reward, pairwise disagreement) of this census, averaged with
@@ -215,10 +278,12 @@ class AutoAllocator(RoundAllocator):
             return f"law {law}, warm-up (census {self.censuses} of {self.warmup}): depth counts as prompts recur"
         return f"law not saturated ({law} < {self.saturated:.0%}): depth counts as prompts recur"
 
-    def _greedy(self, uids: list[str], left: int, room: int, signal) -> dict[str, int]:
-        """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next block."""
+    def _greedy(self, uids: list, left: int, room: int, signal, rng: random.Random | None = None) -> dict:
+        """Greedy on the best average gain of ``signal(uid, extra)`` per rollout over the next
+        block; ties by ``rng`` (the allocator's own when None)."""
         extra = {u: 0 for u in uids}
-        tie = {u: self.rng.random() for u in uids}
+        rng = rng or self.rng
+        tie = {u: rng.random() for u in uids}
 
         def best(u: str, budget_left: int) -> tuple[float, int]:
             j = extra[u]
@@ -265,7 +330,8 @@ class AutoAllocator(RoundAllocator):
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state.update(history=self.history, moments=self.moments, censuses=self.censuses)
+        state.update(history=self.history, moments=self.moments, censuses=self.censuses, last_decision=self.last_decision,
+                     seed=self.seed)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -273,6 +339,23 @@ class AutoAllocator(RoundAllocator):
         self.history = {uid: list(h) for uid, h in state["history"].items()}
         self.moments = None if state.get("moments") is None else list(state["moments"])
         self.censuses = int(state.get("censuses", 0))
+        self.last_decision = state.get("last_decision", "wide")  # older checkpoints: as a new run
+        self.seed = state.get("seed", self.seed)  # the resampling's seed is the run's, as the rng's
+
+
+def replay(allocator: AutoAllocator, records: list[dict]) -> list[dict[str, Any]]:
+    """Each recorded step's decision again (allocation.jsonl records of an ``auto`` run): the
+    census (round 1's rewards) planned on the state the run had, then every reward the run
+    recorded for the step into the history, as the run did. ``allocator``'s settings (hold,
+    resamples, margin) make the decisions; the censuses and histories are the run's."""
+    out = []
+    for rec in records:
+        census = {p["uid"]: list(p["rounds"][0]["rewards"]) for p in rec["prompts"] if p.get("rounds")}
+        out.append(allocator.plan(census)["record"])
+        for p in rec["prompts"]:
+            update_history(allocator.history, p["uid"], [r for rd in p.get("rounds", []) for r in rd["rewards"]],
+                           allocator.window)
+    return out
 
 
 # --------------------------------------------------------------------------- registry
@@ -308,6 +391,18 @@ class AutoOptions(StrategyOptions):
         "(the tiny-facts plateau, 96 % of groups of 8 all-equal); e.g. 0.9 to let auto go deep "
         "on saturated laws on a larger model.",
     )
+    hold: float = Field(
+        1.0, ge=0, le=100,
+        description="auto: hysteresis in units of the deep/wide ratio's own noise (its sd over "
+        "resampled censuses): from wide, go deep only when the ratio is this many sd above the "
+        "margin; from deep, go wide only when it is this many sd below; in between the last "
+        "step's plan stands (0: the plain margin, a decision that may flip on census noise).",
+    )
+    resamples: int = Field(
+        32, ge=0, le=1000,
+        description="auto: censuses drawn from the step's census prompts with replacement to "
+        "measure the ratio's noise (0 or 1: not measured, the plain margin decides).",
+    )
     warmup: int = Field(
         3, ge=0, le=10**6,
         description="auto: censuses before the saturation rule may act (the first steps' law is "
@@ -327,5 +422,5 @@ def build(cfg: Any, prompts_per_step: int, seed: int) -> AutoAllocator:
     return AutoAllocator(
         prompts_per_step, seed, budget=default_budget(cfg, prompts_per_step),
         width=o.width, census=o.census, margin=o.margin, max_rollouts=o.max_rollouts, history=o.history,
-        saturated=o.saturated, warmup=o.warmup,
+        saturated=o.saturated, warmup=o.warmup, hold=o.hold, resamples=o.resamples,
     )

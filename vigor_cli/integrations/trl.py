@@ -222,8 +222,9 @@ def _train(a: argparse.Namespace) -> int:
     finally:
         task.close()
     if trainer.accelerator.is_main_process:
-        print(json.dumps({"output_dir": a.output_dir, "rollouts": trainer.vigor_totals["rollouts"],
-                          "held_out": held_out.results}))
+        totals = trainer.vigor_totals
+        print(json.dumps({"output_dir": a.output_dir, "rollouts": totals["rollouts"],
+                          "rollouts_zero_variance": totals["zero_variance"], "held_out": held_out.results}))
     return 0
 
 

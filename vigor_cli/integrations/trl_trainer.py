@@ -87,7 +87,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         self.vigor_data = DataOrder(uids, a.seed)
         self.allocator = make_allocator(a.allocation, a.prompts_per_step, a.seed)
         self.vigor_run_dir = Path(a.vigor_run_dir or a.output_dir)
-        self.vigor_totals = {"rollouts": 0, "tokens": 0}
+        self.vigor_totals = {"rollouts": 0, "tokens": 0, "zero_variance": 0}
         self.vigor_step = 0
         """Rollout phases so far: vigor's step (TRL's optimizer steps are num_iterations per phase)."""
         self._prompt_tokens: dict[str, int] = {}

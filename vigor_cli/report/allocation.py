@@ -62,6 +62,13 @@ class PromptAllocation:
         rewards = self.rewards
         return bool(rewards) and min(rewards) == max(rewards)
 
+    @property
+    def no_signal(self) -> bool:
+        """Its rollouts were spent without signal: rolled out, and its rewards all equal (or
+        none scored), as metrics.jsonl's ``rollouts/zero_variance`` counts them."""
+        rewards = self.rewards
+        return self.total > 0 and (not rewards or min(rewards) == max(rewards))
+
 
 @dataclass
 class StepAllocation:
@@ -233,6 +240,8 @@ def summarize_step(sa: StepAllocation) -> dict[str, Any]:
         "min_per_prompt": min(totals, default=0),
         "max_per_prompt": max(totals, default=0),
         "zero_var_frac": (sum(p.zero_variance for p in rolled) / n) if n else None,
+        "zero_var_rollouts": sum(p.total for p in rolled if p.no_signal),
+        "zero_var_rollouts_share": (sum(p.total for p in rolled if p.no_signal) / sa.rollouts) if sa.rollouts else None,
         "mean_var_more": _mean(more),
         "mean_var_none": _mean(none),
         "given_more": len(more),

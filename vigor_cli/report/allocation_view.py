@@ -56,7 +56,8 @@ def step_summary(summary: dict) -> Any:
     )
     grid.add_row("concentration", f"top 10% of prompts got {_pct(summary['top10_share'])} of the "
                  "rollouts (uniform: 10%)")
-    grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal)")
+    grid.add_row("zero variance", f"{_pct(summary['zero_var_frac'])} of prompts (all rewards equal); "
+                 f"{summary['zero_var_rollouts']} rollouts ({_pct(summary['zero_var_rollouts_share'])}) spent without signal")
     if summary["given_more"] and summary["given_none"]:
         grid.add_row("more vs none", f"after a round, mean pool variance {_num(summary['mean_var_more'])} of the "
                      f"{summary['given_more']} prompts given more rollouts vs {_num(summary['mean_var_none'])} of "
@@ -205,30 +206,47 @@ def overview_rows(summaries: list[dict], rows: int) -> list[dict]:
     return overview
 
 
+def no_signal_line(summaries: list[dict]) -> str:
+    """Rollouts spent without signal over every step (and, for auto, in its deep and wide steps)."""
+    spent = sum(row["rollouts"] for row in summaries)
+    flat = sum(row.get("zero_var_rollouts") or 0 for row in summaries)
+    line = f"rollouts spent without signal (groups with all rewards equal): {flat} of {spent} ({_pct(flat / spent if spent else None)})"
+    parts = []
+    for plan in ("deep", "wide"):
+        rows = [row for row in summaries if row.get("decision") == plan]
+        n = sum(row["rollouts"] for row in rows)
+        if rows:
+            parts.append(f"{_pct(sum(row.get('zero_var_rollouts') or 0 for row in rows) / n if n else None)} "
+                         f"in the {len(rows)} {plan} steps")
+    return line + (f"; {', '.join(parts)}" if parts else "")
+
+
 def print_overview(console: Any, summaries: list[dict], rows: int) -> None:
     """The across-steps table, and auto's plan counts when the run used auto."""
     from rich.table import Table
 
     o = Table(
         title=f"overview: {len(summaries)} steps (top10% = share of rollouts on the 10 % of "
-        "prompts that got most; zero-var = share of prompts with all rewards equal; var more / "
+        "prompts that got most; zero-var = share of prompts with all rewards equal; no-signal = share of "
+        "rollouts spent in them; var more / "
         "var none = mean pool variance after a round of the prompts given more rollouts / none)",
         title_justify="left",
     )
     decided = any(row.get("decision") for row in summaries)
     flagged = any(row.get("health") for row in summaries)
-    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "var more",
+    for col in ("step", "prompts", "rollouts", "used", "top10%", "zero-var", "no-signal", "var more",
                 "var none", "max", *(("plan",) if decided else ()), *(("health",) if flagged else ())):
         o.add_column(col, justify="right")
     for row in overview_rows(summaries, rows):
         o.add_row(
             str(row["step"]), str(row["prompts"]), str(row["rollouts"]), str(row["used"]),
-            _pct(row["top10_share"]), _pct(row["zero_var_frac"]),
+            _pct(row["top10_share"]), _pct(row["zero_var_frac"]), _pct(row.get("zero_var_rollouts_share")),
             _num(row["mean_var_more"]), _num(row["mean_var_none"]), str(row["max_per_prompt"]),
             *((row.get("decision") or "-",) if decided else ()),
             *((", ".join(row.get("health") or {}) or "-",) if flagged else ()),
         )
     console.print(o)
+    console.print(no_signal_line(summaries), highlight=False)
     if flagged:
         from vigor_cli.report.curves import step_spans
 

@@ -56,6 +56,8 @@ def build_report(loaded: list, curves: list, target: float, base: int, metric: s
     if metric != PASS_RATE:  # the pass rate beside the metric, where the runs log it
         for row, run in zip(table["runs"], loaded):
             row["final_pass_rate"] = final_value(run, PASS_RATE)
+    for row, run in zip(table["runs"], loaded):  # rollouts spent without signal over the run
+        row["rollouts_zero_variance"], row["rollouts_zero_variance_share"] = no_signal(run)
     if metric == "eval/accuracy" and any(task_name(run) == "custom" for run in loaded):
         notes.append("eval/accuracy of your own task is its mean (weighted) reward; the share of samples that "
                      f"pass (reward >= task.pass_threshold): --metric {PASS_RATE}")
@@ -85,6 +87,17 @@ def plot_stem(metric: str) -> str:
     (``eval/pass_rate`` -> ``pass_rate``, ``eval/math500/accuracy`` -> ``math500_accuracy``)."""
     name = metric.removeprefix("eval/").replace("/", "_")
     return re.sub(r"[^A-Za-z0-9_.-]", "-", name) or "metric"
+
+
+def no_signal(run: Any) -> tuple[int | None, float | None]:
+    """Rollouts the run spent in groups whose rewards all came out equal (metrics.jsonl's
+    ``rollouts/zero_variance`` summed), and their share of its rollouts; None for a run whose
+    lines do not have it (logged before the key existed)."""
+    lines = [m for m in run.metrics() if "rollouts/step" in m]
+    if not lines or any("rollouts/zero_variance" not in m for m in lines):
+        return None, None
+    flat, spent = sum(m["rollouts/zero_variance"] for m in lines), sum(m["rollouts/step"] for m in lines)
+    return flat, (flat / spent if spent else 0.0)
 
 
 def final_value(run: Any, key: str) -> float | None:
@@ -150,6 +163,9 @@ def target_rows(rows: list[dict], title: str, first_col: str, metric: str = "eva
     t.add_column("speed-up", justify="right")
     t.add_column("tokens to target", justify="right")
     t.add_column("speed-up (tokens)", justify="right")
+    flat = any(row.get("rollouts_zero_variance_share") is not None for row in rows)
+    if flat:
+        t.add_column("no signal", justify="right")
     for row in rows:
         pass_rate = row.get("final_pass_rate")
         t.add_row(
@@ -160,8 +176,15 @@ def target_rows(rows: list[dict], title: str, first_col: str, metric: str = "eva
             _fmt_ratio(row["rollouts_speedup"]),
             _fmt_count(row["tokens_to_target"]),
             _fmt_ratio(row["tokens_speedup"]),
+            *([_no_signal_text(row)] if flat else []),
         )
     return t
+
+
+def _no_signal_text(row: dict) -> str:
+    """``12,345 (42.6%)``: the run's rollouts spent in all-equal groups."""
+    share = row.get("rollouts_zero_variance_share")
+    return "-" if share is None else f"{row['rollouts_zero_variance']:,} ({100 * share:.1f}%)"
 
 
 def print_report(console: Any, table: dict, metric: str, target: float, out: Path) -> None:
@@ -169,7 +192,8 @@ def print_report(console: Any, table: dict, metric: str, target: float, out: Pat
         target_rows(
             table["runs"],
             f"{metric} >= {target:.4f}: first crossing, linear interpolation; "
-            f"speed-up = baseline ({table['baseline']}) / run",
+            f"speed-up = baseline ({table['baseline']}) / run; no signal = rollouts in groups whose "
+            "rewards all came out equal",
             "run", metric,
         )
     )
