@@ -124,6 +124,13 @@ def test_three_steps_every_line_and_every_view(tmp_path, vigor, capsys):
         assert m["rollouts/zero_variance"] == flat
         assert m["rollouts/zero_variance_share"] == pytest.approx(flat / m["rollouts/step"])
         assert f"no-signal {flat} (" in " ".join(out.split())
+    # every line says them, evaluations too: their step's values (none before training)
+    assert all("rollouts/zero_variance" in m and "rollouts/zero_variance_share" in m for m in lines)
+    by_step = {m["step"]: m for m in steps}
+    for m in (m for m in lines if "eval/accuracy" in m):
+        own = by_step.get(m["step"], {"rollouts/zero_variance": 0, "rollouts/zero_variance_share": 0.0})
+        assert (m["rollouts/zero_variance"], m["rollouts/zero_variance_share"]) == (
+            own["rollouts/zero_variance"], own["rollouts/zero_variance_share"])
     summary = json.loads((run / "summary.json").read_text())
     total = sum(m["rollouts/zero_variance"] for m in steps)
     assert summary["rollouts_zero_variance"] == total

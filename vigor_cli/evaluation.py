@@ -381,8 +381,8 @@ class HeldOut:
         return {"step": self.step, "accuracy": self.accuracy,
                 "sets": {name: r.to_json() for name, r in self.results.items()}}
 
-    def line(self, rollouts: int, tokens: int) -> dict:
-        line = eval_line_of(self.to_json(), rollouts, tokens)
+    def line(self, rollouts: int, tokens: int, no_signal: tuple[int, float] = (0, 0.0)) -> dict:
+        line = eval_line_of(self.to_json(), rollouts, tokens, no_signal)
         for name, first in self.first_attempts().items():  # episodes of attempts: before the answers
             line[f"eval/{name}/first_attempt"] = first
         return line
@@ -437,10 +437,12 @@ def pass_rate_of(held: Mapping[str, Any]) -> float:
     return sum(passed) / len(passed) if passed else 0.0
 
 
-def eval_line_of(held: Mapping[str, Any], rollouts: int, tokens: int) -> dict:
+def eval_line_of(held: Mapping[str, Any], rollouts: int, tokens: int, no_signal: tuple[int, float] = (0, 0.0)) -> dict:
     """An evaluation's metrics.jsonl line from what ``eval/step-<N>.json`` holds (the loop adds
     ``time/elapsed``): the mean reward (``eval/accuracy``, avg@n) and the pass rate (pass@1 at
-    task.pass_threshold) overall and per set, each reward function's mean per set, samples."""
+    task.pass_threshold) overall and per set, each reward function's mean per set, samples; and
+    ``no_signal``, its step's ``rollouts/zero_variance`` and share (0 before training), so every
+    line of metrics.jsonl says them."""
     sets = held["sets"]
     passed = {name: float(s["metrics"]["pass@k"].get("1") or 0.0) for name, s in sets.items()}
     line = {
@@ -451,6 +453,8 @@ def eval_line_of(held: Mapping[str, Any], rollouts: int, tokens: int) -> dict:
         **{f"eval/{name}/pass_rate": p for name, p in passed.items()},
         "eval/samples": sum(len(s["samples"]) for s in sets.values()),
         "rollouts/cumulative": rollouts,
+        "rollouts/zero_variance": no_signal[0],
+        "rollouts/zero_variance_share": no_signal[1],
         "tokens/cumulative": tokens,
     }
     for name, s in sets.items():

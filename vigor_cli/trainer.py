@@ -97,6 +97,8 @@ class Trainer:
         self.rollouts_total = 0
         self.zero_variance_total = 0
         """Rollouts spent in groups whose rewards all came out equal (rollouts/zero_variance)."""
+        self.step_no_signal: tuple[int, float] = (0, 0.0)
+        """The last step's rollouts/zero_variance and share (its evaluation line repeats them)."""
         self.tokens_total = 0
         self.elapsed_before = 0.0
         self.step_elapsed = 0.0
@@ -320,6 +322,7 @@ class Trainer:
             "time/elapsed": 0.0,  # filled when written
         }
         self.zero_variance_total += metrics["rollouts/zero_variance"]
+        self.step_no_signal = (metrics["rollouts/zero_variance"], metrics["rollouts/zero_variance_share"])
         alerts, health_metrics = self.health.step(step, batch.generated, update_metrics)
         metrics.update(health_metrics)
         add_logged(metrics, self.task.logged_metrics(), getattr(getattr(self.task, "reward_log", None), "by", {}))
@@ -363,7 +366,8 @@ class Trainer:
         # one time/elapsed per step: an evaluation after a step repeats that step's (so a reader
         # needs no join, and a dashboard gets one point per step)
         elapsed = self.step_elapsed if step == self.step and step > 0 else self.elapsed()
-        line = {**held.line(self.rollouts_total, self.tokens_total), "time/elapsed": elapsed}
+        no_signal = self.step_no_signal if step == self.step and step > 0 else (0, 0.0)
+        line = {**held.line(self.rollouts_total, self.tokens_total, no_signal), "time/elapsed": elapsed}
         add_logged(line, logged, getattr(getattr(self.task, "reward_log", None), "by", {}), EVAL_PREFIX)
         self.rundir.append("metrics.jsonl", line)
         self.trackers.log_metrics(line)
@@ -384,10 +388,12 @@ class Trainer:
         metrics.jsonl line was cut short): the line the uninterrupted run wrote, in its place."""
         assert step == self.step, "only the checkpoint's own evaluation can be logged again"
         held = read_eval_line(self.rundir.eval_dir / f"step-{step}.json")
-        line = eval_line_of(held, self.rollouts_total, self.tokens_total)
         trained = [r for r in self.rundir.read_log("metrics.jsonl").records
                    if r.get("step") == step and "time/elapsed" in r and "eval/accuracy" not in r]
-        line["time/elapsed"] = trained[-1]["time/elapsed"] if trained else self.elapsed()  # the step's own
+        own = trained[-1] if trained else {}
+        no_signal = (own.get("rollouts/zero_variance", 0), own.get("rollouts/zero_variance_share", 0.0))
+        line = eval_line_of(held, self.rollouts_total, self.tokens_total, no_signal)
+        line["time/elapsed"] = own["time/elapsed"] if trained else self.elapsed()  # the step's own
         add_logged(line, held.get("logged") or {}, {}, EVAL_PREFIX)
         self.rundir.append("metrics.jsonl", line)
 

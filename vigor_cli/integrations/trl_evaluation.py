@@ -88,7 +88,8 @@ class HeldOutEval(TrainerCallback):
         self.results[step] = held.accuracy
         if acc.is_main_process:
             write_run_files(tr.vigor_run_dir, evaluation=held.to_json(),
-                            metrics=held.line(tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"]))
+                            metrics=held.line(tr.vigor_totals["rollouts"], tr.vigor_totals["tokens"],
+                                              getattr(tr, "vigor_step_no_signal", (0, 0.0))))
         self.seconds += time.perf_counter() - t0
         return held.accuracy
 

@@ -131,6 +131,7 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
     for t, size in enumerate(batch.round_sizes, start=1):
         m[f"vigor/round_{t}_rollouts"].append(size)
     tr.vigor_totals["zero_variance"] = tr.vigor_totals.get("zero_variance", 0) + metrics["rollouts/zero_variance"]
+    tr.vigor_step_no_signal = (metrics["rollouts/zero_variance"], metrics["rollouts/zero_variance_share"])
     m["vigor/zero_var_frac"].append(metrics["groups/zero_var_frac"])
     m["vigor/zero_variance_rollouts"].append(metrics["rollouts/zero_variance"])
     m["vigor/zero_variance_share"].append(metrics["rollouts/zero_variance_share"])
