@@ -24,7 +24,7 @@ from rich.table import Table  # noqa: E402
 
 from vigor_cli.allocation import STRATEGIES, make_allocator  # noqa: E402
 from vigor_cli.config import AllocationConfig  # noqa: E402
-from vigor_cli.simulate import SimSettings, simulate  # noqa: E402
+from vigor_cli.study.simulate import SimSettings, simulate  # noqa: E402
 
 SIZES = (64, 512, 4096)
 LAWS = ("beta:0.3,0.3", "mix:0.3,0.2,1,1", "pareto:1.5")

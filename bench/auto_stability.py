@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 from vigor_cli.allocation.auto import AutoAllocator, AutoOptions, replay  # noqa: E402
 from vigor_cli.allocation.registry import default_budget  # noqa: E402
 from vigor_cli.config import AllocationConfig  # noqa: E402
-from vigor_cli.runs import read_config  # noqa: E402
+from vigor_cli.run.directory import read_config  # noqa: E402
 
 
 def allocator(run: Path, hold: float, resamples: int | None) -> AutoAllocator:

@@ -186,7 +186,7 @@ def run_timing(plan: Plan, models: dict[str, str], out: Path, steps: int, consol
 def new_results(plan: Plan, args: argparse.Namespace, argv: list[str] | None, seconds: float | None,
                 failures: list[dict]) -> dict[str, Any]:
     """The results JSON before its cells: the plan, the machine, the command, the provenance."""
-    from vigor_cli import provenance
+    from vigor_cli.run import provenance
 
     given = sys.argv[1:] if argv is None else argv
     return {

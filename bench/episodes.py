@@ -48,7 +48,7 @@ def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict
     from rich.console import Console
 
     from vigor_cli.settings import build_config
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
 
     cfg = build_config(sets=settings(arm, seed, steps, workdir, quick))
     t0 = time.time()

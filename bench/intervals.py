@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from vigor_cli.intervals import (  # noqa: E402,F401  (t_quantile, median_interval: this module's public names too)
+from vigor_cli.study.intervals import (  # noqa: E402,F401  (t_quantile, median_interval: this module's public names too)
     LEVEL, median_interval, t_interval, t_quantile, t_statistic, verdict,
 )
 

@@ -190,7 +190,7 @@ def fake_loading() -> Iterator[None]:
     bitsandbytes' config by a marker."""
     from transformers import AutoModelForCausalLM
 
-    from vigor_cli import models
+    from vigor_cli.model import loading as models
 
     saved = (AutoModelForCausalLM.__dict__["from_pretrained"], models.load_tokenizer, models._four_bit_config)
     AutoModelForCausalLM.from_pretrained = staticmethod(_fake_from_pretrained)  # type: ignore[assignment]
@@ -252,7 +252,7 @@ def gpu_config(path: str | None, sets: list[str]) -> Any:
 
 
 def plan_for(cfg: Any) -> Any:
-    from vigor_cli import memory_plan
+    from vigor_cli.model import memory_plan
 
     shape = memory_plan.model_shape(cfg.model)
     return memory_plan.make_plan(cfg, shape, "cuda", None, None, "bench/memory_check.py", vllm_present=False)
@@ -284,7 +284,7 @@ def _generate_peak(cfg: Any, learner: Any, tracker: LiveStorages, full_decode: b
     (generate with one new token), and a decode step of the same model call against a cache
     already holding prompt + completion - 1 positions (filled by a forward whose transients are
     freed before the step is measured)."""
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
     from vigor_cli.rollout import make_engine
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.sampler import Sampler
@@ -321,7 +321,7 @@ def run_phases(cfg: Any, micro_batches: int = 2, generate: bool = True, full_dec
     """Execute each phase with vigor's own code under fake tensors; bytes alive at each peak."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from vigor_cli.learner import Learner
+    from vigor_cli.train.learner import Learner
 
     tracker, peaks = LiveStorages(), {}
     with FakeTensorMode(allow_non_fake_inputs=True), tracker, fake_loading(), fake_moves(), cuda_adamw():
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     from vigor_cli.errors import UserError
 
     if args.nf4_layer:
-        from vigor_cli.memory_plan import NF4_BYTES_PER_PARAM
+        from vigor_cli.model.memory_plan import NF4_BYTES_PER_PARAM
 
         i, o = (int(x) for x in args.nf4_layer.split(","))
         real = bitsandbytes_nf4_bytes(i, o)

@@ -2,7 +2,7 @@
 
 Each planned phase runs for real on CPU in a child process and the tensor storages it
 allocates are tracked (bench/storage_tracker.py: peak bytes of tensors created inside the
-phase; the weights loaded before it are not counted). The plan (vigor_cli/memory_plan.py)
+phase; the weights loaded before it are not counted). The plan (vigor_cli/model/memory_plan.py)
 says the same thing for the same config: what the phase adds to what is loaded.
 
     python bench/memory_phases.py            # both slices; writes bench/results/memory_phases.json
@@ -43,7 +43,7 @@ PHASES = ("generate", "update", "optimizer")
 def model_dir(name: str, workdir: Path) -> Path:
     """A directory holding the slice (config.json, random bf16 weights) and the tiny
     model's tokenizer (its ids are only used for padding and stop tokens)."""
-    from vigor_cli.models import TINY_DIR
+    from vigor_cli.model.loading import TINY_DIR
 
     path = workdir / name
     if not (path / "config.json").is_file():
@@ -73,7 +73,7 @@ def run_config(model_path: str | Path):
 
 def planned(model_path: str | Path) -> dict[str, float]:
     """What the plan says each phase allocates beyond the loaded weights, in bytes."""
-    from vigor_cli import memory_plan
+    from vigor_cli.model import memory_plan
 
     cfg = run_config(model_path)
     plan = memory_plan.make_plan(cfg, memory_plan.model_shape(cfg.model), "cpu", None, None, "bench")
@@ -92,8 +92,9 @@ def worker(model_path: str, phase: str) -> dict:
     import torch
 
     from storage_tracker import StorageTracker
-    from vigor_cli import grpo, logprobs
-    from vigor_cli.models import load_policy, trainable_parameters
+    from vigor_cli import grpo
+    from vigor_cli.train import logprobs
+    from vigor_cli.model.loading import load_policy, trainable_parameters
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.hf import HFEngine
 

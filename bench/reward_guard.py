@@ -1,6 +1,6 @@
 """Benchmark: what the boundary around a user's reward function costs per call.
 
-Each call of a `--reward FILE.py:FUNC` function goes through vigor_cli/user_code.py: its own
+Each call of a `--reward FILE.py:FUNC` function goes through vigor_cli/user/code.py: its own
 copies of the prompts, completions and columns, the SIGINT handler and the time limit's
 watchdog thread, the standard streams, working directory and settings saved and put back.
 This times one call of a real reward file (a regex over each completion, as the README's
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from vigor_cli import rewards  # noqa: E402
+from vigor_cli.user import rewards  # noqa: E402
 
 SIZES = (64, 512, 4096)
 REWARD = '''

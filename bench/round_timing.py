@@ -45,8 +45,8 @@ def build(arm: str, workdir: Path, prompts: int):
 
     from vigor_cli.commands.train import default_config_file
     from vigor_cli.settings import build_config
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import Trainer
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.trainer import Trainer
 
     strategy = arm.removesuffix("-nodedupe")
     sets = ["model.name_or_path=tiny", f"train.prompts_per_step={prompts}", f"train.output_dir={workdir}",

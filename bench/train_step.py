@@ -30,8 +30,8 @@ def time_steps(strategy: str, steps: int, workdir: Path) -> dict:
     """Mean seconds per step (after one warm-up step) for ``strategy`` on the default config."""
     from vigor_cli.commands.train import DEFAULT_CONFIG
     from vigor_cli.settings import build_config
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import Trainer
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.trainer import Trainer
     from rich.console import Console
 
     cfg = build_config(

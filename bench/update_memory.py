@@ -2,9 +2,9 @@
 each trainer's path as a rank's rows grow (``--section paths``, bench/update_paths.py).
 
 Each variant runs in a child process (one forward + backward + AdamW step on one micro-batch:
-vigor_cli.logprobs and vigor_cli.grpo) and reports its peak resident memory (VmHWM, reset just
+vigor_cli.train.logprobs and vigor_cli.grpo) and reports its peak resident memory (VmHWM, reset just
 before the update) over the resident memory just before it, beside the memory plan's estimate
-(vigor_cli/memory_plan.py). Models: ``tiny`` (the bundled model, configs/tiny-math.yaml's
+(vigor_cli/model/memory_plan.py). Models: ``tiny`` (the bundled model, configs/tiny-math.yaml's
 shape) and ``qwen2-152k`` (a Qwen2 shape with a 151,936-entry vocabulary, hidden 256, 2 layers,
 random weights, float32). 'before' is ``grpo.logits_chunk_tokens: 0``, 'after' chunks of 512;
 the 152k model's 'before' arm runs at 1024-3072 tokens and is extrapolated to 16,384 (marked).
@@ -36,7 +36,7 @@ SHAPES = {"tiny": (48, 16), "qwen2-152k": (128, 896)}  # prompt, completion toke
 def model_dir(name: str, workdir: Path) -> str:
     """A directory holding the variant's model (config.json + weights)."""
     if name == "tiny":
-        from vigor_cli.models import TINY_DIR
+        from vigor_cli.model.loading import TINY_DIR
 
         return str(TINY_DIR)
     path = workdir / name
@@ -68,8 +68,9 @@ def worker(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from vigor_cli import grpo, logprobs
-    from vigor_cli.models import load_policy, trainable_parameters
+    from vigor_cli import grpo
+    from vigor_cli.train import logprobs
+    from vigor_cli.model.loading import load_policy, trainable_parameters
 
     torch.set_num_threads(1)
     rss_imports = rss("VmRSS")
@@ -132,7 +133,7 @@ def measure(model: str, tokens: int, chunk: int, checkpointing: bool, workdir: P
 def plan_estimate(model_path: str, tokens: int, chunk: int, checkpointing: bool, prompt: int, completion: int) -> float:
     """The memory plan's bytes allocated by this update on CPU (AdamW states, gradients,
     activations, output-layer chunk; the loaded weights are already in the RSS before it)."""
-    from vigor_cli import memory_plan
+    from vigor_cli.model import memory_plan
 
     cfg = run_config(model_path, tokens, chunk, checkpointing, prompt, completion)
     plan = memory_plan.make_plan(cfg, memory_plan.model_shape(cfg.model), "cpu", None, None, "bench")

@@ -55,7 +55,7 @@ def _measure(run) -> dict:
 def vigor_arm(model_path: str, rows: int) -> dict:
     import torch
 
-    from vigor_cli.learner import Learner
+    from vigor_cli.train.learner import Learner
     from vigor_cli.settings import build_config
 
     cfg = build_config(sets=[

@@ -65,7 +65,7 @@ class TrainedRuns:
 
         from vigor_cli.config import dump_config
         from vigor_cli.settings import build_config
-        from vigor_cli.trainer import train
+        from vigor_cli.train.trainer import train
 
         cfg = build_config(sets=list(sets))
         cfg.train.output_dir, cfg.train.run_name = str(self.root), "shared"

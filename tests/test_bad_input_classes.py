@@ -322,7 +322,7 @@ def test_report_refuses_a_chosen_metric_that_is_not_a_number(vigor, tmp_path):
 
 def test_a_losses_nan_is_a_fact_not_damage(tmp_path):
     """A diverged update logs NaN losses; readers keep the line (report reads other keys)."""
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     run = report_run(tmp_path, '{"step": 1, "losses/loss": NaN, "losses/kl": -0.1, "engine/weight_check": null}')
     assert RunDir(run).metrics()[0]["step"] == 1
@@ -340,7 +340,7 @@ def test_eval_data_dir_the_benchmarks_do_not_read_is_refused(vigor, tmp_path, no
 
 def test_training_data_settings_a_tiny_task_never_reads_are_refused(tmp_path):
     from vigor_cli.settings import build_config
-    from vigor_cli.preflight import check_static
+    from vigor_cli.train.preflight import check_static
 
     from vigor_cli.config import RunConfig, TaskConfig
 
@@ -353,8 +353,8 @@ def test_training_data_settings_a_tiny_task_never_reads_are_refused(tmp_path):
 
 
 def test_record_checks_are_one_function_loaders_can_call():
-    """vigor_cli/records.py: what a data loader calls per record (the issue-21 loader too)."""
-    from vigor_cli.records import MAX_TEXT_CHARS, check_record
+    """vigor_cli/user/records.py: what a data loader calls per record (the issue-21 loader too)."""
+    from vigor_cli.user.records import MAX_TEXT_CHARS, check_record
 
     ok = {"problem": "1+1?", "answer": 2, "golds": ["1", 2.5]}
     assert check_record(ok, "f.jsonl:1", text=("problem",), answers=("answer", "golds")) is ok

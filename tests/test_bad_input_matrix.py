@@ -180,7 +180,7 @@ def test_the_same_flag_has_the_same_bounds_in_every_command(vigor):
 def test_bugs_keep_their_traceback(monkeypatch):
     """An error that is not the user's (here a RuntimeError from inside a command) is not
     turned into a one-line message: it propagates (exit 1 with a traceback from Python)."""
-    import vigor_cli.simulate as sim
+    import vigor_cli.study.simulate as sim
     from vigor_cli.cli import main
 
     def broken(*a, **k):
@@ -233,15 +233,15 @@ def test_ctrl_c_outside_training_says_so_and_exits_130(vigor, monkeypatch):
     130, not the exit 0 Typer reports when it is not in standalone mode."""
     import os
 
-    import vigor_cli.simulate
+    import vigor_cli.study.simulate
 
-    real = vigor_cli.simulate.simulate
+    real = vigor_cli.study.simulate.simulate
 
     def interrupted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt at the next bytecode
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(vigor_cli.simulate, "simulate", interrupted)
+    monkeypatch.setattr(vigor_cli.study.simulate, "simulate", interrupted)
     try:
         with python_handles_sigint():
             code, out, err = vigor("simulate", "--steps", "5", "--strategy", "grpo")  # (a lost signal: exit 0)

@@ -51,7 +51,7 @@ def test_prompts_too_long_are_left_out_of_training_and_evaluation_alike(tmp_path
     training sample evaluated without it, each set saying so in one warning line."""
     from rich.console import Console
 
-    from vigor_cli.train_data import load_train_data
+    from vigor_cli.train.data import load_train_data
 
     files = own_files(tmp_path, word_rows(6, long_at=(0, 3)), eval_rows=word_rows(4, long_at=(1,)))
     data = load_train_data(own_config(files, "task.max_prompt_tokens=64"), Console(file=io.StringIO()))
@@ -75,7 +75,7 @@ def test_vigor_eval_leaves_out_the_problems_the_model_cannot_take(tmp_path, caps
     left out as training leaves it out, in one warning line; a benchmark left with none is refused."""
     from vigor_cli.commands.eval import fit_problems, load_tasks
     from vigor_cli.config import RunConfig
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
 
     shipped = ROOT / "vigor_cli" / "data" / "math-eval" / "gsm8k.jsonl"
     rows = [json.loads(line) for line in shipped.read_text().splitlines()[:3]]
@@ -115,9 +115,9 @@ def test_a_prompt_that_encodes_to_no_token_is_left_out():
     from types import SimpleNamespace
 
     from vigor_cli.config import ModelConfig
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
     from vigor_cli.tasks.base import Example
-    from vigor_cli.train_data import fit_prompts, left_out_line
+    from vigor_cli.evaluate.sets import fit_prompts, left_out_line
 
     tokenizer = load_tokenizer(ModelConfig(name_or_path="tiny"))
     task = SimpleNamespace(render_prompt=lambda ex, tok: ex.question)
@@ -151,7 +151,7 @@ def test_prompts_no_tokenizer_can_take_are_refused_naming_the_row(tmp_path, prom
 
 
 def test_a_lone_surrogate_in_a_math_record_is_named(tmp_path):
-    from vigor_cli.records import check_record
+    from vigor_cli.user.records import check_record
 
     with pytest.raises(UserError, match=r"f.jsonl:3: field 'problem' is text holding a lone surrogate \\ud83d"):
         check_record({"problem": "smile \ud83d"}, "f.jsonl:3", text=("problem",))

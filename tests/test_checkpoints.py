@@ -18,8 +18,8 @@ import yaml
 
 from test_rundir import _small_tmpfs
 from test_trainer import quiet, strip_times, tiny_sets
-from vigor_cli.runs import RunDir, verify_checkpoint
-from vigor_cli.trainer import train
+from vigor_cli.run.directory import RunDir, verify_checkpoint
+from vigor_cli.train.trainer import train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -207,10 +207,10 @@ def test_a_damaged_metrics_line_refuses_the_resume_naming_it(tmp_path, vigor, tr
 
 @pytest.mark.slow
 def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_path, vigor, monkeypatch, trained):
-    import vigor_cli.models
+    import vigor_cli.model.loading
 
     whole = shared(trained, tmp_path, 4)
-    real = vigor_cli.models.save_policy
+    real = vigor_cli.model.loading.save_policy
     calls = []
 
     def full(model, tokenizer, directory):
@@ -220,7 +220,7 @@ def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_pat
             raise OSError(28, "No space left on device")
         real(model, tokenizer, directory)
 
-    monkeypatch.setattr(vigor_cli.models, "save_policy", full)
+    monkeypatch.setattr(vigor_cli.model.loading, "save_policy", full)
     args = ["train", "--output-dir", str(tmp_path), "--run-name", "r", *cli_sets(settings(tmp_path, 4))]
     code, out, err = vigor(*args)
     assert code == 2, err
@@ -229,7 +229,7 @@ def test_disk_full_in_a_checkpoint_is_one_line_and_keeps_the_earlier_one(tmp_pat
     run = RunDir(tmp_path / "r")
     assert run.checkpoint_steps() == [2] and verify_checkpoint(run.checkpoints / "step-2") is None
     assert not list(run.checkpoints.glob(".tmp-*"))
-    monkeypatch.setattr(vigor_cli.models, "save_policy", real)
+    monkeypatch.setattr(vigor_cli.model.loading, "save_policy", real)
     code, out, err = vigor("train", "--resume", str(run.path))
     assert code == 0, err
     assert strip_times(run.metrics()) == strip_times(whole.metrics())

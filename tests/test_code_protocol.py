@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from vigor_cli import health
+from vigor_cli.train import health
 from vigor_cli.config import TaskConfig
 from vigor_cli.errors import UserError
 from vigor_cli.settings import build_config
@@ -195,8 +195,8 @@ def test_the_isolation_level_reaches_the_step_metrics_and_the_console():
 
     from rich.console import Console
 
-    from vigor_cli.rollout_core import sandbox_metrics
-    from vigor_cli.train_log import TrainLog
+    from vigor_cli.train.rollout_core import sandbox_metrics
+    from vigor_cli.train.log import TrainLog
 
     full = [SimpleNamespace(details={"isolation": "full"})]
     rlimit = [SimpleNamespace(details={"isolation": "full, memory: rlimit only"})]

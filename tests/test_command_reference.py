@@ -1,4 +1,4 @@
-"""docs/commands.md is generated from the command line (vigor_cli.command_reference): it must
+"""docs/commands.md is generated from the command line (vigor_cli.reference.commands): it must
 equal what the generator writes now, and each command's section must say what its `--help`
 says (the same options, help text, bounds and defaults)."""
 
@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.cli_runner import run_vigor
-from vigor_cli import command_reference as ref
+from vigor_cli.reference import commands as ref
 
 WIDE = {"COLUMNS": "3000", "NO_COLOR": "1", "TERM": "dumb"}  # no wrapping, no colour: nothing to normalise but boxes
 
@@ -26,7 +26,7 @@ def flat(text: str) -> str:
 
 def test_the_committed_page_is_what_the_generator_writes(page):
     assert ref.PAGE.read_text(encoding="utf-8") == page, \
-        "docs/commands.md is stale: run python -m vigor_cli.command_reference"
+        "docs/commands.md is stale: run python -m vigor_cli.reference.commands"
 
 
 def test_every_command_and_verify_subcommand_has_a_section(page):

@@ -65,7 +65,7 @@ def test_every_task_preview_takes_a_tokenizer():
     from vigor_cli.config import TaskConfig
     from vigor_cli.settings import build_config
     from vigor_cli.tasks import PREVIEWS, preview_task
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
 
     tokenizer = load_tokenizer(build_config().model)
     assert "code" in PREVIEWS
@@ -78,7 +78,7 @@ def test_a_folder_with_config_json_alone_has_no_tokenizer(tmp_path):
     """transformers builds an empty tokenizer from a config.json alone (every prompt encodes to
     nothing); loading one is refused in one line naming the key."""
     from vigor_cli.errors import UserError
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
     from vigor_cli.settings import build_config
 
     shutil.copy(TINY / "config.json", tmp_path / "config.json")

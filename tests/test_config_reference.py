@@ -1,11 +1,11 @@
-"""docs/config-keys.md is generated from the typed config (vigor_cli.config_reference): it must
+"""docs/config-keys.md is generated from the typed config (vigor_cli.reference.config_keys): it must
 equal what the generator writes now, and list every key of a default config with its default."""
 
 from __future__ import annotations
 
 import pytest
 
-from vigor_cli import config_reference as ref
+from vigor_cli.reference import config_keys as ref
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def leaves(value, prefix):
 
 def test_the_committed_page_is_what_the_generator_writes(page):
     assert ref.PAGE.read_text(encoding="utf-8") == page, \
-        "docs/config-keys.md is stale: run python -m vigor_cli.config_reference"
+        "docs/config-keys.md is stale: run python -m vigor_cli.reference.config_keys"
 
 
 def test_every_key_of_a_default_config_is_listed_with_its_default(page):

@@ -10,11 +10,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import vigor_cli.models as models
+import vigor_cli.model.loading as models
 import vigor_cli.rollout as rollout_pkg
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.models import pick_device, probe_cuda
+from vigor_cli.model.loading import pick_device, probe_cuda
 
 OLD_DRIVER = ("CUDA initialization: The NVIDIA driver on your system is too old (found version "
               "12020). Please update your GPU driver by downloading and installing a new version "
@@ -101,7 +101,7 @@ def test_train_device_flag_reaches_the_config(monkeypatch):
     cfg = build_config(default_config_file(None, None), overrides={"model.device": "cpu"})
     assert cfg.model.device == "cpu"
     machine(monkeypatch, warnings=[OLD_DRIVER], devices=["/dev/nvidia0"])
-    from vigor_cli.preflight import check_static
+    from vigor_cli.train.preflight import check_static
 
     assert check_static(cfg) == "cpu"  # asked for the CPU: no error on the broken GPU
 
@@ -115,7 +115,7 @@ class _Policy(torch.nn.Module):
 
 def test_auto_engine_on_cpu_says_why(monkeypatch):
     notes = []
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
 
     cfg = build_config(sets=["engine.kind=auto"])
     model, tok, _ = load_policy(cfg.model)
@@ -138,7 +138,7 @@ def test_auto_engine_on_cuda_without_vllm_warns(monkeypatch):
     monkeypatch.setattr(rollout_pkg, "_vllm_reason", lambda: "vllm is not installed")
     monkeypatch.setattr(rollout_pkg, "_vllm_installed", lambda: False)
     notes = []
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
 
     model, tok, _ = load_policy(build_config().model)
     engine = rollout_pkg.make_engine(build_config(sets=["engine.kind=auto"]), model, tok, announce=notes.append)

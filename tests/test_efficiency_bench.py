@@ -300,7 +300,7 @@ def test_summary_and_checks_name_the_best_arm_and_autos_standing(tmp_path):
 
 
 def test_law_table_prints_the_census(tmp_path):
-    from vigor_cli.variance_law import census
+    from vigor_cli.study.variance_law import census
 
     law = census([0] * 50 + [16] * 40 + [8] * 10, 16).to_dict()
     results = {"cells": {"tiny-facts": {"start_distribution": {"variance_law": law}}}}
@@ -311,7 +311,7 @@ def test_law_table_prints_the_census(tmp_path):
 
 @pytest.mark.slow
 def test_quick_mode_runs_every_strategy_end_to_end(tmp_path):
-    from vigor_cli.models import TINY_DIR
+    from vigor_cli.model.loading import TINY_DIR
 
     if not (TINY_DIR / "config.json").is_file():
         pytest.skip(f"the bundled tiny model is missing at {TINY_DIR}")

@@ -1,5 +1,5 @@
 """A user's environment behind the boundary a reward function has (vigor_cli/episodes/calls.py,
-vigor_cli/user_code.py): every call bounded in time with the process's state put back, its
+vigor_cli/user/code.py): every call bounded in time with the process's state put back, its
 faults an episode's env_error, its text bounded before it is rendered, get_reward's faults
 and non-numbers stopping the run as a --reward function's, a reset that never starts
 stopping the run after two time limits, and the second stop signal.
@@ -154,7 +154,7 @@ class Rewards(Base):
 @pytest.fixture(scope="module")
 def tokenizer():
     from vigor_cli.config import ModelConfig
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
 
     return load_tokenizer(ModelConfig())
 

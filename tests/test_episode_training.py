@@ -125,7 +125,7 @@ def test_vigor_train_with_an_environment_logs_episodes(trained, tmp_path, vigor)
 
 @pytest.mark.slow
 def test_vigor_train_runs_a_trl_environment_class_with_a_users_reward(tmp_path):
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
     from test_trainer import quiet
 
     data = tmp_path / "games.jsonl"
@@ -148,7 +148,7 @@ def test_vigor_train_runs_a_trl_environment_class_with_a_users_reward(tmp_path):
 
 @pytest.mark.slow
 def test_vigor_train_with_code_feedback(tmp_path):
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
     from test_trainer import quiet
 
     cfg = build_config(sets=[
@@ -212,8 +212,8 @@ def test_trl_environment_factory_argument_takes_a_trl_class(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from vigor_cli.integrations.trl import VigorGRPOTrainer
-    from vigor_cli.rewards import import_function
-    from vigor_cli.tiny_model import TINY_DIR
+    from vigor_cli.user.rewards import import_function
+    from vigor_cli.model.tiny import TINY_DIR
     from test_trl_integration import _args
 
     game = import_function(f"{GAME}:NumberGame", flag="--env")
@@ -248,8 +248,8 @@ def test_trls_own_trainer_takes_the_same_class(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from vigor_cli.rewards import import_function
-    from vigor_cli.tiny_model import TINY_DIR
+    from vigor_cli.user.rewards import import_function
+    from vigor_cli.model.tiny import TINY_DIR
 
     tok = AutoTokenizer.from_pretrained(TINY_DIR)
     tok.chat_template = qwen2_5_chat_template
@@ -365,9 +365,9 @@ def test_trl_environment_limits_and_refusals():
 
 @pytest.mark.slow
 def test_an_episodes_lines_and_eval_sample_format():
-    from vigor_cli.evaluation import SampleResult
-    from vigor_cli.rollout_core import Sample
-    from vigor_cli.train_log import episode_lines
+    from vigor_cli.evaluate.evaluation import SampleResult
+    from vigor_cli.train.rollout_core import Sample
+    from vigor_cli.train.log import episode_lines
 
     ep = Episode([5, 6, 7], [-0.1, 0.0, -0.2], "b", False, mask=[1, 0, 1], ended="correct",
                  messages=[{"role": "assistant", "content": "a"}, {"role": "user", "content": "x" * 3000},
@@ -382,7 +382,7 @@ def test_an_episodes_lines_and_eval_sample_format():
 
 @pytest.mark.slow
 def test_a_resumed_run_with_an_environment_continues_as_if_never_stopped(tmp_path):
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
     from test_trainer import quiet, strip_times
 
     whole = Path(train(build_config(sets=guess_sets(tmp_path, "whole", "train.steps=4", "train.save_every=2")),
@@ -399,7 +399,7 @@ def test_a_resumed_run_with_an_environment_continues_as_if_never_stopped(tmp_pat
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["vigor", "auto"])
 def test_multi_round_strategies_count_episodes_as_rollouts(tmp_path, strategy):
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
     from test_trainer import quiet
 
     sets = [s for s in guess_sets(tmp_path, strategy, "train.steps=1") if not s.startswith("allocation.")]

@@ -42,7 +42,7 @@ CHATML = ("{% if tools %}<|im_start|>system\nTools:{% for t in tools %} {{ t.fun
 @pytest.fixture(scope="module")
 def policy():
     from vigor_cli.config import ModelConfig
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
 
     model, tokenizer, _ = load_policy(ModelConfig(lora={"enabled": False}))
     return model, tokenizer
@@ -219,7 +219,7 @@ def test_a_method_that_cannot_be_a_tool_is_one_line(tmp_path, policy):
 
 # --------------------------------------------------------------------------- the real tiny model
 def test_masks_cover_exactly_the_model_tokens_and_logprobs_match_the_policy(tmp_path, policy):
-    from vigor_cli import logprobs
+    from vigor_cli.train import logprobs
     from vigor_cli.rollout.hf import HFEngine
 
     model, tok = policy

@@ -99,7 +99,7 @@ def test_step_metrics_count_tool_calls_and_turns_against_max_turns():
 def test_health_names_a_run_whose_episodes_call_no_tool_and_strict_stops_it():
     from types import SimpleNamespace
 
-    from vigor_cli import health
+    from vigor_cli.train import health
     from vigor_cli.settings import build_config
 
     cfg = build_config(sets=["task.env=calc.py:Calculator", "task.max_turns=3"], strategy_rules=False)
@@ -148,7 +148,7 @@ def test_tiny_template_renders_tool_conversations_and_keeps_plain_prompts_plain(
 
     from vigor_cli.episodes.tools import PLAIN_TOOLS, tool_line
     from vigor_cli.tasks.prompts import has_chat_template
-    from vigor_cli.tiny_model import TINY_DIR, build_tokenizer
+    from vigor_cli.model.tiny import TINY_DIR, build_tokenizer
 
     tok = AutoTokenizer.from_pretrained(TINY_DIR)
     assert not has_chat_template(tok)  # vigor's prompts stay plain text: the numbers of every run stay
@@ -174,8 +174,8 @@ def test_trls_own_grpo_trainer_takes_the_tiny_model_with_an_environment(calc, tm
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vigor_cli.rewards import import_function
-    from vigor_cli.tiny_model import TINY_DIR
+    from vigor_cli.user.rewards import import_function
+    from vigor_cli.model.tiny import TINY_DIR
 
     tok = AutoTokenizer.from_pretrained(TINY_DIR)  # the bundled files as they are
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": f"{a}*{b}="}], "answer": a * b}
@@ -259,11 +259,11 @@ def test_vigor_eval_plays_any_model_on_any_environment(calc, vigor, monkeypatch)
 @pytest.mark.slow  # a custom task and its reward file: over a second of CPU
 def test_the_prompt_limit_bounds_the_tasks_part_and_the_tools_come_on_top(calc):
     from vigor_cli.episodes.tools import ToolEnvironment
-    from vigor_cli.models import load_tokenizer
-    from vigor_cli.rewards import import_function
+    from vigor_cli.model.loading import load_tokenizer
+    from vigor_cli.user.rewards import import_function
     from vigor_cli.settings import build_config
     from vigor_cli.tasks import get_task
-    from vigor_cli.train_data import fit_prompts
+    from vigor_cli.evaluate.sets import fit_prompts
 
     cfg = build_config(sets=["model.name_or_path=tiny", "task.name=custom", f"task.data={calc['data']}",
                              f"task.rewards=[{calc['reward']}:right]", f"task.env={calc['env']}:Calculator"])
@@ -282,8 +282,8 @@ def test_the_prompt_limit_bounds_the_tasks_part_and_the_tools_come_on_top(calc):
 def test_an_exported_template_renders_the_runs_tools_unless_others_are_passed():
     from jinja2 import Template
 
-    from vigor_cli.episodes.plain_template import PLAIN_CHAT_TEMPLATE, is_plain
-    from vigor_cli.export_card import JOIN_TEMPLATE, with_default_tools
+    from vigor_cli.tasks.plain_template import PLAIN_CHAT_TEMPLATE, is_plain
+    from vigor_cli.export.card import JOIN_TEMPLATE, with_default_tools
 
     schema = {"type": "function", "function": {"name": "multiply", "description": "Multiply.",
                                                "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from vigor_cli.settings import build_config
-from vigor_cli.models import TINY_DIR
+from vigor_cli.model.loading import TINY_DIR
 from vigor_cli.rollout.weights import stop_token_ids
 
 slow = pytest.mark.slow  # the tests on trained runs: three one-step trainings, a dozen model loads
@@ -75,7 +75,7 @@ def qwen_style_base(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
 
     out = tmp_path_factory.mktemp("runs")
     base = qwen_style_base(out / "qwen-style-base")
@@ -105,8 +105,8 @@ def checkpoint_generations(run: Path) -> tuple[list[list[int]], list[int]]:
     """Greedy completions of the run's newest checkpoint, loaded as `vigor eval --run` loads it
     (vigor's own loader, LoRA as a live adapter), stopped at the run's stop tokens."""
     from vigor_cli.config import RunConfig
-    from vigor_cli.models import load_policy
-    from vigor_cli.runs import RunDir, read_config
+    from vigor_cli.model.loading import load_policy
+    from vigor_cli.run.directory import RunDir, read_config
 
     cfg = RunConfig.model_validate(read_config(run))
     checkpoint = RunDir(run).store.pick(None, print)
@@ -283,8 +283,8 @@ def test_export_of_the_newest_checkpoint_loads_and_generates(tmp_path, vigor, mo
     split; the trained-run tests above are slow, so nothing fast caught it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vigor_cli.models import save_policy
-    from vigor_cli.runs import RunDir
+    from vigor_cli.model.loading import save_policy
+    from vigor_cli.run.directory import RunDir
 
     cfg = build_config(sets=sets(tmp_path, "run"))
     run = RunDir(tmp_path / "run")
@@ -338,7 +338,7 @@ def test_an_export_is_readable_by_others_and_its_card_loads_it(runs, tmp_path, v
 
 
 def test_card_load_lines_name_each_kind_of_base(tmp_path):
-    from vigor_cli.export_card import load_lines
+    from vigor_cli.export.card import load_lines
 
     full = "\n".join(load_lines({"kind": "full", "base": {"where": "hub", "name_or_path": "Qwen/Qwen2.5-1.5B"}}, "m"))
     assert "AutoModelForCausalLM.from_pretrained(path)" in full and 'path = "m"' in full
@@ -356,7 +356,7 @@ def test_card_load_lines_name_each_kind_of_base(tmp_path):
 def test_an_export_folder_is_made_readable_whole(tmp_path):
     """What `vigor export` writes through its hidden folder comes out 0644/0755 whatever the
     writers made (the atomic writer's 0600, a private folder)."""
-    from vigor_cli.export import _write
+    from vigor_cli.export.folder import _write
 
     def fill(folder: Path) -> None:
         (folder / "sub").mkdir(mode=0o700)
@@ -371,7 +371,7 @@ def test_an_export_folder_is_made_readable_whole(tmp_path):
 
 
 def test_a_released_run_lock_can_take_its_file_with_it(tmp_path):
-    from vigor_cli.runs import RunLock
+    from vigor_cli.run.directory import RunLock
 
     kept = RunLock.acquire(tmp_path / "kept.lock")
     kept.release()

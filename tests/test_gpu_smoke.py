@@ -59,7 +59,7 @@ def random_model(tmp_path_factory) -> str:
     model's are, so the temperature shows), saved with its tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from vigor_cli.models import TINY_DIR
+    from vigor_cli.model.loading import TINY_DIR
 
     config = AutoConfig.from_pretrained(TINY_DIR)
     config.initializer_range = 0.1
@@ -121,7 +121,7 @@ def test_logprobs_chunked_equals_full_and_a_shifted_path_fails(smoke, monkeypatc
     smoke.check_logprobs(_ctx(smoke), v)
     assert set(_by_name(v).values()) == {"PASS"} and len(v.rows) == 2, lines
 
-    import vigor_cli.logprobs as lp_module
+    import vigor_cli.train.logprobs as lp_module
 
     real = lp_module.completion_logprobs
 
@@ -167,7 +167,7 @@ def test_merge_fails_a_weight_under_another_name(smoke, monkeypatch):
 def _engine_that(kind):
     """An hf engine broken one way: 'raw' reports log-probs at T=1 whatever it samples at;
     'hot' samples at T=1 but reports the log-probs of the asked temperature."""
-    from vigor_cli import logprobs
+    from vigor_cli.train import logprobs
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.hf import HFEngine
 
@@ -400,7 +400,7 @@ def test_core_child_runs_its_checks_and_writes_its_verdicts(smoke, tmp_path):
 def test_build_model_saves_a_loadable_random_model_with_the_tiny_tokenizer(smoke, monkeypatch, tmp_path):
     """The GPU run builds Qwen2.5-1.5B's shape; here the tiny config stands in for it (same code)."""
     from vigor_cli.config import ModelConfig
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
 
     monkeypatch.setattr(smoke, "SHAPE", Path(smoke.TINY))
     path = smoke.build_model(tmp_path / "m")

@@ -1,15 +1,15 @@
-"""Health checks (vigor_cli/health.py): the numbers, the windows, the lines, the state."""
+"""Health checks (vigor_cli/train/health.py): the numbers, the windows, the lines, the state."""
 
 from __future__ import annotations
 
 import math
 import pytest
 
-from vigor_cli import health
+from vigor_cli.train import health
 from vigor_cli.config import HEALTH_DEFAULTS, HealthConfig
 from vigor_cli.settings import build_config
 from vigor_cli.rollout.base import Rollout
-from vigor_cli.rollout_core import Sample
+from vigor_cli.train.rollout_core import Sample
 
 
 def s(uid: str, text: str, reward: float | None = 1.0, n_tokens: int = 5, truncated: bool = False) -> Sample:
@@ -119,7 +119,7 @@ def test_state_round_trip_continues_the_same_way():
 
 
 def test_template_suffix_tells_templated_prompts_apart():
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
 
     tok = load_tokenizer(cfg().model)
     assert health.template_suffix(tok) is None  # the tiny tokenizer has no chat template

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from test_trainer import quiet, tiny_sets
-from vigor_cli import health
+from vigor_cli.train import health
 from vigor_cli.errors import UserError
 from vigor_cli.settings import build_config
-from vigor_cli.tiny_model import TINY_DIR
-from vigor_cli.trainer import train
+from vigor_cli.model.tiny import TINY_DIR
+from vigor_cli.train.trainer import train
 
 
 @pytest.fixture
@@ -253,7 +253,7 @@ def test_inspect_allocation_and_report_show_where_a_check_held(tmp_path, run, vi
     assert any("health check 'truncated' held at steps 2\u20133" in n for n in report["notes"]), report["notes"]
     from vigor_cli.report.curves import run_curve
     from vigor_cli.report.plots import plot_lines
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     [line] = plot_lines([run_curve(RunDir(run_dir))], "rollouts")
     rollouts = [m["rollouts/cumulative"] for m in steps if m["health/truncated/alert"]]

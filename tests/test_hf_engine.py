@@ -8,7 +8,7 @@ import torch
 from vigor_cli.config import ModelConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.models import load_policy, resolve_model_path
+from vigor_cli.model.loading import load_policy, resolve_model_path
 from vigor_cli.rollout import make_engine
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout.hf import HFEngine

@@ -67,7 +67,7 @@ def test_a_completion_with_markup_or_escapes_never_stops_the_completions_table(t
     """The table `vigor train` prints every `train.log_completions_every` steps: a completion
     holding ``[/]`` raised MarkupError there and stopped the run."""
     from vigor_cli.console import visible
-    from vigor_cli.train_log import completions_table
+    from vigor_cli.train.log import completions_table
 
     sample = SimpleNamespace(uid="u", rollout=SimpleNamespace(text=f"answer {text} end"), reward=0.0,
                              advantage=0.5)
@@ -260,7 +260,7 @@ def _checkpoint(run, step: int, keep: int = 3) -> Path:
 
 def _run(path: Path):
     from vigor_cli.config import RunConfig
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     run = RunDir(path)
     run.path.mkdir(parents=True)
@@ -275,7 +275,7 @@ def _edit(path: Path, change) -> None:
 
 
 def _reseal(ckpt: Path) -> None:
-    from vigor_cli.checkpoints import _sha256
+    from vigor_cli.run.checkpoints import _sha256
 
     def seal(manifest: dict) -> None:
         for name in manifest["files"]:
@@ -330,8 +330,8 @@ def test_a_damaged_checkpoint_that_used_to_verify_is_damaged(tmp_path, case):
 
 
 def test_a_run_has_an_id_its_checkpoints_record_and_a_copy_keeps(tmp_path):
-    from vigor_cli.checkpoints import read_run_id, verify_checkpoint
-    from vigor_cli.runs import RunDir, never_started
+    from vigor_cli.run.checkpoints import read_run_id, verify_checkpoint
+    from vigor_cli.run.directory import RunDir, never_started
 
     run = _run(tmp_path / "r")
     (run.path / "run.lock").touch()

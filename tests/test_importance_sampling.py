@@ -18,8 +18,8 @@ from test_learner import _samples
 from test_trainer import tiny_sets
 from vigor_cli import grpo
 from vigor_cli.settings import build_config
-from vigor_cli.learner import IMPORTANCE_METRICS, Learner
-from vigor_cli.models import load_tokenizer
+from vigor_cli.train.learner import IMPORTANCE_METRICS, Learner
+from vigor_cli.model.loading import load_tokenizer
 
 
 def test_truncated_weights_by_hand():

@@ -19,8 +19,8 @@ from test_trainer import quiet, strip_times, tiny_sets
 from vigor_cli import cli
 from vigor_cli.settings import build_config
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import Trainer, train
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_sigterm_exits_143_with_the_resume_line(tmp_path):
 def test_signal_while_loading_stops_at_once(tmp_path, monkeypatch):
     """Before the first step there is no step to finish: the signal stops the load, the
     reward workers are closed, and the line says whether there is anything to resume."""
-    import vigor_cli.trainer as trainer_module
+    import vigor_cli.train.trainer as trainer_module
 
     real = trainer_module.Learner
     closed = []

@@ -1,4 +1,4 @@
-"""Intervals that hold their coverage at a few seeds (vigor_cli/intervals.py, bench/intervals.py):
+"""Intervals that hold their coverage at a few seeds (vigor_cli/study/intervals.py, bench/intervals.py):
 the t quantile against its table, coverage on synthetic differences with a known mean (the t
 interval holds 95 % where a percentile bootstrap over 6 seeds does not), the order-statistic
 interval of a median, and the rule that keeps a comparison on the line from being called."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli.intervals import median_interval, prediction_interval, t_cdf, t_interval, t_quantile, verdict
+from vigor_cli.study.intervals import median_interval, prediction_interval, t_cdf, t_interval, t_quantile, verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 

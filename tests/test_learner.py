@@ -12,11 +12,11 @@ import torch
 
 from test_trainer import quiet, strip_times, tiny_sets
 from vigor_cli.settings import build_config
-from vigor_cli.learner import Learner
-from vigor_cli.models import load_tokenizer, save_policy
+from vigor_cli.train.learner import Learner
+from vigor_cli.model.loading import load_tokenizer, save_policy
 from vigor_cli.rollout.base import Rollout
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import RolloutBatch, Sample, Trainer, train
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import RolloutBatch, Sample, Trainer, train
 
 
 # --------------------------------------------------------------------------- the Learner alone
@@ -220,7 +220,7 @@ def test_no_function_over_80_lines_in_the_trainer_and_learner():
     import ast
 
     root = Path(__file__).resolve().parents[1]
-    for name in ("vigor_cli/trainer.py", "vigor_cli/learner.py", "vigor_cli/interrupt.py"):
+    for name in ("vigor_cli/train/trainer.py", "vigor_cli/train/learner.py", "vigor_cli/interrupt.py"):
         tree = ast.parse((root / name).read_text())
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

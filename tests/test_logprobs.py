@@ -2,7 +2,7 @@
 
 The reference below is the update's previous code path written out independently: the
 model's logits at every position and the whole vocabulary, log-softmax in float32, gathered
-at the completion tokens. The new path (vigor_cli/logprobs.py) runs the decoder, keeps the
+at the completion tokens. The new path (vigor_cli/train/logprobs.py) runs the decoder, keeps the
 completion positions and applies the output layer a chunk at a time under checkpointing.
 Both are run on the real bundled tiny model, full fine-tuning and with a peft LoRA adapter
 (also with the adapter switched off, the KL reference's path).
@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from vigor_cli.config import ModelConfig
-from vigor_cli.logprobs import completion_logprobs, full_logprobs, make_batch
-from vigor_cli.models import load_policy
+from vigor_cli.train.logprobs import completion_logprobs, full_logprobs, make_batch
+from vigor_cli.model.loading import load_policy
 
 DEVICE = torch.device("cpu")
 

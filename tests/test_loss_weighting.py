@@ -9,8 +9,8 @@ import torch
 
 from test_trainer import quiet, tiny_sets
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import Trainer
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import Trainer
 
 
 def _trainer(tmp_path, name: str, *extra: str) -> Trainer:

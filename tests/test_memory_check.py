@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vigor_cli import memory_plan as mp
+from vigor_cli.model import memory_plan as mp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from vigor_cli.config import ModelConfig
-from vigor_cli.logprobs import completion_logprobs, make_batch
-from vigor_cli.models import Reference, load_policy, trainable_parameters
+from vigor_cli.train.logprobs import completion_logprobs, make_batch
+from vigor_cli.model.loading import Reference, load_policy, trainable_parameters
 
 LR = 1e-5
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vigor_cli import memory_plan as mp
+from vigor_cli.model import memory_plan as mp
 from vigor_cli.config import ModelConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
@@ -161,7 +161,7 @@ def test_weight_check_base_copy_is_planned_and_left_room_for(small_model, sets, 
 def test_engine_auto_share_leaves_room_for_the_base_copy_it_precedes():
     """At the engine's start the policy is loaded; AdamW's states and the weight check's frozen
     copy come after, so the 'auto' share subtracts both (the copy in the compute dtype)."""
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
 
     free, total = 20 * GIB, 24 * GIB
     cfg = build_config(sets=["model.lora.enabled=false", "model.dtype=bfloat16", "engine.kind=vllm",
@@ -219,7 +219,7 @@ def test_dry_run_exit_codes_and_nothing_written(vigor, tmp_path):
 
 
 def test_a_run_is_refused_before_the_model_loads(vigor, tmp_path, monkeypatch):
-    import vigor_cli.models as models
+    import vigor_cli.model.loading as models
 
     def must_not_load(*a, **k):
         raise AssertionError("the policy was loaded before the memory plan refused")
@@ -343,7 +343,7 @@ def test_plan_within_25_percent_of_measured_peak_rss_on_the_tiny_model(tmp_path,
 
 
 def test_gradient_checkpointing_auto_is_on_for_hub_models_on_cuda_only():
-    from vigor_cli.models import gradient_checkpointing_on, load_policy
+    from vigor_cli.model.loading import gradient_checkpointing_on, load_policy
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     hub = ModelConfig(name_or_path="Qwen/Qwen2.5-1.5B")

@@ -11,8 +11,8 @@ import torch
 from rich.console import Console
 
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import Trainer
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import Trainer
 
 
 def _sets(tmp_path, *extra):

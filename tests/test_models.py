@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from vigor_cli.config import ModelConfig
-from vigor_cli.models import load_policy
+from vigor_cli.model.loading import load_policy
 
 
 def test_tiny_model_runs_on_one_cpu_thread_by_default():

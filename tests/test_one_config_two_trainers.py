@@ -28,9 +28,9 @@ from trl import GRPOTrainer  # noqa: E402
 
 from test_trainer import quiet, tiny_sets  # noqa: E402
 from vigor_cli.integrations.trl import ROLLOUT_INDEX, build_trainer  # noqa: E402
-from vigor_cli.runs import RunDir  # noqa: E402
+from vigor_cli.run.directory import RunDir  # noqa: E402
 from vigor_cli.settings import build_config  # noqa: E402
-from vigor_cli.trainer import Trainer  # noqa: E402
+from vigor_cli.train.trainer import Trainer  # noqa: E402
 
 TOLERANCE = 1e-4
 """|g_trl - g_vigor| / |g_vigor| over every parameter."""

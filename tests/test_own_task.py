@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli import rewards
+from vigor_cli.user import rewards
 from vigor_cli.config import EPISODE_KEYS, EVERY_TASK_KEYS, ConfigError, TaskConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import TASK_READS, get_task, task_reads
 from vigor_cli.tasks.custom import CustomTask
 from vigor_cli.tasks.loading import read_table
-from vigor_cli.tiny_model import TINY_DIR
+from vigor_cli.model.tiny import TINY_DIR
 
 ROWS = [
     {"prompt": "ab=", "word": "ab", "answer": "2"},
@@ -489,7 +489,7 @@ class ScriptedEngine:
 
 
 def test_eval_data_is_scored_by_the_same_rewards_with_pass_at_k(tmp_path, tokenizers, monkeypatch, capsys):
-    from vigor_cli import evaluation
+    from vigor_cli.evaluate import evaluation
     from vigor_cli.rollout.base import SamplingParams
 
     plain, _ = tokenizers
@@ -522,7 +522,7 @@ def test_a_long_evaluation_prints_progress_lines_whatever_its_size(tmp_path, tok
     """One chunk that generates slowly still shows progress (a timer, not the chunk count)."""
     import time as clock
 
-    from vigor_cli import evaluation
+    from vigor_cli.evaluate import evaluation
     from vigor_cli.rollout.base import SamplingParams
 
     plain, _ = tokenizers
@@ -546,7 +546,7 @@ def test_a_long_evaluation_prints_progress_lines_whatever_its_size(tmp_path, tok
 
 
 def test_a_failing_reward_in_evaluation_names_the_set(tmp_path, tokenizers):
-    from vigor_cli.evaluation import evaluate_examples
+    from vigor_cli.evaluate.evaluation import evaluate_examples
     from vigor_cli.rollout.base import SamplingParams
 
     plain, _ = tokenizers

@@ -276,9 +276,9 @@ def test_an_adapter_names_a_local_base_relative_never_absolute(tmp_path, vigor):
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
     from vigor_cli.settings import build_config
-    from vigor_cli.tiny_model import TINY_DIR
+    from vigor_cli.model.tiny import TINY_DIR
 
     base = shutil.copytree(TINY_DIR, tmp_path / "models" / "my-base")
     cfg = build_config(sets=tiny_sets(tmp_path, "run", f"model.name_or_path={base}", "model.lora.enabled=true"))

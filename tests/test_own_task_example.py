@@ -68,7 +68,7 @@ def test_a_reward_that_raises_in_a_training_step_stops_the_run_in_one_line(tmp_p
     assert code == 2 and "Traceback" not in err
     [line] = err.strip().splitlines()
     assert re.search(r"reward function .*r.py:score raised ValueError: no score for training rows \(r.py, line 3\)", line)
-    if importlib.util.find_spec("vigor_cli.rollout_core") is not None:  # the trainer that prefixes the step
+    if importlib.util.find_spec("vigor_cli.train.rollout_core") is not None:  # the trainer that prefixes the step
         assert "step 1: reward function" in line, line
     assert "eval step 0: reward 0.500" in out  # the evaluation scored it; the step did not
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 import pytest
-from vigor_cli import rewards
+from vigor_cli.user import rewards
 from vigor_cli.config import EPISODE_KEYS, EVERY_TASK_KEYS, ConfigError, TaskConfig
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.tasks import TASK_READS, get_task, task_reads
 from vigor_cli.tasks.custom import CustomTask
 from vigor_cli.tasks.loading import read_table
-from vigor_cli.tiny_model import TINY_DIR
+from vigor_cli.model.tiny import TINY_DIR
 
 from test_own_task import LENGTH_REWARD, custom, reward_file  # noqa: F401  (helpers and fixtures shared with test_own_task.py)
 
@@ -104,9 +104,9 @@ def test_weighted_rewards_over_one_train_by_default(tmp_path):
     allocation.reward_range (auto) is the weights' range, so the step runs and the allocator is
     told reward / 1.5 (it stopped at step 1 with 'outside allocation.reward_range [0, 1]')."""
     from test_trainer import quiet, tiny_sets
-    from vigor_cli.rollout_core import reward_range
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import Trainer
+    from vigor_cli.allocation.base import reward_range
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.trainer import Trainer
 
     assert reward_range("auto") == (0.0, 1.0) and reward_range("auto", [1.0, 0.5]) == (0.0, 1.5)
     assert reward_range("auto", [1.0, -0.5]) == (-0.5, 1.0) and reward_range([0, 3], [1.0, 1.0]) == (0.0, 3.0)
@@ -135,8 +135,8 @@ def test_the_step_line_is_one_line_in_a_log_file(tmp_path):
     from rich.console import Console
 
     from vigor_cli.rollout.weight_check import WeightCheck
-    from vigor_cli.runs import RunDir
-    from vigor_cli.train_log import StepLog, TrainLog
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.log import StepLog, TrainLog
 
     (tmp_path / "run").mkdir()
     buffer = io.StringIO()
@@ -202,9 +202,9 @@ def test_the_readouts_of_your_own_rewards_say_reward_not_accuracy(tmp_path):
 
     from rich.console import Console
 
-    from vigor_cli.evaluation import EvalResult, HeldOut, SampleResult
+    from vigor_cli.evaluate.evaluation import EvalResult, HeldOut, SampleResult
     from vigor_cli.report.train_summary import print_summary
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     def held(step: int, rewards: list[float], name: str = "custom") -> HeldOut:
         samples = [SampleResult(f"u{i}", 0, "\\boxed{1}", r, "", False, 5) for i, r in enumerate(rewards)]

@@ -216,9 +216,9 @@ def test_config_and_errors_sit_at_the_bottom():
     config = {m for m in graph if m == "vigor_cli.config" or m.startswith("vigor_cli.config.")}
     assert {"vigor_cli.config.run", "vigor_cli.config.task"} <= config  # it read the package
     for module in config:
-        assert graph[module] - config <= {"vigor_cli.errors", "vigor_cli.user_files"}, module
+        assert graph[module] - config <= {"vigor_cli.errors", "vigor_cli.user.files"}, module
         assert "vigor_cli.config" not in graph[module] or module == "vigor_cli.config", module
-    assert graph["vigor_cli.user_files"] == {"vigor_cli.errors"}
+    assert graph["vigor_cli.user.files"] == {"vigor_cli.errors"}
     assert graph["vigor_cli.errors"] == set()
 
 
@@ -301,9 +301,9 @@ def test_the_rewards_load_without_the_task_registry():
     loads_base_copy."""
     import sys
 
-    code = ("import sys, vigor_cli.rewards as r; assert 'vigor_cli.tasks' not in sys.modules, 'tasks loaded'; "
+    code = ("import sys, vigor_cli.user.rewards as r; assert 'vigor_cli.tasks' not in sys.modules, 'tasks loaded'; "
             "assert r.builtin_names() == []; import vigor_cli.tasks; print(','.join(r.builtin_names())); "
-            "import vigor_cli.learner as l, vigor_cli.base_copy as b; assert l.loads_base_copy is b.loads_base_copy")
+            "import vigor_cli.train.learner as l, vigor_cli.model.base_copy as b; assert l.loads_base_copy is b.loads_base_copy")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert {"tiny-math", "math", "code"} <= set(res.stdout.strip().split(","))
@@ -461,3 +461,53 @@ def test_every_module_imports_without_the_optional_extras():
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "", res.stdout
+
+
+# --------------------------------------------------------------------------- the house by role
+TOP_LEVEL_MAX = 12
+
+
+def test_at_most_twelve_modules_stand_at_the_top_level():
+    """vigor_cli keeps its top level for the entry point and the few leaves every folder
+    shares (errors, console, settings, ...); everything else lives in a folder named for its role
+    (docs/design.md's layout)."""
+    top = sorted(p.name for p in (ROOT / "vigor_cli").glob("*.py"))
+    assert len(top) <= TOP_LEVEL_MAX, top
+
+
+def folder_of(module: str) -> str:
+    """The node a module belongs to in the folder graph: its folder under vigor_cli (a top-level
+    module is a node of its own; verifiers and sandbox are folders too)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder -> the folders its modules import (imports inside functions included)."""
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module == "vigor_cli":
+            continue
+        a = folder_of(module)
+        folders.setdefault(a, set())
+        for target in targets:
+            b = folder_of(target)
+            if target != "vigor_cli" and a != b:
+                folders[a].add(b)
+                folders.setdefault(b, set())
+    return folders
+
+
+def test_no_two_folders_import_each_other():
+    """The folders form no circle, counted over every import (inside functions too) and with each
+    top-level module a node of its own: a folder's modules only ever import folders below it."""
+    found = cycles(folder_graph(import_graph()))
+    assert not found, "folder circles: " + "; ".join(" -> ".join(c + c[:1]) for c in found)
+
+
+def test_the_folder_check_sees_a_circle_between_folders():
+    graph = {"vigor_cli.a.x": {"vigor_cli.b.y"}, "vigor_cli.b.y": {"vigor_cli.c"}, "vigor_cli.c": {"vigor_cli.a.z"},
+             "vigor_cli.a.z": set(), "vigor_cli.d": {"vigor_cli.a.x"}}
+    assert cycles(folder_graph(graph)) == [["a", "b", "c"]]
+    del graph["vigor_cli.c"]
+    assert cycles(folder_graph(graph)) == []

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import vigor_cli.models as models
+import vigor_cli.model.loading as models
 import vigor_cli.tasks.loading as loading
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.preflight import check_static, check_tokenizer, thinking_template
+from vigor_cli.train.preflight import check_static, check_tokenizer, thinking_template
 from vigor_cli.tasks.code_task import LCB_HUB_ID, lcb_release_files, load_lcb
 
 REPO = Path(__file__).resolve().parents[1]
@@ -97,7 +97,7 @@ def test_static_errors_name_the_key(nothing_loads, sets, needle):
 
 def test_trainer_reads_eval_sets_before_the_model(monkeypatch, tmp_path):
     """A bad evaluation file fails before the model loads (it used to fail after engine start)."""
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
 
     def fail(*a, **k):
         pytest.fail("the model loaded before the evaluation sets were read")

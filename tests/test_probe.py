@@ -9,7 +9,7 @@ import pytest
 
 from vigor_cli.commands import probe as probe_cmd
 from vigor_cli.settings import build_config
-from vigor_cli.variance_law import census
+from vigor_cli.study.variance_law import census
 
 
 @pytest.mark.slow
@@ -166,7 +166,7 @@ def test_simulation_on_probed_rates_repeats_with_their_own_seeds():
         pairs = [math.log(g / m) for g, m in zip(rows["grpo"]["per_repeat"], r["per_repeat"]) if g and m]
         assert r["speedup_vs_grpo"] == pytest.approx(math.exp(sum(pairs) / len(pairs)), abs=1e-3)
         assert r["speedup_ci"][0] <= r["speedup_vs_grpo"] <= r["speedup_ci"][1]
-        from vigor_cli.intervals import prediction_interval  # where another probe's estimate would fall
+        from vigor_cli.study.intervals import prediction_interval  # where another probe's estimate would fall
 
         _, lo, hi = prediction_interval(pairs)
         assert r["speedup_ci"] == pytest.approx([math.exp(lo), math.exp(hi)], abs=2e-3)
@@ -176,7 +176,7 @@ def test_simulation_on_probed_rates_repeats_with_their_own_seeds():
 
 def test_simulated_crossings_are_interpolated_within_their_step():
     from vigor_cli.config import AllocationConfig
-    from vigor_cli.simulate import SimSettings, simulate
+    from vigor_cli.study.simulate import SimSettings, simulate
 
     sim = simulate(SimSettings(law="beta:0.5,0.5", strategies=("grpo",), prompts=16, learn=True, steps=200), AllocationConfig())
     row = sim["strategies"]["grpo"]

@@ -18,12 +18,12 @@ import torch
 
 from test_checkpoints import copied
 from test_trainer import quiet
-from vigor_cli import provenance
+from vigor_cli.run import provenance
 from vigor_cli.config import RunConfig, TaskConfig
 from vigor_cli.errors import UserError
-from vigor_cli.rerun import compare_runs
-from vigor_cli.resume import check_episodes
-from vigor_cli.runs import RunDir
+from vigor_cli.train.rerun import compare_runs
+from vigor_cli.train.resume import check_episodes
+from vigor_cli.run.directory import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 GAME = '''
@@ -206,9 +206,9 @@ def test_rerun_steps_short_of_an_evaluation_step_is_identical_and_names_no_threa
 @pytest.mark.parametrize("where", ["evaluation", "between"])
 def test_a_signal_during_the_last_steps_evaluation_keeps_its_checkpoint(tmp_path, monkeypatch, where):
     from test_tracking import tiny_sets
-    from vigor_cli import trainer as trainer_module
+    from vigor_cli.train import trainer as trainer_module
     from vigor_cli.settings import build_config
-    from vigor_cli.trainer import Trainer, train
+    from vigor_cli.train.trainer import Trainer, train
 
     if where == "evaluation":
         original = Trainer.evaluate

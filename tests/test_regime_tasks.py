@@ -109,7 +109,7 @@ def test_ladder_task_prompts_and_grading():
 
 # --------------------------------------------------------------------------- warm-ups
 def test_facts_exposures_are_heavy_tailed_and_seeded():
-    from vigor_cli.tiny_model import FACTS_RECIPE, facts_exposures
+    from vigor_cli.model.tiny import FACTS_RECIPE, facts_exposures
 
     e = facts_exposures(0)
     assert len(e) == tiny_facts.FACTS
@@ -128,7 +128,7 @@ def test_make_tiny_rejects_an_unknown_recipe(vigor, tmp_path):
 @pytest.mark.slow
 def test_task_warmup_is_deterministic_and_records_its_start(tmp_path, monkeypatch):
     """A shortened facts recipe built twice: identical weights, a recipe.json with the start."""
-    from vigor_cli import tiny_model
+    from vigor_cli.model import tiny as tiny_model
 
     monkeypatch.setitem(tiny_model.FACTS_RECIPE, "min_exposure", 1)
     monkeypatch.setitem(tiny_model.FACTS_RECIPE, "max_exposure", 3)

@@ -31,7 +31,7 @@ def test_builtin_entries():
     assert list(ENGINES) == ["hf", "vllm"] and ENGINES["vllm"].for_cuda
     assert list(TASKS) == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "math", "code", "custom"]
     # every task that grades is a built-in reward (--reward NAME); the user's task is not one
-    from vigor_cli.rewards import builtin_names
+    from vigor_cli.user.rewards import builtin_names
 
     assert builtin_names() == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "math", "code"]
     assert list(EVAL_SETS) == ["tiny-math", "tiny-code", "tiny-guess", *MATH_SETS, "lcb-v6"]

@@ -11,8 +11,8 @@ import yaml
 
 from vigor_cli.errors import UserError
 from vigor_cli.report.curves import first_crossing, group_runs, run_curve, target_table
-from vigor_cli.jsonl import read_jsonl
-from vigor_cli.runs import load_run
+from vigor_cli.user.jsonl import read_jsonl
+from vigor_cli.run.directory import load_run
 
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

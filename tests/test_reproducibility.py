@@ -1,5 +1,5 @@
 """Reproducible by construction (issue 33; issue 36's user RNGs): a run's record of what made it
-(vigor_cli/provenance.py), the global generators a reward file draws from (vigor_cli/seeding.py),
+(vigor_cli/run/provenance.py), the global generators a reward file draws from (vigor_cli/run/seeding.py),
 a resume that refuses changed files, `vigor train --rerun` and its comparison, evaluation draws
 that do not depend on how a set is graded. The fast checks read a shared tiny run or real files;
 the trainings twice, the resumes and the reruns are slow."""
@@ -19,10 +19,10 @@ import torch
 
 from test_checkpoints import copied, shared
 from test_trainer import quiet
-from vigor_cli import provenance, seeding
+from vigor_cli.run import provenance, seeding
 from vigor_cli.config import RunConfig, TaskConfig
 from vigor_cli.errors import UserError
-from vigor_cli.rerun import TIMING_PREFIX, compare_runs, first_difference
+from vigor_cli.train.rerun import TIMING_PREFIX, compare_runs, first_difference
 
 REWARD = """
 import random
@@ -73,7 +73,7 @@ def test_a_run_records_what_made_it(trained, tmp_path):
     assert record["task"]["train"]["examples"] > 0 and len(record["task"]["train"]["sha256"]) == 64
     assert record["task"]["eval"]["tiny-math"]["examples"] == 8  # train.eval_limit
     [model] = [f for f in record["files"] if f["key"] == "model.name_or_path"]
-    from vigor_cli.models import TINY_DIR
+    from vigor_cli.model.loading import TINY_DIR
 
     assert model["given"] == "tiny" and model["kind"] == "folder"
     assert model["size"] == sum(p.stat().st_size for p in TINY_DIR.rglob("*") if p.is_file())
@@ -82,7 +82,7 @@ def test_a_run_records_what_made_it(trained, tmp_path):
 
 def test_the_seed_rules_are_the_code_s():
     """The rules the record states are what the code draws with."""
-    from vigor_cli.rollout_core import DataOrder
+    from vigor_cli.train.rollout_core import DataOrder
 
     uids = [f"u{i}" for i in range(20)]
     order = list(uids)
@@ -265,8 +265,8 @@ def test_report_and_inspect_allocation_show_the_record(trained, tmp_path, vigor)
 @pytest.mark.slow
 def test_an_evaluation_draws_the_same_however_it_is_graded(monkeypatch):
     """The set is generated in one engine call: the grading chunk size changes no sample."""
-    from vigor_cli import evaluation
-    from vigor_cli.models import load_policy
+    from vigor_cli.evaluate import evaluation
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.config import ModelConfig
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.hf import HFEngine

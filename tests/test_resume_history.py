@@ -14,9 +14,9 @@ import pytest
 
 from test_checkpoints import snapshot
 from test_trainer import strip_times, tiny_sets
-from vigor_cli.jsonl import read_jsonl
+from vigor_cli.user.jsonl import read_jsonl
 from vigor_cli.errors import UserError
-from vigor_cli.runs import RunDir
+from vigor_cli.run.directory import RunDir
 
 BINARY = b"\xff\xfe\x00\x81\x89PNG"  # no newline: the shape of a torn line, but not text
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli import rewards
+from vigor_cli.user import rewards
 from vigor_cli.config import TaskConfig
 from vigor_cli.errors import UserError
-from vigor_cli.reward_log import RewardLog, add_logged, trainer_state
+from vigor_cli.user.reward_log import RewardLog, add_logged, trainer_state
 from vigor_cli.tasks import get_task
 
 FUNCS = '''

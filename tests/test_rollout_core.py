@@ -1,4 +1,4 @@
-"""The one rollout core (vigor_cli/rollout_core.py) through `vigor train`'s Trainer: the real
+"""The one rollout core (vigor_cli/train/rollout_core.py) through `vigor train`'s Trainer: the real
 tiny model, the real tiny-math verifier and allocators; rewards that cannot be scored (None),
 per-function components, grading errors and a reward function's error."""
 
@@ -12,9 +12,9 @@ from test_trainer import quiet, tiny_sets
 from vigor_cli import grpo
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.runs import RunDir
+from vigor_cli.run.directory import RunDir
 from vigor_cli.tasks.base import Score
-from vigor_cli.trainer import Trainer
+from vigor_cli.train.trainer import Trainer
 
 
 class SomeUnscored:
@@ -92,7 +92,7 @@ def test_step_metrics_reward_mean_is_over_scored_rollouts(tmp_path):
         batch = tr.rollout_phase(1)
     finally:
         tr.close()
-    from vigor_cli.rollout_core import step_metrics
+    from vigor_cli.train.rollout_core import step_metrics
 
     m = step_metrics(batch, 0, 0)
     rewards = [s.reward for s in batch.generated if s.reward is not None]
@@ -166,7 +166,7 @@ def test_a_reward_range_must_be_ordered():
 
 
 def test_each_reward_functions_mean_is_in_the_step_line():
-    from vigor_cli.train_log import reward_parts
+    from vigor_cli.train.log import reward_parts
 
     m = {"reward/mean": 0.5, "reward/std": 0.1, "reward/letters/mean": 0.625, "reward/format/mean": 0.9}
     assert reward_parts(m) == " (letters 0.625, format 0.900)"

@@ -60,13 +60,13 @@ def test_a_resume_of_a_run_another_process_holds_is_refused(tmp_path, trained, v
     --resume` is one line naming that process, exit 2, and changes nothing; once the holder
     is gone the run resumes."""
     from test_checkpoints import snapshot
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     sets = tiny_sets(tmp_path, "unused", "train.steps=2", "train.save_every=2", "train.eval_every=2")  # test_checkpoints' run
     run = trained.copy(sets, tmp_path / "live")
     holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from vigor_cli.runs import RunDir
+        from vigor_cli.run.directory import RunDir
         RunDir.open_existing({str(run)!r}).acquire()
         print("held", flush=True)
         time.sleep(120)
@@ -106,6 +106,6 @@ def test_a_second_resume_of_a_live_run_is_refused(tmp_path):
         first.send_signal(signal.SIGKILL)
         first.wait()
     # the lock dies with its process: the killed run can be resumed
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     RunDir.open_existing(run).acquire().release()

@@ -14,8 +14,8 @@ import pytest
 
 from test_checkpoints import copied
 from vigor_cli.errors import UserError
-from vigor_cli.models import looks_local, resolve_model_path
-from vigor_cli.runs import check_run_path
+from vigor_cli.model.loading import looks_local, resolve_model_path
+from vigor_cli.run.directory import check_run_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

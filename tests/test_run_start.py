@@ -22,7 +22,7 @@ import pytest
 from test_rundir import cfg_for
 from test_trainer import quiet, tiny_sets
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
+from vigor_cli.run.directory import RunDir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,8 +82,8 @@ def test_resume_of_a_run_stopped_before_its_config_says_so(tmp_path, vigor):
 def test_the_config_is_written_before_anything_slow(tmp_path, monkeypatch):
     """config.yaml is on disk when the trainer starts loading (model, data: seconds), so a
     kill then leaves a directory `--resume` accepts; a failed start still removes it."""
-    import vigor_cli.trainer as trainer_module
-    from vigor_cli.trainer import train
+    import vigor_cli.train.trainer as trainer_module
+    from vigor_cli.train.trainer import train
 
     seen = {}
 

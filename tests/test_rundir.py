@@ -18,9 +18,9 @@ import pytest
 
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import iter_jsonl, read_jsonl
-from vigor_cli.resume import keep_logs_until
-from vigor_cli.runs import DiskFullError, RunDir, load_run, verify_checkpoint
+from vigor_cli.user.jsonl import iter_jsonl, read_jsonl
+from vigor_cli.train.resume import keep_logs_until
+from vigor_cli.run.directory import DiskFullError, RunDir, load_run, verify_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -205,7 +205,7 @@ def test_lock_refuses_a_second_process_until_released(tmp_path):
     run = RunDir.planned(cfg_for(tmp_path)).make(cfg_for(tmp_path))
     probe = [sys.executable, "-c", textwrap.dedent(f"""
         from vigor_cli.errors import UserError
-        from vigor_cli.runs import RunDir
+        from vigor_cli.run.directory import RunDir
         try:
             RunDir.open_existing({str(run.path)!r}).acquire()
         except UserError as e:
@@ -275,7 +275,7 @@ KILLER = textwrap.dedent("""
     from pathlib import Path
     sys.path.insert(0, {tests!r})
     from test_rundir import fake_checkpoint
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     target, nth = sys.argv[1], int(sys.argv[2])
     calls = {{"n": 0}}
@@ -364,7 +364,7 @@ def test_a_real_full_disk_keeps_the_earlier_checkpoint(tmp_path):
         with pytest.raises(DiskFullError, match=f"no space left on the disk mounted at {disk} "):
             run.append("metrics.jsonl", {"pad": "x" * 400_000})
         with pytest.raises(DiskFullError):
-            from vigor_cli.runs import write_json_atomic
+            from vigor_cli.run.directory import write_json_atomic
 
             write_json_atomic(tmp / "big.json", {"pad": "x" * 400_000})
         assert not (tmp / ".big.json.tmp").exists()  # the half-written temporary is gone

@@ -11,7 +11,7 @@ import pytest
 from cli_runner import run_vigor
 from vigor_cli.config import AllocationConfig
 from vigor_cli.errors import UserError
-from vigor_cli.simulate import SimSettings, parse_law, pareto_eta, simulate
+from vigor_cli.study.simulate import SimSettings, parse_law, pareto_eta, simulate
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:

@@ -12,8 +12,8 @@ import torch
 from vllm_stand_in import ScriptedStandInLLM, stand_in_api
 
 from vigor_cli.config import RunConfig, TaskConfig
-from vigor_cli.evaluation import evaluate_examples
-from vigor_cli.models import TINY_DIR
+from vigor_cli.evaluate.evaluation import evaluate_examples
+from vigor_cli.model.loading import TINY_DIR
 from vigor_cli.rollout.base import SamplingParams
 from vigor_cli.rollout.hf import HFEngine
 from vigor_cli.rollout.weights import cut_at_stop, end_of_turn_ids, stop_token_ids

@@ -18,7 +18,7 @@ from vigor_cli.tasks import tiny_code, tiny_math
 from vigor_cli.tasks.base import Example
 from vigor_cli.tasks.code_task import filter_by_date
 from vigor_cli.tasks.prompts import last_boxed, render
-from vigor_cli.tiny_model import TINY_DIR
+from vigor_cli.model.tiny import TINY_DIR
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "tasks"
 LCB_SAMPLE = FIXTURES / "lcb_v6_sample.jsonl"

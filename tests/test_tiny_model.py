@@ -7,10 +7,10 @@ import json
 import pytest
 
 from cli_runner import run_vigor
-from vigor_cli import tiny_model
+from vigor_cli.model import tiny as tiny_model
 from vigor_cli.tasks.tiny_code import TinyCodeTask
 from vigor_cli.tasks.tiny_math import TinyMathTask
-from vigor_cli.tiny_model import TINY_DIR
+from vigor_cli.model.tiny import TINY_DIR
 
 
 @pytest.fixture(scope="module")

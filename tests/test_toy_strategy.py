@@ -13,7 +13,7 @@ from test_trainer import quiet, tiny_sets
 from vigor_cli.allocation import make_allocator, registry
 from vigor_cli.config import ConfigError
 from vigor_cli.settings import build_config, known_names
-from vigor_cli.simulate import SimSettings, simulate
+from vigor_cli.study.simulate import SimSettings, simulate
 
 MODULE = Path(__file__).parent / "extensions" / "top_up.py"
 
@@ -68,8 +68,8 @@ def test_simulate_drives_it(top_up):
 
 @pytest.mark.slow
 def test_two_training_steps(tmp_path, top_up):
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import train
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.trainer import train
 
     cfg = build_config(sets=tiny_sets(tmp_path, "top-up", "allocation.strategy=top-up",
                                       "allocation.top-up.first=2"))

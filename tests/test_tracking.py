@@ -1,4 +1,4 @@
-"""Dashboards (`train.report_to`, vigor_cli/tracking.py): TensorBoard event files read back with
+"""Dashboards (`train.report_to`, vigor_cli/run/tracking.py): TensorBoard event files read back with
 tensorboard's own reader, a W&B offline run written without network, trackio's store, the
 config key and flag, and a missing package refused in one line.
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli import tracking
+from vigor_cli.run import tracking
 from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
-from vigor_cli.tracking import Trackers
+from vigor_cli.run.tracking import Trackers
 
 
 def tb_scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -279,7 +279,7 @@ def quiet():
 def trained(offline_env, tmp_path):
     """A real 3-step run of the tiny model with every backend on, resumed once from step 1:
     (run directory, the dashboards' folders)."""
-    from vigor_cli.trainer import Trainer, train
+    from vigor_cli.train.trainer import Trainer, train
 
     sets = tiny_sets(tmp_path, "r", "train.steps=3", "train.save_every=1", "train.eval_every=1",
                      "train.keep_checkpoints=3", "train.report_to=[tensorboard, wandb, trackio]")

@@ -46,7 +46,7 @@ def sample(flag) -> tuple[str, object]:
         value = (bounds.low or 0) + ((bounds.high or 2) - (bounds.low or 0)) / 2
         return repr(value), value
     if flag.key == "model.name_or_path":  # a local model folder (not 'tiny', the default)
-        from vigor_cli.tiny_model import TINY_DIR
+        from vigor_cli.model.tiny import TINY_DIR
 
         return str(TINY_DIR), str(TINY_DIR)
     return "sample-name", "sample-name"

@@ -15,8 +15,8 @@ import torch
 
 from vigor_cli import cli
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import Trainer, train
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import Trainer, train
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_KEYS = [

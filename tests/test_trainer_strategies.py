@@ -8,8 +8,8 @@ import pytest
 
 from test_trainer import quiet, strip_times, tiny_sets
 from vigor_cli.settings import build_config
-from vigor_cli.runs import RunDir
-from vigor_cli.trainer import Trainer, train
+from vigor_cli.run.directory import RunDir
+from vigor_cli.train.trainer import Trainer, train
 
 
 @pytest.mark.parametrize("strategy", ["knapsack", "reinforce-ada", "pilot-commit", "auto"])

@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from test_trl_core import keyed_reward  # noqa: E402
 from vigor_cli.config import TaskConfig  # noqa: E402
 from vigor_cli.integrations.trl import VigorGRPOConfig, VigorGRPOTrainer, task_dataset  # noqa: E402
-from vigor_cli.models import TINY_DIR  # noqa: E402
+from vigor_cli.model.loading import TINY_DIR  # noqa: E402
 from vigor_cli.tasks import get_task  # noqa: E402
 
 CALLS: list[tuple[int, int]] = []

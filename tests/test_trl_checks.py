@@ -22,7 +22,7 @@ from test_trl_core import _trainer  # noqa: E402
 from vigor_cli.commands.train import DEFAULT_CONFIG  # noqa: E402
 from vigor_cli.integrations import trl_checks, trl_metrics  # noqa: E402
 from vigor_cli.integrations.trl import main  # noqa: E402
-from vigor_cli.models import TINY_DIR  # noqa: E402
+from vigor_cli.model.loading import TINY_DIR  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -145,11 +145,11 @@ def _flagged_4bit():
 
 @pytest.mark.slow
 def test_a_4bit_base_is_prepared_and_keeps_float32_adapters_as_vigor_train_does(tmp_path):
-    """The same k-bit preparation and LoRA as vigor_cli/models.py's: frozen float32 base, float32
+    """The same k-bit preparation and LoRA as vigor_cli/model/loading.py's: frozen float32 base, float32
     adapters (TRL casts QLoRA adapters to bf16), the same trained parameters."""
     from peft import LoraConfig
 
-    from vigor_cli.models import _wrap_lora
+    from vigor_cli.model.loading import _wrap_lora
     from vigor_cli.settings import build_config
 
     cfg = build_config(DEFAULT_CONFIG, sets=["model.lora.enabled=true", "model.lora.r=4", "model.lora.alpha=8",

@@ -27,7 +27,7 @@ from vigor_cli.integrations.trl import (  # noqa: E402
     ROLLOUT_INDEX, RankDisagreement, StepLayout, VigorGRPOConfig, VigorGRPOTrainer, check_agreement,
     model_load_kwargs, round_digest, task_dataset, trl_args,
 )
-from vigor_cli.models import TINY_DIR  # noqa: E402
+from vigor_cli.model.loading import TINY_DIR  # noqa: E402
 from vigor_cli.tasks import get_task  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

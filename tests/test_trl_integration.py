@@ -24,9 +24,9 @@ from vigor_cli.config import ConfigError, TaskConfig  # noqa: E402
 from vigor_cli.integrations.trl import (  # noqa: E402
     HeldOutEval, StepLayout, VigorGRPOConfig, VigorGRPOTrainer, split_requests, task_dataset, task_reward,
 )
-from vigor_cli.models import TINY_DIR  # noqa: E402
+from vigor_cli.model.loading import TINY_DIR  # noqa: E402
 from vigor_cli.tasks import get_task  # noqa: E402
-from vigor_cli.trainer import DataOrder  # noqa: E402
+from vigor_cli.train.trainer import DataOrder  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "trl_ranks_script.py"

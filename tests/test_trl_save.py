@@ -34,7 +34,7 @@ def _main(args: list[str], capfd) -> tuple[int, str, str]:
 def _fake_run(path: Path, steps: int, checkpoint_step: int | None, trainer: str | None = "trl") -> Path:
     """A run directory holding a valid vigor config and (optionally) one sealed checkpoint
     whose data_state.json names ``trainer``: what the resume checks read, without training."""
-    from vigor_cli.checkpoints import RUN_ID, CheckpointStore
+    from vigor_cli.run.checkpoints import RUN_ID, CheckpointStore
     from vigor_cli.config import dump_config
     from vigor_cli.settings import build_config
 
@@ -180,8 +180,8 @@ def _same_run(a: Path, b: Path) -> None:
 
 @pytest.mark.slow
 def test_a_trl_run_saves_checkpoints_in_vigor_trains_layout(full_run):
-    from vigor_cli.checkpoints import verify_checkpoint
-    from vigor_cli.export import run_config
+    from vigor_cli.run.checkpoints import verify_checkpoint
+    from vigor_cli.export.folder import run_config
     from vigor_cli.settings import build_config
 
     store = full_run / "checkpoints"
@@ -373,7 +373,7 @@ def test_vigor_grpo_trainer_from_python_saves_by_trls_keys_and_resumes(tmp_path)
 
     from vigor_cli.config import TaskConfig
     from vigor_cli.integrations.trl import VigorGRPOConfig, VigorGRPOTrainer, task_dataset, task_reward
-    from vigor_cli.models import TINY_DIR
+    from vigor_cli.model.loading import TINY_DIR
     from vigor_cli.tasks import get_task
 
     def run(out: Path, **kw):

@@ -1,4 +1,4 @@
-"""The boundary around the user's reward functions (vigor_cli/user_code.py, issue 36 part 1):
+"""The boundary around the user's reward functions (vigor_cli/user/code.py, issue 36 part 1):
 whatever a function raises is one line, it gets its own copies of the arguments and is held
 to the count it was given, a time limit stops it, what it changes of the process (stdout,
 stderr, the working directory, the signal handlers) is put back, and its threads never keep
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from vigor_cli import rewards, user_code
+from vigor_cli.user import rewards, code as user_code
 from vigor_cli.errors import UserError
 from vigor_cli.interrupt import StopSignals, TrainingInterrupted
 
@@ -247,7 +247,7 @@ def test_a_closed_real_stdout_is_reopened_on_its_descriptor():
     stream on the same descriptor takes its place."""
     script = textwrap.dedent("""
         import sys
-        from vigor_cli import user_code
+        from vigor_cli.user import code as user_code
         user_code.call(lambda: sys.stdout.close(), describe=str)
         print("after", flush=True)
     """)
@@ -376,7 +376,7 @@ def test_a_coroutine_left_unawaited_is_closed_without_a_warning(tmp_path, recwar
 def test_a_call_that_ignores_every_stop_ends_the_process_in_one_line(tmp_path):
     script = textwrap.dedent("""
         import time
-        from vigor_cli import user_code
+        from vigor_cli.user import code as user_code
         user_code.STOP_GRACE_S = 1.0
 
         def stubborn():

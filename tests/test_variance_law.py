@@ -1,4 +1,4 @@
-"""The variance-law census (vigor_cli/variance_law.py): hand-worked counts, estimators on
+"""The variance-law census (vigor_cli/study/variance_law.py): hand-worked counts, estimators on
 synthetic Pareto samples of known k, and the paper's closed-form gain."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from vigor_cli import variance_law as vl
+from vigor_cli.study import variance_law as vl
 
 
 def pareto_sample(k: float, n: int, seed: int = 0) -> list[float]:

@@ -22,7 +22,7 @@ from vigor_cli.settings import build_config
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.vllm import VLLMEngine
 from vigor_cli.rollout.weight_check import EngineWeightsError, WeightCheckSums, judge
-from vigor_cli.trainer import train
+from vigor_cli.train.trainer import train
 
 
 # --------------------------------------------------------------------------- the rule

@@ -13,11 +13,11 @@ from vigor_cli.allocation import STRATEGIES
 from vigor_cli.errors import UserError
 from vigor_cli.report.allocation import parse_step, summarize_step
 from vigor_cli.report.allocation_view import no_signal_line
-from vigor_cli.rollout_core import RolloutBatch, Sample, step_metrics, zero_variance_rollouts
-from vigor_cli.run_log import check_metrics_line
-from vigor_cli.runs import RunDir
+from vigor_cli.train.rollout_core import RolloutBatch, Sample, step_metrics, zero_variance_rollouts
+from vigor_cli.run.logs import check_metrics_line
+from vigor_cli.run.directory import RunDir
 from vigor_cli.settings import build_config
-from vigor_cli.trainer import Trainer
+from vigor_cli.train.trainer import Trainer
 
 
 def _sample(uid: str, reward: float | None, in_update: bool = True) -> Sample:
@@ -153,7 +153,7 @@ def test_the_progress_line_shows_it(tmp_path):
     from rich.console import Console
 
     from vigor_cli.rollout.weight_check import WeightCheck
-    from vigor_cli.train_log import StepLog, TrainLog
+    from vigor_cli.train.log import StepLog, TrainLog
 
     (tmp_path / "run").mkdir()
     buffer = io.StringIO()

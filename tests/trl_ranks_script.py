@@ -32,8 +32,8 @@ def main(out: Path, mode: str = "") -> None:
 
     from vigor_cli.config import TaskConfig
     from vigor_cli.integrations.trl import HeldOutEval, VigorGRPOConfig, VigorGRPOTrainer, task_dataset
-    from vigor_cli.models import TINY_DIR
-    from vigor_cli.rollout_core import DataOrder
+    from vigor_cli.model.loading import TINY_DIR
+    from vigor_cli.train.rollout_core import DataOrder
     from vigor_cli.tasks import get_task
 
     class Recording(VigorGRPOTrainer):

@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from vigor_cli.sandbox.values import parse_json
-from vigor_cli.user_files import loads
+from vigor_cli.user.files import loads
 
 TEST_TYPES = ("stdin", "functional")
 MAX_DECOMPRESSED_BYTES = 1 << 30

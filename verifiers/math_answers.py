@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import iter_jsonl
-from vigor_cli.records import check_record
+from vigor_cli.user.jsonl import iter_jsonl
+from vigor_cli.user.records import check_record
 from vigor_cli.package_data import MATH_EVAL_DIR
 
 BENCHMARKS = ["math500", "aime24", "amc23", "gaokao2023en", "minerva_math", "olympiadbench"]

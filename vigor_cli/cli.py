@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _run(argv)
     finally:
-        from vigor_cli.user_code import left_running
+        from vigor_cli.user.code import left_running
 
         lines = left_running()
         if lines:

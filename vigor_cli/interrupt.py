@@ -1,6 +1,6 @@
 """Stopping a training run on SIGINT (Ctrl-C) or SIGTERM.
 
-While :class:`StopSignals` is installed (``vigor_cli.trainer.train`` installs it), the
+While :class:`StopSignals` is installed (``vigor_cli.train.trainer.train`` installs it), the
 first signal that arrives while a step runs is only recorded: the loop finishes the
 step (and the evaluation and checkpoint due with it), then stops. A signal outside a
 step (loading, the first evaluation) or a second signal stops at once. Either way the
@@ -26,7 +26,7 @@ FORCE_AFTER_S = 5.0
 """Seconds a second signal waits for the run to act on it before the process ends."""
 OWN_STOPS = 0
 _EXIT = os._exit
-"""SIGINTs a user-code call's time limit has sent (vigor_cli.user_code): not a person's."""
+"""SIGINTs a user-code call's time limit has sent (vigor_cli.user.code): not a person's."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):

@@ -8,7 +8,7 @@ repository by guesswork):
   top; the build configuration (``pyproject.toml``'s ``package-dir``) installs that folder as
   ``vigor_cli.configs``, in a wheel as a copy, in an editable install as a mapping.
 - ``data/math-eval/``: the seven math benchmark files (see its README.md).
-- ``assets/tiny/``: the bundled tiny model (:data:`vigor_cli.tiny_model.TINY_DIR`).
+- ``assets/tiny/``: the bundled tiny model (:data:`vigor_cli.model.tiny.TINY_DIR`).
 """
 
 from __future__ import annotations
@@ -34,3 +34,6 @@ CONFIGS_DIR = _package_folder("vigor_cli.configs")
 MATH_EVAL_DIR = PACKAGE_DIR / "data" / "math-eval"
 """The six math evaluation sets and GSM8K (``<name>.jsonl``): the default of ``task.data_dir``
 and of `vigor eval --data-dir`."""
+
+
+DEFAULT_CONFIG = CONFIGS_DIR / "tiny-math.yaml"

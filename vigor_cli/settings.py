@@ -65,7 +65,7 @@ def check_name(key: str, name: Any) -> None:
         check_spec(name)  # ValueError naming the built-in environments
         return
     if key == "train.report_to":
-        from vigor_cli import tracking
+        from vigor_cli.run import tracking
 
         if name not in tracking.BACKENDS:
             raise ValueError(f"unknown backend {name!r}; known: {', '.join([*tracking.BACKENDS, 'none'])}")
@@ -122,7 +122,7 @@ class TaskRules:
 
     @staticmethod
     def _custom_key(key: str, value: Any, earlier: dict) -> None:
-        from vigor_cli import rewards
+        from vigor_cli.user import rewards
         from vigor_cli.tasks.custom import check_fields, check_template
 
         if key == "fields":
@@ -150,7 +150,7 @@ class TaskRules:
         if not task.data:
             raise ValueError("task 'custom' needs training data: --data PATH (task.data)")
         if not task.rewards:
-            from vigor_cli.rewards import builtin_names
+            from vigor_cli.user.rewards import builtin_names
 
             raise ValueError("task 'custom' needs at least one reward: --reward NAME (built-in: "
                              f"{', '.join(builtin_names())}) or --reward FILE.py:FUNC (task.rewards)")
@@ -216,7 +216,7 @@ def known_names(what: Literal["strategy", "engine", "task", "benchmark", "tracke
 
         return ", ".join(["auto", *ENGINES])
     if what == "tracker":
-        from vigor_cli import tracking
+        from vigor_cli.run import tracking
 
         return ", ".join([*tracking.BACKENDS, "none"])
     from vigor_cli.tasks import EVAL_SETS, TASKS

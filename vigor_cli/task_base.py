@@ -3,7 +3,7 @@
 A task turns records into :class:`Example` s, renders an example as the prompt text the model
 sees, and scores completions with a verifier. The registry in ``vigor_cli/tasks/__init__.py``
 maps ``--task`` names to tasks; this module stays outside that package so that the rewards
-(vigor_cli/rewards.py) use :class:`Score` without loading the registry.
+(vigor_cli/user/rewards.py) use :class:`Score` without loading the registry.
 """
 
 from __future__ import annotations

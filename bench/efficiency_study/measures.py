@@ -23,7 +23,7 @@ def update_signal(run_path: Path) -> dict[str, float | None]:
     with a gradient), the rollouts in them, and the largest share of those rollouts that one
     prompt holds; each averaged over steps. This is where allocations differ in kind:
     the same rollout budget spread over many prompts or concentrated on a few."""
-    from vigor_cli.jsonl import read_jsonl
+    from vigor_cli.user.jsonl import read_jsonl
 
     empty = {"signal_prompts": None, "signal_rollouts": None, "top_prompt_share": None, "kept_zero_var_share": None,
              "deep_share": None, "zero_variance_share": None, "deep_zero_variance_share": None,
@@ -179,10 +179,10 @@ def start_distribution(task_name: str, model: str, temperature: float, cache: Pa
     import torch
 
     from vigor_cli.config import TaskConfig
-    from vigor_cli.models import resolve_model_path
+    from vigor_cli.model.loading import resolve_model_path
     from vigor_cli.tasks import get_task
-    from vigor_cli.tiny_model import load, pass_rates
-    from vigor_cli.variance_law import census
+    from vigor_cli.model.tiny import load, pass_rates
+    from vigor_cli.study.variance_law import census
 
     torch.set_num_threads(1)
     model_obj, tokenizer = load(resolve_model_path(model))
@@ -203,7 +203,7 @@ def start_distribution(task_name: str, model: str, temperature: float, cache: Pa
         "pass_counts": counts,
         "mean_pass_rate": law.mean_pass_rate,
         "pass_count_histogram": law.histogram,
-        # unbiased share of zero-variance groups of 8 (vigor_cli/variance_law.py)
+        # unbiased share of zero-variance groups of 8 (vigor_cli/study/variance_law.py)
         "zero_variance_at_8": law.zero_variance_share_8,
         # unbiased per-prompt reward variances: their mean, the mean over the top eighth (the
         # prompts VIGOR's last round concentrates on), the fitted Pareto k and its eta

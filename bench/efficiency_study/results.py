@@ -23,7 +23,7 @@ def aggregate_cell(run_dirs: list[Path], arms: list[str], gain: float, target: f
     """Tables and plots of one task x regime from its run directories, and from ``kept`` runs
     of an earlier study (arm -> per-run measures with curves) for seeds this study did not run."""
     from vigor_cli.report.curves import Group, run_curve
-    from vigor_cli.runs import load_run
+    from vigor_cli.run.directory import load_run
 
     by_arm: dict[str, list[Any]] = {}
     for d in run_dirs:
@@ -111,7 +111,7 @@ def _rounded(obj: Any) -> Any:
 
 
 def machine() -> dict:
-    from vigor_cli.provenance import cpu_model
+    from vigor_cli.run.provenance import cpu_model
 
     return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "load_average": list(os.getloadavg()),
             "python": sys.version.split()[0]}
@@ -126,7 +126,7 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
     (bench/intervals.py) from the JSON's per-seed curves and the finished runs under ``out``
     for the seeds it lacks (``--settle-from`` made them); seeds 0..``seeds``-1 when given.
     Writes the results, tables and the committed copy as a study does; builds no model."""
-    from vigor_cli import provenance
+    from vigor_cli.run import provenance
 
     earlier = json.loads(source.read_text())
     results = {k: earlier[k] for k in ("plan", "machine", "command", "kept_from", "reproduction") if k in earlier}
@@ -189,7 +189,7 @@ def run_records(dirs: Sequence[Path]) -> list[dict]:
     """What made a cell's fresh runs (their provenance.json): each distinct version set, with
     the runs that share it; runs kept from an earlier study have none, and a run that did not
     finish (no summary.json: not in the tables either) is left out."""
-    from vigor_cli import provenance
+    from vigor_cli.run import provenance
 
     groups: dict[str, dict] = {}
     for d in dirs:

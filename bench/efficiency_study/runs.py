@@ -19,12 +19,12 @@ from .paths import ROOT, child_env, study_child
 
 def run_one(spec: RunSpec) -> dict:
     """Train until ``total_rollouts`` rollouts were generated, evaluating every
-    ``eval_every_rollouts``: `vigor train`'s own entry point (vigor_cli.trainer.train) with
+    ``eval_every_rollouts``: `vigor train`'s own entry point (vigor_cli.train.trainer.train) with
     train.max_rollouts and train.eval_every_rollouts, so a study run is a `vigor train` run."""
     import torch
     from rich.console import Console
 
-    from vigor_cli.trainer import train
+    from vigor_cli.train.trainer import train
 
     torch.set_num_threads(1)
     run_dir = Path(spec.run_dir)
@@ -68,8 +68,8 @@ def timing(model: str, arms: list[str], steps: int, prompts_per_step: int, workd
 
     from vigor_cli.commands.train import default_config_file
     from vigor_cli.settings import build_config
-    from vigor_cli.runs import RunDir
-    from vigor_cli.trainer import Trainer
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.train.trainer import Trainer
 
     torch.set_num_threads(1)
     quiet = Console(file=open(os.devnull, "w"))

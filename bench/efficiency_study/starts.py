@@ -18,7 +18,7 @@ def recipe_digest(recipe: str) -> str:
     """Short hash of a warm-up recipe's settings and its task's data, naming the cached model."""
     import hashlib
 
-    from vigor_cli import tiny_model
+    from vigor_cli.model import tiny as tiny_model
     from vigor_cli.tasks import tiny_facts, tiny_ladder
 
     parts = {"facts": [tiny_model.FACTS_RECIPE, tiny_facts.FACTS, tiny_facts.CODE_RANGE],
@@ -93,8 +93,8 @@ def make_plateau(regime: str, base_model: str, out: Path) -> dict:
     import torch
     from rich.console import Console
 
-    from vigor_cli.runs import load_run
-    from vigor_cli.trainer import train
+    from vigor_cli.run.directory import load_run
+    from vigor_cli.train.trainer import train
 
     torch.set_num_threads(1)
     run_dir = out.parent / f"{out.name}-run"
@@ -196,7 +196,7 @@ def _regime_model(regime: str, models_dir: Path) -> str:
 
 def model_dir(model: str) -> Path:
     if model == "tiny":
-        from vigor_cli.models import TINY_DIR
+        from vigor_cli.model.loading import TINY_DIR
 
         return TINY_DIR
     return Path(model)

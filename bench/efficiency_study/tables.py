@@ -130,7 +130,7 @@ def mean_accuracy_table(results: dict) -> str:
 
 
 def law_table(results: dict) -> str:
-    """Per regime: the starting variance law (vigor_cli/variance_law.py)."""
+    """Per regime: the starting variance law (vigor_cli/study/variance_law.py)."""
     lines = ["| regime | prompts x samples | pass counts 0 / 1-3 / 4-7 / 8-11 / 12-15 / 16 | mean pass rate "
              "| zero-variance groups of 8 | top-eighth / mean variance | Pareto k (concentration) | k (Hill, top 25 %) "
              "| closed-form eta | eta^(1/3) | empirical eta |",

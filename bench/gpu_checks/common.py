@@ -103,7 +103,7 @@ def smoke_config(ctx: Context, *sets: str) -> Any:
 
 
 def plan_memory(ctx: Context, cfg: Any, free: float | None = None, total: float | None = None) -> Any:
-    from vigor_cli import memory_plan as mp
+    from vigor_cli.model import memory_plan as mp
 
     return mp.make_plan(cfg, mp.model_shape(cfg.model), ctx.device.type, free, total, "gpu smoke")
 

@@ -65,7 +65,7 @@ def measure_optimizer_step(learner: Any, meter: Any) -> dict[str, float]:
 
 
 def memory_generate(ctx: Context, v: Verdicts) -> None:
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.hf import HFEngine
 
@@ -88,9 +88,9 @@ def memory_generate(ctx: Context, v: Verdicts) -> None:
 def memory_update(ctx: Context, v: Verdicts, lora: bool) -> None:
     """One Learner.update: LoRA, or full fine-tuning (float32 master weights, the weight check's
     frozen base copy as with vLLM) with its resident weights measured as they load."""
-    from vigor_cli import memory_plan as mp
-    from vigor_cli.learner import Learner
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model import memory_plan as mp
+    from vigor_cli.train.learner import Learner
+    from vigor_cli.model.loading import load_tokenizer
 
     what = "LoRA" if lora else "full fine-tuning"
     # full fine-tuning as with vLLM: the plan and the learner then count and load the base copy
@@ -144,8 +144,8 @@ def check_memory(ctx: Context, v: Verdicts) -> None:
 def check_logprobs(ctx: Context, v: Verdicts) -> None:
     import torch
 
-    from vigor_cli import logprobs
-    from vigor_cli.models import load_policy
+    from vigor_cli.train import logprobs
+    from vigor_cli.model.loading import load_policy
 
     cfg = smoke_config(ctx)
     policy, tokenizer, device = load_policy(cfg.model)
@@ -182,7 +182,7 @@ def check_merge(ctx: Context, v: Verdicts) -> None:
     import torch
     from peft.tuners.lora import LoraLayer
 
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout.weights import policy_weights
 
     cfg = smoke_config(ctx)
@@ -235,9 +235,9 @@ def sampling_verdicts(v: Verdicts, t: float, err_t: float, err_1: float, z: floa
 def check_sampling(ctx: Context, v: Verdicts, engine_factory: Callable | None = None) -> None:
     import torch
 
-    from vigor_cli import logprobs
+    from vigor_cli.train import logprobs
     from vigor_cli.config import EngineConfig
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout.base import SamplingParams
     from vigor_cli.rollout.hf import HFEngine
 

@@ -92,7 +92,7 @@ def run_engine(args: Any, four_bit: bool, v: Verdicts, vllm_api: Any = None, mod
     import torch
 
     from vigor_cli.config import RunConfig
-    from vigor_cli.models import load_policy
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout.vllm import VLLMEngine
 
     cfg = RunConfig()

@@ -49,3 +49,17 @@ class Allocator(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         del state
+
+
+# --------------------------------------------------------------------------- the rounds
+def reward_range(setting: Any, weights: Sequence[float] | None = None) -> tuple[float, float]:
+    """``allocation.reward_range`` as (low, high). ``auto``: the range of the weighted sum of
+    the task's reward functions when each gives 0 to 1 (TRL's weighted sum: ``weights``, one per
+    function; None or one function of weight 1: [0, 1])."""
+    if setting != "auto":
+        low, high = setting
+        return float(low), float(high)
+    weights = list(weights) if weights else [1.0]
+    low = sum(min(0.0, float(w)) for w in weights)
+    high = sum(max(0.0, float(w)) for w in weights)
+    return (low, high) if low < high else (0.0, 1.0)

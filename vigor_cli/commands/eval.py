@@ -1,6 +1,6 @@
 """`vigor eval`: accuracy of a model, an adapter or a run's checkpoint on benchmarks.
 
-Generation and grading go through :func:`vigor_cli.evaluation.evaluate_examples`,
+Generation and grading go through :func:`vigor_cli.evaluate.evaluation.evaluate_examples`,
 the same core the trainer's periodic evaluation uses; this module picks the
 model, the benchmarks and the sampling, shows progress, computes avg@n,
 pass@k and the averages (:mod:`vigor_cli.report.metrics`) and writes every
@@ -94,7 +94,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
     if run is not None:
         if model is not None or adapter is not None:
             raise UserError("--run evaluates a run's checkpoint: drop MODEL and --adapter")
-        from vigor_cli.runs import RunDir, check_run_path, read_config
+        from vigor_cli.run.directory import RunDir, check_run_path, read_config
 
         check_run_path(run, "--run")
         try:
@@ -115,7 +115,7 @@ def resolve_model(model: Optional[str], adapter: Optional[Path], run: Optional[P
         raise UserError("give a MODEL (hub id, directory or 'tiny') or --run RUN_DIR")
     folder = Path(model).expanduser()
     if adapter is None and folder.is_dir() and (folder / "adapter_config.json").is_file():
-        from vigor_cli.task_eval import adapter_base
+        from vigor_cli.evaluate.task_eval import adapter_base
 
         adapter, model = folder, adapter_base(folder, base)  # an adapter folder: it names its base
     elif base is not None:
@@ -202,7 +202,7 @@ evaluate.__name__ = "evaluate"
 
 def _is_export(model: Optional[str]) -> bool:
     """MODEL is a folder `vigor export` wrote (its vigor_run.json holds the run's task)."""
-    from vigor_cli.export_card import RUN_FILE
+    from vigor_cli.export.card import RUN_FILE
 
     return model is not None and (Path(model).expanduser() / RUN_FILE).is_file()
 
@@ -249,7 +249,7 @@ def rescore_file(rescore: Path, data_dir: Optional[Path], output: Optional[Path]
     results = read_results(rescore)
     if isinstance(results.get("task"), dict):  # your own task's sets (vigor eval --run / --data)
         from vigor_cli.report.eval_table import task_results_table
-        from vigor_cli.task_eval import rescore_task
+        from vigor_cli.evaluate.task_eval import rescore_task
 
         rescore_task(results)
         table = task_results_table
@@ -284,7 +284,7 @@ def load_tasks(names: list[str], data_dir: Optional[Path], date_start: Optional[
     file fails first."""
     from vigor_cli.tasks import get_task
 
-    from vigor_cli.preflight import check_task_sources
+    from vigor_cli.train.preflight import check_task_sources
 
     tasks = {}  # each benchmark's sources checked first: e.g. a --data-dir it would never read
     for name in names:
@@ -317,8 +317,8 @@ def generate_all(cfg: Any, load_dir: Optional[str], tasks: dict, results: dict, 
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from vigor_cli.evaluation import evaluate_examples
-    from vigor_cli.models import load_policy
+    from vigor_cli.evaluate.evaluation import evaluate_examples
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout import SamplingParams, make_engine
 
     policy, tokenizer, _ = load_policy(cfg.model, load_dir)
@@ -362,7 +362,7 @@ def fit_problems(cfg: Any, tasks: dict, tokenizer: Any) -> dict:
     """Each benchmark without the problems the model cannot take, as training leaves them out
     (vigor_cli/train_data.fit_prompts: longer than task.max_prompt_tokens, or no token), each
     benchmark that loses some saying so in one warning line; one that loses all is refused."""
-    from vigor_cli.train_data import keep_fitting
+    from vigor_cli.evaluate.sets import keep_fitting
 
     limit = cfg.task.max_prompt_tokens
     fitted = {}

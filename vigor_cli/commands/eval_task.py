@@ -1,6 +1,6 @@
 """`vigor eval` on a task's own sets: a run's (``--run``), an exported folder's, or the user's
 (``--data``/``--eval-data`` with ``--reward``, the task flags of `vigor train`): says what it
-evaluates and with which settings, runs vigor_cli/task_eval.py, prints the table and writes
+evaluates and with which settings, runs vigor_cli/evaluate/task_eval.py, prints the table and writes
 the results file."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ def evaluate_task(model: Optional[str], adapter: Optional[Path], base: Optional[
                   temperature: Optional[float], top_p: Optional[float], max_new_tokens: Optional[int],
                   seed: Optional[int], limit: Optional[int], engine: Optional[str], device: Optional[str],
                   output: Optional[Path]) -> None:
-    from vigor_cli import task_eval
+    from vigor_cli.evaluate import task_eval
     from vigor_cli.commands.train import FLAG_OF_KEY
     from vigor_cli.report.eval_results import write_results
     from vigor_cli.report.eval_table import task_results_table

@@ -1,5 +1,5 @@
 """`vigor export RUN --out DIR`: a run's checkpoint as a plain Hugging Face folder to ship
-(full weights, a LoRA adapter, or LoRA merged into its base); see :mod:`vigor_cli.export`."""
+(full weights, a LoRA adapter, or LoRA merged into its base); see :mod:`vigor_cli.export.folder`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.console import console, err_console, shown
-from vigor_cli.export import DTYPES  # light: heavy imports are inside its functions
+from vigor_cli.export.folder import DTYPES  # light: heavy imports are inside its functions
 
 
 def export(
@@ -24,7 +24,7 @@ def export(
     as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False,
 ) -> None:
     """Export a run's checkpoint: config, safetensors, tokenizer and a generation_config.json with the run's stop tokens."""
-    from vigor_cli import export as exporter
+    from vigor_cli.export import folder as exporter
 
     if push_to_hub is not None:
         exporter.push_to_hub_check(push_to_hub)  # offline: one line before any work

@@ -26,10 +26,9 @@ from rich.markup import escape
 from vigor_cli.commands import options as opt
 from vigor_cli.config import parse_override
 from vigor_cli.errors import UserError
-from vigor_cli.package_data import CONFIGS_DIR
 from vigor_cli.settings import known_names
+from vigor_cli.package_data import DEFAULT_CONFIG
 
-DEFAULT_CONFIG = CONFIGS_DIR / "tiny-math.yaml"
 """The bundled default (tiny model, tiny-math, auto allocation): what `vigor train` runs with no arguments."""
 
 OWN_TASK = "Your own task"

@@ -29,11 +29,11 @@ def inspect_allocation(
 ) -> None:
     """Per-step tables of prompts and their rollouts per round (and, for a run with an
     environment, its episodes turn by turn), and an overview across steps."""
-    from vigor_cli import provenance
+    from vigor_cli.run import provenance
     from vigor_cli.report import allocation_view as view
     from vigor_cli.report.provenance_view import print_records
     from vigor_cli.report.allocation import load_allocation, summarize_step
-    from vigor_cli.runs import check_run_dir, read_config
+    from vigor_cli.run.directory import check_run_dir, read_config
 
     if step is not None and last is not None:
         raise UserError("give --step or --last, not both")
@@ -66,8 +66,8 @@ def inspect_allocation(
 
 def health_by_step(run_path: Path) -> dict[int, dict[str, float]]:
     """Step -> {check: its value} for the health checks that held (metrics.jsonl
-    ``health/<check>/alert``, vigor_cli/health.py); empty for a run without them."""
-    from vigor_cli.runs import RunDir
+    ``health/<check>/alert``, vigor_cli/train/health.py); empty for a run without them."""
+    from vigor_cli.run.directory import RunDir
 
     path = run_path / "metrics.jsonl"
     if not path.is_file():

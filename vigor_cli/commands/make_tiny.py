@@ -10,7 +10,7 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
-from vigor_cli.tiny_model import MAX_STEPS, TARGET
+from vigor_cli.model.tiny import MAX_STEPS, TARGET
 
 
 def make_tiny(
@@ -27,7 +27,7 @@ def make_tiny(
     import torch
 
     from vigor_cli.console import console, shown
-    from vigor_cli.tiny_model import RECIPES, make_tiny as build, measure_asset, warm_task
+    from vigor_cli.model.tiny import RECIPES, make_tiny as build, measure_asset, warm_task
 
     if recipe not in RECIPES:
         raise UserError(f"--recipe: unknown recipe {recipe!r}; choose from {', '.join(RECIPES)}")

@@ -265,7 +265,7 @@ def _not_a_regular_file(path: Path) -> Optional[str]:
     import os
     import stat
 
-    from vigor_cli.user_files import file_kind
+    from vigor_cli.user.files import file_kind
 
     try:
         mode = os.stat(path).st_mode
@@ -327,7 +327,7 @@ def _input_path(value: Any) -> Any:
         raise typer.BadParameter(f"{path}: no such file or directory")
     if not path.is_dir():
         from vigor_cli.errors import UserError
-        from vigor_cli.user_files import regular_file
+        from vigor_cli.user.files import regular_file
 
         try:
             regular_file(path)  # a FIFO or a device: said as such

@@ -79,8 +79,8 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from vigor_cli.console import err_console
-    from vigor_cli.evaluation import encode_prompt
-    from vigor_cli.models import load_policy
+    from vigor_cli.tasks.prompts import encode_prompt
+    from vigor_cli.model.loading import load_policy
     from vigor_cli.rollout import SamplingParams, make_engine
     from vigor_cli.tasks import get_task
     from vigor_cli.task_base import grade
@@ -138,7 +138,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
 def _prompts_that_fit(cfg: Any, task: Any, tokenizer: Any, examples: list) -> list:
     """The training prompts a run would train on (vigor_cli/train_data.fit_prompts: none longer
     than task.max_prompt_tokens, none empty), the others said in one warning line."""
-    from vigor_cli.train_data import keep_fitting
+    from vigor_cli.evaluate.sets import keep_fitting
 
     kept, _ = keep_fitting(cfg.task.max_prompt_tokens, task, tokenizer, examples, "training prompts")
     if not kept:
@@ -234,9 +234,9 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
     the repeats both reached) with the 95 % interval in which another probe's estimate would
     fall (a t prediction interval over the repeats, each a bootstrap replicate)."""
     from vigor_cli.allocation import STRATEGIES
-    from vigor_cli.intervals import prediction_interval
-    from vigor_cli.seeding import derive_seed
-    from vigor_cli.simulate import SimSettings, simulate
+    from vigor_cli.study.intervals import prediction_interval
+    from vigor_cli.run.seeding import derive_seed
+    from vigor_cli.study.simulate import SimSettings, simulate
 
     names = tuple(s for s in strategies if s in STRATEGIES)
     runs = []
@@ -267,7 +267,7 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
 
 
 def analyse(counts: list[int], samples: int, cfg: Any, info: dict, simulations: int = SIM_REPEATS) -> dict:
-    from vigor_cli.variance_law import census
+    from vigor_cli.study.variance_law import census
 
     a = cfg.allocation
     law = census(counts, samples, rounds=a.rounds, alpha=a.alpha, gamma=a.gamma)

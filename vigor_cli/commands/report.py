@@ -24,11 +24,11 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON instead of tables.")] = False,
 ) -> None:
     """Plot a metric (accuracy, mean reward, pass rate) against cumulative rollouts and tokens; tabulate rollouts to a target."""
-    from vigor_cli import provenance
+    from vigor_cli.run import provenance
     from vigor_cli.report.curves import default_target, run_curve
     from vigor_cli.report.provenance_view import print_records
     from vigor_cli.report.run_report import baseline_index, build_report, check_target, print_report
-    from vigor_cli.runs import load_run
+    from vigor_cli.run.directory import load_run
 
     loaded = [load_run(p) for p in runs]
     if target is not None:

@@ -11,7 +11,7 @@ from vigor_cli.commands import options as opt
 from vigor_cli.settings import known_names
 from vigor_cli.console import console
 from vigor_cli.errors import UserError
-from vigor_cli.simulate import POOL_PER_PROMPT, TARGET_GAIN, SimSettings
+from vigor_cli.study.simulate import POOL_PER_PROMPT, TARGET_GAIN, SimSettings
 
 _D = SimSettings()  # the one place simulate's own defaults live
 
@@ -61,7 +61,7 @@ def simulate(
     """Drive the real allocators with simulated rewards and compare where the rollouts go."""
     from vigor_cli.settings import build_config
     from vigor_cli.report.simulate_table import print_table
-    from vigor_cli.simulate import simulate as run_simulation
+    from vigor_cli.study.simulate import simulate as run_simulation
 
     allocation = dict(
         rounds=rounds, m0=m0, gamma=gamma, alpha=alpha, budget=budget, group_size=group_size,

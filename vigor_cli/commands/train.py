@@ -11,9 +11,9 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.commands.flags import (  # noqa: F401  (Flag, value_type, default_text: this table's, for tests)
-    DEFAULT_CONFIG, EPISODE_FLAGS, EPISODES, TASK_FLAGS, Flag, command, default_text, flag_value, given,
-    task_overrides, value_type,
+    EPISODE_FLAGS, EPISODES, TASK_FLAGS, Flag, command, default_text, flag_value, given, task_overrides, value_type,
 )
+from vigor_cli.package_data import DEFAULT_CONFIG
 from vigor_cli.errors import UserError
 from vigor_cli.package_data import CONFIGS_DIR
 
@@ -45,7 +45,7 @@ def resolve_config(path: Path) -> Path:
     if path.is_file():
         return path
     if os.path.lexists(path):  # a FIFO, a device, a folder: said as such, never 'no such file'
-        from vigor_cli.user_files import regular_file
+        from vigor_cli.user.files import regular_file
 
         regular_file(path, "--config ")
     if path.parent in (Path("."), Path("configs")):
@@ -112,8 +112,8 @@ def _train(
         if named:
             allowed = ", ".join(f.name for f in FLAGS if f.with_resume)
             raise UserError(f"--resume continues the saved config; drop {', '.join(named)} (only {allowed} may change)")
-        if dry_run:  # planned where the run started, as training resumes (vigor_cli.trainer.train)
-            from vigor_cli.runs import RunDir
+        if dry_run:  # planned where the run started, as training resumes (vigor_cli.train.trainer.train)
+            from vigor_cli.run.directory import RunDir
 
             run = RunDir.open_existing(resume)
             with run.in_launch_dir(lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True)):
@@ -137,8 +137,8 @@ RERUN_FLAGS = ("--steps", "--output-dir", "--run-name")
 
 def _rerun(run: Path, resume: Optional[Path], config: Optional[Path], set_: Optional[List[str]], dry_run: bool,
            values: dict[str, Any]) -> None:
-    """`--rerun RUN` (vigor_cli/rerun.py): exit 0 when the repeat is identical, 3 when it differs."""
-    from vigor_cli import rerun as repeat
+    """`--rerun RUN` (vigor_cli/train/rerun.py): exit 0 when the repeat is identical, 3 when it differs."""
+    from vigor_cli.train import rerun as repeat
     from vigor_cli.console import console
 
     named = [name for name in given(FLAGS, values) if name not in RERUN_FLAGS]
@@ -162,11 +162,11 @@ _value_type, _default_text, _flag_value = value_type, default_text, flag_value  
 
 
 def _run_training(*args, **kwargs):
-    """vigor_cli.trainer.train; a run stopped by SIGINT/SIGTERM prints one line (where it stands,
+    """vigor_cli.train.trainer.train; a run stopped by SIGINT/SIGTERM prints one line (where it stands,
     the command that resumes it) and exits 130/143, never 0."""
     from vigor_cli.console import err_console
     from vigor_cli.interrupt import TrainingInterrupted
-    from vigor_cli.trainer import train as run_training
+    from vigor_cli.train.trainer import train as run_training
 
     try:
         return run_training(*args, **kwargs)
@@ -179,12 +179,12 @@ def _dry_run(cfg, console) -> None:
     """`--dry-run`: the task's data and rewards (read and checked: a bad file or function fails
     here), the memory plan and the verdict, then what the health checks can tell before
     generating; no model is loaded, nothing is written."""
-    from vigor_cli import memory_plan
+    from vigor_cli.model import memory_plan
     from vigor_cli.console import err_console
     from vigor_cli.tasks import preview_task
-    from vigor_cli.train_data import dry_run_health
+    from vigor_cli.train.data import dry_run_health
 
-    from vigor_cli.tracking import require
+    from vigor_cli.run.tracking import require
 
     require(cfg.train.report_to)  # a dashboard's missing package or bad setting, as the run refuses it
     for line in preview_task(cfg.task, _preview_tokenizer(cfg)):
@@ -210,7 +210,7 @@ def _preview_tokenizer(cfg: Any) -> Any:
 
     if cfg.task.name not in PREVIEWS:
         return None
-    from vigor_cli.models import load_tokenizer
+    from vigor_cli.model.loading import load_tokenizer
 
     try:
         return load_tokenizer(cfg.model)

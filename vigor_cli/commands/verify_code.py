@@ -13,7 +13,7 @@ from vigor_cli.errors import UserError
 
 def _read_record(path: Path, question_id: str | None) -> dict:
     """One record from a .json file (an object) or a .jsonl file (one object per line)."""
-    from vigor_cli.user_files import LINE_MAX_BYTES, parse_json, read_text
+    from vigor_cli.user.files import LINE_MAX_BYTES, parse_json, read_text
 
     records = []
     if path.suffix != ".jsonl":
@@ -21,7 +21,7 @@ def _read_record(path: Path, question_id: str | None) -> dict:
     if path.suffix != ".jsonl" and text.strip().startswith("{"):
         records = [parse_json(text, f"problem file {path}")]
     else:
-        from vigor_cli.jsonl import iter_jsonl
+        from vigor_cli.user.jsonl import iter_jsonl
 
         records = [r for _, r in iter_jsonl(path, "a problem record (a JSON object)")]
     records = [r for r in records if isinstance(r, dict)]
@@ -42,7 +42,7 @@ def _read_program(path: Path) -> str:
     """A .py file is the program; any other file is a completion whose code block is taken."""
     from vigor_cli.verifiers.code import extract_code
 
-    from vigor_cli.user_files import read_text
+    from vigor_cli.user.files import read_text
 
     text = read_text(path, "cannot read solution file ")  # bounded; a FIFO or device is refused, not waited on
     if path.suffix == ".py":

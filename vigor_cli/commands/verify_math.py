@@ -10,8 +10,8 @@ import typer
 
 from vigor_cli.commands import options as opt
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import iter_jsonl
-from vigor_cli.records import check_record
+from vigor_cli.user.jsonl import iter_jsonl
+from vigor_cli.user.records import check_record
 
 
 FORKED_MAX_CASES = 32

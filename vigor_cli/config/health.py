@@ -1,5 +1,5 @@
 """The health checks' section (``health.*``): one rule (threshold, steps) per check of
-vigor_cli/health.py, and the switches that run them or stop a run on them."""
+vigor_cli/train/health.py, and the switches that run them or stop a run on them."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def _rule(name: str, what: str) -> Any:
 
 
 class HealthConfig(_Section):
-    """Checks on every step for rollouts spent without learning signal (vigor_cli/health.py):
+    """Checks on every step for rollouts spent without learning signal (vigor_cli/train/health.py):
     each speaks once, one line naming the cause and the key to change, when its value reaches
     ``threshold`` for ``steps`` consecutive steps, and again only after it cleared."""
 

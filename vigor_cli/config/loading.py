@@ -92,7 +92,7 @@ def parse_override(text: str) -> tuple[str, Any]:
     key = key.strip()
     if not key:
         raise ConfigError(f"--set {text!r}: empty key")
-    from vigor_cli.user_files import FormatError, parse_yaml
+    from vigor_cli.user.files import FormatError, parse_yaml
 
     try:
         value = parse_yaml(raw, f"--set {key}") if raw.strip() else ""
@@ -103,10 +103,10 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def load_yaml(path: str | Path) -> dict:
-    """A YAML config file as a dict, read by the one bounded reader (vigor_cli/user_files.py):
+    """A YAML config file as a dict, read by the one bounded reader (vigor_cli/user/files.py):
     not a regular file, too big, not UTF-8, not YAML, a duplicate key or deep nesting is
     one ConfigError line naming the file (and line)."""
-    from vigor_cli.user_files import CONFIG_MAX_BYTES, parse_yaml, read_bytes
+    from vigor_cli.user.files import CONFIG_MAX_BYTES, parse_yaml, read_bytes
 
     p = Path(path)
     try:

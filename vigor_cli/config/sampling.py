@@ -40,7 +40,7 @@ class EngineConfig(_Section):
         description="vllm: share of the GPU's memory the engine takes for its bf16 weights, "
         "working memory and KV cache (it sleeps, holding none of it, during the update). "
         "'auto': what is free once the policy is loaded, less AdamW's states and 1 GiB + 5% "
-        "headroom, capped at 0.9 (vigor_cli/memory_plan.py; `vigor train --dry-run` shows it).",
+        "headroom, capped at 0.9 (vigor_cli/model/memory_plan.py; `vigor train --dry-run` shows it).",
     )
     max_model_len: Optional[int] = Field(
         None, ge=16, le=TOKENS_MAX, description="vllm: context length; default task.max_prompt_tokens + "

@@ -45,7 +45,7 @@ class TrainConfig(_Section):
     output_dir: str = Field("runs", description="Parent directory of run directories.")
     report_to: list[str] = Field(
         default_factory=list, description="Dashboards that get every metrics.jsonl line and the "
-        "completions sample, names in vigor_cli/tracking.py's registry (tensorboard, wandb, trackio; "
+        "completions sample, names in vigor_cli/run/tracking.py's registry (tensorboard, wandb, trackio; "
         "several allowed, comma-separated; empty or 'none': none). Each needs its extra, e.g. "
         "pip install 'vigor[tensorboard]'.",
     )

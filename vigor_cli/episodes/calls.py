@@ -1,7 +1,7 @@
 """Calls into a user's environment, behind the boundary a reward function's call has.
 
 :func:`bounded_call` runs one call (``__init__``, ``reset``, a tool, ``str()`` of its
-result, ``get_reward``) through :mod:`vigor_cli.user_code`: at most ``timeout_s`` seconds
+result, ``get_reward``) through :mod:`vigor_cli.user.code`: at most ``timeout_s`` seconds
 (stopped there), the working directory, ``sys.stdout``/``stderr``, signal handlers and the
 process settings put back, ``os._exit`` turned into an error; what it raised becomes one
 line (``ValueError: bad move (env.py, line 12)``). :func:`bounded_text` cuts an
@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vigor_cli import user_code
+from vigor_cli.user import code as user_code
 
 ENV_TEXT_CHARS = 20_000
 """Characters of an observation or a tool result kept (the rest cut, marked with

@@ -23,7 +23,7 @@ from vigor_cli.episodes.base import (
 from vigor_cli.episodes.messages import MessageFormat
 from vigor_cli.errors import UserError
 from vigor_cli.rollout.base import Rollout, SamplingParams
-from vigor_cli.rollout_core import derive_seed
+from vigor_cli.run.seeding import derive_seed
 
 SYSTEMIC_FAILURE_SHARE = 0.5
 """More than this share of a batch's episodes failed in the environment: stop the run."""
@@ -189,7 +189,7 @@ def make_runner(cfg: Any, task: Any, tokenizer: Any, engine: Any, env: Environme
     """The runner of a run's episodes: ``env`` over ``engine``, its messages in the tokenizer's
     format, the limits of ``cfg.task``, prompts rendered as the environment shows them."""
     from vigor_cli.episodes.messages import render_prompt
-    from vigor_cli.evaluation import encode_prompt
+    from vigor_cli.tasks.prompts import encode_prompt
 
     def prompt_of(example: Any, observation: str | None) -> list[int]:
         return encode_prompt(tokenizer, render_prompt(task, example, tokenizer, env, observation))

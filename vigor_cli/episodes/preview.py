@@ -4,7 +4,7 @@ Each row's prompt is rendered as an episode starts it: the task's prompt, the en
 tool descriptions (the chat template's ``tools``, or the plain tool list), the text its
 ``reset`` returns for that row, through the chat template when the tokenizer has one. Its
 token count is split into the task's prompt and what the environment adds, so a prompt that
-grew says why (task.max_prompt_tokens bounds the task's part: vigor_cli/train_data.py).
+grew says why (task.max_prompt_tokens bounds the task's part: vigor_cli/train/data.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def preview_lines(task: Any, tokenizer: Any, env: Any, examples: Sequence[Any], 
     """The first ``rows`` examples as the model receives them, with their token counts."""
     from vigor_cli.console import visible
     from vigor_cli.episodes.messages import render_prompt
-    from vigor_cli.evaluation import encode_prompt
+    from vigor_cli.tasks.prompts import encode_prompt
     from vigor_cli.tasks.prompts import has_chat_template
 
     form = "the chat template" if has_chat_template(tokenizer) else "plain text (no chat template renders prompts)"

@@ -118,6 +118,6 @@ def make_environment(task_cfg: Any, task: Any, tokenizer: Any) -> Environment:
         env.summary = entry.summary
         return env
     from vigor_cli.episodes.tools import ToolEnvironment
-    from vigor_cli.rewards import import_function
+    from vigor_cli.user.rewards import import_function
 
     return ToolEnvironment(import_function(spec, flag="--env"), spec, tokenizer, task_cfg.env_timeout_s)

@@ -59,7 +59,7 @@ class EpisodeScorer:
         return self.task.score(examples, completions, columns={"environments": [ep.session for ep in episodes]})
 
     def _own_rewards(self, episodes: list[Episode]) -> list[float | None]:
-        from vigor_cli.rewards import check_values
+        from vigor_cli.user.rewards import check_values
 
         # a fault or a value that is not a number stops the run, as a --reward function's does
         return [check_values([value], 1, f"environment {self.env.reward_name}.get_reward")[0]

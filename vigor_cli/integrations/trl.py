@@ -1,7 +1,7 @@
 """The allocation strategies inside TRL's ``GRPOTrainer``: one GPU, several, several nodes.
 
 ``pip install 'vigor[trl]'`` (TRL 1.16). :class:`VigorGRPOTrainer` runs each step's rollout
-phase through vigor's rollout core (vigor_cli/rollout_core.py, the copy `vigor train` runs),
+phase through vigor's rollout core (vigor_cli/train/rollout_core.py, the copy `vigor train` runs),
 with TRL's generation and reward functions as the round runner, then replays the step through
 TRL's scoring pass so that TRL's log-probs, KL and loss train on it. docs/scaling.md has the
 commands, how the ranks share a step, the constraints TRL imposes and what is tested.
@@ -35,9 +35,9 @@ def build_trainer(cfg: Any, output_dir: str | Path, **overrides: Any) -> tuple[V
     held-out evaluation as `vigor train` schedules it); returns (trainer, evaluation, task)."""
     from transformers import AutoModelForCausalLM
 
-    from vigor_cli.models import load_tokenizer, resolve_model_path, set_cpu_threads
+    from vigor_cli.model.loading import load_tokenizer, resolve_model_path, set_cpu_threads
     from vigor_cli.tasks import get_task
-    from vigor_cli.train_data import fitted_sets
+    from vigor_cli.train.data import fitted_sets
 
     args = trl_args(cfg, output_dir, **overrides)  # bad keys fail before anything loads
     m = cfg.model
@@ -99,7 +99,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> _Parser:
-    from vigor_cli.commands.flags import DEFAULT_CONFIG
+    from vigor_cli.package_data import DEFAULT_CONFIG
 
     ap = _Parser(prog="python -m vigor_cli.integrations.trl", description=main.__doc__)
     ap.add_argument("--config", help=f"vigor run config (YAML; default {DEFAULT_CONFIG.name})")
@@ -139,12 +139,12 @@ def _resume_plan(a: argparse.Namespace, own: Mapping[str, Any]) -> tuple[Any, st
     """``--resume RUN``: the run's saved config, its directory, and what to resume from (its
     newest intact checkpoint, else the run itself: started over) and, for its record, the step
     and the changed files and versions; refused in one line when a flag would change the
-    config, RUN is not a TRL run, or a file it read changed (vigor_cli/provenance.py)."""
-    from vigor_cli import provenance
-    from vigor_cli.checkpoints import step_of
+    config, RUN is not a TRL run, or a file it read changed (vigor_cli/run/provenance.py)."""
+    from vigor_cli.run import provenance
+    from vigor_cli.run.checkpoints import step_of
     from vigor_cli.errors import UserError
-    from vigor_cli.resume import check_resume_config
-    from vigor_cli.runs import RunDir
+    from vigor_cli.train.resume import check_resume_config
+    from vigor_cli.run.directory import RunDir
 
     given = [f for f, v in (("--config", a.config), ("--set", a.sets), ("--output-dir", a.output_dir)) if v]
     given += [f"the flag setting {k}" for k, v in own.items() if v is not None]
@@ -188,7 +188,7 @@ def _train(a: argparse.Namespace) -> int:
                 raise UserError("--output-dir is required (or --resume RUN to continue a run)")
             if a.allow_changed_files:
                 raise UserError("--allow-changed-files goes with --resume RUN only")
-            from vigor_cli.commands.flags import DEFAULT_CONFIG
+            from vigor_cli.package_data import DEFAULT_CONFIG
 
             cfg = build_config(a.config or str(DEFAULT_CONFIG), overrides=own, sets=a.sets, flags=FLAG_OF_KEY)
         for text in a.trl_keys:
@@ -205,11 +205,11 @@ def _train(a: argparse.Namespace) -> int:
         trl_plan.announce(cfg, extra, console if main_process else None)  # one rank's plan, before the model loads
         trainer, held_out, task = build_trainer(cfg, a.output_dir, **extra)
         if trainer.accelerator.is_main_process and a.resume is not None:
-            from vigor_cli import provenance
+            from vigor_cli.run import provenance
 
             provenance.add_resume(Path(a.output_dir), *resumed)
-        elif trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/provenance.py)
-            from vigor_cli import provenance
+        elif trainer.accelerator.is_main_process:  # the run's record of what made it (vigor_cli/run/provenance.py)
+            from vigor_cli.run import provenance
 
             train = task.train_examples()
             provenance.write(a.output_dir, provenance.build(

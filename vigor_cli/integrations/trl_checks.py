@@ -62,7 +62,7 @@ def trains_float32(model: Any) -> bool:
 
 def prepare_kbit(model: Any, peft_config: Any, gradient_checkpointing: bool) -> Any:
     """peft's ``prepare_model_for_kbit_training`` for a quantised base about to get LoRA, as
-    `vigor train` does it (vigor_cli/models.py); any other model unchanged."""
+    `vigor train` does it (vigor_cli/model/loading.py); any other model unchanged."""
     if isinstance(model, str) or peft_config is None or not is_quantized(model) or hasattr(model, "get_base_model"):
         return model
     if getattr(model, "vigor_kbit_prepared", False):

@@ -121,7 +121,7 @@ def _grpo_default(key: str) -> Any:
 
 
 def health_view(a: Any) -> Any:
-    """The config the health checks read (vigor_cli/health.py), from TRL's keys: the health
+    """The config the health checks read (vigor_cli/train/health.py), from TRL's keys: the health
     section, sampling (temperature, top_p, max_completion_length as max_new_tokens), the
     learning rate and passes (num_iterations as grpo.mu)."""
     from pydantic import ValidationError
@@ -152,11 +152,11 @@ def trl_args(cfg: Any, output_dir: str | Path, **overrides: Any) -> VigorGRPOCon
     g, s, t = cfg.grpo, cfg.sampling, cfg.train
     if g.loss_agg not in LOSS_TYPES:
         raise ValueError(f"grpo.loss_agg={g.loss_agg!r} has no TRL loss_type; use one of {sorted(LOSS_TYPES)}")
-    from vigor_cli.models import gradient_checkpointing_on
-    from vigor_cli.tracking import require
+    from vigor_cli.model.loading import gradient_checkpointing_on
+    from vigor_cli.run.tracking import require
 
     require(t.report_to)  # a missing dashboard package: one line, before anything loads
-    from vigor_cli.models import master_weights_dtype, pick_dtype
+    from vigor_cli.model.loading import master_weights_dtype, pick_dtype
 
     group = cfg.allocation.group_size
     device = _trl_device(overrides)
@@ -218,7 +218,7 @@ def model_load_kwargs(m: Any, device: torch.device) -> dict[str, Any]:
     ``model.load_in_4bit`` (CUDA and bitsandbytes, else one line naming the key)."""
     from accelerate import PartialState
 
-    from vigor_cli.models import _four_bit_config, master_weights_dtype, pick_dtype
+    from vigor_cli.model.loading import _four_bit_config, master_weights_dtype, pick_dtype
 
     dtype = pick_dtype(m, device)
     kwargs: dict[str, Any] = {"revision": m.revision,

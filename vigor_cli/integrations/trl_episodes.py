@@ -14,7 +14,7 @@ from vigor_cli.episodes.base import Episode, EpisodeSummary
 from vigor_cli.episodes.loop import EpisodeLimits, EpisodeRunner
 from vigor_cli.episodes.messages import MessageFormat, render_prompt, token_ids, with_observation
 from vigor_cli.rollout.base import Rollout, SamplingParams
-from vigor_cli.rollout_core import derive_seed
+from vigor_cli.run.seeding import derive_seed
 from vigor_cli.task_base import Example
 
 TOOL_TURNS_UNSET = 64
@@ -97,7 +97,7 @@ class TRLEpisodes:
 
     def example_of(self, row: dict, uid_column: str) -> Example:
         """The example behind a dataset row, its row prompt attached."""
-        from vigor_cli.rewards import _prompt_text
+        from vigor_cli.user.rewards import _prompt_text
 
         uid = str(row.get(uid_column, ""))
         if uid in self.examples:
@@ -153,7 +153,7 @@ class TRLEpisodes:
 
     def own_rewards(self) -> list[float | None]:
         """The environment's ``get_reward`` of each row's episode (None where it failed)."""
-        from vigor_cli.rewards import check_values
+        from vigor_cli.user.rewards import check_values
 
         # a fault or a value that is not a number stops the run, as a reward function's does
         return [check_values([value], 1, f"environment {self.env.reward_name}.get_reward")[0]
@@ -166,7 +166,7 @@ class TRLEpisodes:
     def eval_runner(self, tokenizer: Any) -> EpisodeRunner:
         """The episode loop of the held-out evaluation: the task's prompts as `vigor train`
         renders them (with the environment's tools), TRL's generation."""
-        from vigor_cli.evaluation import encode_prompt
+        from vigor_cli.tasks.prompts import encode_prompt
 
         def prompt_of(example: Example, observation: str | None) -> list[int]:
             return encode_prompt(tokenizer, render_prompt(self.task, example, tokenizer, self.env, observation))

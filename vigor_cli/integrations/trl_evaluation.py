@@ -18,7 +18,7 @@ class TRLEngine(RolloutEngine):
     """TRL's own generation as a vigor rollout engine, for the held-out evaluation on every
     rank: its transformers path (ZeRO-3 parameters gathered, FSDP parameters summoned, ranks
     kept in step by ``generate``) or its vLLM. Every rank calls :meth:`generate` together,
-    with equally many prompts (vigor_cli/evaluation.py pads the shards)."""
+    with equally many prompts (vigor_cli/evaluate/evaluation.py pads the shards)."""
 
     name = "trl"
     shares_policy = True
@@ -68,7 +68,7 @@ class HeldOutEval(TrainerCallback):
     def evaluate(self, step: int) -> float:
         from accelerate.utils import gather_object
 
-        from vigor_cli.evaluation import Shard, evaluate_sets, held_out_sampling
+        from vigor_cli.evaluate.evaluation import Shard, evaluate_sets, held_out_sampling
 
         tr = self.trainer
         acc = tr.accelerator

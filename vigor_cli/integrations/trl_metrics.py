@@ -19,10 +19,10 @@ try:  # TrainerCallback as the TRL path uses it: with TRL (transformers alone ma
 except ImportError as e:  # pragma: no cover - the extra is missing
     raise ImportError(f"vigor_cli.integrations.trl_metrics needs TRL: pip install 'vigor[trl]' ({e})") from None
 
-from vigor_cli import health
-from vigor_cli.reward_log import add_logged
-from vigor_cli.rewards import _prompt_text
-from vigor_cli.rollout_core import RolloutBatch, step_metrics
+from vigor_cli.train import health
+from vigor_cli.user.reward_log import add_logged
+from vigor_cli.user.rewards import _prompt_text
+from vigor_cli.train.rollout_core import RolloutBatch, step_metrics
 
 COMPLETION_METRICS = ("completions/mean_length", "completions/min_length", "completions/max_length",
                       "completions/clipped_ratio", "completions/mean_terminated_length",
@@ -40,9 +40,9 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
     inspect-allocation` and `vigor report` read the run."""
     import yaml
 
-    from vigor_cli.runs import write_text_atomic
+    from vigor_cli.run.directory import write_text_atomic
 
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     run = RunDir(Path(run_dir))
     run.path.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,7 @@ def write_run_files(run_dir: str | Path, allocation: dict | None = None, metrics
         import os
         import secrets
 
-        from vigor_cli.runs import LAUNCH_DIR, RUN_ID
+        from vigor_cli.run.directory import LAUNCH_DIR, RUN_ID
 
         write_text_atomic(run.path / RUN_ID, secrets.token_hex(16) + "\n")
         write_text_atomic(run.path / LAUNCH_DIR, os.getcwd() + "\n")
@@ -158,8 +158,8 @@ def start_step(trainer: Any, batch: RolloutBatch, layout: Any, scoring_seconds: 
         for entry in record.get("prompts", []):
             entry["text"] = _prompt_text(tr.train_dataset[tr.vigor_index[entry["uid"]]]["prompt"])[:200]
         if tr.vigor_episodes is not None:
-            from vigor_cli.runs import RunDir
-            from vigor_cli.train_log import episode_lines
+            from vigor_cli.run.directory import RunDir
+            from vigor_cli.train.log import episode_lines
 
             RunDir(tr.vigor_run_dir).append_many("episodes.jsonl", episode_lines(tr.vigor_step, batch.generated))
         write_run_files(tr.vigor_run_dir, allocation=record)
@@ -178,7 +178,7 @@ def reward_sandbox(trainer: Any) -> dict[str, Any]:
 
 def say_isolation(trainer: Any, level: str | None) -> None:
     """The sandbox's isolation level on stderr when first seen or changed (`vigor train`
-    prints it the same way: vigor_cli/train_log.py)."""
+    prints it the same way: vigor_cli/train/log.py)."""
     if level and level != getattr(trainer, "vigor_isolation", None):
         from vigor_cli.console import err_console
 

@@ -1,4 +1,4 @@
-"""The TRL path's memory plan for one rank: `vigor train`'s plan (vigor_cli/memory_plan.py)
+"""The TRL path's memory plan for one rank: `vigor train`'s plan (vigor_cli/model/memory_plan.py)
 with the sharding of the distributed strategy (DDP, FSDP, ZeRO-3), TRL's generation (its vLLM
 share, colocated or on a server, or transformers' unbounded KV cache for a rank's round) and
 the update's micro-batch budget. Printed by the TRL entry point and refused as `vigor train`
@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from vigor_cli.memory_plan import GIB, Item, Plan, make_plan
+from vigor_cli.model.memory_plan import GIB, Item, Plan, make_plan
 
 STRATEGIES = ("single", "ddp", "fsdp", "zero3", "zero2", "zero1")
 
@@ -68,8 +68,8 @@ def rank_plan(cfg: Any, layout: Layout, trl: Mapping[str, Any],
     (``use_vllm``, ``vllm_mode``, ``vllm_gpu_memory_utilization``, ``vllm_enable_sleep_mode``)."""
     import copy
 
-    from vigor_cli.memory_plan import _cpu_available, gpu_memory
-    from vigor_cli.model_shape import model_shape
+    from vigor_cli.model.memory_plan import _cpu_available, gpu_memory
+    from vigor_cli.model.shape import model_shape
 
     if trl.get("use_cpu") and cfg.train.gpu_memory_gib is None:  # --cpu: a CPU run even beside a GPU
         device, available, total, source = "cpu", _cpu_available(), None, "MemAvailable (CPU run)"
@@ -96,7 +96,7 @@ def _trl_generation(plan: Plan, cfg: Any, shape: Any, layout: Layout, trl: Mappi
     """TRL's generation on this rank: colocated vLLM's share (resident unless its sleep mode
     is on: then asleep in the update), nothing for a vLLM server, else transformers' KV cache
     for the rank's largest round (TRL generates a round's rows in one call, unbounded)."""
-    from vigor_cli.memory_plan import VLLM_ASLEEP_BYTES, _kv_per_token
+    from vigor_cli.model.memory_plan import VLLM_ASLEEP_BYTES, _kv_per_token
 
     width = cfg.task.max_prompt_tokens + cfg.completion_tokens()
     if trl.get("use_vllm") and trl.get("vllm_mode", "colocate") == "colocate":
@@ -163,7 +163,7 @@ def announce(cfg: Any, trl: Mapping[str, Any], out: Any, layout: Layout | None =
              mem_get_info: Callable[[], tuple[int, int]] | None = None) -> Plan:
     """Print one rank's plan (main process) and refuse, in one line, one that does not fit
     (train.gpu_memory_gib states the memory to plan against, as for `vigor train`)."""
-    from vigor_cli.memory_plan import check, render
+    from vigor_cli.model.memory_plan import check, render
 
     plan = rank_plan(cfg, layout or layout_from_env(), trl, mem_get_info)
     if out is not None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from vigor_cli.reward_log import forward_logs
-from vigor_cli.rewards import _completion_text
-from vigor_cli.rollout_core import sandbox_metrics
+from vigor_cli.user.reward_log import forward_logs
+from vigor_cli.user.rewards import _completion_text
+from vigor_cli.train.rollout_core import sandbox_metrics
 from vigor_cli.tasks.base import score_once
 
 HARD_CODING_SIGNS = ("hard_coded", "quotes_outputs")
-"""A code verdict's signs of a hard-coded program (vigor_cli/health.py's ``hard_coding``)."""
+"""A code verdict's signs of a hard-coded program (vigor_cli/train/health.py's ``hard_coding``)."""
 
 
 def _graded_scores(task: Any, uid_column: str, env: Any = None) -> Callable[..., list[Any]]:
@@ -111,7 +111,7 @@ def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None
     ``max_prompt_tokens``, or no token)."""
     from datasets import Dataset
 
-    from vigor_cli.train_data import fit_prompts
+    from vigor_cli.evaluate.sets import fit_prompts
 
     examples = task.train_examples()
     if env is None:
@@ -119,7 +119,7 @@ def task_dataset(task: Any, tokenizer: Any, max_prompt_tokens: int | None = None
         return Dataset.from_list([{"prompt": task.render_prompt(ex, tokenizer), "uid": ex.uid}
                                   for ex in examples if ex.uid in kept])
     from vigor_cli.episodes.messages import render_prompt
-    from vigor_cli.evaluation import encode_prompt
+    from vigor_cli.tasks.prompts import encode_prompt
 
     rows = []
     for ex in examples:

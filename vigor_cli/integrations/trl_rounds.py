@@ -1,6 +1,6 @@
 """The TRL path's rounds: how a step's rollouts are laid out over the ranks (each round dealt
 by estimated tokens, :class:`StepLayout`), the check that every rank's allocator asked for the
-same rollouts, and :class:`TRLRounds`, the round runner of vigor_cli/rollout_core.py that
+same rollouts, and :class:`TRLRounds`, the round runner of vigor_cli/train/rollout_core.py that
 generates and scores through the trainer (vigor_cli/integrations/trl_trainer.py)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 import torch
 
 from vigor_cli.allocation.base import Request
-from vigor_cli.rewards import _completion_text
-from vigor_cli.rollout_core import Generated, RolloutBatch
+from vigor_cli.user.rewards import _completion_text
+from vigor_cli.train.rollout_core import Generated, RolloutBatch
 from vigor_cli.tasks.base import Score
 
 ROLLOUT_INDEX = "rollout_index"

@@ -1,4 +1,4 @@
-"""The TRL path's checkpoints, in the layout `vigor train` writes (vigor_cli/checkpoints.py):
+"""The TRL path's checkpoints, in the layout `vigor train` writes (vigor_cli/run/checkpoints.py):
 ``<run>/checkpoints/step-N/`` sealed by a manifest and ``COMPLETE``, holding the policy (adapter
 or full weights, gathered from every rank under FSDP or ZeRO-3), the tokenizer, the
 allocator's state, the loop's position and counters (``data_state.json``), the config, and
@@ -58,7 +58,7 @@ def save(trainer: Any) -> Path | None:
     """Publish the checkpoint of the trainer's current step (every rank calls this; the main
     process writes and seals it). Returns its directory on the main process."""
     from vigor_cli.config import dump_config
-    from vigor_cli.runs import RunDir, write_json_atomic, write_text_atomic
+    from vigor_cli.run.directory import RunDir, write_json_atomic, write_text_atomic
 
     tr = trainer
     step, main = tr.vigor_step, tr.accelerator.is_main_process
@@ -105,7 +105,7 @@ def _run_config(tree: dict) -> Any:
 def resolve(target: str | Path, warn: Callable[[str], Any]) -> Path | None:
     """The checkpoint ``resume_from_checkpoint`` names: a ``step-N`` directory as it is, or a
     run directory's newest intact checkpoint (None when it has none yet)."""
-    from vigor_cli.checkpoints import STEP_DIR, CheckpointStore, verify_checkpoint
+    from vigor_cli.run.checkpoints import STEP_DIR, CheckpointStore, verify_checkpoint
 
     path = Path(target)
     if STEP_DIR.match(path.name) and path.is_dir():
@@ -122,7 +122,7 @@ def resolve(target: str | Path, warn: Callable[[str], Any]) -> Path | None:
 def load(trainer: Any, path: Path) -> int:
     """Restore vigor's part of checkpoint ``path`` (the allocator, the loop's position and
     counters, the health monitor); Transformers' resume restores the rest. Returns its step."""
-    from vigor_cli.health import PromptInfo
+    from vigor_cli.train.health import PromptInfo
 
     tr = trainer
     try:

@@ -1,5 +1,5 @@
 """``VigorGRPOTrainer``: TRL's ``GRPOTrainer`` whose generation step runs a vigor allocation
-strategy. Each step's rollout phase goes through vigor's rollout core (vigor_cli/rollout_core.py)
+strategy. Each step's rollout phase goes through vigor's rollout core (vigor_cli/train/rollout_core.py)
 with TRL's generation and reward functions as the round runner (trl_rounds.py), then is
 replayed through TRL's scoring pass so that TRL's log-probs, KL and loss train on it."""
 
@@ -20,7 +20,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         f"vigor_cli.integrations.trl_trainer needs TRL: pip install 'vigor[trl]' ({e})"
     ) from None
 
-from vigor_cli import health
+from vigor_cli.train import health
 from vigor_cli.allocation import make_allocator
 from vigor_cli.allocation.base import Request
 from vigor_cli.integrations import trl_checks, trl_metrics, trl_save, trl_update, trl_vllm
@@ -29,7 +29,8 @@ from vigor_cli.integrations.trl_evaluation import TRLEngine
 from vigor_cli.integrations.trl_metrics import write_run_files
 from vigor_cli.integrations.trl_rounds import ROLLOUT_INDEX, Key, TRLRounds, check_agreement, round_digest
 from vigor_cli.rollout.base import SamplingParams
-from vigor_cli.rollout_core import DataOrder, RolloutBatch, reward_range, run_rounds
+from vigor_cli.train.rollout_core import DataOrder, RolloutBatch, run_rounds
+from vigor_cli.allocation.base import reward_range
 
 
 class VigorGRPOTrainer(GRPOTrainer):
@@ -143,8 +144,8 @@ class VigorGRPOTrainer(GRPOTrainer):
             target = self.vigor_run_dir
         path = None
         if target:
-            from vigor_cli.resume import keep_logs_until
-            from vigor_cli.runs import RunDir
+            from vigor_cli.train.resume import keep_logs_until
+            from vigor_cli.run.directory import RunDir
 
             path = trl_save.resolve(target, self._vigor_warn)
             step = trl_save.load(self, path) if path is not None else -1
@@ -334,7 +335,7 @@ class VigorGRPOTrainer(GRPOTrainer):
         """TRL's reward functions on this rank's rows; every rank's, gathered [rows, functions],
         and every rank's hard-coding signs [rows, 3] (trl_checks.hard_coding_signs). Episodes:
         the functions get their environment instances (``environments=``), released after."""
-        from vigor_cli.rewards import _completion_text
+        from vigor_cli.user.rewards import _completion_text
 
         prompts = [row["prompt"] for row in rows]
         if self.vigor_episodes is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import read_jsonl
+from vigor_cli.user.jsonl import read_jsonl
 
 
 @dataclass

@@ -189,7 +189,7 @@ def print_step(console: Any, s: Any, text_width: int, health: dict[str, float] |
     console.print(step_summary(summary))
     if health:
         console.print(f"[yellow]health checks that held at step {s.step}:[/] " + health_text(health)
-                      + " [dim](vigor_cli/health.py; thresholds in the config's health section)[/]", highlight=False)
+                      + " [dim](vigor_cli/train/health.py; thresholds in the config's health section)[/]", highlight=False)
 
 
 def health_text(health: dict[str, float]) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from vigor_cli.errors import UserError
-from vigor_cli.runs import RunDir
+from vigor_cli.run.directory import RunDir
 
 SEED_KEYS = tuple(
     ("train", key)
@@ -41,7 +41,7 @@ class Axis:
 
 @dataclass
 class HealthMark:
-    """A training step where health checks held (vigor_cli/health.py: ``health/<check>/alert``)."""
+    """A training step where health checks held (vigor_cli/train/health.py: ``health/<check>/alert``)."""
 
     step: int
     rollouts: float

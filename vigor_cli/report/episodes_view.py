@@ -18,7 +18,7 @@ ROLE_LABEL = {"assistant": "model", "user": "env", "tool": "tool"}
 
 def load_step_episodes(run_path: Path, step: int) -> list[dict]:
     """The episodes of ``step`` from the run's episodes.jsonl (empty without that file)."""
-    from vigor_cli.runs import RunDir
+    from vigor_cli.run.directory import RunDir
 
     if not (run_path / "episodes.jsonl").is_file():
         return []

@@ -74,7 +74,7 @@ def write_results(results: dict, path: Path) -> Path:
 def read_results(path: Path) -> dict:
     """A results file (from `vigor eval` or a run's eval/step-N.json), checked for what a
     re-score needs."""
-    from vigor_cli.user_files import LINE_MAX_BYTES, read_json
+    from vigor_cli.user.files import LINE_MAX_BYTES, read_json
 
     if not os.path.lexists(path):
         raise UserError(f"results file not found: {path}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from math import comb
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from vigor_cli.verifiers.math_answers import BENCHMARKS as MATH_SIX  # the paper's six, averaged
 
@@ -117,3 +117,10 @@ def reward_components(components: Iterable[Mapping[str, float | None]]) -> dict[
     for name in dict.fromkeys([*values, *unscored]):
         out[f"reward/{name}/unscored"] = unscored[name]
     return out
+
+
+def pass_rate_of(held: Mapping[str, Any]) -> float:
+    """The mean over an evaluation file's sets of pass@1 (a sample passes at reward >=
+    task.pass_threshold)."""
+    passed = [float(s["metrics"]["pass@k"].get("1") or 0.0) for s in held["sets"].values()]
+    return sum(passed) / len(passed) if passed else 0.0

@@ -30,7 +30,7 @@ def plot_lines(curves: list[Curve], axis: str) -> list[dict]:
 
 
 def _marks(curve: Curve, axis: str) -> list[float]:
-    """The x of each step where a health check held (vigor_cli/health.py)."""
+    """The x of each step where a health check held (vigor_cli/train/health.py)."""
     return [m.rollouts if axis == "rollouts" else m.tokens for m in curve.health]
 
 

@@ -1,12 +1,12 @@
 """What `vigor report` and `vigor inspect-allocation` print of a run's record
-(provenance.json, vigor_cli/provenance.py): what made each run, and where runs compared side
+(provenance.json, vigor_cli/run/provenance.py): what made each run, and where runs compared side
 by side were made differently."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from vigor_cli.provenance import summary_lines, version_changes
+from vigor_cli.run.provenance import summary_lines, version_changes
 
 
 def print_records(console: Any, records: dict[str, dict | None]) -> None:

@@ -107,7 +107,7 @@ def final_value(run: Any, key: str) -> float | None:
 
 
 def task_name(run: Any) -> str | None:
-    from vigor_cli.runs import read_config
+    from vigor_cli.run.directory import read_config
 
     try:
         return (read_config(run.path).get("task") or {}).get("name")
@@ -124,8 +124,8 @@ def metric_range(loaded: list, metric: str) -> tuple[float, float] | None:
         return 0.0, 1.0
     if not (metric.startswith("eval/") and metric.endswith("/accuracy") or metric == "eval/accuracy"):
         return None
-    from vigor_cli.rollout_core import reward_range
-    from vigor_cli.runs import read_config
+    from vigor_cli.allocation.base import reward_range
+    from vigor_cli.run.directory import read_config
 
     ranges = []
     for run in loaded:

@@ -11,7 +11,7 @@ from typing import Any
 def export_command(run_dir: str | Path) -> str:
     """`vigor export` of the run's final checkpoint into ``<run>/export``; a LoRA run's is the
     merged model (without ``--merge-lora`` it is the adapter folder)."""
-    from vigor_cli.runs import read_config
+    from vigor_cli.run.directory import read_config
 
     lora = ((read_config(Path(run_dir)).get("model") or {}).get("lora") or {}).get("enabled", False)
     run = str(run_dir)
@@ -23,8 +23,8 @@ def _pass_at_1(run_dir: Path) -> tuple[float, float, float] | None:
     """pass@1 of the custom set at the run's first and last evaluation, and the reward a sample
     passes at (None when not there)."""
     from vigor_cli.errors import UserError
-    from vigor_cli.runs import RunDir
-    from vigor_cli.user_files import LINE_MAX_BYTES, read_json
+    from vigor_cli.run.directory import RunDir
+    from vigor_cli.user.files import LINE_MAX_BYTES, read_json
 
     steps = RunDir(run_dir).eval_steps()
     try:
@@ -36,7 +36,7 @@ def _pass_at_1(run_dir: Path) -> tuple[float, float, float] | None:
 
 
 def print_summary(summary: dict, console: Any) -> None:
-    from vigor_cli.runs import read_config
+    from vigor_cli.run.directory import read_config
 
     start, final = summary["start_accuracy"], summary["final_accuracy"]
     task = (read_config(Path(summary["run_dir"])).get("task") or {}).get("name")

@@ -154,7 +154,7 @@ class VLLMEngine(RolloutEngine):
                 "token, which the weight check allows for)[/yellow]"
             )
         max_len = cfg.engine.max_model_len or _context_length(cfg, model)
-        from vigor_cli.memory_plan import engine_utilization
+        from vigor_cli.model.memory_plan import engine_utilization
 
         utilization = engine_utilization(cfg, model)  # 'auto' sized from the memory free now
         trainer_bytes = torch.cuda.memory_reserved() if torch.cuda.is_available() else 0

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from vigor_cli import rewards
+from vigor_cli.user import rewards
 from vigor_cli.errors import UserError
 from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.task_reward import task_reward
@@ -41,7 +41,7 @@ undeclared, every key accepted)."""
 
 REWARD_TASKS: dict[str, str] = {}
 """Task name -> kind ('math' or 'code') of every task whose grading is a built-in reward
-(``--reward NAME``, vigor_cli/rewards.py)."""
+(``--reward NAME``, vigor_cli/user/rewards.py)."""
 
 PREVIEWS: dict[str, Callable[[Any, Any], list[str]]] = {}
 """Task name -> what `vigor train --dry-run` prints about its data and rewards, given the task
@@ -190,7 +190,7 @@ def eval_task_config(benchmark: str, data_dir: Any = None, date_start: str | Non
     given = {"data_dir": str(data_dir) if data_dir else None, "contest_date_start": date_start,
              "contest_date_end": date_end, "contest_date_split": date_start}
     # every given key is kept: one the task does not read is refused by its source check
-    # (vigor_cli/preflight.py), never dropped
+    # (vigor_cli/train/preflight.py), never dropped
     cfg = TaskConfig(name=entry.task, **{k: v for k, v in given.items() if v is not None})
     return cfg, entry.set_name
 

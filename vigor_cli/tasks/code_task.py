@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import vigor_cli.tasks.loading as loading
-from vigor_cli import records
+from vigor_cli.user import records
 from vigor_cli.errors import UserError
 from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.code_split import CodeSplit, empty_side, parse_date, split_problems
@@ -175,7 +175,7 @@ def _grading_error(verdict: Any) -> str:
 
 def check_record(record: dict, where: str) -> None:
     """Raise a one-line UserError naming the record and the first missing LCB field, or the
-    first field of the wrong kind (vigor_cli/records.py: an object or NaN where text belongs)."""
+    first field of the wrong kind (vigor_cli/user/records.py: an object or NaN where text belongs)."""
     if not isinstance(record, dict):
         raise UserError(f"{where}: not a record (a JSON object)")
     for key in LCB_FIELDS:

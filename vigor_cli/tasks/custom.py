@@ -9,9 +9,9 @@ import re
 from typing import Any, Sequence
 
 import vigor_cli.tasks.loading as loading
-from vigor_cli import records
+from vigor_cli.user import records
 from vigor_cli.errors import UserError
-from vigor_cli.reward_log import RewardLog, trainer_state
+from vigor_cli.user.reward_log import RewardLog, trainer_state
 from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.prompts import has_chat_template, template_kwargs
 
@@ -70,7 +70,7 @@ class CustomTask(Task):
     name = "custom"
 
     def __init__(self, cfg: Any, workers: int = 0):
-        from vigor_cli import rewards
+        from vigor_cli.user import rewards
 
         self.cfg = cfg
         _check_settings_text(cfg)
@@ -190,7 +190,7 @@ class CustomTask(Task):
         completion is text, or already a message list (an episode's exchange); ``columns`` are
         more keyword arguments for the functions, one value per completion (an episode's
         ``environments``)."""
-        from vigor_cli.rewards import combine
+        from vigor_cli.user.rewards import combine
 
         prompts = [ex.meta["prompt"] for ex in examples]
         shown = [c if isinstance(c, list) else [{"role": "assistant", "content": c}] if isinstance(p, list) else c
@@ -296,6 +296,6 @@ def _with_system(prompt: Any, system: str, where: str) -> list[dict]:
 
 def _text_of(prompt: Any) -> str:
     """The prompt as one text for tables and logs: a message list's last user message."""
-    from vigor_cli.rewards import _prompt_text
+    from vigor_cli.user.rewards import _prompt_text
 
     return _prompt_text(prompt)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vigor_cli.errors import UserError
-from vigor_cli.jsonl import iter_jsonl
+from vigor_cli.user.jsonl import iter_jsonl
 
 FILE_KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".csv": "csv", ".tsv": "tsv",
               ".parquet": "parquet"}
@@ -86,7 +86,7 @@ def file_table(p: Path) -> Table:
 # --------------------------------------------------------------------------- JSON
 def _json_table(p: Path) -> Table:
     """A ``.json`` file: one array of objects, or JSON lines."""
-    from vigor_cli.user_files import DuplicateKeyError, loads, number_problem
+    from vigor_cli.user.files import DuplicateKeyError, loads, number_problem
 
     body = _text(p).lstrip("\ufeff")
     head = body.lstrip()[:1]
@@ -137,7 +137,7 @@ def _one_object_over_lines(p: Path, body: str) -> None:
 
 
 def _text(p: Path) -> str:
-    from vigor_cli.user_files import TEXT_MAX_BYTES, read_text
+    from vigor_cli.user.files import TEXT_MAX_BYTES, read_text
 
     return read_text(p, limit=max(TEXT_MAX_BYTES, p.stat().st_size))
 
@@ -145,7 +145,7 @@ def _text(p: Path) -> str:
 # --------------------------------------------------------------------------- CSV / TSV
 def _csv_table(p: Path, kind: str) -> Table:
     """CSV/TSV, every column as text (the header names them), an empty cell null."""
-    from vigor_cli.user_files import open_binary
+    from vigor_cli.user.files import open_binary
 
     sep = "\t" if kind == "tsv" else ","
     csv.field_size_limit(max(csv.field_size_limit(), CSV_FIELD_MAX))
@@ -185,7 +185,7 @@ def _first_bad_utf8(p: Path) -> tuple[int, int]:
     """(line, byte) of the first byte of ``p`` that is not UTF-8, read in blocks."""
     import codecs
 
-    from vigor_cli.user_files import open_binary
+    from vigor_cli.user.files import open_binary
 
     decoder, line = codecs.getincrementaldecoder("utf-8")(), 1
     with open_binary(p) as raw:

@@ -12,7 +12,7 @@ from typing import Any
 
 from vigor_cli.errors import UserError
 from vigor_cli.tasks.data_files import FILE_KINDS, Table, file_table
-from vigor_cli.user_files import regular_file
+from vigor_cli.user.files import regular_file
 
 TRAIN_SPLITS = ("train",)
 """The split a multi-split folder or hub dataset gives for training (unless PATH:SPLIT)."""

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import vigor_cli.tasks.loading as loading
 from vigor_cli.errors import UserError
-from vigor_cli.records import check_record
+from vigor_cli.user.records import check_record
 from vigor_cli.task_base import Example, Score, Task
 from vigor_cli.tasks.prompts import last_boxed, render
 

@@ -13,8 +13,8 @@ from typing import Any
 def has_chat_template(tokenizer: Any) -> bool:
     """A chat template prompts are rendered with (a plain-text template, the bundled tiny
     model's, renders tool conversations for other libraries only:
-    vigor_cli/episodes/plain_template.py)."""
-    from vigor_cli.episodes.plain_template import is_plain
+    vigor_cli/tasks/plain_template.py)."""
+    from vigor_cli.tasks.plain_template import is_plain
 
     template = getattr(tokenizer, "chat_template", None)
     return bool(template) and not is_plain(template)
@@ -50,3 +50,10 @@ def last_boxed(text: str) -> str | None:
             if depth == 0:
                 return text[i:j]
     return None
+
+
+def encode_prompt(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt; BOS is added only when the template has not already."""
+    bos = getattr(tokenizer, "bos_token", None)
+    add_special = bool(bos) and not text.startswith(bos)
+    return list(tokenizer(text, add_special_tokens=add_special)["input_ids"])

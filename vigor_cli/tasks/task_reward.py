@@ -1,8 +1,8 @@
 """A task's own grading as a reward on rows (``--reward tiny-math``, ``--reward code``).
 
 The task registry (vigor_cli/tasks/__init__.py) registers one built-in reward per task that
-grades (vigor_cli/rewards.py's ``BUILTINS``); this module turns a task's ``score`` into a
-:class:`~vigor_cli.rewards.Reward` that reads the row's gold: the ``answer`` column for a
+grades (vigor_cli/user/rewards.py's ``BUILTINS``); this module turns a task's ``score`` into a
+:class:`~vigor_cli.user.rewards.Reward` that reads the row's gold: the ``answer`` column for a
 math-kind task, the LiveCodeBench test fields for a code-kind one.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Callable
 
-from vigor_cli.rewards import Reward, _completion_text, _prompt_text
+from vigor_cli.user.rewards import Reward, _completion_text, _prompt_text
 
 
 def task_reward(name: str, kind: str, build: Callable[[Any, int], Any], *, workers: int = 0,
