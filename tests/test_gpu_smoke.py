@@ -49,6 +49,9 @@ class ConstantMeter:
     def peak(self):
         return self.bytes
 
+    def reset_peak(self):
+        pass
+
     def free_total(self):
         return None, None
 
@@ -108,7 +111,8 @@ def test_memory_checks_fail_a_measurement_the_plan_does_not_match(smoke, gib):
     assert set(names) == {
         "memory: one transformers generation call", "memory: one LoRA update (512 tokens)",
         "memory: full fine-tuning policy (float32 master weights)", "memory: the weight check's frozen base copy",
-        "memory: one full fine-tuning update (512 tokens)",
+        "memory: one full fine-tuning update (512 tokens)", "memory: the LoRA AdamW step",
+        "memory: the full fine-tuning AdamW step",
     }, lines
     assert set(names.values()) == {"FAIL"}, lines
     assert ctx.results["memory_update_full"]["grad_norm"] > 0  # the update really ran

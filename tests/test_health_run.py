@@ -81,13 +81,13 @@ def test_a_constant_reward_is_named(tmp_path, run):
 
 @pytest.fixture
 def chat_model(tmp_path) -> Path:
-    """The tiny model with a chat template of its own (the shipped one has none)."""
+    """The tiny model with a chat template of its own (the shipped one is a plain-text template
+    vigor's own prompts never use)."""
     path = tmp_path / "tiny-chat"
     shutil.copytree(TINY_DIR, path)
-    cfg = json.loads((path / "tokenizer_config.json").read_text())
-    cfg["chat_template"] = ("{% for m in messages %}<bos>{{ m['content'] }}{% endfor %}"
-                            "{% if add_generation_prompt %}={% endif %}")
-    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    # chat_template.jinja is where transformers reads a template first (the shipped one is plain text)
+    (path / "chat_template.jinja").write_text("{% for m in messages %}<bos>{{ m['content'] }}{% endfor %}"
+                                              "{% if add_generation_prompt %}={% endif %}")
     return path
 
 
