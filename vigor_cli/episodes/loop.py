@@ -48,6 +48,8 @@ class EpisodeRunner:
                  prompt_of: Callable[[Any, str | None], list[int]], keep_prompts: bool = False):
         self.engine, self.env, self.fmt, self.limits, self.prompt_of = engine, env, fmt, limits, prompt_of
         self.keep_prompts = keep_prompts
+        self.own_of: Callable[[Any], int] | None = None
+        """Tokens of an example's own prompt, the task's part alone (None: not known here)."""
         """Every episode keeps its prompt ids (the TRL path hands them to TRL's loss)."""
 
     def run(self, examples: Sequence[Any], counts: Sequence[int], sampling: SamplingParams,
@@ -93,10 +95,14 @@ class EpisodeRunner:
         an observation that cannot be rendered, or that a prompt cannot hold even cut."""
         try:
             ids = self.prompt_of(example, observation)
-            limit = self.limits.max_prompt_tokens
+            asked = limit = self.limits.max_prompt_tokens
             if limit is None or len(ids) <= limit:
                 return ids, None
-            limit = max(limit, len(self.prompt_of(example, None)))  # (a tool list may take more on its own)
+            base = len(self.prompt_of(example, None))  # with the environment's own text (its tools)
+            if self.own_of is not None:  # the key bounds the task's part; the observation takes what it leaves
+                limit = base + max(0, limit - self.own_of(example))
+            else:
+                limit = max(limit, base)  # (a tool list may take more on its own)
             if len(ids) <= limit:
                 return ids, None
             obs_ids = list(self.fmt.tokenizer(observation, add_special_tokens=False)["input_ids"])
@@ -110,8 +116,8 @@ class EpisodeRunner:
                     return ids, None
         except Exception as e:  # an observation the tokenizer or template cannot take: this episode's
             return None, f"reset's observation cannot be rendered: {type(e).__name__}: {e}"[:300]
-        return None, (f"reset's observation makes the prompt {len(ids)} tokens, over task.max_prompt_tokens="
-                      f"{limit}, even cut")
+        return None, (f"reset's observation makes the prompt {len(ids)} tokens, over the {limit} that "
+                      f"task.max_prompt_tokens={asked} leaves it, even cut")
 
     # ------------------------------------------------------------------ one turn
     def _model_turn(self, episodes: list[Episode], prompts: list[list[int]], active: list[int],
@@ -195,4 +201,6 @@ def make_runner(cfg: Any, task: Any, tokenizer: Any, engine: Any, env: Environme
         return encode_prompt(tokenizer, render_prompt(task, example, tokenizer, env, observation))
 
     limits = EpisodeLimits(cfg.task.max_turns, cfg.completion_tokens(), cfg.task.max_prompt_tokens)
-    return EpisodeRunner(engine, env, MessageFormat(tokenizer, stop_ids, task.follow_up), limits, prompt_of)
+    runner = EpisodeRunner(engine, env, MessageFormat(tokenizer, stop_ids, task.follow_up), limits, prompt_of)
+    runner.own_of = lambda example: len(encode_prompt(tokenizer, task.render_prompt(example, tokenizer)))
+    return runner
