@@ -160,6 +160,8 @@ class RunDir:
         self.log = RunLog(self.path)
         self.store = CheckpointStore(self.checkpoints)
         self.lock: RunLock | None = None
+        self.lock_made = False
+        """Whether :meth:`acquire` created run.lock (an ended run leaves none)."""
         self.fresh = False
         """Claimed by this process for a new run (removed again if it never starts)."""
         self._config: dict[str, Any] | None = None
@@ -280,6 +282,7 @@ class RunDir:
     def acquire(self) -> "RunDir":
         """Hold ``run.lock`` (resume): refused with one line when another process has it."""
         if self.lock is None:
+            self.lock_made = not (self.path / LOCK).exists()  # a refused resume takes it away again
             with disk_errors(self.path / LOCK):
                 self.lock = RunLock.acquire(self.path / LOCK)
         return self

@@ -500,7 +500,7 @@ def _resume(path: Path, steps: int | None, out: Any, signals: StopSignals | None
         plan.apply(run, warn, trainer.relog_eval)
         provenance.add_resume(run.path, max(plan.step, 0), changes)
     except BaseException:
-        run.release()
+        run.release(remove=run.lock_made)  # a refused resume leaves the run as it found it
         raise
     out.print(f"resuming {shown(run.path)} from {shown(plan.checkpoint or 'the start (no checkpoint yet)')}",
               highlight=False)
