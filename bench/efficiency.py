@@ -137,23 +137,51 @@ def make_plateaus(which: str, out: Path, console: Any) -> int:
     return 0
 
 
-def settle(plan: Plan, source: str, console: Any) -> None:
+def settle(plan: Plan, source: str, console: Any) -> dict:
     """`--settle-from JSON`: only the cells with comparisons on the line, each with grpo and
-    the arms to settle."""
-    unsettled = unsettled_arms(read_json("--settle-from", source))
+    the arms to settle; returns the JSON (its runs are not run again)."""
+    held = read_json("--settle-from", source)
+    unsettled = unsettled_arms(held)
     plan.cells = [c for c in plan.cells if c.key in unsettled]
     for c in plan.cells:
         c.arms = [BASELINE, *unsettled[c.key]]
     console.print("settling: " + "; ".join(f"{c.key}: {', '.join(c.arms[1:])}" for c in plan.cells), highlight=False)
+    return held
+
+
+def settling_runs(specs: list[RunSpec], plan: Plan, held: dict) -> list[RunSpec]:
+    """The settling runs the results JSON does not already hold (same cell, arm and seed): a
+    seed it has is kept, not run again."""
+    cell_of = {(c.task, c.regime): c.key for c in plan.cells}
+    have = {(key, arm, m["seed"]) for key, cell in held.get("cells", {}).items()
+            for arm, ms in cell.get("runs", {}).items() for m in ms}
+    return [s for s in specs if (cell_of[(s.task, s.regime)], s.arm, s.seed) not in have]
+
+
+SETTLING_TIERS = {"auto": 0, "vigor": 0, "grpo-wide": 1}
+"""auto (the default strategy) and vigor (the method) first, then grpo-wide, then the rest."""
 
 
 def settling_order(specs: list[RunSpec], plan: Plan, cells: str | None) -> None:
-    """Settling runs in order: auto (the default strategy) and its reference first, then
-    grpo-wide, then the rest; a cell's seeds before the next cell's (--cells order)."""
-    tier = {BASELINE: 0, "auto": 0, "grpo-wide": 1}
+    """Settling runs in order of SETTLING_TIERS, grpo with the first arm of its cell it pairs
+    with; within a tier, a cell's runs before the next cell's (--cells order), seed by seed."""
     order = {key: i for i, key in enumerate((cells or "").split(","))}
     cell_of = {(c.task, c.regime): c.key for c in plan.cells}
-    specs.sort(key=lambda s: (tier.get(s.arm, 2), order.get(cell_of[(s.task, s.regime)], len(order)), s.seed))
+    first = {c.key: min((SETTLING_TIERS.get(a, 2) for a in c.arms if a != BASELINE), default=2) for c in plan.cells}
+
+    def tier(s: RunSpec) -> int:
+        return first[cell_of[(s.task, s.regime)]] if s.arm == BASELINE else SETTLING_TIERS.get(s.arm, 2)
+
+    specs.sort(key=lambda s: (tier(s), order.get(cell_of[(s.task, s.regime)], len(order)), s.seed))
+
+
+def list_runs(specs: list[RunSpec], console: Any) -> None:
+    """The runs to do, in order: per cell and arm, its seeds; and their count."""
+    groups: dict[str, list[int]] = {}
+    for s in specs:
+        groups.setdefault(f"{Path(s.run_dir).parent.name} {s.arm}", []).append(s.seed)
+    console.print(f"{len(specs)} runs to settle: " + "; ".join(f"{k} s{','.join(map(str, v))}" for k, v in groups.items()),
+                  highlight=False)
 
 
 def start_models(plan: Plan, out: Path, default_model: str | None) -> dict[str, str]:
@@ -268,12 +296,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.restat:
         return restat(Path(args.restat), out, args.seeds, args.target_gain, console)
     plan = make_plan(args)
-    if args.settle_from:
-        settle(plan, args.settle_from, console)
+    held = settle(plan, args.settle_from, console) if args.settle_from else None
     models = start_models(plan, out, args.default_model)
     specs = make_specs(plan, out / "runs", models)
-    if args.settle_from:
+    if held is not None:
+        specs = settling_runs(specs, plan, held)
         settling_order(specs, plan, args.cells)
+        list_runs(specs, console)
     started = time.time()
     failures = [] if args.aggregate_only else execute(specs, plan.jobs, out / "logs", console)
     if args.settle_from:  # the tables come from --restat, with the seeds the JSON holds

@@ -452,3 +452,73 @@ def test_a_cells_run_records_list_only_finished_runs(tmp_path):
     (records,) = eff.run_records(dirs)
     assert records["runs"] == ["grpo-s8", "grpo-s9"]
     assert records["libraries"] == {"torch": "2.13.0+cpu"} and records["machine"]["cpu_capability"] == "AVX2"
+
+
+def _on_the_line(ref: list[dict], seeds: int = 8) -> list[dict]:
+    """An arm whose paired gain over ``ref`` is on the line (|t| about 2 at 8 seeds)."""
+    deltas = [0.01, 0.03, -0.01, 0.02, 0.0, 0.03, 0.01, -0.005]
+    return _measures([400] * seeds, [m["curve"]["accuracy"][1] + d for m, d in zip(ref, deltas)])
+
+
+def test_settling_skips_the_seeds_the_json_holds_and_runs_auto_and_vigor_first(tmp_path):
+    """Issue 48: `--settle-from` runs only the arm-seeds its JSON lacks, auto and vigor (and the
+    grpo seeds they pair with) before grpo-wide and the rest; the list it prints counts them."""
+    ref = _measures([400] * 12, [0.60, 0.62, 0.58, 0.61, 0.59, 0.60, 0.63, 0.57, 0.6, 0.6, 0.6, 0.6])
+    held = {"cells": {
+        "tiny-math-peaked": {"runs": {"grpo": ref, "knapsack": _on_the_line(ref), "vigor": _on_the_line(ref)}},
+        "tiny-code-default": {"runs": {"grpo": ref[:9], "auto": _on_the_line(ref), "grpo-wide": _on_the_line(ref)}},
+        "tiny-math-flat": {"runs": {"grpo": ref[:8], "vigor": _measures([400] * 8, [0.6] * 8)}},  # off the line
+    }}
+    assert eff.unsettled_arms(held) == {"tiny-math-peaked": ["knapsack", "vigor"], "tiny-code-default": ["auto", "grpo-wide"]}
+    source = tmp_path / "held.json"
+    source.write_text(json.dumps(held))
+    cells = "tiny-math-peaked,tiny-code-default,tiny-math-flat"
+    plan = _plan(study="issue25", cells=cells, seeds=12, first_seed=8)
+    from rich.console import Console
+
+    console = Console(file=open(tmp_path / "out.txt", "w"), width=1000)
+    assert eff.settle(plan, str(source), console) == held
+    specs = eff.make_specs(plan, tmp_path / "runs", {"default": "tiny", "peaked": "tiny"})
+    specs = eff.settling_runs(specs, plan, held)
+    eff.settling_order(specs, plan, cells)
+    got = [(Path(s.run_dir).parent.name, s.arm, s.seed) for s in specs]
+    assert len(got) == 4 + 4 + 3 + 4 + 4  # peaked vigor, knapsack; code grpo s9-11, auto, grpo-wide
+    assert not any(arm == "grpo" and key == "tiny-math-peaked" for key, arm, _ in got)  # all 12 held
+    assert [s for k, a, s in got if (k, a) == ("tiny-code-default", "grpo")] == [9, 10, 11]
+    assert {a for _, a, _ in got[:11]} == {"vigor", "auto", "grpo"} and got[11][1] == "grpo-wide"
+    assert got[:4] == [("tiny-math-peaked", "vigor", s) for s in range(8, 12)]
+    assert {a for _, a, _ in got[-4:]} == {"knapsack"}
+    eff.list_runs(specs, console)
+    console.file.close()
+    assert "19 runs to settle" in (tmp_path / "out.txt").read_text()
+
+
+@pytest.mark.slow
+def test_restat_keeps_a_cell_another_study_added(tmp_path, monkeypatch):
+    """Issue 48: `--restat` recomputes the study's own cells and copies a cell another study
+    merged in (default-150, with its `study`) exactly as the JSON has it."""
+    from rich.console import Console
+
+    from bench.efficiency_study import results as res
+
+    def run(seed, acc):
+        return {"seed": seed, "final_accuracy": acc[-1], "curve": {"rollouts": [0, 256, 512], "tokens": [0, 900, 1800],
+                                                                   "train_seconds": [0, 1.5, 3.0], "accuracy": acc}}
+    own = {"arms": {"grpo": {}, "auto": {}}, "model": "tiny", "runs": {
+        "grpo": [run(s, [0.5, 0.55, 0.6 + s / 100]) for s in range(3)],
+        "auto": [run(s, [0.5, 0.58, 0.62 + s / 100]) for s in range(3)]}}
+    other = {"arms": {"grpo": {"seeds": 2, "mean_accuracy_median": 0.61}}, "runs": {"grpo": [run(0, [0.5, 0.6, 0.7])]},
+             "seeds": 2, "plot": "bench/results/default150/x.png", "study": {"command": "python bench/efficiency.py --study default150"}}
+    source = tmp_path / "results.json"
+    source.write_text(json.dumps({"command": "the study", "cells": {"tiny-math-default": own, "default-150": other}}))
+    published = tmp_path / "published.json"
+    monkeypatch.setattr(res, "PUBLISHED", published)
+    monkeypatch.setattr(res, "print_tables", lambda *a: None)
+    monkeypatch.setattr(res, "render_markdown", lambda r: "")
+    for name in ("plot_cell", "plot_summary"):
+        monkeypatch.setattr(res, name, lambda *a: tmp_path / "x.png")
+    res.restat(source, tmp_path / "out", None, 0.8, Console(file=open(tmp_path / "log.txt", "w")))
+    out = json.loads(published.read_text())
+    assert out["cells"]["default-150"] == other
+    mine = out["cells"]["tiny-math-default"]
+    assert mine["arms"]["auto"]["seeds"] == 3 and mine["arms"]["auto"]["vs_grpo"]["seeds"] == 3 and "study" not in mine

@@ -124,7 +124,8 @@ CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau"
 def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any) -> int:
     """`--restat JSON`: every cell of an earlier results JSON again, its statistics recomputed
     (bench/intervals.py) from the JSON's per-seed curves and the finished runs under ``out``
-    for the seeds it lacks (``--settle-from`` made them); seeds 0..``seeds``-1 when given.
+    for the seeds it lacks (``--settle-from`` made them); seeds 0..``seeds``-1 when given. A
+    cell another study merged in (it carries ``study``) is copied as it is.
     Writes the results, tables and the committed copy as a study does; builds no model."""
     from vigor_cli.run import provenance
 
@@ -134,6 +135,9 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
                    restat={"from": rel_path(source), "intervals": "bench/intervals.py", "seeds": seeds,
                            "provenance": provenance.environment()})
     for key, cell in earlier["cells"].items():
+        if "study" in cell:  # a cell its own study added (default150): its study republishes it
+            results["cells"][key] = cell
+            continue
         dirs = cell_dirs(out / "runs", key, seeds)
         kept = {arm: [m for m in ms if seeds is None or m["seed"] < seeds] for arm, ms in cell["runs"].items()}
         new = aggregate_cell(dirs, list(cell["arms"]), gain, None, out / key, kept)
@@ -141,7 +145,8 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
         new["records"] = run_records(dirs)
         add_plot(key, new, out)
         results["cells"][key] = new
-    results["summary_plot"] = rel_path(plot_summary(results, out / "summary_rollouts.png"))
+    restated = {**results, "cells": {k: c for k, c in results["cells"].items() if "study" not in c}}
+    results["summary_plot"] = rel_path(plot_summary(restated, out / "summary_rollouts.png"))
     json_path, md_path = write_results(results, out, console, publish=True)
     console.print(f"results: {json_path}; tables: {md_path}; committed copy: {rel_path(PUBLISHED)}")
     return 0
