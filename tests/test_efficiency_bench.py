@@ -522,3 +522,16 @@ def test_restat_keeps_a_cell_another_study_added(tmp_path, monkeypatch):
     assert out["cells"]["default-150"] == other
     mine = out["cells"]["tiny-math-default"]
     assert mine["arms"]["auto"]["seeds"] == 3 and mine["arms"]["auto"]["vs_grpo"]["seeds"] == 3 and "study" not in mine
+
+
+def test_restat_keeps_the_records_of_runs_made_before():
+    """A restat's cell names what made every fresh run: the earlier JSON's records for runs
+    whose directories are elsewhere, the fresh runs' own, a run made again only once."""
+    from bench.efficiency_study.results import merged_records
+
+    made = {"vigor": {"commit": "a"}, "torch_threads": 1}
+    earlier = [{**made, "runs": ["auto-s8", "grpo-s8"]}, {"vigor": {"commit": "b"}, "torch_threads": 1, "runs": ["grpo-s9"]}]
+    fresh = [{**made, "runs": ["vigor-s8"]}, {"vigor": {"commit": "c"}, "torch_threads": 1, "runs": ["grpo-s9"]}]
+    got = merged_records(earlier, fresh)
+    assert got == [{**made, "runs": ["auto-s8", "grpo-s8", "vigor-s8"]}, {"vigor": {"commit": "c"}, "torch_threads": 1, "runs": ["grpo-s9"]}]
+    assert merged_records(earlier, []) == earlier and merged_records([], fresh) == fresh

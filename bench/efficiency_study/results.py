@@ -142,7 +142,7 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
         kept = {arm: [m for m in ms if seeds is None or m["seed"] < seeds] for arm, ms in cell["runs"].items()}
         new = aggregate_cell(dirs, list(cell["arms"]), gain, None, out / key, kept)
         new.update({k: cell[k] for k in CELL_FACTS if k in cell})
-        new["records"] = run_records(dirs)
+        new["records"] = merged_records(cell.get("records", []), run_records(dirs))
         add_plot(key, new, out)
         results["cells"][key] = new
     restated = {**results, "cells": {k: c for k, c in results["cells"].items() if "study" not in c}}
@@ -150,6 +150,20 @@ def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any
     json_path, md_path = write_results(results, out, console, publish=True)
     console.print(f"results: {json_path}; tables: {md_path}; committed copy: {rel_path(PUBLISHED)}")
     return 0
+
+
+def merged_records(earlier: list[dict], fresh: list[dict]) -> list[dict]:
+    """A cell's run records after --restat: the earlier JSON's (runs made before, whose
+    directories are not here) with the fresh runs' added; a run made again counts as fresh."""
+    again = {r for g in fresh for r in g["runs"]}
+    groups: dict[str, dict] = {}
+    for g, is_fresh in [*((g, False) for g in earlier), *((g, True) for g in fresh)]:
+        made = {k: v for k, v in g.items() if k != "runs"}
+        runs = [r for r in g["runs"] if is_fresh or r not in again]
+        if runs:
+            group = groups.setdefault(json.dumps(made, sort_keys=True), {**made, "runs": []})
+            group["runs"] = sorted(set(group["runs"]) | set(runs))
+    return list(groups.values())
 
 
 def cell_dirs(runs_dir: Path, key: str, seeds: int | None) -> list[Path]:
