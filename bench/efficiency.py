@@ -91,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="An earlier study's results JSON: count the runs (same cell, arm, seed) whose evaluations this study reproduced exactly.")
     p.add_argument("--settle-from", default=None, metavar="JSON",
                    help="Only the runs that settle this results JSON's comparisons on the line (bench/intervals.py): "
-                   "seeds --first-seed..--seeds-1 of each such arm and of grpo in its cell (with --cells: those cells); "
-                   "then --restat recomputes the tables.")
+                   "seeds --first-seed..--seeds-1 of each such arm and of grpo in its cell (with --cells: those cells) that the JSON "
+                   "does not already hold, auto and vigor first; then --restat recomputes the tables.")
     p.add_argument("--restat", default=None, metavar="JSON",
                    help="Recompute every cell's statistics from this results JSON's per-seed curves and the finished runs "
                    "under --out (the seeds it lacks), keeping what the JSON says of each cell's model; builds no model.")
