@@ -50,7 +50,7 @@ from bench.efficiency_study.stats import (  # noqa: E402,F401
 )
 from bench.efficiency_study.tables import (  # noqa: E402,F401
     auto_table, compute_table, interval_tables, law_table, markdown_table, mechanism_table, print_tables,
-    render_markdown, summary_table, timing_table,
+    render_markdown, settled_verdict, summary_table, timing_table, verdict_table,
 )
 from vigor_cli.allocation import STRATEGIES  # noqa: E402
 

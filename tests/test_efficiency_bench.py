@@ -454,10 +454,10 @@ def test_a_cells_run_records_list_only_finished_runs(tmp_path):
     assert records["libraries"] == {"torch": "2.13.0+cpu"} and records["machine"]["cpu_capability"] == "AVX2"
 
 
-def _on_the_line(ref: list[dict], seeds: int = 8) -> list[dict]:
-    """An arm whose paired gain over ``ref`` is on the line (|t| about 2 at 8 seeds)."""
-    deltas = [0.01, 0.03, -0.01, 0.02, 0.0, 0.03, 0.01, -0.005]
-    return _measures([400] * seeds, [m["curve"]["accuracy"][1] + d for m, d in zip(ref, deltas)])
+def _on_the_line(ref: list[dict], deltas: tuple[float, ...] = (0.01, 0.03, -0.01, 0.02, 0.0, 0.03, 0.01, -0.005)) -> list[dict]:
+    """An arm whose paired gain over ``ref`` is on the line at 8 seeds (|t| 2.2 by default: a
+    tie at 95 %, a win at 80 %)."""
+    return _measures([400] * len(deltas), [m["curve"]["accuracy"][1] + d for m, d in zip(ref, deltas)])
 
 
 def test_settling_skips_the_seeds_the_json_holds_and_runs_auto_and_vigor_first(tmp_path):
@@ -535,3 +535,19 @@ def test_restat_keeps_the_records_of_runs_made_before():
     got = merged_records(earlier, fresh)
     assert got == [{**made, "runs": ["auto-s8", "grpo-s8", "vigor-s8"]}, {"vigor": {"commit": "c"}, "torch_threads": 1, "runs": ["grpo-s9"]}]
     assert merged_records(earlier, []) == earlier and merged_records([], fresh) == fresh
+
+
+def test_the_verdict_table_states_a_comparison_on_the_line_as_a_tie_with_its_width():
+    """Issue 48: per regime, auto's and vigor's verdict against grpo at their seeds; one still on
+    the line reads as a tie with its interval's width; a cell another study added is not a regime."""
+    ref = _measures([400] * 8, [0.60, 0.62, 0.58, 0.61, 0.59, 0.60, 0.63, 0.57])
+    auto = eff.paired_intervals(_measures([200] * 8, [m["curve"]["accuracy"][1] + 0.02 for m in ref]), ref)
+    vigor = eff.paired_intervals(_on_the_line(ref, (0.01, 0.03, 0.0, 0.02, 0.01, 0.03, 0.01, 0.0)), ref)  # |t| 3.3
+    assert vigor["accuracy_label"] == "unsettled" and auto["accuracy_label"] == "win"
+    cell = {"arms": {"grpo": {"seeds": 8}, "auto": {"vs_grpo": auto}, "vigor": {"vs_grpo": vigor}}}
+    other = {"arms": {"auto": {"vs_grpo": auto}}, "study": {}}
+    table = eff.verdict_table({"cells": {"tiny-math-peaked": cell, "default-150": other}})
+    lo, hi = vigor["mean_accuracy_delta_ci"]
+    assert f"| tiny-math-peaked | 8: +2.0 [+2.0, +2.0] **win** | 8: +1.4 [{lo * 100:+.1f}, {hi * 100:+.1f}] " \
+           f"tie, on the line ({(hi - lo) * 100:.1f} points wide) |" in table
+    assert "default-150" not in table and "default-150" not in eff.interval_tables({"cells": {"default-150": other}})

@@ -164,11 +164,40 @@ def _accuracy_mark(vs: dict, seeds: int) -> str:
     return VERDICT_MARK[accuracy_label(vs)] + more
 
 
+def _regime_cells(results: dict) -> dict[str, dict]:
+    """The regime study's cells: not the compute axis, nor a cell another study merged in."""
+    return {k: c for k, c in results["cells"].items() if "compute_axis" not in c and "study" not in c}
+
+
+def settled_verdict(vs: dict) -> str:
+    """A mean-accuracy comparison's verdict at its seeds: its label, or where it is still on
+    the line (unsettled), a tie with the 95 % interval's width in points."""
+    label = accuracy_label(vs)
+    if label != "unsettled":
+        return VERDICT_MARK[label]
+    lo, hi = vs["mean_accuracy_delta_ci"]
+    return f"tie, on the line ({(hi - lo) * 100:.1f} points wide)"
+
+
+def verdict_table(results: dict, arms: tuple[str, ...] = ("auto", "vigor")) -> str:
+    """Per regime, each of ``arms`` against grpo in mean accuracy over the run: the paired
+    seeds, the 95 % interval and the verdict at those seeds (settled_verdict)."""
+    lines = ["| regime | " + " | ".join(f"{a} vs grpo: paired seeds, points [95 %], verdict" for a in arms) + " |",
+             "|---|" + "---|" * len(arms)]
+    for key, cell in _regime_cells(results).items():
+        row = []
+        for arm in arms:
+            vs = cell["arms"].get(arm, {}).get("vs_grpo")
+            row.append(f"{vs['seeds']}: {_ci(vs, 'mean_accuracy_delta', 100)} {settled_verdict(vs)}" if vs and vs.get("seeds") else "-")
+        lines.append(f"| {key} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 def interval_tables(results: dict) -> str:
     """Issue 25's summary: each arm against grpo by 95 % interval (paired seeds), mean accuracy
     over the run and rollouts to target, win / tie / loss by whether the interval clears 0 (1x);
     cells where grpo did not learn beyond the evaluation's noise get no speed-ups."""
-    cells = {k: c for k, c in results["cells"].items() if "compute_axis" not in c}
+    cells = _regime_cells(results)
     arms = [a for a in dict.fromkeys(a for c in cells.values() for a in c["arms"]) if a != BASELINE]
     head = "| regime | seeds | grpo gain / eval SE | " + " | ".join(arms) + " |"
     sep = "|---|---|---|" + "---|" * len(arms)
@@ -202,7 +231,7 @@ def auto_table(results: dict) -> str:
     arm that beats it by more than the noise (interval above 0 or 1x)."""
     lines = ["| regime | auto deep steps | auto vs grpo: mean accuracy | auto vs grpo: speed-up (median) | arms above auto beyond the noise |",
              "|---|---|---|---|---|"]
-    for key, cell in results["cells"].items():
+    for key, cell in _regime_cells(results).items():
         a = cell["arms"].get("auto")
         if not a or "vs_grpo" not in a:
             continue
@@ -251,7 +280,7 @@ def render_markdown(results: dict) -> str:
     parts = []
     if any("vs_grpo" in a for c in results["cells"].values() for a in c["arms"].values()):
         parts.append("### summary by interval (issues 25, 33: paired t intervals)\n\n" + interval_tables(results) + "\n\n#### auto\n\n"
-                     + auto_table(results) + "\n")
+                     + auto_table(results) + "\n\n#### the verdicts on auto and vigor at their seeds\n\n" + verdict_table(results) + "\n")
     for key, cell in results["cells"].items():
         if "compute_axis" in cell:
             parts.append(f"### compute axis: {key}\n\n" + compute_table(cell) + "\n")
