@@ -1,0 +1,161 @@
+"""Does `vigor probe` predict the study's verdicts? Per regime of the efficiency study, the probe's
+model (vigor_cli/study/transfer.py) fitted and run on that regime, its predicted verdict for
+`auto` and `vigor` against grpo beside the real one from bench/efficiency_results.json.
+
+Per regime: the start is the recorded start distribution (`start_distribution.pass_counts`; the
+start models of facts, ladder and the plateaus are costly to rebuild); the shared step is fitted
+to the grpo arm's recorded early evaluations (the first EARLY after the start, a short run); the
+run's shape (batch, length, pool, evaluation steps and noise) is the cell's. One thread.
+
+    python bench/probe_verdicts.py            # prints the table, writes bench/probe_verdicts_results.json
+    python bench/probe_verdicts.py --results other.json --out /tmp/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.efficiency_study.design import TASK_SIZES  # noqa: E402
+from vigor_cli.study.transfer import VERDICTS, RunShape, fit_transfer, predict_verdicts  # noqa: E402
+
+ARMS = ("auto", "vigor")
+"""The strategies whose verdicts are held against the study's."""
+EARLY = 2
+"""Recorded evaluations after the start the fit reads (4 steps of a 10-step run, 6 of a plateau's)."""
+SEED = 0
+
+
+def regime_cells(results: dict) -> dict[str, dict]:
+    """The regime study's cells: not the compute axis, not a cell of its own study (default-150)."""
+    return {name: c for name, c in results["cells"].items()
+            if "compute_axis" not in c and "study" not in c and "vs_grpo" in c["arms"].get("auto", {})}
+
+
+def task_of(cell_name: str) -> str:
+    return next(t for t in sorted(TASK_SIZES, key=len, reverse=True) if cell_name == t or cell_name.startswith(t + "-"))
+
+
+def task_facts(task: str) -> tuple[int, bool, object]:
+    """(training prompts, whether its evaluation set is its training set, allocation config)."""
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.settings import build_config
+    from vigor_cli.tasks import get_task
+
+    cfg = build_config(default_config_file("tiny", task), overrides={"task.name": task}, sets=[])
+    t = get_task(cfg.task, workers=1)
+    try:
+        train = t.train_examples()
+        seen = {repr(getattr(e, "prompt", e)) for e in train}
+        held = t.eval_examples()
+        on_pool = bool(held) and all(repr(getattr(e, "prompt", e)) in seen for e in held)
+        return len(train), on_pool, cfg.allocation
+    finally:
+        t.close()
+
+
+def regime_inputs(name: str, cell: dict) -> dict:
+    """What the probe would have measured on this regime, read from the recorded cell."""
+    task = task_of(name)
+    prompts = TASK_SIZES[task]["prompts_per_step"]
+    per_step = 8 * prompts
+    grpo = [r for r in cell["runs"]["grpo"] if r.get("kept", True)]
+    steps = grpo[0]["steps"]
+    eval_steps = [round(x / per_step) for x in grpo[0]["curve"]["rollouts"]]
+    early = eval_steps[1:1 + EARLY]
+    gains = [statistics.fmean(r["curve"]["accuracy"][i] - r["curve"]["accuracy"][0] for i in range(1, 1 + EARLY))
+             for r in grpo]
+    sd = cell["start_distribution"]
+    rates = [c / sd["samples_per_problem"] for c in sd["pass_counts"]]
+    return dict(task=task, prompts=prompts, steps=steps, eval_steps=eval_steps, early=early, gains=gains,
+                rates=rates, eval_se=cell["eval_se"], start=cell["start_accuracy"])
+
+
+def real_verdict(cell: dict, arm: str) -> dict:
+    v = cell["arms"][arm]["vs_grpo"]
+    return {"verdict": VERDICTS[v["accuracy_verdict"]], "label": v["accuracy_label"], "seeds": v["seeds"],
+            "delta": v["mean_accuracy_delta"], "interval": v["mean_accuracy_delta_ci"]}
+
+
+def run(results_path: Path) -> dict:
+    results = json.loads(results_path.read_text())
+    cpu0, wall0 = time.process_time(), time.time()
+    facts_of: dict[str, tuple] = {}
+    rows = {}
+    for name, cell in regime_cells(results).items():
+        x = regime_inputs(name, cell)
+        if x["task"] not in facts_of:
+            facts_of[x["task"]] = task_facts(x["task"])
+        pool, on_pool, alloc = facts_of[x["task"]]
+        shape = RunShape(prompts=x["prompts"], steps=x["steps"], pool=pool, eval_steps=x["eval_steps"],
+                         eval_se=x["eval_se"], held_out_start=x["start"], eval_on_pool=on_pool)
+        se = statistics.stdev(x["gains"]) / len(x["gains"]) ** 0.5 if len(x["gains"]) > 1 else None
+        fit = fit_transfer(alloc, shape, x["rates"], x["early"], x["gains"], se,
+                           source=f"recorded early evaluations of the grpo arm (steps {x['early']}, "
+                                  f"{len(x['gains'])} seeds)", seed=SEED)
+        seeds = max(real_verdict(cell, a)["seeds"] for a in ARMS)
+        predicted = predict_verdicts(alloc, shape, x["rates"], fit.value, repeats=seeds, seed=SEED + 1)
+        row = {"task": x["task"], "pool": pool, "eval_on_training_prompts": on_pool, "prompts_per_step": x["prompts"],
+               "steps": x["steps"], "eval_steps": x["eval_steps"], "eval_se": x["eval_se"],
+               "start": "recorded start_distribution.pass_counts", "fit": fit.to_dict(), "repeats": seeds, "arms": {}}
+        for arm in ARMS:
+            real = real_verdict(cell, arm)
+            p = predicted[arm]
+            row["arms"][arm] = {"predicted": p["verdict"], "predicted_delta": p["delta"], "predicted_interval": p["interval"],
+                                "real": real["verdict"], "real_label": real["label"], "real_delta": real["delta"],
+                                "real_interval": real["interval"], "agree": p["verdict"] == real["verdict"]}
+        rows[name] = row
+        print(f"{name}: transfer {fit.value:.4f} [{fit.low:.4f}, {fit.high:.4f}]  "
+              + "  ".join(f"{a} {row['arms'][a]['predicted']}/{row['arms'][a]['real']}" for a in ARMS), flush=True)
+    agree = {a: sum(r["arms"][a]["agree"] for r in rows.values()) for a in ARMS}
+    return {"results": results_path.name, "regimes": rows, "agreement": agree, "regime_count": len(rows),
+            "verdict_rule": "real: the study's accuracy_verdict (95 % paired t interval of mean held-out accuracy over "
+                            "the run: win = ahead, loss = behind, tie); predicted: the same interval on the simulation",
+            "parameters_chosen_by_looking_at_verdicts": 0,
+            "early_evaluations": EARLY, "cpu_seconds": round(time.process_time() - cpu0, 1),
+            "wall_seconds": round(time.time() - wall0, 1)}
+
+
+def print_table(out: dict) -> None:
+    print()
+    print("| regime | transfer [95 %] | auto: predicted | auto: real | vigor: predicted | vigor: real |")
+    print("|---|---|---|---|---|---|")
+    cell = lambda a, kind: (f"{a[kind + '_delta'] * 100:+.1f} [{a[kind + '_interval'][0] * 100:+.1f}, "  # noqa: E731
+                            f"{a[kind + '_interval'][1] * 100:+.1f}] {a[kind]}")
+    for name, r in out["regimes"].items():
+        f = r["fit"]
+        parts = [f"{f['transfer']:.4f} [{f['interval'][0]:.4f}, {f['interval'][1]:.4f}]"]
+        for a in ARMS:
+            arm = r["arms"][a]
+            real = arm["real"] + ("" if arm["real_label"] in ("win", "loss", "tie") else f" ({arm['real_label']})")
+            parts += [cell(arm, "predicted") + ("" if arm["agree"] else " ✗"),
+                      cell(arm, "real").rsplit(" ", 1)[0] + " " + real]
+        print(f"| {name} | " + " | ".join(parts) + " |")
+    n = out["regime_count"]
+    print(f"\nagreement: auto {out['agreement']['auto']} of {n}, vigor {out['agreement']['vigor']} of {n} "
+          f"({out['cpu_seconds']} CPU-s, {out['wall_seconds']} s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=ROOT / "bench" / "efficiency_results.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "probe_verdicts_results.json")
+    args = ap.parse_args(argv)
+    out = run(args.results)
+    print_table(out)
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {args.out.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
