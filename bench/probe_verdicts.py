@@ -86,12 +86,14 @@ def real_verdict(cell: dict, arm: str) -> dict:
             "delta": v["mean_accuracy_delta"], "interval": v["mean_accuracy_delta_ci"]}
 
 
-def run(results_path: Path) -> dict:
+def run(results_path: Path, only: list[str] | None = None) -> dict:
     results = json.loads(results_path.read_text())
     cpu0, wall0 = time.process_time(), time.time()
     facts_of: dict[str, tuple] = {}
     rows = {}
     for name, cell in regime_cells(results).items():
+        if only and name not in only:
+            continue
         x = regime_inputs(name, cell)
         if x["task"] not in facts_of:
             facts_of[x["task"]] = task_facts(x["task"])
@@ -149,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "efficiency_results.json")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "probe_verdicts_results.json")
+    ap.add_argument("--cells", help="Comma-separated regimes to run (default: all nine).")
     args = ap.parse_args(argv)
-    out = run(args.results)
+    out = run(args.results, args.cells.split(",") if args.cells else None)
     print_table(out)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out.name}")
