@@ -4,7 +4,8 @@ model (vigor_cli/study/transfer.py) fitted and run on that regime, its predicted
 
 Per regime: the start is the recorded start distribution (`start_distribution.pass_counts`; the
 start models of facts, ladder and the plateaus are costly to rebuild); the shared step is fitted
-to the grpo arm's recorded early evaluations (the first EARLY after the start, a short run); the
+to the grpo and grpo-wide arms' recorded early evaluations (the first EARLY after the start: short
+runs at 8 and 4 rollouts per prompt); the
 run's shape (batch, length, pool, evaluation steps and noise) is the cell's. One thread.
 
     python bench/probe_verdicts.py            # prints the table, writes bench/probe_verdicts_results.json
@@ -72,8 +73,10 @@ def regime_inputs(name: str, cell: dict) -> dict:
     steps = grpo[0]["steps"]
     eval_steps = [round(x / per_step) for x in grpo[0]["curve"]["rollouts"]]
     early = eval_steps[1:1 + EARLY]
-    gains = [statistics.fmean(r["curve"]["accuracy"][i] - r["curve"]["accuracy"][0] for i in range(1, 1 + EARLY))
-             for r in grpo]
+    early_gain = lambda r: statistics.fmean(r["curve"]["accuracy"][i] - r["curve"]["accuracy"][0]  # noqa: E731
+                                            for i in range(1, 1 + EARLY))
+    gains = {8: [early_gain(r) for r in grpo],
+             4: [early_gain(r) for r in cell["runs"]["grpo-wide"] if r.get("kept", True)]}
     sd = cell["start_distribution"]
     rates = [c / sd["samples_per_problem"] for c in sd["pass_counts"]]
     return dict(task=task, prompts=prompts, steps=steps, eval_steps=eval_steps, early=early, gains=gains,
@@ -87,8 +90,29 @@ def real_verdict(cell: dict, arm: str) -> dict:
 
 
 def run(results_path: Path, only: list[str] | None = None) -> dict:
+    """The validation: the probe's rule (a fit to grpo's early evaluations), then the same with
+    the two-width fit (grpo and grpo-wide: transfer and disruption) beside it."""
     results = json.loads(results_path.read_text())
     cpu0, wall0 = time.process_time(), time.time()
+    out = validate(results, only, (8,))
+    two = validate(results, only, (8, 4))
+    out["two_widths"] = {"agreement": two["agreement"], "about": TWO_WIDTHS,
+                         "regimes": {n: {"fit": r["fit"], **{a: {k: r["arms"][a][k] for k in (
+                             "predicted", "predicted_delta", "predicted_interval", "agree")} for a in ARMS}}
+                                     for n, r in two["regimes"].items()}}
+    out.update(results=results_path.name, cpu_seconds=round(time.process_time() - cpu0, 1),
+               wall_seconds=round(time.time() - wall0, 1))
+    return out
+
+
+TWO_WIDTHS = ("the transfer from how much more grpo-wide (4 rollouts per prompt on twice the prompts) gained early "
+              "than grpo, and a disruption every update costs whatever its breadth (vigor_cli/study/transfer.py): a "
+              "variant, not the probe's rule")
+
+
+def validate(results: dict, only: list[str] | None, widths: tuple[int, ...]) -> dict:
+    """Per regime: fit (to the early evaluations of grpo at ``widths`` rollouts per prompt),
+    predict, and hold the prediction against the study's verdict."""
     facts_of: dict[str, tuple] = {}
     rows = {}
     for name, cell in regime_cells(results).items():
@@ -100,12 +124,14 @@ def run(results_path: Path, only: list[str] | None = None) -> dict:
         pool, on_pool, alloc = facts_of[x["task"]]
         shape = RunShape(prompts=x["prompts"], steps=x["steps"], pool=pool, eval_steps=x["eval_steps"],
                          eval_se=x["eval_se"], held_out_start=x["start"], eval_on_pool=on_pool)
-        se = statistics.stdev(x["gains"]) / len(x["gains"]) ** 0.5 if len(x["gains"]) > 1 else None
-        fit = fit_transfer(alloc, shape, x["rates"], x["early"], x["gains"], se,
-                           source=f"recorded early evaluations of the grpo arm (steps {x['early']}, "
-                                  f"{len(x['gains'])} seeds)", seed=SEED)
+        arms = " and ".join({8: "grpo", 4: "grpo-wide"}[w] for w in widths)
+        fit = fit_transfer(alloc, shape, x["rates"], x["early"], {w: x["gains"][w] for w in widths},
+                           source=f"recorded early evaluations of the {arms} arm{'s' if len(widths) > 1 else ''} "
+                                  f"(steps {x['early']}, {' and '.join(str(len(x['gains'][w])) for w in widths)} seeds)",
+                           seed=SEED)
         seeds = max(real_verdict(cell, a)["seeds"] for a in ARMS)
-        predicted = predict_verdicts(alloc, shape, x["rates"], fit.value, repeats=seeds, seed=SEED + 1)
+        predicted = predict_verdicts(alloc, shape, x["rates"], fit.value, repeats=seeds, seed=SEED + 1,
+                                     disruption=fit.disruption)
         row = {"task": x["task"], "pool": pool, "eval_on_training_prompts": on_pool, "prompts_per_step": x["prompts"],
                "steps": x["steps"], "eval_steps": x["eval_steps"], "eval_se": x["eval_se"],
                "start": "recorded start_distribution.pass_counts", "fit": fit.to_dict(), "repeats": seeds, "arms": {}}
@@ -116,15 +142,14 @@ def run(results_path: Path, only: list[str] | None = None) -> dict:
                                 "real": real["verdict"], "real_label": real["label"], "real_delta": real["delta"],
                                 "real_interval": real["interval"], "agree": p["verdict"] == real["verdict"]}
         rows[name] = row
-        print(f"{name}: transfer {fit.value:.4f} [{fit.low:.4f}, {fit.high:.4f}]  "
+        print(f"{name}: transfer {fit.value:.4f} [{fit.low:.4f}, {fit.high:.4f}] disruption {fit.disruption:+.4f}  "
               + "  ".join(f"{a} {row['arms'][a]['predicted']}/{row['arms'][a]['real']}" for a in ARMS), flush=True)
     agree = {a: sum(r["arms"][a]["agree"] for r in rows.values()) for a in ARMS}
-    return {"results": results_path.name, "regimes": rows, "agreement": agree, "regime_count": len(rows),
+    return {"regimes": rows, "agreement": agree, "regime_count": len(rows), "widths": list(widths),
             "verdict_rule": "real: the study's accuracy_verdict (95 % paired t interval of mean held-out accuracy over "
                             "the run: win = ahead, loss = behind, tie); predicted: the same interval on the simulation",
             "parameters_chosen_by_looking_at_verdicts": 0,
-            "early_evaluations": EARLY, "cpu_seconds": round(time.process_time() - cpu0, 1),
-            "wall_seconds": round(time.time() - wall0, 1)}
+            "early_evaluations": EARLY}
 
 
 def print_table(out: dict) -> None:
@@ -143,8 +168,10 @@ def print_table(out: dict) -> None:
                       cell(arm, "real").rsplit(" ", 1)[0] + " " + real]
         print(f"| {name} | " + " | ".join(parts) + " |")
     n = out["regime_count"]
+    two = out["two_widths"]["agreement"]
     print(f"\nagreement: auto {out['agreement']['auto']} of {n}, vigor {out['agreement']['vigor']} of {n} "
-          f"({out['cpu_seconds']} CPU-s, {out['wall_seconds']} s)")
+          f"(the two-width variant: auto {two['auto']}, vigor {two['vigor']}; {out['cpu_seconds']} CPU-s, "
+          f"{out['wall_seconds']} s)")
 
 
 def main(argv: list[str] | None = None) -> int:

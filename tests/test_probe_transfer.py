@@ -37,7 +37,8 @@ NEW_KEYS = ("final_held_out_pass_rate",)
 
 def _strip(summary: dict) -> dict:
     summary = json.loads(json.dumps(summary))
-    summary.get("learning", {}).pop("held_out_start", None)
+    for key in ("held_out_start", "disruption"):
+        summary.get("learning", {}).pop(key, None)
     for row in summary["strategies"].values():
         for key in NEW_KEYS:
             row.pop(key, None)
@@ -102,26 +103,47 @@ def test_concentrated_steps_transfer_less_than_spread_ones():
     assert grpo[-1] > vigor[-1] > 0.4
 
 
+def _synthetic_gain(alloc, shape, rates, transfer, disruption, width, steps, seed):
+    """What a real grpo run at ``width`` rollouts per prompt gains on held-out prompts when the
+    world is the model with this transfer and disruption (the fit's own pool draws)."""
+    from vigor_cli.study.transfer import FIT_REPEATS, run_curves, width_config
+
+    gains = []
+    for r in range(FIT_REPEATS):
+        c = run_curves("grpo", width_config(alloc, "grpo", width), shape, rates, transfer, seed * 1000 + r,
+                       steps=max(steps), disruption=disruption, prompts=shape.prompts * 8 // width)
+        gains.append(sum(c["metric"][s] - c["metric"][0] for s in steps) / len(steps))
+    return sum(gains) / len(gains)
+
+
 def test_the_fit_recovers_a_known_transfer_from_synthetic_runs():
     shape = RunShape(prompts=8, steps=2, pool=100, eval_steps=[0, 2], eval_se=0.02, held_out_start=0.35)
     rates = list(np.random.default_rng(1).beta(0.8, 1.2, 100))
     alloc = AllocationConfig(strategy="grpo")
     true = 0.025
-    from vigor_cli.study.transfer import _grpo_gain
-
-    gain = _grpo_gain(alloc, shape, rates, true, [2], seed=9)  # what a real run with this transfer gains
-    fit = fit_transfer(alloc, shape, rates, [2], [gain], None, "synthetic", seed=9)
-    assert fit.value == pytest.approx(true, rel=0.01) and fit.low == fit.high == fit.value
+    gain = _synthetic_gain(alloc, shape, rates, true, 0.0, 8, [2], seed=9)
+    fit = fit_transfer(alloc, shape, rates, [2], {8: [gain]}, "synthetic", seed=9)
+    assert fit.value == pytest.approx(true, rel=0.03) and fit.low == fit.high == fit.value and fit.disruption == 0
     # noisy runs of several seeds: the interval holds the truth, and widens with the noise
     noisy = [gain + e for e in (-0.004, 0.003, 0.001, -0.002, 0.002)]
     se = float(np.std(noisy, ddof=1) / math.sqrt(len(noisy)))
-    fit = fit_transfer(alloc, shape, rates, [2], noisy, se, "synthetic", seed=9)
-    assert fit.low < true < fit.high and fit.value == pytest.approx(true, rel=0.1)
-    wide = fit_transfer(alloc, shape, rates, [2], noisy, 3 * se, "synthetic", seed=9)
+    fit = fit_transfer(alloc, shape, rates, [2], {8: noisy}, "synthetic", seed=9)
+    assert fit.observed[8]["se"] == pytest.approx(se) and fit.low < true < fit.high
+    wide = fit_transfer(alloc, shape, rates, [2], {8: noisy}, "synthetic", seed=9, se={8: 3 * se})
     assert wide.low <= fit.low and wide.high >= fit.high
     # a run that gained nothing on prompts it did not train on: no transfer, said so
-    flat = fit_transfer(alloc, shape, rates, [2], [-0.01], None, "synthetic", seed=9)
+    flat = fit_transfer(alloc, shape, rates, [2], {8: [-0.01]}, "synthetic", seed=9)
     assert flat.value == 0.0 and "no transfer" in flat.notes[0]
+
+
+def test_two_widths_recover_transfer_and_disruption():
+    shape = RunShape(prompts=8, steps=2, pool=100, eval_steps=[0, 2], eval_se=0.02, held_out_start=0.35)
+    rates = list(np.random.default_rng(1).beta(0.8, 1.2, 100))
+    alloc = AllocationConfig(strategy="grpo")
+    gains = {w: [_synthetic_gain(alloc, shape, rates, 0.03, 0.02, w, [2], seed=9)] for w in (8, 4)}
+    assert gains[4][0] > gains[8][0]  # the wider run's signal spans more prompts: it transfers more
+    fit = fit_transfer(alloc, shape, rates, [2], gains, "synthetic", seed=9)
+    assert fit.value == pytest.approx(0.03, rel=0.1) and fit.disruption == pytest.approx(0.02, rel=0.15)
 
 
 def test_predicted_verdicts_read_their_interval():
@@ -174,7 +196,7 @@ def test_the_verdict_table_reads_the_study_s_results():
         x = pv.regime_inputs(name, cell)
         assert x["task"] in ("tiny-math", "tiny-facts", "tiny-ladder", "tiny-code")
         assert len(x["rates"]) == len(cell["start_distribution"]["pass_counts"]) and x["early"][0] > 0
-        assert len(x["gains"]) == sum(r.get("kept", True) for r in cell["runs"]["grpo"])
+        assert len(x["gains"][8]) == sum(r.get("kept", True) for r in cell["runs"]["grpo"])
     # a verdict changed in the results (more seeds settled it) is read as it now stands
     cell = json.loads(json.dumps(cells["tiny-math-flat"]))
     cell["arms"]["auto"]["vs_grpo"]["accuracy_verdict"] = "win"
@@ -226,4 +248,6 @@ def test_the_validation_runs_on_one_regime(tmp_path):
     assert list(out["regimes"]) == ["tiny-math-peaked"] and out["regime_count"] == 1
     row = out["regimes"]["tiny-math-peaked"]
     assert row["fit"]["source"].startswith("recorded early evaluations of the grpo arm")
+    assert out["two_widths"]["regimes"]["tiny-math-peaked"]["fit"]["source"].startswith(
+        "recorded early evaluations of the grpo and grpo-wide arms")
     assert set(row["arms"]) == {"auto", "vigor"}

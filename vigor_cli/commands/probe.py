@@ -372,22 +372,22 @@ def run_shape(counts: list[int], samples: int, cfg: Any, info: dict) -> Any:
 def fit_of(counts: list[int], samples: int, cfg: Any, info: dict, transfer: float | None) -> tuple[Any, Any]:
     """The transfer the simulation uses: given (--transfer), fitted to the short real run, or
     none (no run); and the run shape it was fitted on."""
-    from vigor_cli.study.transfer import TransferFit, fit_transfer
+    from vigor_cli.study.transfer import fit_transfer, given
 
     shape = run_shape(counts, samples, cfg, info)
     run = info.get("short_run")
     if transfer is not None:
-        return TransferFit(transfer, transfer, transfer, float("nan"), None, 0, "given (--transfer)"), shape
+        return given(transfer), shape
     if not run or not run.get("held_out_prompts"):
         why = ("no short run (--fit-steps 0)" if not run else f"the short run could not run ({run['error']})"
                if "error" in run else "the short run sampled every probed prompt")
-        return TransferFit(0.0, 0.0, 0.0, float("nan"), None, 0, f"none: {why}; transfer 0"), shape
+        return given(0.0, source=f"none: {why}; transfer 0"), shape
     rates = [c / samples for c in counts]
     source = (f"short real run: {run['steps']} grpo steps, held-out pass rate of the {run['held_out_prompts']} "
               f"probed prompts it did not sample {run['before']:.3f} -> {run['after']:.3f}")
     fit_shape = dataclasses.replace(shape, held_out_start=run["before"], eval_on_pool=False)
-    return fit_transfer(cfg.allocation, fit_shape, rates, [run["steps"]], [run["gain"]], run["se"], source,
-                        seed=cfg.train.seed), shape
+    return fit_transfer(cfg.allocation, fit_shape, rates, [run["steps"]], {cfg.allocation.group_size: [run["gain"]]},
+                        source, seed=cfg.train.seed, se={cfg.allocation.group_size: run["se"]}), shape
 
 
 def predict(counts: list[int], samples: int, cfg: Any, shape: Any, transfer: float, repeats: int) -> dict:

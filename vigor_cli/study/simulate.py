@@ -163,6 +163,9 @@ class SimSettings:
     (transfer between prompts; 0: each prompt learns from its own signal only)."""
     target: float | None = None
     """Learning mode: target mean pass rate; default initial mean + TARGET_GAIN (at most 0.95)."""
+    disruption: float = 0.0
+    """Learning mode: the step every prompt loses per update whatever its breadth (what an update
+    of fixed length disturbs; negative: a gain every update gives)."""
     held_out: float | None = None
     """Learning mode: start of a held-out set's mean pass rate (prompts never sampled, moved by
     the shared step alone); default the pool's initial mean."""
@@ -256,7 +259,7 @@ def run_strategy(
     index = {}
     out.held_out = float(p.mean()) if settings.held_out is None else settings.held_out
     if settings.curves:
-        out.curve = {"rollouts": [0.0], "pool": [float(p.mean())], "held_out": [out.held_out]}
+        out.curve = {"rollouts": [0.0], "pool": [float(p.mean())], "held_out": [out.held_out], "breadth": [0.0]}
 
     def draw(n: int) -> list[str]:
         uids = sampler.draw(n)
@@ -311,7 +314,8 @@ def run_strategy(
             shared = _learn(p, own, index, cfg.group_size, settings)
             out.held_out += settings.lr * shared * (1 - out.held_out)
             if out.curve is not None:
-                for key, value in (("rollouts", out.rollouts), ("pool", p.mean()), ("held_out", out.held_out)):
+                for key, value in (("rollouts", out.rollouts), ("pool", p.mean()), ("held_out", out.held_out),
+                                   ("breadth", breadth(list(own.values())))):
                     out.curve[key].append(float(value))
             if target is not None and out.rollouts_to_target is None and p.mean() >= target:
                 out.rollouts_to_target, out.steps_to_target = out.rollouts, out.steps
@@ -349,7 +353,7 @@ def breadth(signals: list[float] | np.ndarray) -> float:
 
 def _learn(p: np.ndarray, own: dict[str, float], index: dict, group_size: int, s: SimSettings) -> float:
     """One step of the learning model (docs/modules.md); returns the shared step."""
-    shared = s.transfer * breadth(list(own.values())) if s.transfer else 0.0
+    shared = s.transfer * breadth(list(own.values())) - s.disruption if s.transfer or s.disruption else 0.0
     gain = np.full(len(p), shared)
     for uid, sig in own.items():
         gain[index[uid]] += sig / group_size
@@ -360,7 +364,7 @@ def _learn(p: np.ndarray, own: dict[str, float], index: dict, group_size: int, s
 
 SETTING_BOUNDS = {"steps": (1, 10**6), "prompts": (1, 10**6), "tests": (1, 10**4), "pool": (1, 10**7),
                   "lr": (1e-9, 10.0), "transfer": (0.0, 1.0), "target": (1e-9, 1.0),
-                  "held_out": (0.0, 1.0)}
+                  "held_out": (0.0, 1.0), "disruption": (-1.0, 1.0)}
 """Inclusive bounds of the numeric settings (the option of the same name)."""
 
 
@@ -407,7 +411,8 @@ def simulate(settings: SimSettings, cfg: AllocationConfig) -> dict[str, Any]:
         "strategies": {},
     }
     if settings.learn:
-        summary["learning"] = {"lr": settings.lr, "transfer": settings.transfer, "target": round(float(target), 4),
+        summary["learning"] = {"lr": settings.lr, "transfer": settings.transfer, "disruption": settings.disruption,
+                               "target": round(float(target), 4),
                                "held_out_start": round(float(pass_rates.mean() if settings.held_out is None
                                                              else settings.held_out), 4)}
     for name in settings.strategies:
