@@ -89,12 +89,51 @@ def real_verdict(cell: dict, arm: str) -> dict:
             "delta": v["mean_accuracy_delta"], "interval": v["mean_accuracy_delta_ci"]}
 
 
-def run(results_path: Path, only: list[str] | None = None) -> dict:
+def bundled_start(cell: dict) -> bool:
+    """The regime starts from the bundled tiny model (no warm-up, no recipe, no plateau): a
+    real short run of it costs a minute."""
+    r = cell.get("regime") or {}
+    return not (r.get("recipe") or r.get("plateau_of") or r.get("warmup_target"))
+
+
+def real_short_run(name: str, cell: dict, cached: dict | None) -> dict:
+    """The probe's own measurement on a regime whose start model is the bundled one: 256
+    prompts x 8 rollouts at the regime's temperature, then FIT_STEPS grpo steps of its batch
+    and the probed prompts again (vigor_cli/commands/probe.py); cached in the results file."""
+    from vigor_cli.commands.probe import sample_pass_counts
+    from vigor_cli.commands.train import default_config_file
+    from vigor_cli.settings import build_config
+
+    task = task_of(name)
+    temperature = (cell.get("regime") or {}).get("temperature", 1.0)
+    key = {"task": task, "temperature": temperature, "prompts_per_step": TASK_SIZES[task]["prompts_per_step"],
+           "fit_steps": FIT_STEPS, "prompts": 256, "samples": 8, "seed": SEED}
+    if cached and cached.get("key") == key:
+        return cached
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = build_config(default_config_file("tiny", task), overrides={"task.name": task, "train.seed": SEED},
+                       sets=[f"sampling.temperature={temperature}", f"train.prompts_per_step={key['prompts_per_step']}"])
+    t0 = time.process_time()
+    counts, info = sample_pass_counts(cfg, key["prompts"], key["samples"], quiet=True, fit_steps=FIT_STEPS)
+    return {"key": key, "short_run": info["short_run"], "mean_pass_rate": sum(counts) / (8 * len(counts)),
+            "cpu_seconds": round(time.process_time() - t0, 1)}
+
+
+FIT_STEPS = 4
+"""grpo steps of a real short run (the steps of the recorded fit's first two evaluations)."""
+
+
+def run(results_path: Path, only: list[str] | None = None, real: bool = False, cache: dict | None = None) -> dict:
     """The validation: the probe's rule (a fit to grpo's early evaluations), then the same with
-    the two-width fit (grpo and grpo-wide: transfer and disruption) beside it."""
+    the two-width fit (grpo and grpo-wide: transfer and disruption) beside it; with ``real``,
+    the regimes on the bundled model fitted to a real short run too."""
     results = json.loads(results_path.read_text())
     cpu0, wall0 = time.process_time(), time.time()
     out = validate(results, only, (8,))
+    if real:
+        out["real_short_runs"] = validate_real(results, only, (cache or {}).get("real_short_runs", {}))
     two = validate(results, only, (8, 4))
     out["two_widths"] = {"agreement": two["agreement"], "about": TWO_WIDTHS,
                          "regimes": {n: {"fit": r["fit"], **{a: {k: r["arms"][a][k] for k in (
@@ -108,6 +147,36 @@ def run(results_path: Path, only: list[str] | None = None) -> dict:
 TWO_WIDTHS = ("the transfer from how much more grpo-wide (4 rollouts per prompt on twice the prompts) gained early "
               "than grpo, and a disruption every update costs whatever its breadth (vigor_cli/study/transfer.py): a "
               "variant, not the probe's rule")
+
+
+def validate_real(results: dict, only: list[str] | None, cached: dict) -> dict:
+    """The bundled-model regimes with the transfer fitted to a real short run of the model (the
+    probe's own fit); the other regimes keep the recorded fit, in the combined count."""
+    rows = {}
+    for name, cell in regime_cells(results).items():
+        if (only and name not in only) or not bundled_start(cell):
+            continue
+        x = regime_inputs(name, cell)
+        pool, on_pool, alloc = task_facts(x["task"])
+        measured = real_short_run(name, cell, (cached.get("regimes") or {}).get(name, {}).get("measured"))
+        run = measured["short_run"]
+        shape = RunShape(prompts=x["prompts"], steps=x["steps"], pool=pool, eval_steps=x["eval_steps"],
+                         eval_se=x["eval_se"], held_out_start=x["start"], eval_on_pool=on_pool)
+        fit_shape = RunShape(**{**shape.__dict__, "held_out_start": run["before"], "eval_on_pool": False})
+        fit = fit_transfer(alloc, fit_shape, x["rates"], [run["steps"]], {8: [run["gain"]]},
+                           source=f"real short run: {run['steps']} grpo steps of the bundled model, "
+                                  f"{run['held_out_prompts']} probed prompts it did not draw "
+                                  f"{run['before']:.3f} -> {run['after']:.3f}", seed=SEED, se={8: run["se"]})
+        seeds = max(real_verdict(cell, a)["seeds"] for a in ARMS)
+        predicted = predict_verdicts(alloc, shape, x["rates"], fit.value, repeats=seeds, seed=SEED + 1)
+        rows[name] = {"measured": measured, "fit": fit.to_dict(), **{a: {
+            "predicted": predicted[a]["verdict"], "predicted_delta": predicted[a]["delta"],
+            "predicted_interval": predicted[a]["interval"], "real": real_verdict(cell, a)["verdict"],
+            "agree": predicted[a]["verdict"] == real_verdict(cell, a)["verdict"]} for a in ARMS}}
+        print(f"{name} (real short run): transfer {fit.value:.4f} [{fit.low:.4f}, {fit.high:.4f}]  "
+              + "  ".join(f"{a} {rows[name][a]['predicted']}/{rows[name][a]['real']}" for a in ARMS), flush=True)
+    return {"regimes": rows, "agreement": {a: sum(r[a]["agree"] for r in rows.values()) for a in ARMS},
+            "regime_count": len(rows)}
 
 
 def validate(results: dict, only: list[str] | None, widths: tuple[int, ...]) -> dict:
@@ -174,6 +243,10 @@ def print_table(out: dict) -> None:
                       cell(arm, "real").rsplit(" ", 1)[0] + " " + real]
         print(f"| {name} | " + " | ".join(parts) + " |")
     n = out["regime_count"]
+    if "real_short_runs" in out:
+        r = out["real_short_runs"]
+        print(f"\nreal short runs ({r['regime_count']} regimes on the bundled model): agreement auto "
+              f"{r['agreement']['auto']}, vigor {r['agreement']['vigor']}")
     two = out["two_widths"]["agreement"]
     print(f"\nagreement: auto {out['agreement']['auto']} of {n}, vigor {out['agreement']['vigor']} of {n} "
           f"(the two-width variant: auto {two['auto']}, vigor {two['vigor']}; {out['cpu_seconds']} CPU-s, "
@@ -185,8 +258,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "efficiency_results.json")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "probe_verdicts_results.json")
     ap.add_argument("--cells", help="Comma-separated regimes to run (default: all nine).")
+    ap.add_argument("--real", action="store_true", help="Also fit the bundled-model regimes to a real short run "
+                    "(about a CPU-minute each; reused from --out when its settings match).")
     args = ap.parse_args(argv)
-    out = run(args.results, args.cells.split(",") if args.cells else None)
+    cache = json.loads(args.out.read_text()) if args.real and args.out.is_file() else None
+    out = run(args.results, args.cells.split(",") if args.cells else None, real=args.real, cache=cache)
     print_table(out)
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.out.name}")

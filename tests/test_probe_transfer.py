@@ -252,3 +252,37 @@ def test_the_validation_runs_on_one_regime(tmp_path):
     assert out["two_widths"]["regimes"]["tiny-math-peaked"]["fit"]["source"].startswith(
         "recorded early evaluations of the grpo and grpo-wide arms")
     assert set(row["arms"]) == {"auto", "vigor"}
+
+
+def _verdicts(auto: str, vigor: str) -> dict:
+    row = lambda v, d: {"verdict": v, "delta": d, "interval": [d - 0.01, d + 0.01], "repeats": 8}  # noqa: E731
+    return {"grpo": {"repeats": 8, "mean_over_run": 0.5}, "vigor": row(vigor, -0.03), "auto": row(auto, 0.02)}
+
+
+def test_with_transfer_the_predicted_verdicts_decide_the_recommendation():
+    from vigor_cli.commands import probe as probe_cmd
+
+    shape = RunShape(prompts=64, steps=30, pool=2000, eval_steps=[0, 10, 20, 30], eval_se=0.03, held_out_start=0.4)
+    choice, why = probe_cmd.recommend_by_verdicts(_verdicts("ahead", "behind"), shape)
+    assert choice == "auto" and why == ("predicted over 30 steps with transfer: vigor behind grpo (-3.0 points "
+                                        "[-4.0, -2.0]), auto ahead grpo (+2.0 points [+1.0, +3.0])")
+    assert probe_cmd.recommend_by_verdicts(_verdicts("behind", "behind"), shape)[0] == "grpo"
+    choice, why = probe_cmd.recommend_by_verdicts(_verdicts("tie", "ahead"), shape)
+    assert choice == "tie" and "run auto" in why and "vigor is ahead in this prediction" in why
+
+
+def test_the_probe_prints_the_transfer_and_each_verdict(monkeypatch, capsys):
+    from vigor_cli.console import console
+    from vigor_cli.report.probe_view import print_verdicts
+
+    monkeypatch.setattr(console, "width", 250)
+    fit = {"transfer": 0.0218, "interval": [0.0104, 0.0332], "source": "short real run: 4 grpo steps", "notes": []}
+    result = {"transfer": fit, "verdicts": {"steps": 30, "prompts_per_step": 64, "eval_se": 0.03,
+                                            "metric": "mean held-out pass rate over the run's evaluations",
+                                            "strategies": _verdicts("ahead", "behind")}}
+    print_verdicts(result)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "transfer between prompts 0.0218 [95 %: 0.0104, 0.0332] (short real run: 4 grpo steps)" in out
+    assert "auto │ ahead │ +2.0 [+1.0, +3.0]" in out and "vigor │ behind │ -3.0 [-4.0, -2.0]" in out
+    print_verdicts({"transfer": {**fit, "transfer": 0.0, "interval": [0.0, 0.0]}, "verdicts": None})
+    assert "no predicted verdicts" in " ".join(capsys.readouterr().out.split())

@@ -319,14 +319,12 @@ def analyse(counts: list[int], samples: int, cfg: Any, info: dict, simulations: 
     law = census(counts, samples, rounds=a.rounds, alpha=a.alpha, gamma=a.gamma)
     fit, shape = fit_of(counts, samples, cfg, info, transfer)
     sim = simulate_on(counts, samples, cfg, repeats=simulations, transfer=fit.value)
-    strategy, why = recommend(law, sim)
     verdicts = None
-    if fit.value > 0:  # without transfer a held-out pass rate never moves: every verdict a tie
-        verdicts = predict(counts, samples, cfg, shape, fit.value, simulations)
     if fit.value > 0:  # with transfer the held-out verdicts decide: the measure the study judged
+        verdicts = predict(counts, samples, cfg, shape, fit.value, simulations)
         strategy, why = recommend_by_verdicts(verdicts, shape)
-    elif verdicts:
-        why += "; " + verdict_text(verdicts, shape)
+    else:  # without, a held-out pass rate never moves (every verdict a tie): rollouts to target decide
+        strategy, why = recommend(law, sim)
     return {
         **info,
         "prompts": len(counts),
@@ -363,7 +361,8 @@ def run_shape(counts: list[int], samples: int, cfg: Any, info: dict) -> Any:
     every = t.eval_every or max(1, steps // 5)
     start = sum(counts) / (samples * len(counts))
     draws = max(1, info.get("eval_prompts") or len(counts)) * max(1, info.get("eval_samples") or 1)
-    return RunShape(prompts=t.prompts_per_step, steps=steps, pool=max(info.get("train_prompts") or len(counts), t.prompts_per_step * 2),
+    pool = max(info.get("train_prompts") or len(counts), t.prompts_per_step * 2)
+    return RunShape(prompts=t.prompts_per_step, steps=steps, pool=pool,
                     eval_steps=[0, *range(every, steps + 1, every)] if every <= steps else [0, steps],
                     eval_se=math.sqrt(max(start * (1 - start), 1e-4) / draws), held_out_start=start,
                     eval_on_pool=bool(info.get("eval_on_training_prompts")))
