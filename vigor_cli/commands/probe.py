@@ -52,7 +52,7 @@ def _probe(
     samples: Annotated[int, opt.count("--samples", low=2, help="Rollouts per prompt (at least 2: a variance needs two rollouts).")] = 8,
     seed: Annotated[Optional[int], opt.seed(help="Seeds the prompt draw, sampling and simulation (default train.seed).")] = None,
     simulations: Annotated[int, opt.count("--simulations", help="Simulations of each strategy on the probed pass rates, each with its own seed: more give a steadier answer and take longer.")] = SIM_REPEATS,
-    fit_steps: Annotated[int, opt.count("--fit-steps", low=0, help=f"grpo steps of the short real run the transfer between prompts is fitted to (0: no run; the transfer is then 0 unless --transfer gives it).")] = FIT_STEPS,
+    fit_steps: Annotated[int, opt.count("--fit-steps", low=0, help="grpo steps of the short real run the transfer between prompts is fitted to (0: no run; the transfer is then 0 unless --transfer gives it).")] = FIT_STEPS,
     transfer: Annotated[Optional[float], opt.number("--transfer", low=0, high=1, integer=False, help="The simulation's transfer between prompts (its shared step), given instead of fitted: no short run.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the tables.")] = False,
     **own_task: Any,

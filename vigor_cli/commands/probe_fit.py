@@ -47,9 +47,8 @@ def short_run(cfg: Any, steps: int, examples: Sequence[Any], before: Sequence[in
                         err_console.print(f"probe: transfer fit, grpo step {step} of {steps}", highlight=False)
                     log = trainer.train_step(step)
                     drawn.update(entry["uid"] for entry in log.record.get("prompts", []))
-                policy, tokenizer, engine, task = trainer.learner.model, trainer.tokenizer, trainer.engine, trainer.task
-                after = count(fit_cfg, task, tokenizer, engine, list(examples), samples, quiet)
-                del policy
+                # the engine holds the updated weights (the trainer syncs them after each update)
+                after = count(fit_cfg, trainer.task, trainer.tokenizer, trainer.engine, list(examples), samples, quiet)
             finally:
                 trainer.close()
         finally:
