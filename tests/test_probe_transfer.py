@@ -212,6 +212,14 @@ def test_the_committed_validation_states_its_agreement():
     for r in out["regimes"].values():
         lo, hi = r["fit"]["interval"]
         assert lo <= r["fit"]["transfer"] <= hi and r["fit"]["source"]
+    # the rule: a real short run where the start is the bundled model, the recorded fit elsewhere
+    measured = out["real_short_runs"]["regimes"]
+    assert set(measured) == {"tiny-math-default", "tiny-math-peaked", "tiny-math-flat", "tiny-code-default"}
+    for arm in ("auto", "vigor"):
+        assert out["agreement_probe_rule"][arm] == sum(
+            measured[n][arm]["agree"] if n in measured else r["arms"][arm]["agree"] for n, r in out["regimes"].items())
+    for n, r in measured.items():
+        assert r["fit"]["source"].startswith("real short run: 4 grpo steps") and r["measured"]["short_run"]["steps"] == 4
 
 
 @pytest.mark.slow
@@ -244,7 +252,7 @@ def test_a_real_short_run_fits_the_transfer_on_the_tiny_model(vigor):
 def test_the_validation_runs_on_one_regime(tmp_path):
     pv = _bench()
     out_path = tmp_path / "v.json"
-    assert pv.main(["--cells", "tiny-math-peaked", "--out", str(out_path)]) == 0
+    assert pv.main(["--cells", "tiny-math-peaked", "--out", str(out_path), "--real"]) == 0
     out = json.loads(out_path.read_text())
     assert list(out["regimes"]) == ["tiny-math-peaked"] and out["regime_count"] == 1
     row = out["regimes"]["tiny-math-peaked"]
@@ -252,6 +260,12 @@ def test_the_validation_runs_on_one_regime(tmp_path):
     assert out["two_widths"]["regimes"]["tiny-math-peaked"]["fit"]["source"].startswith(
         "recorded early evaluations of the grpo and grpo-wide arms")
     assert set(row["arms"]) == {"auto", "vigor"}
+    measured = out["real_short_runs"]["regimes"]["tiny-math-peaked"]
+    assert measured["measured"]["key"]["temperature"] == 0.5 and measured["fit"]["source"].startswith("real short run")
+    # a second run reuses the measured short run (its settings match): the same fit
+    assert pv.main(["--cells", "tiny-math-peaked", "--out", str(out_path), "--real"]) == 0
+    again = json.loads(out_path.read_text())["real_short_runs"]["regimes"]["tiny-math-peaked"]
+    assert again["measured"] == measured["measured"] and again["fit"] == measured["fit"]
 
 
 def _verdicts(auto: str, vigor: str) -> dict:
