@@ -112,7 +112,7 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
         held = _held_out(cfg, task)
     finally:
         task.close()
-    del policy
+    del policy, eng  # before the short run loads the model again (one copy on a GPU at a time)
     info = {"model": cfg.model.name_or_path, "task": cfg.task.name, "temperature": cfg.sampling.temperature,
             "binary_rewards": seen["rewards"] <= {0.0, 1.0}, "unscored": seen["unscored"],
             "pass_threshold": cfg.task.pass_threshold, "train_prompts": len(examples), **held}
