@@ -231,6 +231,7 @@ def test_a_real_short_run_fits_the_transfer_on_the_tiny_model(vigor):
     fit = result["transfer"]
     assert fit["source"].startswith("short real run: 2 grpo steps") and fit["steps"] == 2
     assert fit["interval"][0] <= fit["transfer"] <= fit["interval"][1]
+    assert fit["se"] == pytest.approx((fit["interval"][1] - fit["interval"][0]) / 3.92, abs=1e-5)
     observed = fit["observed"]["8"]  # grpo's width: the config's group of 8
     assert observed["se"] is not None and observed["se"] > 0 and fit["disruption"] == 0
     if fit["transfer"] > 0:

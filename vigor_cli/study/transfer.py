@@ -64,6 +64,7 @@ class TransferFit:
 
     def to_dict(self) -> dict[str, Any]:
         return {"transfer": round(self.value, 5), "interval": [round(self.low, 5), round(self.high, 5)],
+                "se": round((self.high - self.low) / (2 * 1.96), 5),
                 "disruption": round(self.disruption, 5),
                 "observed": {str(w): {k: None if v is None else round(v, 5) for k, v in o.items()}
                              for w, o in self.observed.items()},
