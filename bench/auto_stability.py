@@ -25,15 +25,17 @@ from vigor_cli.config import AllocationConfig  # noqa: E402
 from vigor_cli.run.directory import read_config  # noqa: E402
 
 
-def allocator(run: Path, hold: float, resamples: int | None) -> AutoAllocator:
-    """The run's auto allocator (its config.yaml), with ``hold`` (and ``resamples``) set."""
+def allocator(run: Path, hold: float, resamples: int | None, recency: float | None = None) -> AutoAllocator:
+    """The run's auto allocator (its config.yaml), with ``hold`` (and ``resamples``,
+    ``recency``) set; a config written before ``allocation.auto.recency`` gets the default."""
     cfg = read_config(run)
     alloc = AllocationConfig(**cfg["allocation"])
     o = AutoOptions(**(cfg["allocation"].get("auto") or {}))
     p = int(cfg["train"]["prompts_per_step"])
     return AutoAllocator(p, int(cfg["train"]["seed"]), budget=default_budget(alloc, p), width=o.width, census=o.census,
                          margin=o.margin, max_rollouts=o.max_rollouts, history=o.history, saturated=o.saturated,
-                         warmup=o.warmup, hold=hold, resamples=o.resamples if resamples is None else resamples)
+                         warmup=o.warmup, hold=hold, resamples=o.resamples if resamples is None else resamples,
+                         recency=o.recency if recency is None else recency)
 
 
 def stability(decisions: list[dict]) -> dict:
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="run directories of auto runs (allocation.jsonl, config.yaml)")
     ap.add_argument("--holds", default="0,1,2", help="allocation.auto.hold values to replay with (comma-separated)")
     ap.add_argument("--resamples", type=int, default=None, help="allocation.auto.resamples (default: the run's)")
+    ap.add_argument("--recency", type=float, default=None,
+                    help="allocation.auto.recency (default: the run's; 1 replays the rule before recency)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "auto_stability_results.json")
     args = ap.parse_args(argv)
     holds = [float(h) for h in args.holds.split(",")]
@@ -65,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for hold in holds:
-            rows.append({"run": run.name, "hold": hold, **stability(replay(allocator(run, hold, args.resamples), records))})
+            rows.append({"run": run.name, "hold": hold,
+                         **stability(replay(allocator(run, hold, args.resamples, args.recency), records))})
     head = ["run", "hold", "steps", "deep", "switches", "switches_back_within_3", "held", "within_1_sd_of_margin",
             "ratio_sd_median", "first_deep"]
     print(" | ".join(head))
@@ -76,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         return str(absolute.relative_to(ROOT)) if absolute.is_relative_to(ROOT) else path.name
 
     args.out.write_text(json.dumps({"command": "python bench/auto_stability.py " + " ".join(
-        [*(shown(r) for r in args.runs), "--holds", args.holds]), "rows": rows}, indent=1) + "\n")
+        [*(shown(r) for r in args.runs), "--holds", args.holds,
+         *(["--recency", str(args.recency)] if args.recency is not None else [])]), "rows": rows}, indent=1) + "\n")
     print(f"written: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -28,16 +29,41 @@ PLOT = ROOT / "bench" / "episodes_curves.png"
 BOOTSTRAP_REPS = 4000
 
 
-def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> list[str]:
-    """The arm's run config as --set lines (the same in every arm but task.env)."""
-    sets = [
-        "model.name_or_path=tiny", "model.lora.enabled=false", "task.name=tiny-guess", "task.max_prompt_tokens=64",
-        "allocation.strategy=grpo", "allocation.group_size=8", "sampling.max_new_tokens=16", "engine.kind=hf",
-        "grpo.learning_rate=5.0e-4", f"train.steps={steps}", f"train.prompts_per_step={4 if quick else 16}",
-        f"train.eval_every={steps if quick else 10}", f"train.eval_samples={1 if quick else 8}",
-        "train.eval_temperature=1.0", "train.save_every=0", "train.log_completions_every=0", f"train.seed={seed}",
+def common_sets(arm: str, seed: int, steps: int, workdir: Path, *, task: str, prompt_tokens: int, new_tokens: int,
+                prompts: int, eval_every: int, eval_samples: int) -> list[str]:
+    """What every episode benchmark's runs share (grpo, 8 per prompt, the tiny model, full
+    fine-tuning at 5e-4, held-out at temperature 1), with the task and its sizes."""
+    return [
+        "model.name_or_path=tiny", "model.lora.enabled=false", f"task.name={task}", f"task.max_prompt_tokens={prompt_tokens}",
+        "allocation.strategy=grpo", "allocation.group_size=8", f"sampling.max_new_tokens={new_tokens}", "engine.kind=hf",
+        "grpo.learning_rate=5.0e-4", f"train.steps={steps}", f"train.prompts_per_step={prompts}",
+        f"train.eval_every={eval_every}", f"train.eval_samples={eval_samples}", "train.eval_temperature=1.0",
+        "train.save_every=0", "train.log_completions_every=0", f"train.seed={seed}",
         f"train.output_dir={workdir}", f"train.run_name={arm}-s{seed}",
     ]
+
+
+def train_quiet(sets: list[str]) -> tuple[dict, Path, float, list[dict]]:
+    """Train one run from ``--set`` lines with the progress output discarded: its summary,
+    run directory, wall seconds and metrics.jsonl lines."""
+    from rich.console import Console
+
+    from vigor_cli.settings import build_config
+    from vigor_cli.train.trainer import train
+
+    cfg = build_config(sets=sets)
+    t0 = time.time()
+    with open(os.devnull, "w") as devnull:
+        summary = train(cfg, out=Console(file=devnull))
+    run = Path(summary["run_dir"])
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return summary, run, time.time() - t0, lines
+
+
+def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> list[str]:
+    """The arm's run config as --set lines (the same in every arm but task.env)."""
+    sets = common_sets(arm, seed, steps, workdir, task="tiny-guess", prompt_tokens=64, new_tokens=16,
+                       prompts=4 if quick else 16, eval_every=steps if quick else 10, eval_samples=1 if quick else 8)
     if ARMS[arm] is not None:
         sets += [f"task.env={ARMS[arm]}", "task.max_turns=3", "task.max_episode_tokens=96"]
     return sets
@@ -45,20 +71,10 @@ def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> lis
 
 def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict:
     """Train one arm at one seed; its evaluation curve, tokens and wall time."""
-    from rich.console import Console
-
-    from vigor_cli.settings import build_config
-    from vigor_cli.train.trainer import train
-
-    cfg = build_config(sets=settings(arm, seed, steps, workdir, quick))
-    t0 = time.time()
-    with open(os.devnull, "w") as devnull:
-        summary = train(cfg, out=Console(file=devnull))
-    run = Path(summary["run_dir"])
+    summary, run, wall, lines = train_quiet(settings(arm, seed, steps, workdir, quick))
     curve: dict[str, list] = {"step": [], "accuracy": [], "first_attempt": []}
     train_lines = []
-    for line in (run / "metrics.jsonl").read_text().splitlines():
-        row = json.loads(line)
+    for row in lines:
         if "eval/accuracy" in row:
             curve["step"].append(row["step"])
             curve["accuracy"].append(row["eval/accuracy"])
@@ -66,7 +82,7 @@ def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict
         else:
             train_lines.append(row)
     return {
-        "arm": arm, "seed": seed, "steps": steps, "wall_s": time.time() - t0, "curve": curve,
+        "arm": arm, "seed": seed, "steps": steps, "wall_s": wall, "curve": curve,
         "final_accuracy": curve["accuracy"][-1], "final_first_attempt": curve["first_attempt"][-1],
         "rollouts": summary["rollouts"], "model_tokens": summary["tokens"],
         "env_tokens": sum(r.get("episodes/env_tokens", 0) for r in train_lines),
@@ -211,6 +227,25 @@ def plot(runs: list[dict], summary: dict) -> None:
     fig.savefig(PLOT, dpi=120)
 
 
+def run_seeds(out: Path, arms: list[str], seeds: int, steps: int, quick: bool, run_one: Any, summarise: Any,
+              final_key: str) -> tuple[list[dict], dict]:
+    """Every arm at seeds 0..seeds-1, seed by seed, keeping the runs ``out`` already holds at
+    this length and writing ``out`` (runs and summary) after each run."""
+    done = json.loads(out.read_text())["runs"] if out.is_file() else []
+    runs = [r for r in done if r["steps"] == steps]
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(seeds):
+            for arm in arms:
+                if any(r["arm"] == arm and r["seed"] == seed for r in runs):
+                    continue
+                runs.append(run_one(arm, seed, steps, Path(tmp), quick))
+                out.write_text(json.dumps({"runs": runs, "summary": summarise(runs)}, indent=1) + "\n")
+                print(f"{arm} seed {seed}: final {runs[-1][final_key]:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)
+    summary = summarise(runs)
+    out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
+    return runs, summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
@@ -227,20 +262,7 @@ def main() -> None:
         return
     if a.out is None:
         a.out = Path(tempfile.gettempdir()) / "episodes_quick.json" if a.quick else RESULTS
-    done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
-    runs = [r for r in done if r["steps"] == a.steps]
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(a.seeds):
-            for arm in a.arms.split(","):
-                if any(r["arm"] == arm and r["seed"] == seed for r in runs):
-                    continue
-                runs.append(run_one(arm, seed, a.steps, Path(tmp), a.quick))
-                summary = summarise(runs)
-                a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
-                print(f"{arm} seed {seed}: final {runs[-1]['final_accuracy']:.3f} "
-                      f"({runs[-1]['wall_s']:.0f} s)", flush=True)
-    summary = summarise(runs)
-    a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
+    runs, summary = run_seeds(a.out, a.arms.split(","), a.seeds, a.steps, a.quick, run_one, summarise, "final_accuracy")
     print(table(summary))
     if not a.quick:
         plot(runs, summary)

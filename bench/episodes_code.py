@@ -14,19 +14,16 @@ problems' private tests. Prints a table and writes bench/episodes_code_results.j
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from episodes import bootstrap  # noqa: E402  (bench/episodes.py: the same interval)
+from episodes import bootstrap, common_sets, run_seeds, train_quiet  # noqa: E402  (bench/episodes.py: the same interval and runs)
 
 ARMS = {"code-feedback": "code-feedback", "retry": "retry", "one-attempt": None}
 """Arm -> task.env (None: one completion per rollout)."""
@@ -37,15 +34,9 @@ EPISODE = ["task.max_turns=2", "task.max_episode_tokens=200"]
 
 def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> list[str]:
     """The arm's run config as --set lines (the same in every arm but task.env)."""
-    sets = [
-        "model.name_or_path=tiny", "model.lora.enabled=false", "task.name=tiny-code", "task.max_prompt_tokens=128",
-        "task.code_reward=full", "allocation.strategy=grpo", "allocation.group_size=8", "sampling.max_new_tokens=48",
-        "engine.kind=hf", "grpo.learning_rate=5.0e-4", f"train.steps={steps}",
-        f"train.prompts_per_step={4 if quick else 8}", f"train.eval_every={steps}",
-        f"train.eval_samples={1 if quick else 4}", "train.eval_temperature=1.0", "train.save_every=0",
-        "train.log_completions_every=0", "train.reward_workers=2", f"train.seed={seed}",
-        f"train.output_dir={workdir}", f"train.run_name={arm}-s{seed}",
-    ]
+    sets = common_sets(arm, seed, steps, workdir, task="tiny-code", prompt_tokens=128, new_tokens=48,
+                       prompts=4 if quick else 8, eval_every=steps, eval_samples=1 if quick else 4)
+    sets += ["task.code_reward=full", "train.reward_workers=2"]
     if quick:
         sets.append("train.eval_limit=4")
     if ARMS[arm] is not None:
@@ -55,18 +46,8 @@ def settings(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> lis
 
 def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict:
     """Train one arm at one seed; its held-out curve (after the answers, and the first attempt)."""
-    from rich.console import Console
-
-    from vigor_cli.settings import build_config
-    from vigor_cli.train.trainer import train
-
-    cfg = build_config(sets=settings(arm, seed, steps, workdir, quick))
-    t0 = time.time()
-    with open(os.devnull, "w") as devnull:
-        summary = train(cfg, out=Console(file=devnull))
-    run = Path(summary["run_dir"])
+    summary, run, wall, lines = train_quiet(settings(arm, seed, steps, workdir, quick))
     curve: dict[str, list] = {"step": [], "pass_rate": [], "first_attempt": []}
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     for row in lines:
         if "eval/accuracy" in row:
             curve["step"].append(row["step"])
@@ -75,7 +56,7 @@ def run_one(arm: str, seed: int, steps: int, workdir: Path, quick: bool) -> dict
     steps_lines = [r for r in lines if "rollouts/step" in r]
     passed = sum(r.get("episodes/ended/passed", 0) for r in steps_lines)
     episodes = sum(r["rollouts/step"] for r in steps_lines)
-    return {"arm": arm, "seed": seed, "steps": steps, "wall_s": time.time() - t0, "curve": curve,
+    return {"arm": arm, "seed": seed, "steps": steps, "wall_s": wall, "curve": curve,
             "final": curve["pass_rate"][-1], "final_first_attempt": curve["first_attempt"][-1],
             "start": curve["pass_rate"][0], "rollouts": summary["rollouts"],
             "training_passed_share": passed / episodes if ARMS[arm] == "code-feedback" and episodes else None,
@@ -128,18 +109,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.out is None:
         a.out = Path(tempfile.gettempdir()) / "episodes_code_quick.json" if a.quick else RESULTS
-    done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
-    runs = [r for r in done if r["steps"] == a.steps]
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(a.seeds):
-            for arm in a.arms.split(","):
-                if any(r["arm"] == arm and r["seed"] == seed for r in runs):
-                    continue
-                runs.append(run_one(arm, seed, a.steps, Path(tmp), a.quick))
-                a.out.write_text(json.dumps({"runs": runs, "summary": summarise(runs)}, indent=1) + "\n")
-                print(f"{arm} seed {seed}: final {runs[-1]['final']:.3f} ({runs[-1]['wall_s']:.0f} s)", flush=True)
-    summary = summarise(runs)
-    a.out.write_text(json.dumps({"runs": runs, "summary": summary}, indent=1) + "\n")
+    runs, summary = run_seeds(a.out, a.arms.split(","), a.seeds, a.steps, a.quick, run_one, summarise, "final")
     print(table(summary))
 
 

@@ -20,7 +20,6 @@ import json
 import sys
 import time
 import warnings
-import weakref
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Iterator
@@ -29,8 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_flatten  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from storage_tracker import StorageTracker  # noqa: E402
 
 GIB = float(1 << 30)
 PHASES = ("resident", "generate", "update", "optimizer")
@@ -55,17 +56,12 @@ def _is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
 
 
-class LiveStorages(TorchDispatchMode):
+class LiveStorages(StorageTracker):
     """Bytes of the tensor storages alive now, and their peak, over every storage an op
     creates while the mode is on (fake storages count their size: nothing is allocated).
     Python numbers read from a fake tensor (``float(t)``, ``bool(t)``, ``t.tolist()``) come back
-    as 1 (False for a boolean): its values do not exist."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.current = 0
-        self.peak = 0
-        self._refs: dict[int, Any] = {}
+    as 1 (False for a boolean): its values do not exist. Unlike :class:`StorageTracker` it
+    counts an op's outputs by storage alone (fake storages have no address to compare)."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if func is torch.ops.aten._local_scalar_dense.default and _is_fake(args[0]):
@@ -77,22 +73,7 @@ class LiveStorages(TorchDispatchMode):
         return out
 
     def add(self, t: torch.Tensor) -> None:
-        storage = t.untyped_storage()
-        key = id(storage)
-        size = storage.nbytes()
-        if key in self._refs or size == 0:
-            return
-        self.current += size
-        self.peak = max(self.peak, self.current)
-
-        def freed(_ref: Any, key: int = key, size: int = size) -> None:
-            self.current -= size
-            self._refs.pop(key, None)
-
-        self._refs[key] = weakref.ref(storage, freed)
-
-    def reset_peak(self) -> None:
-        self.peak = self.current
+        self.track(t.untyped_storage())
 
 
 # --------------------------------------------------------------------------- 4-bit stand-in

@@ -33,10 +33,15 @@ class StorageTracker(TorchDispatchMode):
         return out
 
     def _count(self, storage: torch.UntypedStorage, inputs: set[int]) -> None:
+        if storage.data_ptr() not in inputs:
+            self.track(storage)
+
+    def track(self, storage: torch.UntypedStorage) -> None:
+        """Count ``storage`` until it is freed (once: a storage seen before, or empty, is not)."""
         key = id(storage)
-        if key in self._refs or storage.data_ptr() in inputs or storage.nbytes() == 0:
-            return
         size = storage.nbytes()
+        if key in self._refs or size == 0:
+            return
         self.current += size
         self.peak = max(self.peak, self.current)
 

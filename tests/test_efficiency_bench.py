@@ -364,10 +364,10 @@ def test_the_default_150_cell_is_the_default_config_at_full_length(tmp_path):
     plan = _plan(study="default150")
     [cell] = plan.cells
     assert cell.key == "default-150" and plan.seeds == 12 == eff.DEFAULT150_SEEDS
-    assert cell.arms == ["grpo", "grpo-wide", "auto", "auto-wide", "auto-plain"]
+    assert cell.arms == ["grpo", "grpo-wide", "auto", "auto-wide", "auto-revisit", "auto-plain"]
     assert (cell.prompts_per_step, cell.total_rollouts, cell.eval_every_rollouts) == (64, 150 * 512, 15 * 512)
     specs = eff.make_specs(plan, tmp_path, {r: "tiny" for r in eff.REGIMES})
-    assert len(specs) == 12 * 5 and specs[0].run_dir.endswith("default-150/grpo-s0")
+    assert len(specs) == 12 * 6 and specs[0].run_dir.endswith("default-150/grpo-s0")
     assert _plan(study="default150", seeds=2).seeds == 2
     from vigor_cli.commands.train import default_config_file
     from vigor_cli.settings import build_config
@@ -378,6 +378,8 @@ def test_the_default_150_cell_is_the_default_config_at_full_length(tmp_path):
     wide = config("auto-wide")
     assert wide.allocation.strategy == "auto" and wide.allocation.auto.margin == 100  # no plan clears 100x
     assert config("auto-plain").allocation.auto.hold == 0 and config("auto").allocation.auto.hold == 1
+    assert config("auto").allocation.auto.recency == 0.5  # the default: recurrence an epoch later hardly counts
+    assert config("auto-revisit").allocation.auto.recency == 1 == config("auto-plain").allocation.auto.recency
     assert config("grpo-wide").train.prompts_per_step * config("grpo-wide").allocation.group_size == 512
     assert config("grpo").train.steps == 150  # the default config's length
 

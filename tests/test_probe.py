@@ -210,7 +210,7 @@ def test_probe_on_your_own_task_with_a_reward_that_returns_none(vigor, tmp_path)
                       "    return [None if i % 2 else float(a in c) for i, (c, a) in enumerate(zip(completions, answer))]\n")
     code, out, err = vigor("probe", "--set", "task.name=custom", "--set", f"task.data={data}",
                            "--set", f"task.rewards=[{reward}:right]", "--prompts", "8", "--samples", "4", "--json",
-                           "--simulations", "1")
+                           "--simulations", "1", "--fit-steps", "0")
     assert code == 0, err
     result = _json.loads(out)
     assert result["unscored"] == 8 * 2 and result["task"] == "custom"

@@ -47,8 +47,11 @@ ARM_SETS: dict[str, list[str]] = {
     # auto held wide: no plan can clear a margin of 100x, so every step spreads the budget
     # evenly over the census prompts (auto's depth rule switched off, its census kept)
     "auto-wide": ["allocation.strategy=auto", "allocation.auto.margin=100"],
-    # auto deciding by the plain margin, without the hysteresis in units of the ratio's noise
-    "auto-plain": ["allocation.strategy=auto", "allocation.auto.hold=0"],
+    # auto as it was before its depth weight counted how recently prompts recur: every prompt
+    # seen before counts in full (on the default run: deep from the second epoch on)
+    "auto-revisit": ["allocation.strategy=auto", "allocation.auto.recency=1"],
+    # auto-revisit deciding by the plain margin, without the hysteresis in units of the ratio's noise
+    "auto-plain": ["allocation.strategy=auto", "allocation.auto.hold=0", "allocation.auto.recency=1"],
 }
 """Config overrides per arm (``--set`` syntax): one arm per registered strategy
 (vigor_cli.allocation.STRATEGIES), then the ablations; the group size 8 and budget come from
@@ -194,9 +197,10 @@ every cell (so a study cut short has the same seeds everywhere); rows with the s
 one table. Issue 11's six regimes are ISSUE11_STUDY (`--study issue11`); issue 7's study
 (dapo, greso, pods, random, difficulty and the breadth ablations) is ISSUE7_STUDY."""
 
-DEFAULT150_ARMS = ["grpo", "grpo-wide", "auto", "auto-wide", "auto-plain"]
-"""The default run's cell: auto, auto held wide, grpo at 8 and 4 rollouts per prompt, and
-auto by the plain margin (its decision before the hysteresis)."""
+DEFAULT150_ARMS = ["grpo", "grpo-wide", "auto", "auto-wide", "auto-revisit", "auto-plain"]
+"""The default run's cell: auto, auto held wide, grpo at 8 and 4 rollouts per prompt, auto
+counting every prompt seen before in full (the rule before recency) and that rule by the
+plain margin (its decision before the hysteresis)."""
 
 DEFAULT150_STUDY: list[tuple] = [
     ("tiny-math", "default", DEFAULT150_ARMS,

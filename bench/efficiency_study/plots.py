@@ -14,7 +14,7 @@ ARM_COLORS = {
     "grpo": "#000000", "grpo-wide": "#7f7f7f", "vigor": "#1f77b4", "vigor-prompt-mean": "#17becf",
     "vigor-scale-none": "#9467bd", "knapsack": "#2ca02c", "reinforce-ada": "#ff7f0e", "auto": "#d62728",
     "pilot-commit": "#8c564b", "grpo-n2": "#e377c2", "grpo-n4": "#bcbd22", "grpo-n16": "#1f77b4",
-    "auto-wide": "#ff9896", "auto-plain": "#9467bd",
+    "auto-wide": "#ff9896", "auto-plain": "#9467bd", "auto-revisit": "#ff7f0e",
 }
 """One colour per arm, the same in every panel."""
 

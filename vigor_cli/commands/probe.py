@@ -5,6 +5,7 @@ Details: docs/modules.md.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -30,6 +31,11 @@ SIM_REPEATS = 8
 resample of the probed prompts: the mean of their interpolated rollouts to target, and the
 95 % interval in which another probe's speed-up would fall, decide, so the answer hangs
 neither on one simulation's luck nor on which prompts the probe drew."""
+FIT_STEPS = 4
+"""grpo steps of the short real run the transfer is fitted to (a few minutes on the tiny model)."""
+VERDICT_STEPS = 30
+"""Most steps of the run the predicted verdicts simulate (the study's longest runs): train.steps
+when shorter."""
 STUDY = {"regimes": 9, "vigor_losses": 6, "vigor_wins": 0, "auto_losses": 0}
 """What the tiny-model study in BENCHMARKS.md found (mean held-out accuracy against grpo, 95 %
 paired intervals): the numbers the recommendation quotes (a test holds them to the committed
@@ -46,6 +52,8 @@ def _probe(
     samples: Annotated[int, opt.count("--samples", low=2, help="Rollouts per prompt (at least 2: a variance needs two rollouts).")] = 8,
     seed: Annotated[Optional[int], opt.seed(help="Seeds the prompt draw, sampling and simulation (default train.seed).")] = None,
     simulations: Annotated[int, opt.count("--simulations", help="Simulations of each strategy on the probed pass rates, each with its own seed: more give a steadier answer and take longer.")] = SIM_REPEATS,
+    fit_steps: Annotated[int, opt.count("--fit-steps", low=0, help="grpo steps of the short real run the transfer between prompts is fitted to (0: no run; the transfer is then 0 unless --transfer gives it).")] = FIT_STEPS,
+    transfer: Annotated[Optional[float], opt.number("--transfer", low=0, high=1, integer=False, help="The simulation's transfer between prompts (its shared step), given instead of fitted: no short run.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the tables.")] = False,
     **own_task: Any,
 ) -> None:
@@ -59,8 +67,9 @@ def _probe(
     model, task = overrides["model.name_or_path"], overrides.get("task.name")
     path = resolve_config(config) if config is not None else default_config_file(model, task)  # as vigor train
     cfg = build_config(path, overrides=overrides, sets=set_, flags=FLAG_OF_KEY)
-    counts, info = sample_pass_counts(cfg, prompts, samples, quiet=json_out)
-    result = analyse(counts, samples, cfg, info, simulations)
+    counts, info = sample_pass_counts(cfg, prompts, samples, quiet=json_out,
+                                      fit_steps=0 if transfer is not None else fit_steps)
+    result = analyse(counts, samples, cfg, info, simulations, transfer=transfer)
     if json_out:
         typer.echo(json.dumps(result, indent=1))
     else:
@@ -72,18 +81,15 @@ probe = command(_probe, TASK_FLAGS, at=3)
 probe.__name__ = "probe"
 
 
-def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False) -> tuple[list[int], dict]:
+def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False,
+                       fit_steps: int = 0) -> tuple[list[int], dict]:
     """Passed-out-of-``samples`` per probed prompt (reward >= task.pass_threshold), with the
-    config's engine and sampling."""
-    import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    config's engine and sampling; with ``fit_steps``, the short real run's held-out gain too
+    (``info['short_run']``, commands/probe_fit.py)."""
     from vigor_cli.console import err_console
-    from vigor_cli.tasks.prompts import encode_prompt
     from vigor_cli.model.loading import load_policy
-    from vigor_cli.rollout import SamplingParams, make_engine
+    from vigor_cli.rollout import make_engine
     from vigor_cli.tasks import get_task
-    from vigor_cli.task_base import grade
 
     task = get_task(cfg.task, workers=cfg.train.reward_workers)
     try:
@@ -98,41 +104,79 @@ def sample_pass_counts(cfg: Any, prompts: int, samples: int, quiet: bool = False
         for p in policy.parameters():
             p.requires_grad_(False)
         eng = make_engine(cfg, policy, tokenizer, announce=lambda m: None if quiet else err_console.print(m, highlight=False))
-        counts: list[int] = []
-        rewards_seen: set[float] = set()
-        unscored = 0
-        per_chunk = max(1, 512 // samples)
+        seen: dict = {"rewards": set(), "unscored": 0}
         try:
-            with Progress(TextColumn("probe: sample + grade"), BarColumn(), MofNCompleteColumn(), TextColumn("prompts"),
-                          TimeElapsedColumn(), console=err_console, transient=True, disable=quiet) as progress:
-                bar = progress.add_task("probe", total=len(chosen))
-                for c, start in enumerate(range(0, len(chosen), per_chunk)):
-                    chunk = chosen[start:start + per_chunk]
-                    ids = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in chunk]
-                    params = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
-                                            max_new_tokens=cfg.sampling.max_new_tokens, seed=cfg.train.seed * 1_000_003 + c)
-                    with torch.no_grad():
-                        outs = eng.generate(ids, [samples] * len(chunk), params)
-                    flat_ex = [ex for ex, group in zip(chunk, outs) for _ in group]
-                    flat = [r for group in outs for r in group]
-                    scores = grade(task, flat_ex, [r.text for r in flat], [r.token_ids for r in flat])
-                    k = 0
-                    for group in outs:
-                        # a reward of None (your reward function cannot score it) counts as not passed
-                        rs = [None if s.reward is None else float(s.reward) for s in scores[k:k + len(group)]]
-                        k += len(group)
-                        unscored += rs.count(None)
-                        rewards_seen.update(r for r in rs if r is not None)
-                        counts.append(sum(r is not None and r >= cfg.task.pass_threshold for r in rs))
-                    progress.advance(bar, len(chunk))
+            counts = count_passes(cfg, task, tokenizer, eng, chosen, samples, quiet, seen)
         finally:
             eng.close()
+        held = _held_out(cfg, task)
     finally:
         task.close()
+    del policy, eng  # before the short run loads the model again (one copy on a GPU at a time)
     info = {"model": cfg.model.name_or_path, "task": cfg.task.name, "temperature": cfg.sampling.temperature,
-            "binary_rewards": rewards_seen <= {0.0, 1.0}, "unscored": unscored,
-            "pass_threshold": cfg.task.pass_threshold}
+            "binary_rewards": seen["rewards"] <= {0.0, 1.0}, "unscored": seen["unscored"],
+            "pass_threshold": cfg.task.pass_threshold, "train_prompts": len(examples), **held}
+    if fit_steps:
+        from vigor_cli.commands.probe_fit import short_run
+
+        try:
+            info["short_run"] = short_run(cfg, fit_steps, chosen, counts, samples, count_passes, quiet,
+                                              train_prompts=len(examples))
+        except UserError as e:  # a config `vigor train` refuses: the probe still answers, without transfer
+            info["short_run"] = {"error": str(e), "steps": fit_steps}
     return counts, info
+
+
+def count_passes(cfg: Any, task: Any, tokenizer: Any, eng: Any, chosen: list, samples: int, quiet: bool = False,
+                 seen: dict | None = None) -> list[int]:
+    """Passed-out-of-``samples`` per example of ``chosen`` on engine ``eng``, in seeded chunks
+    (the same seeds every call: a second call after training samples with common numbers)."""
+    import torch
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from vigor_cli.console import err_console
+    from vigor_cli.rollout import SamplingParams
+    from vigor_cli.task_base import grade
+    from vigor_cli.tasks.prompts import encode_prompt
+
+    seen = seen if seen is not None else {"rewards": set(), "unscored": 0}
+    counts: list[int] = []
+    per_chunk = max(1, 512 // samples)
+    with Progress(TextColumn("probe: sample + grade"), BarColumn(), MofNCompleteColumn(), TextColumn("prompts"),
+                  TimeElapsedColumn(), console=err_console, transient=True, disable=quiet) as progress:
+        bar = progress.add_task("probe", total=len(chosen))
+        for c, start in enumerate(range(0, len(chosen), per_chunk)):
+            chunk = chosen[start:start + per_chunk]
+            ids = [encode_prompt(tokenizer, task.render_prompt(ex, tokenizer)) for ex in chunk]
+            params = SamplingParams(temperature=cfg.sampling.temperature, top_p=cfg.sampling.top_p,
+                                    max_new_tokens=cfg.sampling.max_new_tokens, seed=cfg.train.seed * 1_000_003 + c)
+            with torch.no_grad():
+                outs = eng.generate(ids, [samples] * len(chunk), params)
+            flat_ex = [ex for ex, group in zip(chunk, outs) for _ in group]
+            flat = [r for group in outs for r in group]
+            scores = grade(task, flat_ex, [r.text for r in flat], [r.token_ids for r in flat])
+            k = 0
+            for group in outs:
+                # a reward of None (your reward function cannot score it) counts as not passed
+                rs = [None if s.reward is None else float(s.reward) for s in scores[k:k + len(group)]]
+                k += len(group)
+                seen["unscored"] += rs.count(None)
+                seen["rewards"].update(r for r in rs if r is not None)
+                counts.append(sum(r is not None and r >= cfg.task.pass_threshold for r in rs))
+            progress.advance(bar, len(chunk))
+    return counts
+
+
+def _held_out(cfg: Any, task: Any) -> dict:
+    """The held-out set a run evaluates: its size x samples per problem, and whether it is the
+    training set itself (tiny-facts): what the predicted verdicts' metric is and how noisy."""
+    try:
+        held = task.eval_examples()
+    except (UserError, ValueError, OSError):
+        held = []
+    train = {ex.uid for ex in task.train_examples()}
+    return {"eval_prompts": len(held), "eval_samples": cfg.train.eval_samples,
+            "eval_on_training_prompts": bool(held) and all(ex.uid in train for ex in held)}
 
 
 def _prompts_that_fit(cfg: Any, task: Any, tokenizer: Any, examples: list) -> list:
@@ -166,8 +210,9 @@ def recommend(law: Any, sim: dict) -> tuple[str, str]:
     would fall): 'auto' when all of it is above
     1 + :data:`TIE`, 'grpo' when all of it is below 1 / (1 + TIE), else 'tie' (auto, vigor's
     default, is the one to run then). VIGOR's fixed schedule is never recommended: the
-    simulation has no transfer between prompts, and in the study's real training it lost to
-    grpo. When no strategy reaches the target in most repeats the study alone decides."""
+    rollouts to target on the training prompts are not what the study judged, and in its real
+    training the schedule lost to grpo (the predicted verdicts, :func:`predict`, hold the held-out
+    metric the study judged). When no strategy reaches the target in most repeats the study alone decides."""
     rows = sim.get("strategies", {})
     if "auto" not in rows:
         return "grpo", "auto is not available here; the study found no fixed reallocation that beats grpo reliably"
@@ -182,7 +227,7 @@ def recommend(law: Any, sim: dict) -> tuple[str, str]:
     if auto is None or grpo is None:
         if auto is None and grpo is None:
             return "auto", (f"{numbers}; only vigor reached the target, and its fixed schedule lost to grpo in the "
-                            f"study's real training (the simulation has no transfer between prompts): {_law_reason(law)}")
+                            f"study's real training: {_law_reason(law)}")
         choice = "auto" if grpo is None else "grpo"
         verdict = f"{choice} reaches it, {'grpo' if choice == 'auto' else 'auto'} does not"
     else:
@@ -203,7 +248,7 @@ def recommend(law: Any, sim: dict) -> tuple[str, str]:
     if v is not None and mine is not None and v["rollouts_to_target"] * (1 + TIE) < mine["rollouts_to_target"]:
         ratio = mine["rollouts_to_target"] / v["rollouts_to_target"]
         why += (f"; vigor is faster in this simulation ({ratio:.2f}x {mine['name']}), but not recommended: the "
-                f"simulation has no transfer between prompts, and {_study_vigor()}")
+                f"training prompts' rollouts to target are not the held-out accuracy the study judged, and {_study_vigor()}")
     return choice, why
 
 
@@ -225,7 +270,7 @@ def _k(k: float) -> str:
 
 
 def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str, ...] = SIM_STRATEGIES,
-                repeats: int = SIM_REPEATS) -> dict:
+                repeats: int = SIM_REPEATS, transfer: float = 0.0) -> dict:
     """`vigor simulate --learn` on the probed pass rates (a file: law), in process, ``repeats``
     times, each with its own seed and its own draw of the probed prompts (with replacement:
     the interval then holds what another probe's prompts would say too, not only another
@@ -247,7 +292,7 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
             drawn = random.Random(derive_seed(cfg.train.seed, "probe-prompts", r)).choices(counts, k=len(counts))
             path.write_text("\n".join(f"{c / samples:.6f}" for c in (drawn if repeats > 1 else counts)) + "\n")
             settings = SimSettings(law=f"file:{path}", strategies=names, prompts=prompts, learn=True, steps=SIM_STEPS,
-                                   seed=derive_seed(cfg.train.seed, "probe-simulation", r))
+                                   seed=derive_seed(cfg.train.seed, "probe-simulation", r), transfer=transfer)
             runs.append(simulate(settings, cfg.allocation))
     summary = {**runs[0], "law": "file:<probed pass rates>", "repeats": repeats, "seed": cfg.train.seed}
     crossings = {n: [run["strategies"][n]["rollouts_to_target_interpolated"] for run in runs] for n in names}
@@ -266,27 +311,110 @@ def simulate_on(counts: list[int], samples: int, cfg: Any, strategies: tuple[str
     return summary
 
 
-def analyse(counts: list[int], samples: int, cfg: Any, info: dict, simulations: int = SIM_REPEATS) -> dict:
+def analyse(counts: list[int], samples: int, cfg: Any, info: dict, simulations: int = SIM_REPEATS,
+            transfer: float | None = None) -> dict:
     from vigor_cli.study.variance_law import census
 
     a = cfg.allocation
     law = census(counts, samples, rounds=a.rounds, alpha=a.alpha, gamma=a.gamma)
-    sim = simulate_on(counts, samples, cfg, repeats=simulations)
-    strategy, why = recommend(law, sim)
+    fit, shape = fit_of(counts, samples, cfg, info, transfer)
+    sim = simulate_on(counts, samples, cfg, repeats=simulations, transfer=fit.value)
+    verdicts = None
+    if fit.value > 0:  # with transfer the held-out verdicts decide: the measure the study judged
+        verdicts = predict(counts, samples, cfg, shape, fit.value, simulations)
+        strategy, why = recommend_by_verdicts(verdicts, shape)
+    else:  # without, a held-out pass rate never moves (every verdict a tie): rollouts to target decide
+        strategy, why = recommend(law, sim)
     return {
         **info,
         "prompts": len(counts),
         "samples": samples,
         "pass_counts": counts,
         "variance_law": law.to_dict(),
+        "transfer": fit.to_dict(),
         "simulated": {
-            "model": "vigor simulate --learn (toy: each prompt learns from its own signal, transfer 0)",
+            "model": f"vigor simulate --learn (toy: each prompt learns from its own signal, every prompt from the "
+                     f"step's breadth x transfer {fit.value:.4g})",
             "prompts_per_step": sim["prompts"],
             "target_mean_pass_rate": sim["learning"]["target"],
             "repeats": sim["repeats"],
             "strategies": {n: {k: r.get(k) for k in ("rollouts_to_target", "reached", "speedup_vs_grpo", "speedup_ci")}
                            for n, r in sim["strategies"].items()},
         },
+        "verdicts": None if verdicts is None else {"steps": shape.steps, "prompts_per_step": shape.prompts, "pool": shape.pool,
+                     "eval_steps": shape.eval_steps, "eval_se": round(shape.eval_se, 4),
+                     "metric": "mean pass rate of the training prompts" if shape.eval_on_pool
+                     else "mean held-out pass rate over the run's evaluations",
+                     "strategies": verdicts},
         "recommended": strategy,
         "why": why,
     }
+
+
+def run_shape(counts: list[int], samples: int, cfg: Any, info: dict) -> Any:
+    """The run the verdicts are about: the config's batch and evaluation cadence over its first
+    VERDICT_STEPS steps, its training set as the pool, its held-out set's sampling noise."""
+    from vigor_cli.study.transfer import RunShape
+
+    t = cfg.train
+    steps = max(1, min(t.steps, VERDICT_STEPS))
+    every = t.eval_every or max(1, steps // 5)
+    start = sum(counts) / (samples * len(counts))
+    draws = max(1, info.get("eval_prompts") or len(counts)) * max(1, info.get("eval_samples") or 1)
+    pool = max(info.get("train_prompts") or len(counts), t.prompts_per_step * 2)
+    return RunShape(prompts=t.prompts_per_step, steps=steps, pool=pool,
+                    eval_steps=[0, *range(every, steps + 1, every)] if every <= steps else [0, steps],
+                    eval_se=math.sqrt(max(start * (1 - start), 1e-4) / draws), held_out_start=start,
+                    eval_on_pool=bool(info.get("eval_on_training_prompts")))
+
+
+def fit_of(counts: list[int], samples: int, cfg: Any, info: dict, transfer: float | None) -> tuple[Any, Any]:
+    """The transfer the simulation uses: given (--transfer), fitted to the short real run, or
+    none (no run); and the run shape it was fitted on."""
+    from vigor_cli.study.transfer import fit_transfer, given
+
+    shape = run_shape(counts, samples, cfg, info)
+    run = info.get("short_run")
+    if transfer is not None:
+        return given(transfer), shape
+    if not run or not run.get("held_out_prompts"):
+        why = ("no short run (--fit-steps 0)" if not run else f"the short run could not run ({run['error']})"
+               if "error" in run else "the short run sampled every probed prompt")
+        return given(0.0, source=f"none: {why}; transfer 0"), shape
+    rates = [c / samples for c in counts]
+    source = (f"short real run: {run['steps']} grpo steps, held-out pass rate of the {run['held_out_prompts']} "
+              f"probed prompts it did not sample {run['before']:.3f} -> {run['after']:.3f}")
+    fit_shape = dataclasses.replace(shape, held_out_start=run["before"], eval_on_pool=False)
+    return fit_transfer(cfg.allocation, fit_shape, rates, [run["steps"]], {cfg.allocation.group_size: [run["gain"]]},
+                        source, seed=cfg.train.seed, se={cfg.allocation.group_size: run["se"]}), shape
+
+
+def predict(counts: list[int], samples: int, cfg: Any, shape: Any, transfer: float, repeats: int) -> dict:
+    """Each simulated strategy's predicted verdict against grpo (study/transfer.py)."""
+    from vigor_cli.allocation import STRATEGIES
+    from vigor_cli.study.transfer import predict_verdicts
+
+    names = tuple(s for s in SIM_STRATEGIES if s in STRATEGIES)
+    return predict_verdicts(cfg.allocation, shape, [c / samples for c in counts], transfer, repeats,
+                            seed=cfg.train.seed, strategies=names)
+
+
+def recommend_by_verdicts(verdicts: dict, shape: Any) -> tuple[str, str]:
+    """(strategy or 'tie', why) from the predicted verdicts: 'auto' when auto is ahead of grpo,
+    'grpo' when it is behind, 'tie' otherwise (run auto, vigor's default). A vigor ahead of
+    grpo while auto is not is said, not recommended: VIGOR's schedule stays for research."""
+    auto = verdicts.get("auto", {}).get("verdict")
+    choice = {"ahead": "auto", "behind": "grpo"}.get(auto, "tie")
+    why = verdict_text(verdicts, shape)
+    if choice == "tie":
+        why += "; auto and grpo tie: run auto, vigor's default"
+    if verdicts.get("vigor", {}).get("verdict") == "ahead" and auto != "ahead":
+        why += "; vigor is ahead in this prediction: measure it on your model before relying on it"
+    return choice, why
+
+
+def verdict_text(verdicts: dict, shape: Any) -> str:
+    """One clause: each strategy's predicted verdict against grpo with its interval."""
+    parts = [f"{n} {v['verdict']} grpo ({v['delta'] * 100:+.1f} points [{v['interval'][0] * 100:+.1f}, "
+             f"{v['interval'][1] * 100:+.1f}])" for n, v in verdicts.items() if n != "grpo"]
+    return f"predicted over {shape.steps} steps with transfer: " + ", ".join(parts)

@@ -55,7 +55,7 @@ def simulate(
     pods_m: Annotated[Optional[int], _alloc("pods.m", "PODS m.")] = None,
     learn: Annotated[bool, typer.Option(help=_LEARN_HELP, rich_help_panel=_LEARN)] = False,
     lr: Annotated[Optional[float], opt.number("--lr", low=0, low_open=True, integer=False, help=f"Pass-rate step per unit of signal (default {_D.lr}).", rich_help_panel=_LEARN)] = None,
-    transfer: Annotated[Optional[float], opt.number("--transfer", low=0, integer=False, help=f"Weight of signal shared by the whole pool: generalisation (default {_D.transfer}).", rich_help_panel=_LEARN)] = None,
+    transfer: Annotated[Optional[float], opt.number("--transfer", low=0, integer=False, help=f"Transfer between prompts: every prompt, sampled or not, moves by this x the step's breadth (how many prompts its signal spans; default {_D.transfer}).", rich_help_panel=_LEARN)] = None,
     target: Annotated[Optional[float], opt.number("--target", low=0, low_open=True, high=1, integer=False, help=f"Target mean pass rate (default: initial mean + {TARGET_GAIN}).", rich_help_panel=_LEARN)] = None,
 ) -> None:
     """Drive the real allocators with simulated rewards and compare where the rollouts go."""

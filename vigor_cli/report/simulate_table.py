@@ -68,7 +68,7 @@ def print_signal_notes(summary: dict[str, Any], console: Any) -> None:
         if r.get("decisions"):
             chosen = ", ".join(f"{plan} in {n} steps" for plan, n in r["decisions"].items())
             console.print(f"{name} chose {chosen} (a census, then the deep plan when its expected "
-                          "signal, depth weighted by the share of prompts seen before, beats the wide "
+                          "signal, depth weighted by how recently the census prompts recurred, beats the wide "
                           "plan's by allocation.auto.margin; the reason per step is in its record).")
 
 

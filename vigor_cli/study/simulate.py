@@ -159,9 +159,20 @@ class SimSettings:
     lr: float = 0.2
     """Learning mode: pass-rate step per unit of own signal."""
     transfer: float = 0.0
-    """Learning mode: weight of the step's total signal spread over the whole pool."""
+    """Learning mode: the shared step every prompt takes per unit of the step's breadth
+    (transfer between prompts; 0: each prompt learns from its own signal only)."""
     target: float | None = None
     """Learning mode: target mean pass rate; default initial mean + TARGET_GAIN (at most 0.95)."""
+    disruption: float = 0.0
+    """Learning mode: the step every prompt loses per update whatever its breadth (what an update
+    of fixed length disturbs; negative: a gain every update gives)."""
+    held_out: float | None = None
+    """Learning mode: start of a held-out set's mean pass rate (prompts never sampled, moved by
+    the shared step alone); default the pool's initial mean."""
+    until_target: bool = True
+    """Learning mode: stop a strategy at the target (False: run every step, for curves)."""
+    curves: bool = False
+    """Learning mode: record each step's rollouts, pool mean and held-out mean."""
 
 
 @dataclass
@@ -186,6 +197,10 @@ class StrategyOutcome:
     """Rollouts at which the mean pass rate crossed the target, interpolated within the step
     that crossed it (a step's rollouts make rollouts_to_target move in whole steps)."""
     final_mean_pass_rate: float | None = None
+    held_out: float | None = None
+    """Learning mode: the held-out set's mean pass rate after the last step."""
+    curve: dict[str, list[float]] | None = None
+    """Learning mode with curves: per step (the start first) rollouts, pool and held-out means."""
     error: str | None = None
 
 
@@ -242,6 +257,9 @@ def run_strategy(
     reward_rng = np.random.default_rng([settings.seed, 2])
     vigor_family = registry.get(strategy).family == "vigor"
     index = {}
+    out.held_out = float(p.mean()) if settings.held_out is None else settings.held_out
+    if settings.curves:
+        out.curve = {"rollouts": [0.0], "pool": [float(p.mean())], "held_out": [out.held_out], "breadth": [0.0]}
 
     def draw(n: int) -> list[str]:
         uids = sampler.draw(n)
@@ -293,13 +311,19 @@ def run_strategy(
             _pareto_diagnostics(out, rec, rewards, p, index, cfg)
         if settings.learn:
             before = float(p.mean())
-            _learn(p, own, index, cfg.group_size, settings)
+            shared = _learn(p, own, index, cfg.group_size, settings)
+            out.held_out += settings.lr * shared * (1 - out.held_out)
+            if out.curve is not None:
+                for key, value in (("rollouts", out.rollouts), ("pool", p.mean()), ("held_out", out.held_out),
+                                   ("breadth", breadth(list(own.values())))):
+                    out.curve[key].append(float(value))
             if target is not None and out.rollouts_to_target is None and p.mean() >= target:
                 out.rollouts_to_target, out.steps_to_target = out.rollouts, out.steps
                 step_rollouts = rec["totals"]["rollouts"]
                 share = (target - before) / (p.mean() - before) if p.mean() > before else 1.0
                 out.crossing = out.rollouts - step_rollouts + min(1.0, max(0.0, share)) * step_rollouts
-                break
+                if settings.until_target:
+                    break
     out.final_mean_pass_rate = float(p.mean())
     return out
 
@@ -319,18 +343,28 @@ def _pareto_diagnostics(out, rec, rewards, p, index, cfg) -> None:
         active = ceil_fraction(cfg.alpha, active)
 
 
-def _learn(p: np.ndarray, own: dict[str, float], index: dict, group_size: int, s: SimSettings) -> None:
-    total = sum(own.values())
-    shared = s.transfer * total / group_size / len(p)
+def breadth(signals: list[float] | np.ndarray) -> float:
+    """sum(g) / sqrt(sum(g^2)) of the groups' signals: the square root of how many prompts the
+    step's signal is spread over (n equal signals: sqrt(n); all on one prompt: 1; none: 0)."""
+    g = np.asarray(signals, dtype=float)
+    norm = float(np.sqrt((g * g).sum()))
+    return float(g.sum()) / norm if norm > 0 else 0.0
+
+
+def _learn(p: np.ndarray, own: dict[str, float], index: dict, group_size: int, s: SimSettings) -> float:
+    """One step of the learning model (docs/modules.md); returns the shared step."""
+    shared = s.transfer * breadth(list(own.values())) - s.disruption if s.transfer or s.disruption else 0.0
     gain = np.full(len(p), shared)
     for uid, sig in own.items():
         gain[index[uid]] += sig / group_size
     p += s.lr * gain * (1 - p)
     np.clip(p, 0.0, 1.0, out=p)
+    return shared
 
 
 SETTING_BOUNDS = {"steps": (1, 10**6), "prompts": (1, 10**6), "tests": (1, 10**4), "pool": (1, 10**7),
-                  "lr": (1e-9, 10.0), "transfer": (0.0, 1.0), "target": (1e-9, 1.0)}
+                  "lr": (1e-9, 10.0), "transfer": (0.0, 1.0), "target": (1e-9, 1.0),
+                  "held_out": (0.0, 1.0), "disruption": (-1.0, 1.0)}
 """Inclusive bounds of the numeric settings (the option of the same name)."""
 
 
@@ -377,7 +411,10 @@ def simulate(settings: SimSettings, cfg: AllocationConfig) -> dict[str, Any]:
         "strategies": {},
     }
     if settings.learn:
-        summary["learning"] = {"lr": settings.lr, "transfer": settings.transfer, "target": round(float(target), 4)}
+        summary["learning"] = {"lr": settings.lr, "transfer": settings.transfer, "disruption": settings.disruption,
+                               "target": round(float(target), 4),
+                               "held_out_start": round(float(pass_rates.mean() if settings.held_out is None
+                                                             else settings.held_out), 4)}
     for name in settings.strategies:
         o = run_strategy(name, cfg, settings, pass_rates, target)
         summary["strategies"][name] = _summarise(o, law, cfg, settings)
@@ -414,6 +451,9 @@ def _summarise(o: StrategyOutcome, law: PassRateLaw, cfg: AllocationConfig, s: S
         row["rollouts_to_target_interpolated"] = None if o.crossing is None else round(float(o.crossing), 1)
         row["steps_to_target"] = o.steps_to_target
         row["final_mean_pass_rate"] = round(o.final_mean_pass_rate, 4)
+        row["final_held_out_pass_rate"] = round(float(o.held_out), 4)
+        if o.curve is not None:
+            row["curve"] = {k: [round(v, 4) for v in vals] for k, vals in o.curve.items()}
     if o.error:
         row["error"] = o.error
     return row
