@@ -56,17 +56,22 @@ def starting_model(path: Path = MODEL, steps: int | None = None) -> tuple[Path, 
     return path, json.loads(recipe.read_text())
 
 
-def settings(arm: str, seed: int, model: Path, workdir: Path, plan: dict) -> list[str]:
-    """The arm's run as --set lines over configs/tiny-agent.yaml (the same in both arms but task.env)."""
+def settings(arm: str, seed: int, model: Path, workdir: Path, plan: dict) -> tuple[dict, list[str]]:
+    """The arm's run: configs/tiny-agent.yaml (without the episode keys in the "no tool" arm)
+    and --set lines, the same in both arms."""
+    import yaml
+
+    tree = yaml.safe_load((ROOT / "configs" / "tiny-agent.yaml").read_text())
+    if ARMS[arm] is None:
+        for key in ("env", "max_turns", "max_episode_tokens"):
+            tree["task"].pop(key, None)
     sets = [
         f"model.name_or_path={model}", f"train.steps={plan['steps']}", f"train.prompts_per_step={plan['prompts']}",
         f"train.eval_every={plan['eval_every']}", f"train.eval_limit={plan['eval_limit']}",
         f"train.eval_samples={plan['eval_samples']}", "train.log_completions_every=0", f"train.seed={seed}",
         f"train.output_dir={workdir}", f"train.run_name={arm.replace(' ', '-')}-s{seed}",
     ]
-    if ARMS[arm] is None:
-        sets.append("task.env=null")
-    return sets
+    return tree, sets
 
 
 def called_tool(sample: dict) -> bool:
@@ -96,7 +101,8 @@ def run_one(arm: str, seed: int, model: Path, workdir: Path, plan: dict) -> dict
     from vigor_cli.train.trainer import train
 
     torch.set_num_threads(1)
-    cfg = build_config(ROOT / "configs" / "tiny-agent.yaml", sets=settings(arm, seed, model, workdir, plan))
+    tree, sets = settings(arm, seed, model, workdir, plan)
+    cfg = build_config(tree=tree, sets=sets)
     t0 = time.time()
     cpu0 = time.process_time()
     with open(os.devnull, "w") as devnull:

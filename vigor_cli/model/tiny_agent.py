@@ -95,7 +95,7 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
     tools = [tool_schema()]
     train, _ = tiny_products.split(split_seed)
     rng = random.Random(f"tools/{seed}")
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     opt = torch.optim.AdamW(model.parameters(), lr=settings["lr"], weight_decay=0.0)
     model.train()
     losses = []
@@ -120,7 +120,8 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
     result = {
         "recipe": "tools", "seed": seed, "split_seed": split_seed,
         "base": "tiny" if Path(base) == TINY_DIR else str(base), **settings,
-        "warmup_seconds": round(seconds, 1), "torch_threads": torch.get_num_threads(),
+        "warmup_seconds": round(seconds, 1), "warmup_cpu_seconds": round(time.process_time() - cpu, 1),
+        "torch_threads": torch.get_num_threads(),
         "loss_every_25": [round(x, 4) for x in losses[::25]], "final_loss": round(losses[-1], 4),
     }  # fmt: skip
     (Path(out) / "recipe.json").write_text(json.dumps(result, indent=1) + "\n")
