@@ -188,12 +188,18 @@ def test_a_misspelt_environment_or_task_is_one_line_naming_the_builtins(vigor, t
     assert "tiny-product" in line and "tiny-products" in line
 
 
+def test_a_misspelt_benchmark_is_one_line_naming_tiny_products(vigor):
+    line = _one_line_error(*vigor("eval", "tiny", "--benchmarks", "tiny-product"))
+    assert "tiny-product'" in line and "tiny-products" in line
+
+
 def test_an_unknown_recipe_is_one_line_naming_tools(vigor, tmp_path):
     line = _one_line_error(*vigor("make-tiny", "--recipe", "tool", "--out", str(tmp_path / "m")))
     assert "--recipe" in line and "tools" in line
     assert not (tmp_path / "m").exists()
 
 
+@pytest.mark.slow  # a dry run's model and memory plan: seconds
 def test_the_agent_config_dry_runs_with_the_tool_list_in_its_prompts(vigor, tmp_path):
     from vigor_cli.model.loading import TINY_DIR
 
