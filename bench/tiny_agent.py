@@ -31,7 +31,7 @@ RESULTS = ROOT / "bench" / "tiny_agent_results.json"
 PLOT = ROOT / "bench" / "tiny_agent_curves.png"
 MODEL = ROOT / "bench" / "results" / "tiny_agent" / "model"
 """Where the warmed starting model is built once (`vigor make-tiny --recipe tools`, seed 0)."""
-FULL = dict(steps=24, prompts=16, eval_every=4, eval_limit=64, eval_samples=2)
+FULL = dict(steps=16, prompts=16, eval_every=4, eval_limit=64, eval_samples=2)
 QUICK = dict(steps=2, prompts=4, eval_every=2, eval_limit=4, eval_samples=1)
 
 

@@ -340,3 +340,25 @@ def test_bench_quick_trains_both_arms(warmed, tmp_path):
         assert r["held_out"]["step"] == [0, 2] and len(r["training"]["pass_rate"]) == 2
         assert all(0.0 <= v <= 1.0 for v in r["held_out"]["tool_call_rate"])
     assert "tool - no tool" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_tools_warmup_repeats_on_one_thread(tmp_path):
+    """Two 6-step warm-ups with one seed on one thread give the same weights; another seed does not."""
+    import torch
+    from safetensors.torch import load_file
+
+    from vigor_cli.model.tiny_agent import warm_tools
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+            warm_tools(tmp_path / name, seed=seed, steps=6, log=lambda line: None)
+    finally:
+        torch.set_num_threads(threads)
+    a, b, c = (load_file(str(tmp_path / n / "model.safetensors")) for n in "abc")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], c[k]) for k in a)
+    recipe = json.loads((tmp_path / "a" / "recipe.json").read_text())
+    assert recipe["steps"] == 6 and recipe["format_steps"] == 200 and recipe["torch_threads"] == 1
