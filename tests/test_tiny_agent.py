@@ -278,7 +278,8 @@ def test_the_warmed_model_writes_tool_calls_the_calculator_reads(warmed, tokeniz
     from vigor_cli.model.tiny import load, sample_completions
 
     recipe = json.loads((warmed / "recipe.json").read_text())
-    assert recipe["recipe"] == "tools" and recipe["steps"] == 60 and recipe["base"] == "tiny"
+    assert recipe["recipe"] == "tools" and recipe["steps"] == 60 and recipe["format_steps"] == 40
+    assert recipe["base"] == "tiny"
     model, tok = load(warmed)
     task = TinyProductsTask()
     env = calculator(tok)
@@ -361,4 +362,4 @@ def test_the_tools_warmup_repeats_on_one_thread(tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert not all(torch.equal(a[k], c[k]) for k in a)
     recipe = json.loads((tmp_path / "a" / "recipe.json").read_text())
-    assert recipe["steps"] == 6 and recipe["format_steps"] == 200 and recipe["torch_threads"] == 1
+    assert recipe["steps"] == 6 and recipe["format_steps"] == 4 and recipe["torch_threads"] == 1

@@ -87,8 +87,8 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
     from vigor_cli.tasks import tiny_products
 
     settings = dict(TOOLS_RECIPE)
-    if steps is not None:
-        settings["steps"] = steps
+    if steps is not None:  # a shorter (or longer) warm-up keeps the two phases' proportions
+        settings["steps"], settings["format_steps"] = steps, TOOLS_RECIPE["format_steps"] * steps // TOOLS_RECIPE["steps"]
     base = TINY_DIR if base is None else base
     torch.manual_seed(seed)
     model, tokenizer = load(base)
@@ -100,7 +100,7 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
     model.train()
     losses = []
     for step in range(settings["steps"]):
-        share = 1.0 if step < settings["format_steps"] * settings["steps"] // TOOLS_RECIPE["steps"] else settings["tool_share"]
+        share = 1.0 if step < settings["format_steps"] else settings["tool_share"]
         rows = []
         for ex in rng.sample(train, settings["batch_size"]):
             use_tool = rng.random() < share
