@@ -228,10 +228,32 @@ def plot(runs: list[dict], summary: dict, path: Path = PLOT) -> None:
     fig.savefig(path, dpi=120)
 
 
+def merge(files: list[Path], out: Path, plan: dict) -> None:
+    """Join results files (each run once, by arm and seed) into ``out``; print the table, draw the plot."""
+    runs: dict[tuple, dict] = {}
+    recipe = None
+    for path in files:
+        data = json.loads(path.read_text())
+        recipe = recipe or data["starting_model"]
+        for r in data["runs"]:
+            if r["steps"] == plan["steps"]:
+                runs.setdefault((r["seed"], r["arm"]), r)
+    ordered = [runs[k] for k in sorted(runs, key=lambda k: (k[0], list(ARMS).index(k[1])))]
+    summary = summarise(ordered)
+    out.write_text(json.dumps({"plan": plan, "starting_model": recipe, "runs": ordered, "summary": summary},
+                              indent=1) + "\n")
+    print(table(summary))
+    plot(ordered, summary)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--start-seed", type=int, default=0, help="the first seed (seeds run in parallel processes "
+                    "write their own --out, then --merge joins them)")
     ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--merge", type=Path, nargs="+", metavar="JSON", help="only join these results files into --out "
+                    "(a run in several is kept once) and draw the plot")
     ap.add_argument("--quick", action="store_true", help="1 seed, 2 steps of 4 prompts: the plumbing only")
     ap.add_argument("--model", type=Path, help="the warmed starting model (default: built once under "
                     "bench/results/tiny_agent/model; with --quick, a 20-step warm-up in the temporary directory)")
@@ -240,6 +262,9 @@ def main() -> None:
     a = ap.parse_args()
     plan = QUICK if a.quick else FULL
     seeds = 1 if a.quick and a.seeds == 3 else a.seeds
+    if a.merge:
+        merge(a.merge, a.out or RESULTS, plan)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         if a.out is None:
             a.out = Path(tmp) / "tiny_agent_quick.json" if a.quick else RESULTS
@@ -247,7 +272,7 @@ def main() -> None:
                                        steps=20 if a.quick and a.model is None else None)
         done = json.loads(a.out.read_text())["runs"] if a.out.is_file() else []
         runs = [r for r in done if r["steps"] == plan["steps"]]
-        for seed in range(seeds):
+        for seed in range(a.start_seed, a.start_seed + seeds):
             for arm in a.arms.split(","):
                 if any(r["arm"] == arm and r["seed"] == seed for r in runs):
                     continue
