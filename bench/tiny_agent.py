@@ -214,7 +214,7 @@ def plot(runs: list[dict], summary: dict, path: Path = PLOT) -> None:
                         label=f"{arm}: training rollouts")
         ax.set_xlabel("rollouts (episodes) trained on")
         ax.set_ylabel(label)
-        ax.set_ylim(0, 1)
+        ax.set_ylim(-0.03, 1.03)  # a curve at 0 stays in sight
         ax.legend(loc="best", fontsize=7)
     tool, none = summary["arms"].get("tool"), summary["arms"].get("no tool")
     if tool and none:
