@@ -36,13 +36,14 @@ QUICK = dict(steps=2, prompts=4, eval_every=2, eval_limit=4, eval_samples=1)
 
 
 def starting_model(path: Path = MODEL, steps: int | None = None) -> tuple[Path, dict]:
-    """The warmed tiny model, built on first use (one thread, seed 0) and then reused."""
+    """The warmed tiny model, built on first use (one thread, seed 0) and then reused; a
+    folder without recipe.json is built there (``steps``: a shorter warm-up)."""
     from vigor_cli.model.tiny_agent import TOOLS_RECIPE
 
     recipe = path / "recipe.json"
-    stale = recipe.is_file() and steps is None and any(
+    stale = path == MODEL and recipe.is_file() and any(
         json.loads(recipe.read_text()).get(k) != v for k, v in TOOLS_RECIPE.items())
-    if stale:  # built by another recipe: built again
+    if stale:  # the cache, built by another recipe: built again (a model given with --model is used as it is)
         import shutil
 
         shutil.rmtree(path)

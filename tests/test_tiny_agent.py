@@ -341,6 +341,7 @@ def test_bench_quick_trains_both_arms(warmed, tmp_path):
         assert r["held_out"]["step"] == [0, 2] and len(r["training"]["pass_rate"]) == 2
         assert all(0.0 <= v <= 1.0 for v in r["held_out"]["tool_call_rate"])
     assert "tool - no tool" in proc.stdout
+    assert json.loads((warmed / "recipe.json").read_text())["steps"] == 60  # the given model is used as it is
 
 
 @pytest.mark.slow
