@@ -107,6 +107,8 @@ def test_every_shipped_config_validates(path):
     assert cfg.allocation.strategy in ("vigor", "grpo", "auto")
     if path.name == "tiny-guess.yaml":  # the episodes study: grpo keeps every arm's budget the same
         assert cfg.allocation.strategy == "grpo" and cfg.task.env == "higher-lower"
+    elif path.name == "tiny-agent.yaml":  # the tiny agent's benchmark: the same budget with and without the tool
+        assert cfg.allocation.strategy == "grpo" and cfg.task.env == "calculator"
     elif path.name.startswith("tiny"):
         assert cfg.allocation.strategy == "auto"  # the study's choice (BENCHMARKS.md)
     if "vigor" in path.name or (path.name.startswith("tiny") and cfg.allocation.strategy == "auto"):

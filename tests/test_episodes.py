@@ -296,7 +296,7 @@ _SCHEMA = {"type": "function", "function": {"name": "guess", "description": "Gue
 @pytest.mark.parametrize("sets,message", [
     (["task.max_turns=2"], "task.max_turns is read only with task.env"),
     (["task.env=code-feedback"], "task.env=code-feedback works with the tasks tiny-code, code, not 'tiny-math'"),
-    (["task.env=nosuch"], "unknown environment 'nosuch'; built-in: code-feedback, higher-lower, retry, or FILE.py:Factory"),
+    (["task.env=nosuch"], "unknown environment 'nosuch'; built-in: code-feedback, higher-lower, retry, calculator, or FILE.py:Factory"),
     (["task.env=game.py"], "an environment file is given as FILE.py:Factory"),
     (["task.env=retry", "task.max_episode_tokens=1"], "task.max_episode_tokens"),
 ])

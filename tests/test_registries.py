@@ -29,15 +29,17 @@ def test_builtin_entries():
     assert registry.in_family("vigor") == ("vigor", "random", "difficulty")
     assert all(s.summary for s in registry.REGISTRY.values())
     assert list(ENGINES) == ["hf", "vllm"] and ENGINES["vllm"].for_cuda
-    assert list(TASKS) == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "math", "code", "custom"]
+    assert list(TASKS) == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "tiny-products", "math",
+                           "code", "custom"]
     # every task that grades is a built-in reward (--reward NAME); the user's task is not one
     from vigor_cli.user.rewards import builtin_names
 
-    assert builtin_names() == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "math", "code"]
-    assert list(EVAL_SETS) == ["tiny-math", "tiny-code", "tiny-guess", *MATH_SETS, "lcb-v6"]
+    assert builtin_names() == ["tiny-math", "tiny-code", "tiny-facts", "tiny-ladder", "tiny-guess", "tiny-products",
+                               "math", "code"]
+    assert list(EVAL_SETS) == ["tiny-math", "tiny-code", "tiny-guess", "tiny-products", *MATH_SETS, "lcb-v6"]
     from vigor_cli.episodes.registry import ENVIRONMENTS
 
-    assert list(ENVIRONMENTS) == ["code-feedback", "higher-lower", "retry"]
+    assert list(ENVIRONMENTS) == ["code-feedback", "higher-lower", "retry", "calculator"]
     assert all(e.summary for e in ENVIRONMENTS.values())
     assert {n: s.kind for n, s in EVAL_SETS.items() if s.kind == "code"} == {"tiny-code": "code", "lcb-v6": "code"}
     assert list(grpo.LOSS_AGGREGATIONS) == ["dapo", "grpo", "dr_grpo", "prompt_mean"]

@@ -21,7 +21,7 @@ class TaskConfig(_Section):
     name: str = Field(
         "tiny-math",
         description="Task from the task registry (vigor_cli/tasks/__init__.py): tiny-math, "
-        "tiny-code, tiny-facts, tiny-ladder, tiny-guess, math, code, and custom (your own data and rewards: "
+        "tiny-code, tiny-facts, tiny-ladder, tiny-guess, tiny-products, math, code, and custom (your own data and rewards: "
         "task.data, task.rewards; `vigor train --data PATH` selects it). Each task reads only "
         "its own task.* keys; a key it does not read is refused, naming the key and the task.",
     )
@@ -135,7 +135,7 @@ class TaskConfig(_Section):
     rewards: list[str] = Field(
         default_factory=list,
         description="custom: reward functions (--reward, repeatable): a built-in verifier by name "
-        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder, tiny-guess) or FILE.py:FUNC, a function "
+        "(math, code, tiny-math, tiny-code, tiny-facts, tiny-ladder, tiny-guess, tiny-products) or FILE.py:FUNC, a function "
         "func(prompts, completions, **columns) -> list[float | None] (TRL's signature; None: "
         "cannot score). User code runs in the trainer's process.",
     )
@@ -168,7 +168,8 @@ class TaskConfig(_Section):
         None,
         description="An environment that answers the model's turns, so that each rollout is an "
         "episode (--env): a built-in by name (vigor_cli/episodes/registry.py: code-feedback on the "
-        "code tasks, higher-lower on numeric answers, retry on any task) or FILE.py:Factory, an "
+        "code tasks, higher-lower on numeric answers, retry on any task, calculator (a multiply tool) on "
+        "math tasks) or FILE.py:Factory, an "
         "environment class in TRL's environment_factory convention (reset, public methods as "
         "tools, optional get_reward). Unset: one completion per rollout.",
     )

@@ -65,6 +65,17 @@ def _retry(task: Any, cfg: Any, tokenizer: Any) -> Environment:
     return Retry(task)
 
 
+@register_environment("calculator", kinds=("math",),
+                      summary="a multiply(a, b) tool; the answer is the \\boxed{} number after its result")
+def _calculator(task: Any, cfg: Any, tokenizer: Any) -> Environment:
+    from vigor_cli.episodes.calculator import Calculator
+    from vigor_cli.episodes.tools import ToolEnvironment
+
+    env = ToolEnvironment(Calculator, "calculator", tokenizer, cfg.env_timeout_s)
+    env.name = "calculator"
+    return env
+
+
 # --------------------------------------------------------------------------- names and specs
 def is_file_spec(spec: str) -> bool:
     head, sep, name = spec.rpartition(":")

@@ -382,8 +382,9 @@ def measure_asset(path: str | Path, *, split_seed: int = 0, seed: int = 0, sampl
 # further by supervised training on one task (`vigor make-tiny --recipe facts|ladder`).
 # Deterministic in the seed on one thread; a few CPU minutes; nothing touches rewards.
 
-RECIPES = ("tiny", "facts", "ladder")
-"""`vigor make-tiny --recipe`: the bundled model from scratch, or a task warm-up on top of it."""
+RECIPES = ("tiny", "facts", "ladder", "tools")
+"""`vigor make-tiny --recipe`: the bundled model from scratch, or a warm-up on top of it (tools:
+the tool-call format, vigor_cli/model/tiny_agent.py)."""
 
 FACTS_RECIPE = dict(never=0.3, min_exposure=30, max_exposure=600, lr=3e-3, batch_size=64)
 """tiny-facts warm-up: 30 % of the facts are never shown; the rest are shown between 30 and
@@ -457,7 +458,7 @@ def warm_task(recipe: str, out: str | Path, *, seed: int = 0, split_seed: int = 
         pairs = [(tiny_math.plain_prompt(e.question), target_completion_boxed(e.answer)) for e in task.train_examples()]
         batches = [rng.sample(pairs, settings["batch_size"]) for _ in range(settings["steps"])]
     else:
-        raise ValueError(f"unknown warm-up recipe {recipe!r}; choose from {RECIPES[1:]}")
+        raise ValueError(f"unknown warm-up recipe {recipe!r}; choose from {RECIPES[1:3]}")
     log(f"{recipe}: {len(batches)} supervised steps on {sum(len(b) for b in batches)} rows from {base}")
     losses = _sft(model, tokenizer, batches, settings["lr"])
     seconds = time.time() - started

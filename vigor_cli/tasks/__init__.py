@@ -125,6 +125,13 @@ def _tiny_guess(cfg: Any, workers: int) -> Task:
     return TinyGuessTask()
 
 
+@register_task("tiny-products", eval_sets={"tiny-products": None}, reads=TINY_KEYS)
+def _tiny_products(cfg: Any, workers: int) -> Task:
+    from vigor_cli.tasks.tiny_products import TinyProductsTask
+
+    return TinyProductsTask(split_seed=cfg.split_seed)
+
+
 def _math_sets() -> dict[str, str]:
     from vigor_cli.verifiers.math_answers import KNOWN  # the one list of math benchmark names
 
