@@ -46,13 +46,21 @@ def task_of(cell_name: str) -> str:
     return next(t for t in sorted(TASK_SIZES, key=len, reverse=True) if cell_name == t or cell_name.startswith(t + "-"))
 
 
-def task_facts(task: str) -> tuple[int, bool, object]:
-    """(training prompts, whether its evaluation set is its training set, allocation config)."""
+def auto_rule(cell: dict) -> list[str]:
+    """The ``auto`` the cell's runs measured: ``auto_recency`` records the rule its runs ran
+    (1: every prompt seen before counted in full, as before allocation.auto.recency existed);
+    a cell without it ran the current default."""
+    return [f"allocation.auto.recency={cell['auto_recency']}"] if "auto_recency" in cell else []
+
+
+def task_facts(task: str, sets: tuple[str, ...] = ()) -> tuple[int, bool, object]:
+    """(training prompts, whether its evaluation set is its training set, allocation config
+    with ``sets`` applied: the rule the cell's ``auto`` ran)."""
     from vigor_cli.commands.train import default_config_file
     from vigor_cli.settings import build_config
     from vigor_cli.tasks import get_task
 
-    cfg = build_config(default_config_file("tiny", task), overrides={"task.name": task}, sets=[])
+    cfg = build_config(default_config_file("tiny", task), overrides={"task.name": task}, sets=list(sets))
     t = get_task(cfg.task, workers=1)
     try:
         train = t.train_examples()
@@ -162,7 +170,7 @@ def validate_real(results: dict, only: list[str] | None, cached: dict) -> dict:
         if (only and name not in only) or not bundled_start(cell):
             continue
         x = regime_inputs(name, cell)
-        pool, on_pool, alloc = task_facts(x["task"])
+        pool, on_pool, alloc = task_facts(x["task"], tuple(auto_rule(cell)))
         measured = real_short_run(name, cell, (cached.get("regimes") or {}).get(name, {}).get("measured"))
         run = measured["short_run"]
         shape = RunShape(prompts=x["prompts"], steps=x["steps"], pool=pool, eval_steps=x["eval_steps"],
@@ -193,9 +201,10 @@ def validate(results: dict, only: list[str] | None, widths: tuple[int, ...]) -> 
         if only and name not in only:
             continue
         x = regime_inputs(name, cell)
-        if x["task"] not in facts_of:
-            facts_of[x["task"]] = task_facts(x["task"])
-        pool, on_pool, alloc = facts_of[x["task"]]
+        rule = (x["task"], *auto_rule(cell))
+        if rule not in facts_of:
+            facts_of[rule] = task_facts(rule[0], rule[1:])
+        pool, on_pool, alloc = facts_of[rule]
         shape = RunShape(prompts=x["prompts"], steps=x["steps"], pool=pool, eval_steps=x["eval_steps"],
                          eval_se=x["eval_se"], held_out_start=x["start"], eval_on_pool=on_pool)
         arms = " and ".join({8: "grpo", 4: "grpo-wide"}[w] for w in widths)

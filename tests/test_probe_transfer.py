@@ -203,6 +203,20 @@ def test_the_verdict_table_reads_the_study_s_results():
     assert pv.real_verdict(cell, "auto")["verdict"] == "ahead"
 
 
+def test_the_validation_simulates_the_auto_each_cell_measured():
+    """A cell whose auto runs ran another rule (auto_recency: 1, every prompt seen before in
+    full) is predicted with that rule; a cell without the key with the current default."""
+    pv = _bench()
+    assert pv.auto_rule({"auto_recency": 1.0}) == ["allocation.auto.recency=1.0"]
+    assert pv.auto_rule({}) == []
+    _, _, before = pv.task_facts("tiny-math", tuple(pv.auto_rule({"auto_recency": 1.0})))
+    _, _, now = pv.task_facts("tiny-math")
+    assert before.section("auto").recency == 1.0 and now.section("auto").recency == 0.5
+    from bench.efficiency_study.results import CELL_FACTS
+
+    assert "auto_recency" in CELL_FACTS  # --restat keeps it
+
+
 def test_the_committed_validation_states_its_agreement():
     out = json.loads((ROOT / "bench" / "probe_verdicts_results.json").read_text())
     assert out["regime_count"] == len(out["regimes"]) == 9

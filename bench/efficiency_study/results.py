@@ -117,8 +117,9 @@ def machine() -> dict:
             "python": sys.version.split()[0]}
 
 
-CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau")
-"""What --restat keeps of a cell as the results JSON says it (how its start was made and measured)."""
+CELL_FACTS = ("model", "regime", "model_sha256", "start_distribution", "plateau", "auto_recency")
+"""What --restat keeps of a cell as the results JSON says it (how its start was made and measured,
+and ``auto_recency``: the allocation.auto.recency its ``auto`` runs ran, where not the default)."""
 
 
 def restat(source: Path, out: Path, seeds: int | None, gain: float, console: Any) -> int:
