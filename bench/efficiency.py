@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
         run_timing(plan, models, out, steps, console)
     report(results, plan, args, out, models)
     json_path, md_path = write_results(results, out, console, publish=not args.quick and (args.out is None or args.publish),
-                                       merge=args.study == "default150")
+                                       merge=args.study == "default150",
+                                       side_arms=args.skip_arms.split(",") if args.skip_arms else ())
     console.print(f"results: {json_path}; tables: {md_path}; plots under {out}")
     if failures:
         console.print(f"[red]{len(failures)} runs failed:[/] " + "; ".join(f"{f['run']}: {f['last_line']}" for f in failures))

@@ -421,6 +421,12 @@ def test_a_cell_study_is_added_to_the_committed_copy_keeping_the_others(tmp_path
     assert out["command"] == "the full study" and out["cells"]["tiny-facts"] == {"arms": {"grpo": {"seeds": 8}}}
     cell = out["cells"]["default-150"]
     assert cell["study"]["command"].endswith("--seeds 2") and cell["seeds"] == 2
+    assert cell["seeds_per_arm"] == {"grpo": 2, "auto": 2}
+    # an arm left out of a later run of the study (--skip-arms) keeps its seeds, apart from the cell's count
+    new["cells"]["default-150"]["arms"] = {"grpo": {"seeds": 12}, "auto": {"seeds": 12}, "auto-plain": {"seeds": 2}}
+    res.write_results(new, tmp_path / "out", None, publish=True, merge=True, side_arms=["auto-plain"])
+    cell = json.loads(published.read_text())["cells"]["default-150"]
+    assert cell["seeds"] == 12 and cell["seeds_per_arm"]["auto-plain"] == 2
 
 
 def test_the_committed_default_150_cell_says_its_arms_and_seeds():
@@ -428,12 +434,15 @@ def test_the_committed_default_150_cell_says_its_arms_and_seeds():
     without signal; auto with its deep share; the command that made it."""
     results = json.loads((ROOT / "bench" / "efficiency_results.json").read_text())
     cell = results["cells"]["default-150"]
-    assert {"grpo", "grpo-wide", "auto", "auto-wide"} <= set(cell["arms"])
-    assert cell["seeds"] == min(a["seeds"] for a in cell["arms"].values()) >= 1
+    main = ("grpo", "grpo-wide", "auto", "auto-wide")
+    assert set(main) <= set(cell["arms"])
+    assert cell["seeds"] == min(cell["arms"][a]["seeds"] for a in main) >= 12
     for arm, a in cell["arms"].items():
         assert 0 < a["zero_variance_share_median"] < 1, arm
-        assert len(cell["runs"][arm]) == a["seeds"]
-    assert cell["arms"]["auto"]["deep_share_median"] > 0 and cell["arms"]["auto-wide"]["deep_share_median"] == 0
+        assert len(cell["runs"][arm]) == a["seeds"] == cell["seeds_per_arm"][arm]
+    # the rule before recency went deep after the first epoch; auto now stays wide, as auto held wide
+    assert cell["arms"]["auto-revisit"]["deep_share_median"] > 0.8
+    assert cell["arms"]["auto"]["deep_share_median"] == 0 == cell["arms"]["auto-wide"]["deep_share_median"]
     assert cell["study"]["command"].startswith("python bench/efficiency.py --study default150")
 
 

@@ -184,19 +184,22 @@ def add_plot(key: str, cell: dict, out: Path) -> None:
         cell["plot_no_signal"] = rel_path(plot_no_signal(key, cell, out / key / "accuracy_and_no_signal.png"))
 
 
-def write_results(results: dict, out: Path, console: Any, publish: bool, merge: bool = False) -> tuple[Path, Path]:
+def write_results(results: dict, out: Path, console: Any, publish: bool, merge: bool = False,
+                  side_arms: Sequence[str] = ()) -> tuple[Path, Path]:
     """<out>.json and <out>.md beside ``out``, the committed compact copy when ``publish``, and
     the tables on the console. ``merge``: a study of its own cells (default150) adds them to
-    the committed copy, each with the command, plan and provenance that made it, and keeps
-    the other cells as they are."""
+    the committed copy, each with the command, plan and provenance that made it, its seeds
+    per arm and ``seeds``, the fewest of any arm but ``side_arms`` (--skip-arms: arms kept at
+    the seeds an earlier run of the study gave them), and keeps the other cells as they are."""
     json_path, md_path = out.parent / f"{out.name}.json", out.parent / f"{out.name}.md"
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path.write_text(render_markdown(results))
     if publish and merge and PUBLISHED.is_file():
         published = json.loads(PUBLISHED.read_text())
         for key, cell in results["cells"].items():
-            seeds = min((a.get("seeds", 0) for a in cell.get("arms", {}).values()), default=0)
-            published["cells"][key] = _rounded({**cell, "seeds": seeds, "study": {k: results.get(k) for k in (
+            per_arm = {arm: a.get("seeds", 0) for arm, a in cell.get("arms", {}).items()}
+            seeds = min((n for arm, n in per_arm.items() if arm not in side_arms), default=0)
+            published["cells"][key] = _rounded({**cell, "seeds": seeds, "seeds_per_arm": per_arm, "study": {k: results.get(k) for k in (
                 "command", "plan", "machine", "provenance", "study_seconds", "failures")}})
         PUBLISHED.write_text(json.dumps(published, separators=(",", ":")) + "\n")
     elif publish:
