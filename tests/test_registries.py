@@ -109,6 +109,7 @@ def _string_lists(path: Path):
 CHOSEN = {
     "vigor_cli/commands/probe.py": "the three arms `vigor probe` simulates: a choice, not the list",
     "vigor_cli/commands/train.py": "the tiny tasks that ship a tuned config file of their name",
+    "vigor_cli/study/transfer.py": "the strategies whose verdicts against grpo the probe predicts: a choice",
 }
 """Files whose literals are deliberate subsets (a study's arms), not lists of every name."""
 
