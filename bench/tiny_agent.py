@@ -23,6 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from episodes import bootstrap  # noqa: E402  (bench/episodes.py: the same interval)
 
 ARMS = {"tool": "calculator", "no tool": None}
 """Arm -> task.env (None: one completion per rollout, no tool)."""
@@ -130,18 +133,6 @@ def run_one(arm: str, seed: int, model: Path, workdir: Path, plan: dict) -> dict
         "cpu_s": round(time.process_time() - cpu0, 1), "rollouts": summary["rollouts"],
         "held_out": held, "training": training,
     }
-
-
-def bootstrap(values: list[float], reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of the mean over ``values`` (seeds)."""
-    import numpy as np
-
-    x = np.asarray(values, dtype=float)
-    if len(x) < 2:
-        return float(x.mean()), float(x.mean())
-    means = x[np.random.default_rng(seed).integers(0, len(x), size=(reps, len(x)))].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975], method="inverted_cdf")
-    return float(lo), float(hi)
 
 
 def summarise(runs: list[dict]) -> dict:
