@@ -48,9 +48,9 @@ class EpisodeRunner:
                  prompt_of: Callable[[Any, str | None], list[int]], keep_prompts: bool = False):
         self.engine, self.env, self.fmt, self.limits, self.prompt_of = engine, env, fmt, limits, prompt_of
         self.keep_prompts = keep_prompts
+        """Every episode keeps its prompt ids (the TRL path hands them to TRL's loss)."""
         self.own_of: Callable[[Any], int] | None = None
         """Tokens of an example's own prompt, the task's part alone (None: not known here)."""
-        """Every episode keeps its prompt ids (the TRL path hands them to TRL's loss)."""
 
     def run(self, examples: Sequence[Any], counts: Sequence[int], sampling: SamplingParams,
             prompt_ids: Sequence[Sequence[int]] | None = None) -> list[list[Episode]]:
