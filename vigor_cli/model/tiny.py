@@ -119,17 +119,22 @@ def _encode_pairs(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[lis
     return out
 
 
-def _pad_batch(tokenizer, rows: Sequence[tuple[list[int], int]]):
-    """Right-padded ids, attention mask and labels (-100 outside completions)."""
+def pad_batch(tokenizer, rows: Sequence[tuple[list[int], int | Sequence[int]]]):
+    """Right-padded ids, attention mask and labels (-100 where no loss): each row's loss is on
+    its tokens from ``start`` on (an int: the completion), or where its 0/1 list says (the
+    model's turns of a conversation)."""
     import torch
 
     width = max(len(ids) for ids, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
     labels = torch.full_like(input_ids, -100)
     mask = torch.zeros_like(input_ids)
-    for row, (ids, start) in enumerate(rows):
+    for row, (ids, where) in enumerate(rows):
         input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, start : len(ids)] = torch.tensor(ids[start:])
+        if isinstance(where, int):
+            labels[row, where : len(ids)] = torch.tensor(ids[where:])
+        else:
+            labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, where)])
         mask[row, : len(ids)] = 1
     return input_ids, mask, labels
 
@@ -168,7 +173,7 @@ def supervised_warmup(
         for rows in parts:
             if not rows:
                 continue
-            input_ids, mask, labels = _pad_batch(tokenizer, rows)
+            input_ids, mask, labels = pad_batch(tokenizer, rows)
             loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
             (loss * len(rows) / batch_size).backward()
             total += loss.item() * len(rows) / batch_size
@@ -403,7 +408,7 @@ def _sft(model, tokenizer, batches: Sequence[Sequence[tuple[str, str]]], lr: flo
     model.train()
     losses = []
     for rows in batches:
-        input_ids, mask, labels = _pad_batch(tokenizer, _encode_pairs(tokenizer, rows))
+        input_ids, mask, labels = pad_batch(tokenizer, _encode_pairs(tokenizer, rows))
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -62,20 +62,6 @@ def encode_conversation(tokenizer: Any, messages: Sequence[dict], tools: list[di
     return ids, mask
 
 
-def _batch(tokenizer: Any, rows: Sequence[tuple[list[int], list[int]]]):
-    import torch
-
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-    labels = torch.full_like(input_ids, -100)
-    attention = torch.zeros_like(input_ids)
-    for r, (ids, mask) in enumerate(rows):
-        input_ids[r, : len(ids)] = torch.tensor(ids)
-        attention[r, : len(ids)] = 1
-        labels[r, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
-    return input_ids, attention, labels
-
-
 def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str | Path | None = None,
                steps: int | None = None, log: Callable[[str], None] = print) -> dict:
     """Warm ``base`` (default: the bundled tiny model) on tool-calling conversations and save
@@ -83,7 +69,7 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
     recipe's (a shorter warm-up for tests)."""
     import torch
 
-    from vigor_cli.model.tiny import TINY_DIR, load, save
+    from vigor_cli.model.tiny import TINY_DIR, load, pad_batch, save
     from vigor_cli.tasks import tiny_products
 
     settings = dict(TOOLS_RECIPE)
@@ -105,7 +91,7 @@ def warm_tools(out: str | Path, *, seed: int = 0, split_seed: int = 0, base: str
         for ex in rng.sample(train, settings["batch_size"]):
             use_tool = rng.random() < share
             rows.append(encode_conversation(tokenizer, conversation(ex.question, ex.answer, use_tool), tools))
-        input_ids, attention, labels = _batch(tokenizer, rows)
+        input_ids, attention, labels = pad_batch(tokenizer, rows)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
