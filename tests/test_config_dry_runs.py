@@ -20,8 +20,8 @@ TINY = REPO / "vigor_cli" / "assets" / "tiny"
 def _model_config_json(name_or_path: str) -> Path:
     """The config.json of a config's model: the bundled tiny model's, or the fixture named as
     the hub id's last part (Qwen/Qwen3-8B -> tests/fixtures/model_configs/Qwen3-8B). The
-    tiny agent (`vigor make-tiny --recipe tools --out tiny-agent`) has the tiny model's shape."""
-    if name_or_path in ("tiny", "tiny-agent"):
+    tiny agent (`vigor make-tiny --recipe tools --out tiny-agent-model`) has the tiny model's shape."""
+    if name_or_path in ("tiny", "tiny-agent-model"):
         return TINY / "config.json"
     found = FIXTURES / name_or_path.rstrip("/").split("/")[-1] / "config.json"
     assert found.is_file(), f"{name_or_path}: add its public config.json as {found.relative_to(REPO)}"
